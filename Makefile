@@ -1,0 +1,41 @@
+# The two set-up commands of the README: `make demo` (the main job) and `make test` (the tests).
+# Both create the virtualenv, install the pinned dependencies and start the local Kafka broker
+# themselves; a broker they started is stopped again at the end.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+
+.PHONY: venv test unit demo kafka-up kafka-down clean
+
+venv: $(STAMP)
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+# Unit tests and integration tests against the real broker (started here unless one already runs).
+test: venv
+	@started=0; \
+	if [ -z "$$SLIPSTREAM_BOOTSTRAP" ] && ! $(BIN)/slipstream kafka status >/dev/null 2>&1; then \
+	  $(BIN)/slipstream kafka up || exit 1; started=1; fi; \
+	$(BIN)/python -m pytest -q; rc=$$?; \
+	if [ $$started = 1 ]; then $(BIN)/slipstream kafka down; fi; \
+	exit $$rc
+
+unit: venv
+	$(BIN)/python -m pytest -q tests/unit
+
+demo: venv
+	$(BIN)/slipstream demo
+
+kafka-up: venv
+	$(BIN)/slipstream kafka up
+
+kafka-down:
+	$(BIN)/slipstream kafka down
+
+clean:
+	-$(BIN)/slipstream kafka down
+	rm -rf .state reports

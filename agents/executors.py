@@ -1,0 +1,240 @@
+"""Executors: run one batch of payloads through a model on the hardware a stage was given.
+
+An executor is a *codec* (payload bytes -> model input, model output -> ``Emit`` items) around a
+*backend* (onnxruntime or torch) or, for model-free stages (noop, resize, tokenise), a per-item
+function. Everything here implements ``streams.executor.Executor``; ``agents.zoo`` picks the parts
+from a pipeline ``Variant`` and ``Hardware``.
+
+Devices are checked, not assumed: onnxruntime silently falls back to the CPU when the CUDA provider
+cannot load (missing CUDA/cuDNN), so the backend reads ``session.get_providers()`` after creating
+the session, sets ``device`` from what it actually got, and logs a warning on a fallback.
+
+Threads: ``Hardware.threads`` becomes onnxruntime's ``intra_op_num_threads`` (``inter_op`` stays 1:
+one batch at a time). torch has only a process-wide setting (``torch.set_num_threads``), so a torch
+backend sets it for the whole worker process; one worker process runs one stage replica, which is
+what makes that acceptable.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+from streams.executor import Emit, ItemOutput
+from streams.spec import Hardware
+
+log = logging.getLogger(__name__)
+
+CPU_PROVIDER = "CPUExecutionProvider"
+CUDA_PROVIDER = "CUDAExecutionProvider"
+
+
+# ----------------------------------------------------------------------------------------------
+# Device selection: pure functions, tested with fake provider lists.
+
+
+@dataclass(frozen=True)
+class ProviderChoice:
+    providers: tuple[str, ...]  # what to ask onnxruntime for, in preference order
+    wanted_device: str  # "cuda:0" or "cpu"
+    reason: str = ""  # why we did not get what Hardware.kind asked for ("" when we did)
+
+
+def select_providers(kind: str, available: Sequence[str], device_index: int = 0) -> ProviderChoice:
+    """Which onnxruntime execution providers to request for a hardware kind, given
+    ``ort.get_available_providers()``. CPU is always last, as the fallback."""
+    if kind == "cpu":
+        return ProviderChoice((CPU_PROVIDER,), "cpu")
+    if kind == "cuda":
+        if CUDA_PROVIDER in available:
+            return ProviderChoice((CUDA_PROVIDER, CPU_PROVIDER), f"cuda:{device_index}")
+        return ProviderChoice((CPU_PROVIDER,), "cpu",
+                              f"hardware kind 'cuda' asked for {CUDA_PROVIDER}, but this onnxruntime "
+                              f"build offers only {list(available)} (install onnxruntime-gpu)")
+    raise ValueError(f"unknown hardware kind {kind!r}: expected 'cpu' or 'cuda'")
+
+
+def device_from_providers(session_providers: Sequence[str], device_index: int = 0) -> str:
+    """The device a created session really runs on: its first provider."""
+    if session_providers and session_providers[0] == CUDA_PROVIDER:
+        return f"cuda:{device_index}"
+    return "cpu"
+
+
+def select_torch_device(kind: str, cuda_available: bool, device_index: int = 0) -> tuple[str, str]:
+    """(device, fallback reason) for a torch backend."""
+    if kind == "cpu":
+        return "cpu", ""
+    if kind == "cuda":
+        if cuda_available:
+            return f"cuda:{device_index}", ""
+        return "cpu", "hardware kind 'cuda' asked for a GPU, but torch.cuda.is_available() is False"
+    raise ValueError(f"unknown hardware kind {kind!r}: expected 'cpu' or 'cuda'")
+
+
+# ----------------------------------------------------------------------------------------------
+# Backends: a batch in (numpy arrays), a numpy array out.
+
+
+class Backend(Protocol):
+    device: str
+
+    def __call__(self, inputs: dict[str, np.ndarray]) -> np.ndarray: ...
+
+    def close(self) -> None: ...
+
+
+class OrtBackend:
+    """An onnxruntime session with the providers and threads ``Hardware`` asks for."""
+
+    def __init__(self, onnx_path: str | Path, hardware: Hardware, *, device_index: int = 0,
+                 available: Sequence[str] | None = None) -> None:
+        import onnxruntime as ort
+
+        choice = select_providers(hardware.kind, ort.get_available_providers()
+                                  if available is None else available, device_index)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = hardware.threads
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        provider_options = [{"device_id": device_index} if p == CUDA_PROVIDER else {}
+                            for p in choice.providers]
+        self.session = ort.InferenceSession(str(onnx_path), opts, providers=list(choice.providers),
+                                            provider_options=provider_options)
+        self.providers = tuple(self.session.get_providers())
+        self.device = device_from_providers(self.providers, device_index)
+        if self.device != choice.wanted_device or choice.reason:
+            log.warning("onnxruntime runs %s on %s, not what hardware %r (kind %s) asked for: %s",
+                        Path(onnx_path).name, self.device, hardware.name, hardware.kind,
+                        choice.reason or f"session providers are {list(self.providers)} "
+                        "(CUDA provider failed to load; check CUDA/cuDNN libraries)")
+        self.input_names = tuple(i.name for i in self.session.get_inputs())
+        self.output_name = self.session.get_outputs()[0].name
+
+    def __call__(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
+        return self.session.run([self.output_name], inputs)[0]
+
+    def close(self) -> None:
+        self.session = None  # type: ignore[assignment]  # ort frees the session with the object
+
+
+class TorchBackend:
+    """A torch module in eval mode under ``torch.inference_mode()``. A single input array is passed
+    positionally; several are passed as keyword arguments named like the codec's arrays."""
+
+    def __init__(self, module: Any, hardware: Hardware, *, device_index: int = 0,
+                 cuda_available: bool | None = None) -> None:
+        import torch
+
+        if cuda_available is None:
+            cuda_available = torch.cuda.is_available()
+        self.device, reason = select_torch_device(hardware.kind, cuda_available, device_index)
+        if reason:
+            log.warning("torch runs %s on %s for hardware %r: %s", type(module).__name__,
+                        self.device, hardware.name, reason)
+        # Process-wide (see module docstring): one worker process = one stage replica.
+        torch.set_num_threads(hardware.threads)
+        self.module = module.eval().to(self.device)
+        self._torch = torch
+
+    def __call__(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
+        torch = self._torch
+        with torch.inference_mode():
+            tensors = {k: torch.from_numpy(v).to(self.device) for k, v in inputs.items()}
+            out = (self.module(*tensors.values()) if len(tensors) == 1
+                   else self.module(**tensors))
+            return out.float().cpu().numpy()
+
+    def close(self) -> None:
+        self.module = None
+
+
+# ----------------------------------------------------------------------------------------------
+# Codecs and executors
+
+
+class Codec(Protocol):
+    """Turns payloads into model inputs and model outputs into emits, for one zoo entry."""
+
+    def decode(self, payload: bytes) -> Any:
+        """One item's model input; raises ValueError naming what is wrong with the payload."""
+        ...
+
+    def collate(self, items: list[Any]) -> dict[str, np.ndarray]:
+        """Decoded items -> the backend's named input arrays (batch axis first)."""
+        ...
+
+    def encode(self, row: np.ndarray, payload: bytes) -> ItemOutput:
+        """One row of the model output (and the item's own payload) -> what the item emits."""
+        ...
+
+    def example_payload(self) -> bytes: ...
+
+
+def check_with(decode: Callable[[bytes], Any], payload: bytes) -> str | None:
+    """Per-item validation: the reason ``decode`` rejects a payload, or None if it is valid."""
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        return f"payload must be bytes, got {type(payload).__name__}"
+    try:
+        decode(bytes(payload))
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+class ModelExecutor:
+    """Codec + backend. ``run`` decodes every item first, so a bad payload raises ValueError before
+    the model runs; agents call ``check`` per item before batching to keep bad items out."""
+
+    def __init__(self, variant: str, codec: Codec, backend: Backend) -> None:
+        self.variant = variant
+        self.codec = codec
+        self.backend = backend
+        self.device = backend.device
+
+    def check(self, payload: bytes) -> str | None:
+        return check_with(self.codec.decode, payload)
+
+    def run(self, payloads: Sequence[bytes]) -> list[ItemOutput]:
+        if not payloads:
+            return []
+        items = [self.codec.decode(bytes(p)) for p in payloads]
+        out = self.backend(self.codec.collate(items))
+        if len(out) != len(payloads):
+            raise RuntimeError(f"{self.variant}: model returned {len(out)} rows for "
+                               f"{len(payloads)} inputs")
+        return [self.codec.encode(row, bytes(p)) for row, p in zip(out, payloads)]
+
+    def example_payload(self) -> bytes:
+        return self.codec.example_payload()
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+class FunctionExecutor:
+    """A model-free stage (noop, image-resize, tokenize): a pure per-item function on the CPU."""
+
+    device = "cpu"
+
+    def __init__(self, variant: str, fn: Callable[[bytes], Emit], example: Callable[[], bytes],
+                 validate: Callable[[bytes], Any] | None = None) -> None:
+        self.variant = variant
+        self._fn = fn
+        self._example = example
+        self._validate = validate or fn
+
+    def check(self, payload: bytes) -> str | None:
+        return check_with(self._validate, payload)
+
+    def run(self, payloads: Sequence[bytes]) -> list[ItemOutput]:
+        return [ItemOutput((self._fn(bytes(p)),)) for p in payloads]
+
+    def example_payload(self) -> bytes:
+        return self._example()
+
+    def close(self) -> None:
+        pass

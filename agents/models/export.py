@@ -1,0 +1,55 @@
+"""ONNX export with an on-disk cache: export a torch module once, reuse the ``.onnx`` file after.
+
+The cache key names the model and the versions of everything that shapes the file (model package,
+torch, opset), so upgrading a package exports again instead of loading a stale graph. Files are
+written to a temporary name in the cache directory and renamed into place (atomic on POSIX), so two
+workers exporting at once never read a half-written file.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CACHE_DIR = Path("~/.cache/slipstream/models")
+OPSET = 17
+INPUT_NAME = "x"
+OUTPUT_NAME = "y"
+
+
+def cache_key(model: str, *versions: str) -> str:
+    import torch
+
+    parts = [model, *versions, f"torch{torch.__version__.split('+')[0]}", f"opset{OPSET}"]
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(parts))
+
+
+def cached_onnx(cache_dir: str | Path, key: str, build: Callable[[], Any],
+                example_input: Callable[[], Any]) -> tuple[Path, bool]:
+    """The path of ``<cache_dir>/<key>.onnx``, exporting ``build()`` first if it is missing.
+    Returns (path, hit): hit is True when the file was already there."""
+    cache = Path(cache_dir).expanduser()
+    path = cache / f"{key}.onnx"
+    if path.is_file() and path.stat().st_size > 0:
+        return path, True
+    cache.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    module = build().eval()
+    fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".onnx.tmp", dir=cache)
+    os.close(fd)
+    try:
+        torch.onnx.export(module, (example_input(),), tmp, dynamo=False, opset_version=OPSET,
+                          input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                          dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}})
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    log.info("exported %s to %s", key, path)
+    return path, False

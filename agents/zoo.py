@@ -1,0 +1,225 @@
+"""The model zoo: what a pipeline ``Variant.model`` may name, and how to build its executor.
+
+``ZOO`` holds each entry's metadata (input/output content types, published accuracy where there is
+one, the params it takes with their defaults); ``load_executor(variant, hardware, cache_dir=...)``
+validates ``variant.params`` against it and builds the executor on the hardware asked for.
+
+Synthetic entries have no accuracy of their own (``accuracy=None``): the pipeline spec's
+``Variant.accuracy`` is the only number the planner sees for them. For the real models the spec
+should carry the published number listed here (see docs/models.md).
+
+The model cache directory is a parameter: only the CLI reads ``SLIPSTREAM_CACHE``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from agents.executors import FunctionExecutor, ModelExecutor, OrtBackend, TorchBackend
+from agents.models import efficientnet, minilm, synthetic
+from agents.models.export import DEFAULT_CACHE_DIR, cache_key, cached_onnx
+from agents.preprocess import RAW_IMAGE_TYPE, TEXT_TYPE, TOKEN_IDS_TYPE, ImageResize, Tokenize
+from streams.executor import Emit, Executor
+from streams.spec import Hardware, Variant
+
+IMAGE_TYPES = "image/png | image/jpeg | image/x-raw-uint8;shape=S,S,3"
+ANY_TYPE = "*/*"
+SYNTHETIC_PARAMS = {"kind": "mlp", "width": 256, "depth": 4, "size": 32, "classes": 10, "seed": 0,
+                    "backend": "torch"}
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    name: str
+    description: str
+    input_content_type: str
+    output_content_type: str
+    accuracy: float | None  # published top-1 / benchmark score; None = take it from the spec
+    params: Mapping[str, Any] = field(default_factory=dict)  # accepted params and their defaults
+    output: str = ""  # what the output payload holds
+
+
+ZOO: dict[str, ZooEntry] = {
+    **{name: ZooEntry(
+        name, f"EfficientNet-Lite{name[-1]} ImageNet classifier, {spec.resolution}x{spec.resolution}",
+        IMAGE_TYPES, efficientnet.JSON_TYPE, spec.top1, {"backend": "onnx"},
+        'JSON {"top5": [[class_index, prob], ...]}') for name, spec in efficientnet.LITE.items()},
+    "all-minilm-l6-v2": ZooEntry(
+        "all-minilm-l6-v2", "sentence-transformers all-MiniLM-L6-v2 sentence embedding",
+        f"{TEXT_TYPE} (params.input=text) | {TOKEN_IDS_TYPE} (params.input=tokens)",
+        minilm.VECTOR_TYPE, minilm.ACCURACY, {"input": "text", "backend": "torch"},
+        f"{minilm.DIM} float32 little-endian, L2-normalised"),
+    "synthetic": ZooEntry(
+        "synthetic", "seeded random-weight MLP/CNN classifier of configurable cost", ANY_TYPE,
+        efficientnet.JSON_TYPE, None, SYNTHETIC_PARAMS, 'JSON {"top5": [[class_index, prob], ...]}'),
+    "detector": ZooEntry(
+        "detector", "synthetic detector: fans out k ~ Poisson(mean_detections) crops per input",
+        ANY_TYPE, "application/octet-stream", None,
+        {**SYNTHETIC_PARAMS, "mean_detections": 2.0, "max_detections": 32},
+        "k crops (slices of the input), k from the payload hash"),
+    "language-id": ZooEntry(
+        "language-id", "synthetic language identifier: routes each item to one child stage",
+        ANY_TYPE, TEXT_TYPE, None,
+        {**SYNTHETIC_PARAMS, "branches": {}, "p_other": None, "probabilities": None},
+        "the input unchanged, Emit.to = params.branches[label]"),
+    "translate": ZooEntry(
+        "translate", "synthetic translator", ANY_TYPE, efficientnet.JSON_TYPE, None,
+        SYNTHETIC_PARAMS, 'JSON {"source": text, "tokens": [...]}'),
+    "noop": ZooEntry("noop", "returns its input (for relay benchmarks)", ANY_TYPE, "same as input",
+                     None, {"content_type": "application/octet-stream"}, "the input bytes"),
+    "image-resize": ZooEntry(
+        "image-resize", "decode any image, resize to params.size", IMAGE_TYPES,
+        f"{RAW_IMAGE_TYPE};shape=S,S,3", None, {"size": 224}, "raw RGB pixels"),
+    "tokenize": ZooEntry(
+        "tokenize", "WordPiece tokeniser of all-MiniLM-L6-v2", TEXT_TYPE, TOKEN_IDS_TYPE, None,
+        {"max_length": minilm.MAX_TOKENS}, "int32 little-endian ids with [CLS]/[SEP]"),
+}
+
+
+def entry(model: str) -> ZooEntry:
+    try:
+        return ZOO[model]
+    except KeyError:
+        raise ValueError(f"unknown model {model!r}: the zoo has {sorted(ZOO)}") from None
+
+
+def resolve_params(variant: Variant) -> dict[str, Any]:
+    """The variant's params over the entry's defaults; an unknown key is an error naming it."""
+    e = entry(variant.model)
+    unknown = sorted(set(variant.params) - set(e.params))
+    if unknown:
+        raise ValueError(f"variant {variant.name!r} (model {variant.model!r}): unknown params "
+                         f"{unknown}; accepted: {sorted(e.params)}")
+    return {**e.params, **dict(variant.params)}
+
+
+def load_executor(variant: Variant, hardware: Hardware, *,
+                  cache_dir: str | Path = DEFAULT_CACHE_DIR) -> Executor:
+    """Build the executor of ``variant`` on ``hardware``; ONNX files are cached under cache_dir."""
+    params = resolve_params(variant)
+    return _LOADERS[variant.model](variant, hardware, params, Path(cache_dir).expanduser())
+
+
+# ----------------------------------------------------------------------------------------------
+# Loaders, one per entry kind
+
+
+def _backend_name(params: Mapping[str, Any], allowed: tuple[str, ...], model: str) -> str:
+    name = params["backend"]
+    if name not in allowed:
+        raise ValueError(f"model {model!r}: params.backend must be one of {list(allowed)}, got {name!r}")
+    return name
+
+
+def _load_efficientnet(variant: Variant, hw: Hardware, params: dict, cache: Path) -> Executor:
+    spec = efficientnet.LITE[variant.model]
+    codec = efficientnet.ImageClassifierCodec(spec.resolution)
+    if _backend_name(params, ("onnx", "torch"), variant.model) == "torch":
+        return ModelExecutor(variant.name, codec, TorchBackend(efficientnet.build_torch(spec), hw))
+    path, _ = efficientnet_onnx(variant.model, cache)
+    return ModelExecutor(variant.name, codec, OrtBackend(path, hw))
+
+
+def efficientnet_onnx(model: str, cache_dir: str | Path) -> tuple[Path, bool]:
+    """The cached ONNX file of an EfficientNet-Lite entry: (path, cache hit)."""
+    import torch
+
+    spec = efficientnet.LITE[model]
+    res = spec.resolution
+    return cached_onnx(cache_dir, cache_key(model, *efficientnet.package_versions(spec)),
+                       lambda: efficientnet.build_torch(spec), lambda: torch.zeros(1, 3, res, res))
+
+
+def _load_minilm(variant: Variant, hw: Hardware, params: dict, cache: Path) -> Executor:
+    _backend_name(params, ("torch",), variant.model)
+    directory = minilm.model_dir()
+    codec = minilm.TextEmbeddingCodec(Tokenize(directory / "tokenizer.json", minilm.MAX_TOKENS),
+                                      params["input"])
+    return ModelExecutor(variant.name, codec, TorchBackend(minilm.MeanPooledEncoder.build(directory), hw))
+
+
+def _shape(params: Mapping[str, Any]) -> synthetic.SyntheticShape:
+    return synthetic.SyntheticShape(**{k: params[k] for k in
+                                       ("kind", "width", "depth", "size", "classes", "seed")})
+
+
+def _synthetic_backend(variant: Variant, shape: synthetic.SyntheticShape, hw: Hardware,
+                       params: Mapping[str, Any], cache: Path):
+    if _backend_name(params, ("torch", "onnx"), variant.model) == "torch":
+        return TorchBackend(synthetic.build_torch(shape), hw)
+    import torch
+
+    digest = hashlib.sha256(json.dumps(shape.__dict__, sort_keys=True).encode()).hexdigest()[:12]
+    lead = (shape.width,) if shape.kind == "mlp" else (3, shape.size, shape.size)
+    path, _ = cached_onnx(cache, cache_key(f"synthetic-{shape.kind}-{digest}"),
+                          lambda: synthetic.build_torch(shape), lambda: torch.zeros(1, *lead))
+    return OrtBackend(path, hw)
+
+
+def _language_probabilities(params: Mapping[str, Any]) -> dict[str, float]:
+    branches, p_other, probs = params["branches"], params["p_other"], params["probabilities"]
+    if not isinstance(branches, Mapping) or not all(isinstance(v, str) for v in branches.values()):
+        raise ValueError(f"language-id: params.branches must map labels to stage names, got {branches!r}")
+    if (p_other is None) == (probs is None):
+        raise ValueError("language-id: give exactly one of params.p_other (two branches 'en' and "
+                         "'other') or params.probabilities (label -> probability)")
+    if probs is not None:
+        if not isinstance(probs, Mapping):
+            raise ValueError(f"language-id: params.probabilities must be a mapping, got {probs!r}")
+        return {str(k): float(v) for k, v in probs.items()}
+    if set(branches) != {"en", "other"}:
+        raise ValueError(f"language-id: params.p_other needs branches 'en' and 'other', got {sorted(branches)}")
+    if not isinstance(p_other, (int, float)) or not 0 <= p_other <= 1:
+        raise ValueError(f"language-id: params.p_other must be in [0, 1], got {p_other!r}")
+    return {"en": 1.0 - float(p_other), "other": float(p_other)}
+
+
+def _load_synthetic(variant: Variant, hw: Hardware, params: dict, cache: Path) -> Executor:
+    shape = _shape(params)
+    codec: synthetic.SyntheticCodec
+    if variant.model == "detector":
+        codec = synthetic.DetectorCodec(shape, float(params["mean_detections"]),
+                                        int(params["max_detections"]))
+    elif variant.model == "language-id":
+        codec = synthetic.LanguageIdCodec(shape, dict(params["branches"]),
+                                          _language_probabilities(params))
+    elif variant.model == "translate":
+        codec = synthetic.TranslateCodec(shape)
+    else:
+        codec = synthetic.SyntheticCodec(shape)
+    return ModelExecutor(variant.name, codec, _synthetic_backend(variant, shape, hw, params, cache))
+
+
+def _load_noop(variant: Variant, hw: Hardware, params: dict, cache: Path) -> Executor:
+    ctype = params["content_type"]
+    if not isinstance(ctype, str) or not ctype:
+        raise ValueError(f"noop: params.content_type must be a non-empty string, got {ctype!r}")
+    return FunctionExecutor(variant.name, lambda p: Emit(p, ctype), lambda: b"slipstream-noop",
+                            validate=lambda p: None)
+
+
+def _load_image_resize(variant: Variant, hw: Hardware, params: dict, cache: Path) -> Executor:
+    resize = ImageResize(params["size"])
+    return FunctionExecutor(variant.name, resize, resize.example)
+
+
+def _load_tokenize(variant: Variant, hw: Hardware, params: dict, cache: Path) -> Executor:
+    tok = Tokenize(minilm.model_dir() / "tokenizer.json", params["max_length"])
+    return FunctionExecutor(variant.name, tok, tok.example)
+
+
+_LOADERS: dict[str, Callable[[Variant, Hardware, dict, Path], Executor]] = {
+    **{name: _load_efficientnet for name in efficientnet.LITE},
+    "all-minilm-l6-v2": _load_minilm,
+    "synthetic": _load_synthetic,
+    "detector": _load_synthetic,
+    "language-id": _load_synthetic,
+    "translate": _load_synthetic,
+    "noop": _load_noop,
+    "image-resize": _load_image_resize,
+    "tokenize": _load_tokenize,
+}
+assert set(_LOADERS) == set(ZOO), "every zoo entry needs a loader"

@@ -1,0 +1,73 @@
+"""Result collection for one replay run: which requests were sent, which answered, nothing counted twice.
+
+The results topic is shared by every run of a pipeline and delivery is at-least-once, so the collector
+keeps the first result of each request id it sent, counts duplicates (and duplicates that disagree,
+which would break "nothing lost, nothing doubled"), and ignores other runs' results.
+It is a plain state holder fed with result dicts (InferenceResult fields); the Kafka loop around it
+only decodes records and calls :meth:`Collector.offer`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+NEW, DUPLICATE, FOREIGN = "new", "duplicate", "foreign"
+
+
+@dataclass
+class Collector:
+    run_id: str
+    sent: set[str] = field(default_factory=set)
+    results: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    duplicates: int = 0
+    conflicting_duplicates: int = 0  # a second result whose status differs from the first
+    early: int = 0  # results seen before their send was recorded (the send callback races the consumer)
+    foreign: int = 0
+    sending_done: bool = False
+    _answered: int = 0  # sent requests that have a result
+
+    def expect(self, request_id: str) -> None:
+        """Record that ``request_id`` was produced."""
+        if request_id in self.sent:
+            return
+        self.sent.add(request_id)
+        if request_id in self.results:
+            self._answered += 1
+
+    def offer(self, result: Mapping[str, Any]) -> str:
+        """Take one decoded result; returns NEW, DUPLICATE or FOREIGN (another run's request)."""
+        rid = result["request_id"]
+        if not rid.startswith(self.run_id + "-"):
+            self.foreign += 1
+            return FOREIGN
+        first = self.results.get(rid)
+        if first is not None:
+            self.duplicates += 1
+            if first.get("status") != result.get("status"):
+                self.conflicting_duplicates += 1
+            return DUPLICATE
+        if rid in self.sent:
+            self._answered += 1
+        else:
+            self.early += 1
+        self.results[rid] = result
+        return NEW
+
+    def finish_sending(self) -> None:
+        self.sending_done = True
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.sent) - self._answered
+
+    @property
+    def complete(self) -> bool:
+        """Every sent request has a result and nothing more will be sent."""
+        return self.sending_done and self.outstanding == 0
+
+    def missing(self) -> list[str]:
+        return sorted(rid for rid in self.sent if rid not in self.results)
+
+    def collected(self) -> list[Mapping[str, Any]]:
+        """The first result of every request of this run, in request-id (= schedule) order."""
+        return [self.results[rid] for rid in sorted(self.results)]

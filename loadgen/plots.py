@@ -1,0 +1,110 @@
+"""PNG plots of a run, drawn from the :class:`~loadgen.report.Summary` alone (matplotlib, Agg backend).
+
+- ``latency.png``  p50/p99 latency per window against the SLO, with SLO attainment per window
+- ``cdf.png``      latency CDF of done requests, SLO marked
+- ``cost.png``     replicas per stage and total cost per hour over time
+- ``envelope.png`` live arrival envelope (max rate per window size) against the planned one, if given
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on servers; must precede pyplot
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from loadgen.report import Summary  # noqa: E402
+
+
+def _title(summary: Summary, what: str) -> str:
+    name = summary.label or summary.pipeline or "run"
+    return f"{name} ({summary.source}): {what}"
+
+
+def plot_latency(summary: Summary, path: Path) -> Path:
+    s = summary.series
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True, height_ratios=(3, 1))
+    t = np.asarray(s.t_s)
+    ax.plot(t, s.p99_ms, label="p99", color="tab:red", lw=1.2)
+    ax.plot(t, s.p50_ms, label="p50", color="tab:blue", lw=1.0)
+    ax.axhline(summary.slo_ms, color="black", ls="--", lw=1, label=f"SLO {summary.slo_ms:g} ms")
+    ax.set_ylabel("latency (ms)")
+    ax.set_title(_title(summary, f"latency per {s.window_s:g} s window"))
+    ax.legend(loc="upper right")
+    ax.grid(alpha=0.3)
+    ax2.plot(t, np.asarray(s.attainment) * 100, color="tab:green", lw=1)
+    ax2.set_ylabel("SLO met (%)")
+    ax2.set_ylim(-5, 105)
+    ax2.set_xlabel("time since start (s)")
+    ax2.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_cdf(summary: Summary, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    if summary.cdf_ms:
+        ax.plot(summary.cdf_ms, np.asarray(summary.cdf_q) * 100, color="tab:blue")
+    ax.axvline(summary.slo_ms, color="black", ls="--", lw=1, label=f"SLO {summary.slo_ms:g} ms")
+    ax.set_xlabel("end-to-end latency (ms)")
+    ax.set_ylabel("done requests (%)")
+    ax.set_title(_title(summary, f"latency CDF, attainment {100 * summary.attainment:.2f}%"))
+    ax.legend(loc="lower right")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_cost(summary: Summary, path: Path) -> Path:
+    s = summary.series
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
+    t = np.asarray(s.t_s)
+    for stage, reps in s.replicas.items():
+        ax.step(t, reps, where="post", label=stage)
+    ax.set_ylabel("replicas")
+    ax.set_title(_title(summary, "replicas and cost"))
+    if s.replicas:
+        ax.legend(loc="upper right", fontsize="small")
+    ax.grid(alpha=0.3)
+    ax2.step(t, s.cost_per_hour, where="post", color="tab:purple")
+    ax2.set_ylabel("$/hour")
+    ax2.set_xlabel("time since start (s)")
+    ax2.set_title(f"total ${summary.cost_total_usd:.4f}, mean ${summary.cost_mean_per_hour:.3f}/h",
+                  fontsize="small")
+    ax2.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_envelope(summary: Summary, path: Path) -> Path:
+    env = summary.envelope
+    if env is None:
+        raise ValueError("the summary holds no envelope")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(env.windows_s, env.live_qps, marker="o", label="live")
+    if env.planned_qps is not None:
+        ax.plot(env.windows_s, env.planned_qps, marker="s", ls="--", label="planned")
+    ax.set_xscale("log")
+    ax.set_xlabel("window (s)")
+    ax.set_ylabel("max arrival rate (qps)")
+    ax.set_title(_title(summary, "traffic envelope"))
+    ax.legend()
+    ax.grid(alpha=0.3, which="both")
+    return _save(fig, path)
+
+
+def write_plots(summary: Summary, out_dir: str | Path) -> list[Path]:
+    """Every plot the summary has data for; returns the files written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [plot_latency(summary, out / "latency.png"), plot_cdf(summary, out / "cdf.png"),
+             plot_cost(summary, out / "cost.png")]
+    if summary.envelope is not None:
+        paths.append(plot_envelope(summary, out / "envelope.png"))
+    return paths
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

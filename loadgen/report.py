@@ -1,0 +1,236 @@
+"""The run report: a pure function from results (InferenceResult dicts) to a frozen :class:`Summary`.
+
+The same function summarises a Kafka replay and a ``slipstream simulate`` run: both give result dicts
+with ``request_id, status, reason, created_ns, deadline_ns, finished_ns, hops, accuracy``.
+
+Definitions (docs/loadgen.md repeats them):
+- latency = ``finished_ns - created_ns`` of ``done`` results (one producer-timestamp clock);
+- a request *attains* the SLO when it is ``done`` by its ``deadline_ns``; attainment divides by every
+  request sent, so drops, errors and missing results count as misses;
+- drops are grouped by the reason's text before the first ':' (``deadline: predicted ...`` -> deadline);
+- per stage, from the hops: queueing = ``started - enqueued``, service = ``finished - started``.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from loadgen.cost import ConfigEvent, step_values, total_cost_usd
+from loadgen.schedule import LagStats
+
+NS_PER_MS = 1_000_000
+NS_PER_S = 1_000_000_000
+PERCENTILES = (50.0, 95.0, 99.0, 99.9)
+CDF_POINTS = 200
+MAX_SERIES_POINTS = 1200
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    count: int
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    p999_ms: float
+    max_ms: float
+    mean_ms: float
+
+    @classmethod
+    def of(cls, values_ms: np.ndarray) -> "LatencyStats":
+        if len(values_ms) == 0:
+            nan = float("nan")
+            return cls(0, nan, nan, nan, nan, nan, nan)
+        p = np.percentile(values_ms, PERCENTILES)
+        return cls(len(values_ms), *(float(x) for x in p), float(values_ms.max()), float(values_ms.mean()))
+
+
+@dataclass(frozen=True)
+class StageBreakdown:
+    stage: str
+    items: int
+    queue: LatencyStats
+    service: LatencyStats
+    mean_batch: float
+    variants: Mapping[str, int]  # variant -> items it handled
+
+
+@dataclass(frozen=True)
+class Series:
+    """Per-window time series; ``t_s`` is each window's start, seconds after the run start."""
+
+    window_s: float
+    t_s: tuple[float, ...]
+    sent: tuple[int, ...]  # requests created in the window
+    p50_ms: tuple[float, ...]  # of done requests created in the window (nan when none)
+    p99_ms: tuple[float, ...]
+    attainment: tuple[float, ...]  # of requests created in the window
+    cost_per_hour: tuple[float, ...]
+    replicas: Mapping[str, tuple[float, ...]]  # stage -> replicas at each window start
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """Max arrival rate over each window size: the live one of this run and the one planned for."""
+
+    windows_s: tuple[float, ...]
+    live_qps: tuple[float, ...]
+    planned_qps: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Summary:
+    label: str
+    pipeline: str
+    source: str  # "kafka" or "simulate"
+    slo_ms: float
+    duration_s: float
+    requests: int  # sent (or simulated)
+    results: int
+    done: int
+    dropped: int
+    errors: int
+    missing: int
+    attainment: float
+    latency: LatencyStats  # done requests
+    drops_by_reason: Mapping[str, int]
+    errors_by_reason: Mapping[str, int]
+    mean_accuracy: float | None
+    stages: tuple[StageBreakdown, ...]
+    cost_total_usd: float
+    cost_mean_per_hour: float
+    series: Series
+    cdf_ms: tuple[float, ...]  # latency quantiles of done requests at cdf_q
+    cdf_q: tuple[float, ...]
+    envelope: Envelope | None = None
+    lag: LagStats | None = None
+    duplicates: int = 0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def reason_category(reason: str) -> str:
+    head = reason.split(":", 1)[0].strip()
+    return head or "unspecified"
+
+
+def summarize(results: Sequence[Mapping[str, Any]], *, slo_ms: float, pipeline: str = "",
+              label: str = "", source: str = "kafka", sent: int | None = None,
+              start_ns: int | None = None, end_ns: int | None = None,
+              configs: Sequence[ConfigEvent] = (), window_s: float | None = None,
+              envelope: Envelope | None = None, lag: LagStats | None = None,
+              duplicates: int = 0, notes: Iterable[str] = ()) -> Summary:
+    """Summarise one run. ``sent`` defaults to the number of results; ``start_ns``/``end_ns`` default
+    to the first creation and the last finish; ``window_s`` defaults to 1 s, widened so a long run
+    has at most MAX_SERIES_POINTS windows."""
+    n = len(results)
+    sent = n if sent is None else sent
+    if sent < n:
+        raise ValueError(f"{n} results but only {sent} requests sent")
+    status = np.array([r["status"] for r in results], dtype=object)
+    created = np.array([r["created_ns"] for r in results], dtype=np.int64)
+    finished = np.array([r["finished_ns"] for r in results], dtype=np.int64)
+    deadline = np.array([r["deadline_ns"] for r in results], dtype=np.int64)
+    is_done = status == "done"
+    ok = is_done & (finished <= deadline)
+    lat_ms = (finished - created) / NS_PER_MS
+
+    start = int(created.min()) if start_ns is None and n else (start_ns or 0)
+    end = int(max(finished.max(), created.max())) if end_ns is None and n else (end_ns or start)
+    duration_s = max(end - start, 0) / NS_PER_S
+    win = window_s or max(1.0, float(np.ceil(duration_s / MAX_SERIES_POINTS)))
+
+    done_lat = lat_ms[is_done]
+    q = np.linspace(0.0, 1.0, CDF_POINTS)
+    cdf = np.quantile(done_lat, q) if len(done_lat) else np.array([])
+    accs = [float(r.get("accuracy", 1.0)) for r, d in zip(results, is_done) if d]
+    cost_total = total_cost_usd(configs, start, end)
+    return Summary(
+        label=label, pipeline=pipeline, source=source, slo_ms=float(slo_ms), duration_s=duration_s,
+        requests=sent, results=n, done=int(is_done.sum()), dropped=int((status == "dropped").sum()),
+        errors=int((status == "error").sum()), missing=sent - n,
+        attainment=float(ok.sum() / sent) if sent else float("nan"),
+        latency=LatencyStats.of(done_lat),
+        drops_by_reason=_reasons(results, "dropped"), errors_by_reason=_reasons(results, "error"),
+        mean_accuracy=float(np.mean(accs)) if accs else None,
+        stages=_stage_breakdown(results),
+        cost_total_usd=cost_total,
+        cost_mean_per_hour=cost_total / (duration_s / 3600.0) if duration_s > 0 else 0.0,
+        series=_series(created, lat_ms, is_done, ok, start, end, win, configs),
+        cdf_ms=tuple(float(x) for x in cdf), cdf_q=tuple(float(x) for x in q) if len(cdf) else (),
+        envelope=envelope, lag=lag, duplicates=duplicates, notes=tuple(notes),
+    )
+
+
+def _reasons(results: Sequence[Mapping[str, Any]], status: str) -> dict[str, int]:
+    c = Counter(reason_category(r.get("reason", "")) for r in results if r["status"] == status)
+    return dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _stage_breakdown(results: Sequence[Mapping[str, Any]]) -> tuple[StageBreakdown, ...]:
+    queue: dict[str, list[int]] = defaultdict(list)
+    service: dict[str, list[int]] = defaultdict(list)
+    batch: dict[str, list[int]] = defaultdict(list)
+    variants: dict[str, Counter] = defaultdict(Counter)
+    order: list[str] = []
+    for r in results:
+        for h in r.get("hops") or ():
+            s = h["stage"]
+            if s not in queue:
+                order.append(s)
+            queue[s].append(h["started_ns"] - h["enqueued_ns"])
+            service[s].append(h["finished_ns"] - h["started_ns"])
+            batch[s].append(h["batch_size"])
+            variants[s][h["variant"]] += 1
+    return tuple(
+        StageBreakdown(
+            stage=s, items=len(queue[s]),
+            queue=LatencyStats.of(np.array(queue[s], dtype=float) / NS_PER_MS),
+            service=LatencyStats.of(np.array(service[s], dtype=float) / NS_PER_MS),
+            mean_batch=float(np.mean(batch[s])),
+            variants=dict(variants[s].most_common()),
+        )
+        for s in order
+    )
+
+
+def _series(created: np.ndarray, lat_ms: np.ndarray, is_done: np.ndarray, ok: np.ndarray,
+            start: int, end: int, window_s: float, configs: Sequence[ConfigEvent]) -> Series:
+    win_ns = int(window_s * NS_PER_S)
+    nwin = max(int(np.ceil((end - start) / win_ns)), 1) if end > start else 1
+    idx = np.clip((created - start) // win_ns, 0, nwin - 1)
+    sent = np.bincount(idx, minlength=nwin)
+    met = np.bincount(idx, weights=ok.astype(float), minlength=nwin)
+    p50, p99 = _windowed_quantiles(idx[is_done], lat_ms[is_done], nwin, (0.50, 0.99))
+    t_ns = start + np.arange(nwin, dtype=np.int64) * win_ns
+    stages = sorted({e.stage for e in configs})
+    with np.errstate(invalid="ignore", divide="ignore"):
+        attain = np.where(sent > 0, met / np.maximum(sent, 1), np.nan)
+    return Series(
+        window_s=window_s,
+        t_s=tuple(float(x) for x in np.arange(nwin) * window_s),
+        sent=tuple(int(x) for x in sent),
+        p50_ms=tuple(float(x) for x in p50), p99_ms=tuple(float(x) for x in p99),
+        attainment=tuple(float(x) for x in attain),
+        cost_per_hour=tuple(float(x) for x in step_values(configs, t_ns, "cost_per_hour"))
+        if configs else tuple(0.0 for _ in range(nwin)),
+        replicas={s: tuple(float(x) for x in step_values(configs, t_ns, "replicas", s)) for s in stages},
+    )
+
+
+def _windowed_quantiles(idx: np.ndarray, values: np.ndarray, nwin: int, qs: Sequence[float]
+                        ) -> list[np.ndarray]:
+    """Per-window quantiles (nearest rank on the sorted window), vectorised; nan for empty windows."""
+    out = [np.full(nwin, np.nan) for _ in qs]
+    if len(values) == 0:
+        return out
+    order = np.lexsort((values, idx))
+    v, w = values[order], idx[order]
+    counts = np.bincount(w, minlength=nwin)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    has = counts > 0
+    for o, q in zip(out, qs):
+        pos = starts + np.ceil(q * counts).astype(np.int64) - 1
+        o[has] = v[np.clip(pos[has], starts[has], starts[has] + counts[has] - 1)]
+    return out

@@ -1,0 +1,23 @@
+"""The `slipstream` console script: one click group; subcommands live in ``slipstream.commands``."""
+from __future__ import annotations
+
+import importlib
+import logging
+
+import click
+
+# Each module in slipstream/commands/ exposes `commands: list[click.Command]`.
+COMMAND_MODULES = ("kafka",)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def main(verbose: int) -> None:
+    """Slipstream: multi-model inference pipelines over Kafka, inside a tail-latency SLO."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+for _name in COMMAND_MODULES:
+    for _cmd in importlib.import_module(f"slipstream.commands.{_name}").commands:
+        main.add_command(_cmd)

@@ -1,0 +1,84 @@
+"""Kafka admin, a thin aiokafka wrapper: create topics, read and grow partition counts.
+
+Partitions only grow (Kafka cannot shrink a topic). Growing changes key->partition hashing, which is
+fine for Slipstream's stateless stages.
+"""
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Iterable
+
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from streams.config import KafkaSettings
+from streams.topics import TopicSpec
+
+
+@asynccontextmanager
+async def admin_client(settings: KafkaSettings) -> AsyncIterator[AIOKafkaAdminClient]:
+    client = AIOKafkaAdminClient(**settings.aiokafka_kwargs(), request_timeout_ms=15000)
+    await client.start()
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def ensure_topics(settings: KafkaSettings, specs: Iterable[TopicSpec]) -> list[str]:
+    """Create the topics that do not exist yet (existing ones are left as they are). Returns created names."""
+    specs = list(specs)
+    async with admin_client(settings) as admin:
+        existing = set(await admin.list_topics())
+        new = [NewTopic(s.name, s.partitions, 1, topic_configs=dict(s.config))
+               for s in specs if s.name not in existing]
+        if new:
+            try:
+                await admin.create_topics(new)
+            except TopicAlreadyExistsError:
+                pass  # created concurrently by another process: fine
+        await _wait_for_metadata(admin, [s.name for s in specs])
+    return [t.name for t in new]
+
+
+async def partition_counts(settings: KafkaSettings, topics: Iterable[str]) -> dict[str, int]:
+    topics = list(topics)
+    async with admin_client(settings) as admin:
+        meta = await admin.describe_topics(topics)
+    out = {}
+    for t in meta:
+        if t.get("error_code", 0):
+            raise LookupError(f"topic {t.get('topic')!r}: error code {t['error_code']}")
+        out[t["topic"]] = len(t["partitions"])
+    return out
+
+
+async def grow_partitions(settings: KafkaSettings, topic: str, count: int) -> int:
+    """Raise ``topic`` to ``count`` partitions; a no-op if it already has that many or more.
+    Returns the partition count after the call."""
+    current = (await partition_counts(settings, [topic]))[topic]
+    if count <= current:
+        return current
+    async with admin_client(settings) as admin:
+        await admin.create_partitions({topic: NewPartitions(total_count=count)})
+        for _ in range(100):
+            meta = await admin.describe_topics([topic])
+            if len(meta[0]["partitions"]) >= count:
+                break
+            await asyncio.sleep(0.1)  # metadata propagation has no notification in the admin API
+    return count
+
+
+async def delete_topics(settings: KafkaSettings, topics: Iterable[str]) -> None:
+    async with admin_client(settings) as admin:
+        await admin.delete_topics(list(topics))
+
+
+async def _wait_for_metadata(admin: AIOKafkaAdminClient, topics: list[str]) -> None:
+    for _ in range(100):
+        meta = await admin.describe_topics(topics)
+        if all(not t.get("error_code") and t["partitions"] for t in meta):
+            return
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"topics not visible in metadata: {topics}")

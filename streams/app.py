@@ -1,0 +1,64 @@
+"""The Faust app factory: the only call to ``faust.App(...)``. It settles the known faust traps once
+(see ../shared/research/kafka-and-faust.md):
+
+- an explicit value serializer everywhere (``raw`` by default: stages decode with ``streams.codec``
+  themselves so an undecodable record reaches the dead-letter topic instead of faust's silent skip);
+- agents are declared with ``concurrency=1`` by their callers (issue #606 loses messages otherwise);
+- the web server is off unless a port is given (several workers share one host);
+- ``consumer_metadata_max_age_ms`` is short (5 s) so new partitions are seen within seconds, not 5 min;
+- no tables, so partition growth never trips ``PartitionsMismatch``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import faust
+
+from streams import codec
+from streams.config import KafkaSettings
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    app_id: str
+    kafka: KafkaSettings
+    web_port: int | None = None  # None = web server off
+    metadata_max_age_ms: int = 5000
+    commit_interval_s: float = 0.5
+    session_timeout_s: float = 10.0
+    heartbeat_interval_s: float = 1.0
+    rebalance_timeout_s: float = 20.0
+
+
+def make_app(s: AppSettings) -> faust.App:
+    codec.register_with_faust()
+    kw = {}
+    ctx = s.kafka.ssl_context()
+    if s.kafka.sasl_mechanism:
+        kw["broker_credentials"] = faust.SASLCredentials(
+            username=s.kafka.sasl_username, password=s.kafka.sasl_password,
+            mechanism=s.kafka.sasl_mechanism, ssl_context=ctx)
+    elif ctx is not None:
+        kw["broker_credentials"] = faust.SSLCredentials(ctx)
+    web = {"web_enabled": False} if s.web_port is None else {
+        "web_enabled": True, "web_port": s.web_port, "web_bind": "127.0.0.1"}
+    return faust.App(
+        s.app_id,
+        broker=s.kafka.faust_broker_url(),
+        value_serializer="raw",
+        key_serializer="raw",
+        store="memory://",
+        topic_allow_declare=False,  # topics are created by streams.admin with their partition counts
+        topic_disable_leader=True,
+        consumer_auto_offset_reset="earliest",
+        consumer_metadata_max_age_ms=s.metadata_max_age_ms,
+        broker_commit_interval=s.commit_interval_s,
+        broker_session_timeout=s.session_timeout_s,
+        broker_heartbeat_interval=s.heartbeat_interval_s,
+        broker_rebalance_timeout=s.rebalance_timeout_s,
+        producer_acks=-1,
+        producer_linger_ms=1,
+        stream_wait_empty=False,
+        **web,
+        **kw,
+    )

@@ -1,0 +1,142 @@
+"""The Avro codec: every record on every Slipstream topic, encoded with fastavro.
+
+Wire format: Avro *single-object encoding* (Avro spec 1.8+): the two bytes ``C3 01``, the 8-byte
+little-endian CRC-64-AVRO fingerprint of the writer schema's parsing canonical form, then the
+schemaless Avro body. Any Avro library (Java ``BinaryMessageEncoder``, Rust ``apache-avro``...) writes
+and reads it from the ``.avsc`` files in ``schemas/``.
+
+Decoding is strict: a missing header, an unknown record type, a truncated body or trailing bytes raise
+:class:`CodecError` naming the problem; nothing half-read is returned.
+
+Schema evolution (see README): add a field *at the end* of a record *with a default*.
+- New reader, old writer: the old schema is kept in ``schemas/history/`` (or passed as
+  ``known_writers``); the fingerprint picks it and fastavro resolves, filling the new field's default.
+- Old reader, new writer: the fingerprint is unknown to the old reader, so it reads the body with its
+  own schema, which is a prefix of the writer's, and ignores the appended fields (logged once).
+"""
+from __future__ import annotations
+
+import io
+import logging
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import fastavro
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+import schemas
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"\xc3\x01"
+HEADER_LEN = 10
+
+
+class CodecError(ValueError):
+    """Bytes that are not a valid record of the expected type."""
+
+
+def schema_fingerprint(parsed: Mapping[str, Any]) -> bytes:
+    hex_fp = fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO")
+    return struct.pack("<Q", int(hex_fp, 16))
+
+
+@dataclass
+class RecordCodec:
+    """Encoder/decoder of one record type (``InferenceRequest`` ...)."""
+
+    record: str
+    schema: Mapping[str, Any]
+    known_writers: dict[bytes, Mapping[str, Any]] = field(default_factory=dict)
+    _warned: set = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.fp = schema_fingerprint(self.schema)
+        self.known_writers.setdefault(self.fp, self.schema)
+
+    def add_writer(self, writer_schema: Mapping[str, Any]) -> None:
+        """Accept records written with an older (or newer) generation of this record's schema."""
+        self.known_writers[schema_fingerprint(writer_schema)] = writer_schema
+
+    def encode(self, value: Mapping[str, Any]) -> bytes:
+        buf = io.BytesIO()
+        buf.write(MAGIC)
+        buf.write(self.fp)
+        try:
+            fastavro.schemaless_writer(buf, self.schema, value, strict_allow_default=True)
+        except (ValueError, TypeError, KeyError, AttributeError, struct.error) as exc:
+            raise CodecError(f"cannot encode {self.record}: {exc}") from None
+        return buf.getvalue()
+
+    def decode(self, data: bytes | None) -> dict[str, Any]:
+        if data is None:
+            raise CodecError(f"{self.record}: empty record (null value)")
+        if len(data) < HEADER_LEN or data[:2] != MAGIC:
+            raise CodecError(f"not a Slipstream {self.record}: expected the Avro single-object header "
+                             f"C3 01, got {bytes(data[:2]).hex(' ') or 'nothing'} ({len(data)} bytes)")
+        fp = bytes(data[2:HEADER_LEN])
+        body = io.BytesIO(data[HEADER_LEN:])
+        writer = self.known_writers.get(fp)
+        exact = writer is not None
+        if writer is None:
+            if fp not in self._warned:
+                self._warned.add(fp)
+                log.warning("%s written with unknown schema %s: reading the fields this reader knows",
+                            self.record, fp.hex())
+            writer = self.schema
+        try:
+            value = fastavro.schemaless_reader(body, writer, self.schema)
+        except (EOFError, StopIteration) as exc:
+            raise CodecError(f"{self.record}: truncated body ({len(data)} bytes): {exc}") from None
+        except Exception as exc:  # fastavro raises assorted types on garbage (UnicodeDecodeError, ...)
+            raise CodecError(f"{self.record}: undecodable body: {type(exc).__name__}: {exc}") from None
+        left = len(data) - HEADER_LEN - body.tell()
+        if exact and left:
+            raise CodecError(f"{self.record}: {left} trailing bytes after the record")
+        return value
+
+
+_CODECS: dict[str, RecordCodec] = {}
+
+
+def codec(record: str) -> RecordCodec:
+    """The shared codec of a record type, with every schema generation in ``schemas/history``."""
+    c = _CODECS.get(record)
+    if c is None:
+        c = RecordCodec(record, schemas.load(record))
+        for old in schemas.history(record):
+            c.add_writer(old)
+        _CODECS[record] = c
+    return c
+
+
+def encode(record: str, value: Mapping[str, Any]) -> bytes:
+    return codec(record).encode(value)
+
+
+def decode(record: str, data: bytes | None) -> dict[str, Any]:
+    return codec(record).decode(data)
+
+
+# ----------------------------------------------------------------------------------------------
+# Faust registration: value_serializer="avro-<record>" on a topic decodes to dicts with this codec.
+
+FAUST_NAMES = {r: f"avro-{r.lower()}" for r in schemas.NAMES if r != "HopTiming"}
+
+
+def register_with_faust(records: Iterable[str] = tuple(FAUST_NAMES)) -> None:
+    """Register one faust codec per record type (idempotent)."""
+    from faust.serializers import codecs as faust_codecs
+
+    for record in records:
+        rc = codec(record)
+
+        class _Avro(faust_codecs.Codec):  # noqa: N801 - faust's naming
+            def _dumps(self, obj: Any, _rc: RecordCodec = rc) -> bytes:
+                return _rc.encode(obj)
+
+            def _loads(self, s: bytes, _rc: RecordCodec = rc) -> Any:
+                return _rc.decode(s)
+
+        faust_codecs.register(FAUST_NAMES[record], _Avro())

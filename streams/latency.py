@@ -1,0 +1,87 @@
+"""Batch latency models, shared by the planner (profiles, estimator) and the agents (early drops).
+
+- :class:`LatencyCurve` is the profile of one (variant, hardware): measured high-percentile latency per
+  batch size, with a fit for sizes not measured (IPA: quadratic in batch size, linear fallback).
+- :class:`RecentLatency` is Clockwork's predictor: a high percentile over the last few runs of each
+  batch size, seeded from the curve, so a worker's predictions follow what its hardware does now.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+NS_PER_MS = 1_000_000
+
+
+@dataclass(frozen=True)
+class LatencyCurve:
+    points_ms: Mapping[int, float]  # measured latency (a high percentile) per batch size
+    coeffs: tuple[float, float, float]  # l(b) = c2*b^2 + c1*b + c0, in ms
+    kind: str = "quadratic"  # quadratic | linear | constant
+
+    @classmethod
+    def fit(cls, points_ms: Mapping[int, float]) -> "LatencyCurve":
+        """Least-squares fit: quadratic when 3+ sizes are measured and the fit is non-decreasing over
+        the measured range, else linear (2+ sizes), else constant."""
+        if not points_ms:
+            raise ValueError("a latency curve needs at least one measured batch size")
+        pts = {int(b): float(v) for b, v in points_ms.items()}
+        bs = np.array(sorted(pts), dtype=float)
+        ls = np.array([pts[int(b)] for b in bs])
+        if len(bs) >= 3:
+            c2, c1, c0 = np.polyfit(bs, ls, 2)
+            grid = np.linspace(1, max(bs.max(), 1) * 2, 64)
+            if c2 >= 0 and np.all(np.diff(c2 * grid**2 + c1 * grid + c0) >= -1e-9):
+                return cls(pts, (float(c2), float(c1), float(c0)), "quadratic")
+        if len(bs) >= 2:
+            c1, c0 = np.polyfit(bs, ls, 1)
+            if c1 >= 0:
+                return cls(pts, (0.0, float(c1), float(c0)), "linear")
+        return cls(pts, (0.0, 0.0, float(ls.max())), "constant")
+
+    def ms(self, batch: int) -> float:
+        if batch in self.points_ms:
+            return self.points_ms[batch]
+        c2, c1, c0 = self.coeffs
+        fitted = c2 * batch * batch + c1 * batch + c0
+        # never predict faster than a measured smaller batch
+        floor = max((v for b, v in self.points_ms.items() if b <= batch), default=0.0)
+        return max(fitted, floor, 1e-3)
+
+    def ns(self, batch: int) -> int:
+        return int(self.ms(batch) * NS_PER_MS)
+
+    def throughput_qps(self, batch: int) -> float:
+        """Single-replica throughput at this batch size, back to back."""
+        return batch / (self.ms(batch) / 1000.0)
+
+
+@dataclass
+class RecentLatency:
+    """p-th percentile of the last ``window`` observed latencies per batch size (Clockwork).
+
+    Before a size has been seen, the curve's value is scaled by how the sizes seen so far compare
+    with the curve (the median ratio), so a slower-than-profiled machine is noticed at once.
+    """
+
+    curve: LatencyCurve
+    window: int = 10
+    percentile: float = 99.0
+    _recent: dict[int, deque] = field(default_factory=dict)
+    _ratios: deque = field(default_factory=lambda: deque(maxlen=32))
+
+    def observe(self, batch: int, latency_ns: int) -> None:
+        self._recent.setdefault(batch, deque(maxlen=self.window)).append(latency_ns)
+        self._ratios.append(latency_ns / max(self.curve.ns(batch), 1))
+
+    def predict_ns(self, batch: int) -> int:
+        seen = self._recent.get(batch)
+        if seen:
+            vals = sorted(seen)
+            k = min(len(vals) - 1, int(np.ceil(self.percentile / 100.0 * len(vals))) - 1)
+            return int(vals[max(k, 0)])
+        scale = float(np.median(self._ratios)) if self._ratios else 1.0
+        return int(self.curve.ns(batch) * scale)

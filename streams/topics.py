@@ -1,0 +1,68 @@
+"""Topic names and configs: pure functions of (pipeline, stage). No other module spells a topic name.
+
+    slipstream.<pipeline>.<stage>.in   a stage's input (the source stage's is the pipeline input topic)
+    slipstream.<pipeline>.join         fan-out fragments on their way to being joined into one result
+    slipstream.<pipeline>.results      InferenceResult, keyed by request id
+    slipstream.<pipeline>.control      StageConfig, keyed by stage, compacted (latest config per stage)
+    slipstream.<pipeline>.scaling      ScalingAction history (tuner decisions), time-retained
+    slipstream.<pipeline>.dlq          DeadLetter: records a stage could not decode or accept
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+PREFIX = "slipstream"
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+def stage_input(pipeline: str, stage: str) -> str:
+    return f"{PREFIX}.{pipeline}.{stage}.in"
+
+
+def join(pipeline: str) -> str:
+    return f"{PREFIX}.{pipeline}.join"
+
+
+def results(pipeline: str) -> str:
+    return f"{PREFIX}.{pipeline}.results"
+
+
+def control(pipeline: str) -> str:
+    return f"{PREFIX}.{pipeline}.control"
+
+
+def scaling(pipeline: str) -> str:
+    return f"{PREFIX}.{pipeline}.scaling"
+
+
+def dead_letters(pipeline: str) -> str:
+    return f"{PREFIX}.{pipeline}.dlq"
+
+
+def consumer_group(pipeline: str, stage: str) -> str:
+    """Each stage is its own consumer group (and its own faust app id)."""
+    return f"{PREFIX}-{pipeline}-{stage}"
+
+
+COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "segment.ms": "60000"}
+
+
+def all_topics(pipe) -> list[TopicSpec]:
+    """Every topic a pipeline needs, with partitions from the stage defaults."""
+    out = [TopicSpec(stage_input(pipe.name, s.name), s.defaults.partitions) for s in pipe.stages]
+    widest = max(s.defaults.partitions for s in pipe.stages)
+    out += [
+        TopicSpec(join(pipe.name), widest),
+        TopicSpec(results(pipe.name), widest),
+        TopicSpec(control(pipe.name), 1, COMPACTED),
+        TopicSpec(scaling(pipe.name), 1),
+        TopicSpec(dead_letters(pipe.name), 1),
+    ]
+    return out

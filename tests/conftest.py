@@ -1,0 +1,1 @@
+"""Shared fixtures. The broker fixture lives in tests/integration/conftest.py."""

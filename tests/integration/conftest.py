@@ -1,0 +1,65 @@
+"""Integration tests run against a real Kafka broker, reached through the one `kafka` fixture:
+
+- ``SLIPSTREAM_BOOTSTRAP`` set: that cluster (CI's .ci/run starts the local KRaft broker and sets it);
+- else a testcontainers Kafka container when a Docker engine answers (never required);
+- else the local KRaft broker of `slipstream kafka up`, started here and stopped at the end if this
+  session started it.
+
+A broker that cannot be had is an error, not a skip: a green run that ran nothing would be a lie.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+
+import pytest
+
+from streams import broker
+from streams.config import KafkaSettings
+
+pytestmark = pytest.mark.broker
+
+
+def _docker_engine() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session")
+def kafka() -> KafkaSettings:
+    if os.environ.get("SLIPSTREAM_BOOTSTRAP"):
+        settings = KafkaSettings.from_env()
+        if not broker.is_ready(settings.bootstrap, 10.0):
+            pytest.fail(f"SLIPSTREAM_BOOTSTRAP={settings.bootstrap} does not answer metadata requests")
+        yield settings
+        return
+    if _docker_engine():
+        try:
+            from testcontainers.kafka import KafkaContainer
+        except ImportError:
+            pass
+        else:
+            with KafkaContainer() as kc:
+                yield KafkaSettings(bootstrap=kc.get_bootstrap_server())
+            return
+    b = broker.default_broker()
+    started = broker.running_pid(b) is None
+    try:
+        broker.up(b, progress=lambda _: None)
+    except broker.BrokerError as exc:
+        pytest.fail(f"no Kafka broker for the integration tests: {exc}")
+    yield KafkaSettings(bootstrap=b.bootstrap)
+    if started:
+        broker.down(b, progress=lambda _: None)
+
+
+@pytest.fixture
+def unique() -> str:
+    """A fresh name for topics, groups and pipelines of one test."""
+    return "t" + uuid.uuid4().hex[:10]

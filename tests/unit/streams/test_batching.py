@@ -1,0 +1,54 @@
+"""The shared batching/drop policy (streams.batching): what the agents and the estimator both run."""
+from streams.batching import BatchSettings, decide, ready, window_size, flush_due_ns
+
+MS = 1_000_000
+S = BatchSettings.from_ms(max_batch=4, batch_timeout_ms=10)
+
+
+def linear(b: int) -> int:  # 10 ms + 5 ms per item
+    return (10 + 5 * b) * MS
+
+
+def test_ready_on_full_queue_or_timeout_of_oldest():
+    assert not ready(0, None, 0, S)
+    assert ready(4, 0, 0, S)  # full
+    assert not ready(3, 0, 9 * MS, S)
+    assert ready(3, 0, 10 * MS, S)  # oldest waited the timeout
+    assert flush_due_ns(5 * MS, S) == 15 * MS
+    assert window_size(9, S) == 4 and window_size(2, S) == 2
+
+
+def test_everything_runs_when_deadlines_are_loose():
+    d = decide([10**12] * 4, 0, linear, S)
+    assert d.run == (0, 1, 2, 3) and d.drop == () and d.defer == ()
+    assert d.predicted_ns == linear(4) and d.finish_ns == linear(4)
+
+
+def test_doomed_requests_are_dropped_not_run_late():
+    # request 1 cannot finish even alone (15 ms): dropped; the rest run
+    d = decide([100 * MS, 14 * MS, 100 * MS], 0, linear, S)
+    assert d.drop == (1,)
+    assert d.run == (0, 2)
+
+
+def test_batch_shrinks_to_save_the_earliest_deadline():
+    # batch of 3 takes 25 ms but request 0 must finish by 22 ms: run 2 (20 ms), defer the third
+    d = decide([22 * MS, 100 * MS, 100 * MS], 0, linear, S)
+    assert d.run == (0, 1) and d.defer == (2,) and d.drop == ()
+
+
+def test_nothing_live_runs_nothing():
+    d = decide([1 * MS, 2 * MS], 0, linear, S)
+    assert d.run == () and d.drop == (0, 1) and d.predicted_ns == 0
+
+
+def test_drop_late_off_runs_everything():
+    s = BatchSettings.from_ms(4, 10, drop_late=False)
+    d = decide([1 * MS, 2 * MS], 0, linear, s)
+    assert d.run == (0, 1) and d.drop == ()
+
+
+def test_settings_validate():
+    import pytest
+    with pytest.raises(ValueError, match="max_batch"):
+        BatchSettings(0, 1)

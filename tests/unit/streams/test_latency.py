@@ -1,0 +1,35 @@
+from streams.latency import LatencyCurve, RecentLatency
+
+MS = 1_000_000
+
+
+def test_quadratic_fit_recovers_curve_and_keeps_measured_points():
+    pts = {b: 0.5 * b * b + 2 * b + 10 for b in (1, 2, 4, 8)}
+    c = LatencyCurve.fit(pts)
+    assert c.kind == "quadratic"
+    assert abs(c.ms(16) - (0.5 * 256 + 32 + 10)) < 1e-6
+    assert c.ms(4) == pts[4]
+
+
+def test_linear_fallback_and_constant():
+    assert LatencyCurve.fit({1: 10, 2: 14}).kind == "linear"
+    c = LatencyCurve.fit({4: 20})
+    assert c.kind == "constant" and c.ms(8) == 20
+
+
+def test_fit_never_predicts_faster_than_a_smaller_measured_batch():
+    c = LatencyCurve.fit({1: 10, 2: 30, 4: 31, 8: 33})
+    assert c.ms(16) >= 33
+
+
+def test_recent_latency_uses_high_percentile_and_scales_unseen_sizes():
+    r = RecentLatency(LatencyCurve.fit({1: 10, 4: 20}), window=5)
+    assert r.predict_ns(1) == 10 * MS
+    for v in (11, 12, 30, 11, 12):
+        r.observe(1, v * MS)
+    assert r.predict_ns(1) == 30 * MS  # the max of 5 is their p99
+    # batch 4 never seen: profile (20 ms) scaled by the median observed/profile ratio (1.2)
+    assert r.predict_ns(4) == int(20 * MS * 1.2)
+    for v in (1, 1, 1, 1, 1, 1):
+        r.observe(1, v * MS)
+    assert r.predict_ns(1) == 1 * MS  # old measurements age out of the window

@@ -1,0 +1,217 @@
+"""The scaling policy, step by step and as scripted flows (Ray's upscale/downscale flow shape).
+
+No sleeps: every decision gets ``now_ns`` explicitly and traffic is fed to a real tracker by timestamp.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from tuner.envelope import NS_PER_S, EnvelopeSnapshot, EnvelopeTracker, doubling_windows
+from tuner.policy import (LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, capacity_factor,
+                          decide, exceeding_windows, observe, replicas_for_rate, tracker_windows)
+
+WINDOWS = doubling_windows(0.05)  # 0.05 .. 51.2 s
+RATE = 100.0
+
+
+def poisson(rate: float, seconds: float, seed: int, start: float = 0.0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(1 / rate, int(rate * seconds * 1.2) + 50)
+    t = start + np.cumsum(gaps)
+    return t[t < start + seconds]
+
+
+def gamma(rate: float, cv2: float, seconds: float, seed: int, start: float = 0.0) -> np.ndarray:
+    """Gamma inter-arrivals with mean 1/rate and squared coefficient of variation cv2 (InferLine)."""
+    rng = np.random.default_rng(seed)
+    shape = 1 / cv2
+    gaps = rng.gamma(shape, 1 / (rate * shape), int(rate * seconds * 1.5) + 50)
+    t = start + np.cumsum(gaps)
+    return t[t < start + seconds]
+
+
+STAGES = (StagePlan("detect", replicas=4, mu_qps=30.0, visit_ratio=1.0),
+          StagePlan("classify", replicas=3, mu_qps=40.0, visit_ratio=0.5))
+
+
+@pytest.fixture(scope="module")
+def plan() -> TunerPlan:
+    return TunerPlan.from_sample(poisson(RATE, 300, seed=10), WINDOWS, STAGES)
+
+
+def run_flow(plan: TunerPlan, arrivals_s: np.ndarray, until_s: float, config: TunerConfig,
+             every_s: float = 0.5) -> list[tuple[float, dict[str, int], object]]:
+    """Feed arrivals up to each decision time into a live tracker and decide; return the history."""
+    tracker = EnvelopeTracker(tracker_windows(plan, config), recent_horizon_s=config.down_horizon_s + 1)
+    state = TunerState.initial(plan, 0)
+    ns = np.round(np.sort(arrivals_s) * NS_PER_S).astype(np.int64)
+    fed, history = 0, []
+    for k in range(1, int(until_s / every_s) + 1):
+        now = int(k * every_s * NS_PER_S)
+        upto = int(np.searchsorted(ns, now, side="right"))
+        tracker.add(ns[fed:upto])
+        fed = upto
+        decision, state = decide(observe(tracker, plan, now, config), plan, state, now, config)
+        history.append((now / NS_PER_S, dict(decision.targets), decision))
+    return history
+
+
+# ---- single steps
+
+
+@pytest.mark.parametrize("lam,s,mu,r", [(100, 1.0, 30, 4), (37.3, 0.37, 3.1, 7), (1000, 2.5, 55.5, 50),
+                                        (0.2, 1.0, 0.07, 3)])
+def test_planned_rate_reproduces_planned_replicas(lam, s, mu, r):
+    stage = StagePlan("m", r, mu, s)
+    plan = TunerPlan(EnvelopeSnapshot((1.0,), (lam,)), lam, (stage,))
+    assert replicas_for_rate(lam, stage, plan.rho(stage)) == r
+    assert replicas_for_rate(lam * 1.01, stage, plan.rho(stage)) == math.ceil(r * 1.01 - 1e-9)
+
+
+def test_replica_formula_counts_visit_ratio_and_rho():
+    stage = StagePlan("m", 1, mu_qps=10.0, visit_ratio=0.5)
+    assert replicas_for_rate(100.0, stage, rho=0.5) == 10  # 100 * 0.5 / (10 * 0.5)
+    assert replicas_for_rate(100.0, replace(stage, visit_ratio=0.0), rho=0.5) == 0
+
+
+def test_exceeding_windows_compares_window_by_window(plan):
+    live = replace(plan.envelope, rates_qps=tuple(r * 0.9 for r in plan.envelope.rates_qps))
+    assert exceeding_windows(live, plan.envelope) == []
+    bumped = list(live.rates_qps)
+    bumped[2] = plan.envelope.rates_qps[2] * 1.5
+    hits = exceeding_windows(replace(live, rates_qps=tuple(bumped)), plan.envelope)
+    assert [h.window_s for h in hits] == [WINDOWS[2]]
+    assert exceeding_windows(live, plan.envelope, scale=0.5)  # a scaled-down plan is exceeded
+
+
+def test_capacity_factor_is_one_at_the_plan(plan):
+    assert capacity_factor(plan, plan.planned_replicas) == 1.0
+    assert capacity_factor(plan, {"detect": 2, "classify": 3}) == 0.5
+
+
+# ---- scripted flows
+
+
+def test_rate_step_scales_up_within_a_second_and_holds(plan):
+    cfg = TunerConfig(activation_s=5.0)
+    arrivals = np.concatenate([poisson(RATE, 30, seed=1), poisson(2 * RATE, 30, seed=2, start=30)])
+    hist = run_flow(plan, arrivals, 60, cfg)
+    before = [t for t in hist if t[0] <= 30]
+    assert all(h[1] == plan.planned_replicas for h in before)  # planned traffic: no change
+    first_up = next(h for h in hist if h[1] != plan.planned_replicas)
+    assert 30 < first_up[0] <= 31.0  # up fast
+    final = hist[-1][1]
+    # double the rate -> about double the planned replicas (visit ratio applied per stage)
+    assert 7 <= final["detect"] <= 9 and 5 <= final["classify"] <= 7
+    ups = [c for h in hist for c in h[2].changes]
+    assert all(c.reason == "scale-up" and c.replicas > c.previous for c in ups)
+
+
+def test_burstier_arrivals_at_same_mean_trigger_on_a_short_window(plan):
+    """InferLine Fig. 12: CV^2 = 4 gamma arrivals at the planned mean exceed the Poisson envelope at
+    short windows; Poisson at the same mean (another seed) does not."""
+    cfg = TunerConfig(activation_s=5.0)
+    calm = run_flow(plan, poisson(RATE, 60, seed=3), 60, cfg)
+    assert all(h[1] == plan.planned_replicas for h in calm)
+    bursty = run_flow(plan, gamma(RATE, 4.0, 60, seed=4), 60, cfg)
+    ups = [h for h in bursty if h[2].changes]
+    assert ups, "bursty traffic at the planned mean must scale up"
+    first = ups[0][2]
+    assert first.trigger.window_s < 5.0  # a short window saw it
+    assert first.trigger.live_rate_qps > first.trigger.planned_rate_qps
+    long_windows = [w for w in WINDOWS if w >= 25]
+    assert all(first.trigger.window_s != w for w in long_windows)
+
+
+def test_mean_rho_mode_scales_by_peak_to_mean_and_per_window_by_excess(plan):
+    """Same trigger, two rho readings: per-window asks R * r/r_plan(w), mean asks R * r/lambda."""
+    w = WINDOWS[1]
+    rates = list(plan.envelope.rates_qps)
+    rates[1] = plan.envelope.rate(w) * 1.2
+    live = LiveTraffic(replace(plan.envelope, rates_qps=tuple(rates)), down_rate_qps=RATE)
+    state = TunerState.initial(plan, 0)
+    per_window, _ = decide(live, plan, state, 1, TunerConfig(max_replicas=1000))
+    mean, _ = decide(live, plan, state, 1, TunerConfig(rho_mode="mean", max_replicas=1000))
+    assert per_window.targets["detect"] == math.ceil(4 * 1.2 - 1e-9)
+    assert mean.targets["detect"] == math.ceil(4 * rates[1] / plan.mean_rate_qps - 1e-9)
+    assert mean.targets["detect"] > per_window.targets["detect"]
+
+
+def test_drop_scales_down_only_after_quiet_period_and_recent_peak_expires(plan):
+    cfg = TunerConfig(activation_s=5.0)  # quiet period 15 s
+    arrivals = np.concatenate([poisson(RATE, 40, seed=5), poisson(RATE / 4, 80, seed=6, start=40)])
+    hist = run_flow(plan, arrivals, 120, cfg)
+    downs = [h for h in hist if h[2].changes]
+    assert downs and all(c.reason == "scale-down" for h in downs for c in h[2].changes)
+    first_down = downs[0][0]
+    # the 5 s peak of the last 30 s still holds the 100 qps traffic until ~70 s
+    assert first_down > 40 + cfg.down_horizon_s - 1
+    held = [h for h in hist if 40 <= h[0] < first_down]
+    assert all(h[1] == plan.planned_replicas for h in held)
+    assert all("hold" in h[2].note or h[2].note == "steady" for h in held)
+    final = hist[-1][1]
+    # at rho_min (detect's rho, the smaller one) a 25 qps load needs:
+    rho_min = plan.rho_min
+    peak = max(h[2].changes[0].live_rate_qps for h in downs)
+    assert final["detect"] == max(1, math.ceil(peak * 1.0 / (30 * rho_min) - 1e-9))
+    assert final["detect"] < 4 and final["classify"] < 3
+
+
+def test_scale_down_waits_for_quiet_period_and_a_scale_up_restarts_it(plan):
+    cfg = TunerConfig(activation_s=2.0)  # quiet 6 s
+    low = LiveTraffic(replace(plan.envelope, rates_qps=tuple(0.2 * r for r in plan.envelope.rates_qps)),
+                      down_rate_qps=0.2 * RATE)
+    high = LiveTraffic(replace(plan.envelope, rates_qps=tuple(1.5 * r for r in plan.envelope.rates_qps)),
+                       down_rate_qps=1.5 * RATE)
+    state = TunerState.initial(plan, 0)
+    script = [(1, low, "hold"), (5.9, low, "hold"), (6.5, high, "up"), (8, low, "hold"),
+              (12.4, low, "hold"), (12.6, low, "down"), (13, low, "hold")]
+    for t, live, expect in script:
+        before = dict(state.replicas)
+        decision, state = decide(live, plan, state, int(t * NS_PER_S), cfg)
+        after = dict(decision.targets)
+        if expect == "hold":
+            assert after == before, t
+        elif expect == "up":
+            assert all(after[k] >= before[k] for k in after) and after != before, t
+        else:
+            assert all(after[k] <= before[k] for k in after) and after != before, t
+
+
+def test_scale_down_never_goes_below_what_the_live_envelope_asks_for(plan):
+    """Low 5 s peak but a live window still above plan: the floor is the scale-up target (no flap)."""
+    rates = list(plan.envelope.rates_qps)
+    rates[-1] = plan.envelope.rates_qps[-1] * 1.1  # the 51.2 s window still sees old traffic
+    live = LiveTraffic(replace(plan.envelope, rates_qps=tuple(rates)), down_rate_qps=5.0)
+    state = TunerState({"detect": 8, "classify": 6}, last_change_ns=0)
+    decision, _ = decide(live, plan, state, 100 * NS_PER_S, TunerConfig())
+    assert decision.targets["detect"] == math.ceil(4 * 1.1 - 1e-9)
+
+
+def test_after_scale_down_returning_traffic_scales_back_up(plan):
+    state = TunerState({"detect": 2, "classify": 2}, last_change_ns=0)
+    live = LiveTraffic(replace(plan.envelope, rates_qps=tuple(0.8 * r for r in plan.envelope.rates_qps)),
+                       down_rate_qps=0.8 * RATE)
+    decision, new_state = decide(live, plan, state, NS_PER_S, TunerConfig())
+    assert decision.targets["detect"] == math.ceil(4 * 0.8 - 1e-9) and decision.targets["detect"] > 2
+    assert new_state.last_change_ns == NS_PER_S
+
+
+def test_bounds_cap_the_target(plan):
+    live = LiveTraffic(replace(plan.envelope, rates_qps=tuple(10 * r for r in plan.envelope.rates_qps)),
+                       down_rate_qps=10 * RATE)
+    decision, _ = decide(live, plan, TunerState.initial(plan, 0), 1, TunerConfig(max_replicas=6))
+    assert decision.targets == {"detect": 6, "classify": 6}
+
+
+def test_config_rejects_nonsense():
+    with pytest.raises(ValueError, match="rho_mode"):
+        TunerConfig(rho_mode="median")
+    with pytest.raises(ValueError):
+        TunerConfig(min_replicas=5, max_replicas=2)
+    with pytest.raises(ValueError):
+        StagePlan("x", 0, 1.0, 1.0)
