@@ -21,7 +21,8 @@ from typing import Any, Callable, Mapping
 from agents.executors import FunctionExecutor, ModelExecutor, OrtBackend, TorchBackend
 from agents.models import efficientnet, minilm, synthetic
 from agents.models.export import DEFAULT_CACHE_DIR, cache_key, cached_onnx
-from agents.preprocess import RAW_IMAGE_TYPE, TEXT_TYPE, TOKEN_IDS_TYPE, ImageResize, Tokenize
+from agents.preprocess import (RAW_IMAGE_TYPE, TEXT_TYPE, TOKEN_IDS_TYPE, ImageResize, Tokenize,
+                               decode_image, decode_text)
 from streams.executor import Emit, Executor
 from streams.spec import Hardware, Variant
 
@@ -203,12 +204,12 @@ def _load_noop(variant: Variant, hw: Hardware, params: dict, cache: Path) -> Exe
 
 def _load_image_resize(variant: Variant, hw: Hardware, params: dict, cache: Path) -> Executor:
     resize = ImageResize(params["size"])
-    return FunctionExecutor(variant.name, resize, resize.example)
+    return FunctionExecutor(variant.name, resize, resize.example, validate=decode_image)
 
 
 def _load_tokenize(variant: Variant, hw: Hardware, params: dict, cache: Path) -> Executor:
     tok = Tokenize(minilm.model_dir() / "tokenizer.json", params["max_length"])
-    return FunctionExecutor(variant.name, tok, tok.example)
+    return FunctionExecutor(variant.name, tok, tok.example, validate=decode_text)
 
 
 _LOADERS: dict[str, Callable[[Variant, Hardware, dict, Path], Executor]] = {
@@ -222,4 +223,3 @@ _LOADERS: dict[str, Callable[[Variant, Hardware, dict, Path], Executor]] = {
     "image-resize": _load_image_resize,
     "tokenize": _load_tokenize,
 }
-assert set(_LOADERS) == set(ZOO), "every zoo entry needs a loader"

@@ -67,9 +67,10 @@ def plot_cost(summary: Summary, path: Path) -> Path:
         ax.legend(loc="upper right", fontsize="small")
     ax.grid(alpha=0.3)
     ax2.step(t, s.cost_per_hour, where="post", color="tab:purple")
-    ax2.set_ylabel("$/hour")
+    ax2.set_ylabel(r"\$/hour")
     ax2.set_xlabel("time since start (s)")
-    ax2.set_title(f"total ${summary.cost_total_usd:.4f}, mean ${summary.cost_mean_per_hour:.3f}/h",
+    # "\$": matplotlib reads a pair of bare dollars as mathtext
+    ax2.set_title(f"total \\${summary.cost_total_usd:.4f}, mean \\${summary.cost_mean_per_hour:.3f}/h",
                   fontsize="small")
     ax2.grid(alpha=0.3)
     return _save(fig, path)

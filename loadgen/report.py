@@ -8,7 +8,9 @@ Definitions (docs/loadgen.md repeats them):
 - a request *attains* the SLO when it is ``done`` by its ``deadline_ns``; attainment divides by every
   request sent, so drops, errors and missing results count as misses;
 - drops are grouped by the reason's text before the first ':' (``deadline: predicted ...`` -> deadline);
-- per stage, from the hops: queueing = ``started - enqueued``, service = ``finished - started``.
+- per stage, from the hops: queueing = ``started - enqueued``, service = ``finished - started``,
+  residence = ``finished - enqueued``. A hop with ``started_ns = None`` (the estimator knows only how
+  long an item stayed at a stage) counts towards residence only.
 """
 from __future__ import annotations
 
@@ -51,9 +53,10 @@ class LatencyStats:
 class StageBreakdown:
     stage: str
     items: int
-    queue: LatencyStats
+    residence: LatencyStats  # queue + service
+    queue: LatencyStats  # items whose hops split queueing from service
     service: LatencyStats
-    mean_batch: float
+    mean_batch: float | None
     variants: Mapping[str, int]  # variant -> items it handled
 
 
@@ -169,29 +172,33 @@ def _reasons(results: Sequence[Mapping[str, Any]], status: str) -> dict[str, int
 
 
 def _stage_breakdown(results: Sequence[Mapping[str, Any]]) -> tuple[StageBreakdown, ...]:
+    residence: dict[str, list[int]] = defaultdict(list)
     queue: dict[str, list[int]] = defaultdict(list)
     service: dict[str, list[int]] = defaultdict(list)
     batch: dict[str, list[int]] = defaultdict(list)
     variants: dict[str, Counter] = defaultdict(Counter)
-    order: list[str] = []
     for r in results:
         for h in r.get("hops") or ():
             s = h["stage"]
-            if s not in queue:
-                order.append(s)
-            queue[s].append(h["started_ns"] - h["enqueued_ns"])
-            service[s].append(h["finished_ns"] - h["started_ns"])
-            batch[s].append(h["batch_size"])
+            residence[s].append(h["finished_ns"] - h["enqueued_ns"])
+            if h.get("started_ns") is not None:
+                queue[s].append(h["started_ns"] - h["enqueued_ns"])
+                service[s].append(h["finished_ns"] - h["started_ns"])
+            if h.get("batch_size"):
+                batch[s].append(h["batch_size"])
             variants[s][h["variant"]] += 1
+
+    def stats(values: list[int]) -> LatencyStats:
+        return LatencyStats.of(np.array(values, dtype=float) / NS_PER_MS)
+
     return tuple(
         StageBreakdown(
-            stage=s, items=len(queue[s]),
-            queue=LatencyStats.of(np.array(queue[s], dtype=float) / NS_PER_MS),
-            service=LatencyStats.of(np.array(service[s], dtype=float) / NS_PER_MS),
-            mean_batch=float(np.mean(batch[s])),
+            stage=s, items=len(residence[s]), residence=stats(residence[s]),
+            queue=stats(queue[s]), service=stats(service[s]),
+            mean_batch=float(np.mean(batch[s])) if batch[s] else None,
             variants=dict(variants[s].most_common()),
         )
-        for s in order
+        for s in residence  # dicts keep first-seen order: the pipeline's order for the first request
     )
 
 

@@ -48,9 +48,9 @@ COUNT_KINDS = {"twitter": 1.0, "azure": 60.0}  # kind -> seconds per bin in the 
 KINDS = SYNTHETIC + ("file",) + tuple(COUNT_KINDS)
 _COMMON = {"start", "duration", "peak", "mean", "speedup", "scale", "seed"}
 _ALLOWED = {
-    "poisson": {"rate"} | _COMMON,
-    "gamma": {"rate", "cv2"} | _COMMON,
-    "step": {"rates", "at", "cv2", "transition", "shape"} | _COMMON,
+    "poisson": {"rate"} | _COMMON - {"start"},
+    "gamma": {"rate", "cv2"} | _COMMON - {"start"},
+    "step": {"rates", "at", "cv2", "transition", "shape"} | _COMMON - {"start"},
     "file": _COMMON,
     "twitter": {"bin", "spread"} | _COMMON,
     "azure": {"row", "bin", "spread"} | _COMMON,
@@ -115,8 +115,6 @@ def parse_trace_spec(text: str) -> TraceSpec:
         params[key] = value.strip()
     if kind not in SYNTHETIC and path is None:
         raise TraceSpecError(f"trace {text!r}: {kind} needs a path, e.g. {kind}:PATH")
-    if kind in SYNTHETIC and "start" in params:
-        raise TraceSpecError(f"trace {text!r}: start= slices files and traces, not synthetic load")
     if "peak" in params and "mean" in params:
         raise TraceSpecError(f"trace {text!r}: give peak= or mean=, not both")
     return TraceSpec(kind=kind, path=path, params=params, text=text)

@@ -1,36 +1,36 @@
 """The tuner's scaling policy: pure functions from frozen dataclasses to a decision (InferLine Alg. 3/4).
 
 ``decide(live, planned, state, now_ns, config) -> (ScaleDecision, TunerState)`` is composed of steps
-that are tested alone: :func:`exceeding_window` (does the live envelope exceed the planned one?),
-:func:`replicas_for_rate` (the replica formula), :func:`scale_up_targets`, :func:`scale_down_targets`
-and :func:`bounded`.
+that are tested alone: :func:`demand` (the replica formula at one window), :func:`stage_up_target`
+(which windows trigger, and what they ask for), :func:`down_target` and :func:`bounded`.
 
 Formulas (s_m = visit ratio, mu_m = single-replica throughput at the planned batch, R_m = planned
-replicas, lambda = the sample trace's mean rate, r_i^plan = the sample envelope at window i):
+replicas, n_m = replicas running now, lambda = the sample trace's mean rate, r_i^plan = the sample
+envelope at window w_i, r_i = the live envelope):
 
 - provisioning ratio ``rho_m = lambda * s_m / (mu_m * R_m)`` (InferLine's "lambda / mu" read so that
   the planned rate reproduces the planned replica count: ``ceil(lambda s_m / (mu_m rho_m)) = R_m``).
-- **scale up**, the moment any live window rate exceeds its planned rate:
-  ``k_m = ceil(r * s_m / (mu_m * rho_{m,i}))``, maximised over the exceeding windows i. With
+- replicas asked for by window i: ``k_{m,i} = ceil(r_i * s_m / (mu_m * rho_{m,i}))``. With
   ``rho_mode="per-window"`` (default) ``rho_{m,i} = r_i^plan s_m / (mu_m R_m)``, so the planned
-  envelope reproduces R_m at *every* window and k_m = ceil(R_m * r_i / r_i^plan); with
-  ``rho_mode="mean"`` (InferLine read literally) ``rho_{m,i} = rho_m``, which asks for
-  ``R_m * r_i / lambda`` replicas and so multiplies replicas by the short window's peak-to-mean ratio
-  on the smallest excess at a short window.
-- **scale down**, only after ``quiet_factor x activation_s`` since the last change (up or down):
-  ``lambda_new`` = the peak ``down_window_s`` (5 s) rate over the last ``down_horizon_s`` (30 s) and
+  envelope reproduces R_m at *every* window and ``k_{m,i} = ceil(R_m r_i / r_i^plan)``. With
+  ``rho_mode="mean"`` (the paper read literally) ``rho_{m,i} = rho_m`` and ``k = ceil(R_m r_i / lambda)``,
+  which multiplies replicas by a short window's peak-to-mean ratio on the smallest excess there.
+- **scale up** (at once): window i triggers stage m when its live count exceeds the count the running
+  replicas are sized for, ``c = r_i^plan w_i n_m / R_m``, by more than ``up_slack_sigma * sqrt(c)``
+  (Poisson noise: the max of many live windows otherwise creeps over the sample's max and adds
+  replicas to steady traffic); the target is ``max(n_m, max_i k_{m,i})`` over triggering windows.
+  At ``n_m = R_m`` and zero slack this is InferLine's Algorithm 3; scaling ``c`` by ``n_m / R_m``
+  lets traffic that returns after a scale-down scale back up, which the paper's fixed test misses.
+- **scale down** (slowly): only after ``quiet_factor x activation_s`` since the last change (up or
+  down). ``lambda_new`` = peak ``down_window_s`` (5 s) rate over the last ``down_horizon_s`` (30 s),
   ``k_m = ceil(lambda_new * s_m / (mu_m * rho_min))`` with ``rho_min = min_m rho_m`` (most
-  conservative); never below what a scale-up would ask for right now (no flapping).
-
-Deviation, written down: the envelope a live rate is compared with is the planned envelope scaled by
-the capacity now running relative to the plan, ``c = min_m replicas_m / R_m``. At the planned counts
-``c = 1`` (InferLine exactly); after a scale-down it lets traffic that returns towards the planned
-level scale back up, which the paper's fixed comparison would miss.
+  conservative), raised to what the envelope of the last ``down_horizon_s`` would scale straight back
+  up to from ``k_m`` (no flapping), and never above ``n_m``.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 import numpy as np
@@ -101,6 +101,7 @@ class TunerConfig:
     down_window_s: float = 5.0
     down_horizon_s: float = 30.0
     up_horizon_s: float = 1.0  # live envelope for scale-up: windows ending in the last second
+    up_slack_sigma: float = 1.0  # a window triggers only beyond sized-for count + sigma*sqrt(count)
     rho_mode: str = "per-window"  # per-window | mean
     min_replicas: int = 1
     max_replicas: int = 64
@@ -109,7 +110,7 @@ class TunerConfig:
         if self.rho_mode not in ("per-window", "mean"):
             raise ValueError(f"rho_mode must be 'per-window' or 'mean', got {self.rho_mode!r}")
         if not (self.activation_s >= 0 and self.quiet_factor >= 0 and self.down_window_s > 0
-                and self.down_horizon_s > 0 and self.up_horizon_s > 0):
+                and self.down_horizon_s > 0 and self.up_horizon_s > 0 and self.up_slack_sigma >= 0):
             raise ValueError(f"invalid tuner config: {self}")
         if not 1 <= self.min_replicas <= self.max_replicas:
             raise ValueError(f"need 1 <= min_replicas <= max_replicas, got "
@@ -124,7 +125,8 @@ class TunerConfig:
 class LiveTraffic:
     """What the policy reads of the live traffic (built by the service from the tracker)."""
 
-    envelope: EnvelopeSnapshot  # recent maxima over up_horizon_s, same windows as the plan
+    envelope: EnvelopeSnapshot  # maxima over windows ending in the last up_horizon_s (plan's windows)
+    recent: EnvelopeSnapshot  # the same over the last down_horizon_s
     down_rate_qps: float  # peak down_window_s rate over the last down_horizon_s
 
 
@@ -161,8 +163,7 @@ class ScaleDecision:
 class Trigger:
     window_s: float
     live_rate_qps: float
-    planned_rate_qps: float  # the (capacity-scaled) planned rate it exceeded
-    scale: float = field(default=1.0)  # the capacity factor c applied to the planned envelope
+    planned_rate_qps: float  # the planned rate scaled to the replicas running (r_plan * n / R)
 
 
 def tracker_windows(plan: TunerPlan, config: "TunerConfig") -> tuple[float, ...]:
@@ -172,27 +173,22 @@ def tracker_windows(plan: TunerPlan, config: "TunerConfig") -> tuple[float, ...]
 
 def observe(tracker: EnvelopeTracker, plan: TunerPlan, now_ns: int, config: "TunerConfig") -> LiveTraffic:
     """Read what the policy needs out of a live tracker built with :func:`tracker_windows`."""
+    ws = plan.envelope.windows_s
     up = tracker.recent(now_ns, config.up_horizon_s)
     down = tracker.recent(now_ns, config.down_horizon_s)
-    env = EnvelopeSnapshot(plan.envelope.windows_s, tuple(up.rate(w) for w in plan.envelope.windows_s))
-    return LiveTraffic(env, down.rate(config.down_window_s))
+    return LiveTraffic(EnvelopeSnapshot(ws, tuple(up.rate(w) for w in ws)),
+                       EnvelopeSnapshot(ws, tuple(down.rate(w) for w in ws)),
+                       down.rate(config.down_window_s))
 
 
 # ---- steps
 
 
-def capacity_factor(plan: TunerPlan, replicas: Mapping[str, int]) -> float:
-    """c = min over stages of running / planned replicas (1.0 at the planned counts)."""
-    return min(replicas.get(s.stage, s.replicas) / s.replicas for s in plan.stages)
-
-
-def exceeding_windows(live: EnvelopeSnapshot, planned: EnvelopeSnapshot,
-                      scale: float = 1.0) -> list[Trigger]:
-    """Every window whose live rate exceeds ``scale`` x the planned rate at the same window."""
-    if live.windows_s != planned.windows_s:
-        raise ValueError(f"live windows {live.windows_s} differ from planned {planned.windows_s}")
-    return [Trigger(w, r, p * scale, scale)
-            for w, r, p in zip(live.windows_s, live.rates_qps, planned.rates_qps) if r > p * scale]
+def demand(rate_qps: float, window_s: float, plan: TunerPlan, stage: StagePlan, rho_mode: str) -> int:
+    """k_{m,i}: replicas of ``stage`` that a live ``rate_qps`` at window ``window_s`` asks for."""
+    planned = plan.envelope.rate(window_s)
+    rho = plan.rho(stage, planned) if rho_mode == "per-window" and planned > 0 else plan.rho(stage)
+    return replicas_for_rate(rate_qps, stage, rho)
 
 
 def replicas_for_rate(rate_qps: float, stage: StagePlan, rho: float) -> int:
@@ -202,32 +198,27 @@ def replicas_for_rate(rate_qps: float, stage: StagePlan, rho: float) -> int:
     return max(0, math.ceil(rate_qps * stage.visit_ratio / (stage.mu_qps * rho) - _EPS))
 
 
-def up_target(plan: TunerPlan, stage: StagePlan, triggers: list[Trigger], rho_mode: str) -> int:
-    """The largest replica count any exceeding window asks for (0 when none exceeds)."""
-    best = 0
-    for t in triggers:
-        rate_planned = plan.envelope.rate(t.window_s)
-        if rho_mode == "per-window" and rate_planned > 0:
-            rho = plan.rho(stage, rate_planned)
-        else:
-            rho = plan.rho(stage)
-        best = max(best, replicas_for_rate(t.live_rate_qps, stage, rho))
-    return best
+def stage_up_target(plan: TunerPlan, stage: StagePlan, running: int, live: EnvelopeSnapshot,
+                    slack_sigma: float, rho_mode: str) -> tuple[int, Trigger | None]:
+    """max(running, k over triggering windows) and the window that asked for the most."""
+    if live.windows_s != plan.envelope.windows_s:
+        raise ValueError(f"live windows {live.windows_s} differ from planned {plan.envelope.windows_s}")
+    best, top = running, None
+    for w, r, r_plan in zip(live.windows_s, live.rates_qps, plan.envelope.rates_qps):
+        sized_for = r_plan * w * running / stage.replicas  # count the running replicas are sized for
+        if r * w <= sized_for + slack_sigma * math.sqrt(sized_for):
+            continue
+        k = demand(r, w, plan, stage, rho_mode)
+        if k > best:
+            best, top = k, Trigger(w, r, r_plan * running / stage.replicas)
+    return best, top
 
 
-def scale_up_targets(plan: TunerPlan, current: Mapping[str, int], triggers: list[Trigger],
-                     rho_mode: str) -> dict[str, int]:
-    """Add only: max(current, k_m)."""
-    return {s.stage: max(current[s.stage], up_target(plan, s, triggers, rho_mode)) for s in plan.stages}
-
-
-def scale_down_targets(plan: TunerPlan, current: Mapping[str, int], down_rate_qps: float,
-                       floor: Mapping[str, int]) -> dict[str, int]:
-    """Remove only: min(current, max(k_m at rho_min, floor))."""
-    rho_min = plan.rho_min
-    return {s.stage: min(current[s.stage],
-                         max(replicas_for_rate(down_rate_qps, s, rho_min), floor.get(s.stage, 0)))
-            for s in plan.stages}
+def down_target(plan: TunerPlan, stage: StagePlan, running: int, live: "LiveTraffic", rho_mode: str) -> int:
+    """min(running, max(k at rho_min, what the recent envelope would scale straight back up to))."""
+    k = replicas_for_rate(live.down_rate_qps, stage, plan.rho_min)
+    floor, _ = stage_up_target(plan, stage, k, live.recent, 0.0, rho_mode)
+    return min(running, floor)
 
 
 def bounded(targets: Mapping[str, int], config: TunerConfig) -> dict[str, int]:
@@ -235,12 +226,15 @@ def bounded(targets: Mapping[str, int], config: TunerConfig) -> dict[str, int]:
 
 
 def _changes(before: Mapping[str, int], after: Mapping[str, int], reason: str,
-             trigger: Trigger | None, live_rate: float) -> tuple[StageChange, ...]:
-    return tuple(
-        StageChange(stage, before[stage], n, reason,
-                    trigger.window_s if trigger else None, live_rate,
-                    trigger.planned_rate_qps if trigger else None)
-        for stage, n in after.items() if n != before[stage])
+             triggers: Mapping[str, Trigger | None], live_rate: float) -> tuple[StageChange, ...]:
+    out = []
+    for stage, n in after.items():
+        if n == before[stage]:
+            continue
+        t = triggers.get(stage)
+        out.append(StageChange(stage, before[stage], n, reason, t.window_s if t else None,
+                               t.live_rate_qps if t else live_rate, t.planned_rate_qps if t else None))
+    return tuple(out)
 
 
 # ---- the policy
@@ -250,26 +244,25 @@ def decide(live: LiveTraffic, planned: TunerPlan, state: TunerState, now_ns: int
            config: TunerConfig = TunerConfig()) -> tuple[ScaleDecision, TunerState]:
     """Up fast (this call), down slow (after the quiet period); see the module docstring."""
     current = {s.stage: state.replicas.get(s.stage, s.replicas) for s in planned.stages}
-    c = capacity_factor(planned, current)
-    triggers = exceeding_windows(live.envelope, planned.envelope, c)
-    up = bounded(scale_up_targets(planned, current, triggers, config.rho_mode), config)
-    if up != current:
-        # report the window that asks for the most replicas (largest excess ratio)
-        top = max(triggers, key=lambda t: t.live_rate_qps / max(t.planned_rate_qps, 1e-12))
-        changes = _changes(current, up, "scale-up", top, top.live_rate_qps)
-        return (ScaleDecision(up, changes, top),
+    ups = {s.stage: stage_up_target(planned, s, current[s.stage], live.envelope,
+                                    config.up_slack_sigma, config.rho_mode) for s in planned.stages}
+    up = bounded({k: max(current[k], v[0]) for k, v in ups.items()}, config)
+    if any(up[k] > current[k] for k in up):
+        up = {k: max(up[k], current[k]) for k in up}  # bounds below a current count are not a scale-up
+        triggers = {k: v[1] for k, v in ups.items()}
+        top = max((v[1] for v in ups.values() if v[1] is not None),
+                  key=lambda t: t.live_rate_qps / max(t.planned_rate_qps, 1e-12))
+        return (ScaleDecision(up, _changes(current, up, "scale-up", triggers, top.live_rate_qps), top),
                 replace(state, replicas=up, last_change_ns=now_ns))
 
     quiet_for = now_ns - state.last_change_ns
     if quiet_for < config.quiet_ns:
         return ScaleDecision(current, note=f"hold: quiet {quiet_for / NS_PER_S:.1f}s of "
                                            f"{config.quiet_ns / NS_PER_S:.1f}s"), state
-    # never go below what the live envelope would scale straight back up to
-    floor = scale_up_targets(planned, {k: 0 for k in current},
-                             exceeding_windows(live.envelope, planned.envelope, 1.0), config.rho_mode)
-    down = bounded(scale_down_targets(planned, current, live.down_rate_qps, floor), config)
+    down = bounded({s.stage: down_target(planned, s, current[s.stage], live, config.rho_mode)
+                    for s in planned.stages}, config)
     down = {k: min(v, current[k]) for k, v in down.items()}  # bounds never turn a down into an up
     if down == current:
         return ScaleDecision(current, note="steady"), state
-    changes = _changes(current, down, "scale-down", None, live.down_rate_qps)
+    changes = _changes(current, down, "scale-down", {}, live.down_rate_qps)
     return ScaleDecision(down, changes), replace(state, replicas=down, last_change_ns=now_ns)

@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -44,9 +45,14 @@ def cached_onnx(cache_dir: str | Path, key: str, build: Callable[[], Any],
     fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".onnx.tmp", dir=cache)
     os.close(fd)
     try:
-        torch.onnx.export(module, (example_input(),), tmp, dynamo=False, opset_version=OPSET,
-                          input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-                          dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}})
+        with warnings.catch_warnings():
+            # The TorchScript exporter is chosen on purpose (the dynamo one needs onnxscript); its
+            # deprecation notice and constant-folding chatter say nothing about our models.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", UserWarning)
+            torch.onnx.export(module, (example_input(),), tmp, dynamo=False, opset_version=OPSET,
+                              input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                              dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}})
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from tuner.envelope import NS_PER_S, EnvelopeSnapshot, EnvelopeTracker, doubling_windows
-from tuner.policy import (LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, capacity_factor,
-                          decide, exceeding_windows, observe, replicas_for_rate, tracker_windows)
+from tuner.policy import (LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, observe,
+                          replicas_for_rate, stage_up_target, tracker_windows)
 
 WINDOWS = doubling_windows(0.05)  # 0.05 .. 51.2 s
 RATE = 100.0
@@ -78,19 +78,38 @@ def test_replica_formula_counts_visit_ratio_and_rho():
     assert replicas_for_rate(100.0, replace(stage, visit_ratio=0.0), rho=0.5) == 0
 
 
-def test_exceeding_windows_compares_window_by_window(plan):
-    live = replace(plan.envelope, rates_qps=tuple(r * 0.9 for r in plan.envelope.rates_qps))
-    assert exceeding_windows(live, plan.envelope) == []
-    bumped = list(live.rates_qps)
-    bumped[2] = plan.envelope.rates_qps[2] * 1.5
-    hits = exceeding_windows(replace(live, rates_qps=tuple(bumped)), plan.envelope)
-    assert [h.window_s for h in hits] == [WINDOWS[2]]
-    assert exceeding_windows(live, plan.envelope, scale=0.5)  # a scaled-down plan is exceeded
+def scaled(plan: TunerPlan, factor: float) -> EnvelopeSnapshot:
+    return replace(plan.envelope, rates_qps=tuple(factor * r for r in plan.envelope.rates_qps))
 
 
-def test_capacity_factor_is_one_at_the_plan(plan):
-    assert capacity_factor(plan, plan.planned_replicas) == 1.0
-    assert capacity_factor(plan, {"detect": 2, "classify": 3}) == 0.5
+def live(plan: TunerPlan, factor: float, recent: float | None = None, down_rate: float | None = None):
+    return LiveTraffic(scaled(plan, factor), scaled(plan, factor if recent is None else recent),
+                       RATE * factor if down_rate is None else down_rate)
+
+
+def test_a_window_triggers_only_beyond_its_planned_count_plus_slack(plan):
+    detect = STAGES[0]
+    assert stage_up_target(plan, detect, 4, scaled(plan, 0.9), 1.0, "per-window") == (4, None)
+    rates = list(plan.envelope.rates_qps)
+    w = WINDOWS[2]
+    planned_count = rates[2] * w
+    rates[2] = (planned_count + 0.9 * math.sqrt(planned_count)) / w  # inside the slack
+    bumped = replace(plan.envelope, rates_qps=tuple(rates))
+    assert stage_up_target(plan, detect, 4, bumped, 1.0, "per-window")[0] == 4
+    assert stage_up_target(plan, detect, 4, bumped, 0.0, "per-window")[0] == 5  # InferLine: no slack
+    rates[2] = plan.envelope.rates_qps[2] * 1.5
+    target, trigger = stage_up_target(plan, detect, 4, replace(plan.envelope, rates_qps=tuple(rates)),
+                                      1.0, "per-window")
+    assert target == 6 and trigger.window_s == w
+
+
+def test_running_replicas_scale_the_comparison(plan):
+    """At half the planned replicas, 80% of the planned traffic triggers (it would not at R)."""
+    detect = STAGES[0]
+    assert stage_up_target(plan, detect, 4, scaled(plan, 0.8), 0.0, "per-window")[0] == 4
+    target, trigger = stage_up_target(plan, detect, 2, scaled(plan, 0.8), 0.0, "per-window")
+    assert target == math.ceil(4 * 0.8) and trigger.planned_rate_qps == pytest.approx(
+        plan.envelope.rate(trigger.window_s) / 2)
 
 
 # ---- scripted flows
@@ -131,12 +150,13 @@ def test_mean_rho_mode_scales_by_peak_to_mean_and_per_window_by_excess(plan):
     """Same trigger, two rho readings: per-window asks R * r/r_plan(w), mean asks R * r/lambda."""
     w = WINDOWS[1]
     rates = list(plan.envelope.rates_qps)
-    rates[1] = plan.envelope.rate(w) * 1.2
-    live = LiveTraffic(replace(plan.envelope, rates_qps=tuple(rates)), down_rate_qps=RATE)
+    rates[1] = plan.envelope.rate(w) * 1.5  # beyond the 1-sigma slack (25 planned in 0.1 s)
+    env = replace(plan.envelope, rates_qps=tuple(rates))
+    traffic = LiveTraffic(env, env, down_rate_qps=RATE)
     state = TunerState.initial(plan, 0)
-    per_window, _ = decide(live, plan, state, 1, TunerConfig(max_replicas=1000))
-    mean, _ = decide(live, plan, state, 1, TunerConfig(rho_mode="mean", max_replicas=1000))
-    assert per_window.targets["detect"] == math.ceil(4 * 1.2 - 1e-9)
+    per_window, _ = decide(traffic, plan, state, 1, TunerConfig(max_replicas=1000))
+    mean, _ = decide(traffic, plan, state, 1, TunerConfig(rho_mode="mean", max_replicas=1000))
+    assert per_window.targets["detect"] == 6
     assert mean.targets["detect"] == math.ceil(4 * rates[1] / plan.mean_rate_qps - 1e-9)
     assert mean.targets["detect"] > per_window.targets["detect"]
 
@@ -163,48 +183,45 @@ def test_drop_scales_down_only_after_quiet_period_and_recent_peak_expires(plan):
 
 def test_scale_down_waits_for_quiet_period_and_a_scale_up_restarts_it(plan):
     cfg = TunerConfig(activation_s=2.0)  # quiet 6 s
-    low = LiveTraffic(replace(plan.envelope, rates_qps=tuple(0.2 * r for r in plan.envelope.rates_qps)),
-                      down_rate_qps=0.2 * RATE)
-    high = LiveTraffic(replace(plan.envelope, rates_qps=tuple(1.5 * r for r in plan.envelope.rates_qps)),
-                       down_rate_qps=1.5 * RATE)
+    low, high = live(plan, 0.2), live(plan, 1.5)
     state = TunerState.initial(plan, 0)
     script = [(1, low, "hold"), (5.9, low, "hold"), (6.5, high, "up"), (8, low, "hold"),
-              (12.4, low, "hold"), (12.6, low, "down"), (13, low, "hold")]
-    for t, live, expect in script:
+              (12.4, low, "hold"), (12.6, low, "down"), (13, low, "hold"), (18.5, low, "hold")]
+    for t, traffic, expect in script:
         before = dict(state.replicas)
-        decision, state = decide(live, plan, state, int(t * NS_PER_S), cfg)
+        decision, state = decide(traffic, plan, state, int(t * NS_PER_S), cfg)
         after = dict(decision.targets)
+        assert after == dict(state.replicas)
         if expect == "hold":
             assert after == before, t
         elif expect == "up":
             assert all(after[k] >= before[k] for k in after) and after != before, t
         else:
             assert all(after[k] <= before[k] for k in after) and after != before, t
+    rho_min = plan.rho_min  # 20 qps: ceil(20 s_m / (mu_m rho_min))
+    assert state.replicas == {"detect": math.ceil(20 / (30 * rho_min)), "classify": math.ceil(10 / (40 * rho_min))}
+    assert state.replicas == {"detect": 2, "classify": 1}
 
 
-def test_scale_down_never_goes_below_what_the_live_envelope_asks_for(plan):
-    """Low 5 s peak but a live window still above plan: the floor is the scale-up target (no flap)."""
-    rates = list(plan.envelope.rates_qps)
-    rates[-1] = plan.envelope.rates_qps[-1] * 1.1  # the 51.2 s window still sees old traffic
-    live = LiveTraffic(replace(plan.envelope, rates_qps=tuple(rates)), down_rate_qps=5.0)
-    state = TunerState({"detect": 8, "classify": 6}, last_change_ns=0)
-    decision, _ = decide(live, plan, state, 100 * NS_PER_S, TunerConfig())
-    assert decision.targets["detect"] == math.ceil(4 * 1.1 - 1e-9)
+def test_scale_down_never_goes_below_what_the_recent_envelope_asks_for(plan):
+    """A low 5 s peak, but the last 30 s saw a short burst: keep what the burst would scale up to."""
+    rates = list(scaled(plan, 0.2).rates_qps)
+    rates[1] = plan.envelope.rates_qps[1] * 0.7  # a 0.1 s burst at 70% of plan within the last 30 s
+    traffic = LiveTraffic(scaled(plan, 0.2), replace(plan.envelope, rates_qps=tuple(rates)), 20.0)
+    decision, _ = decide(traffic, plan, TunerState.initial(plan, 0), 100 * NS_PER_S, TunerConfig())
+    assert decision.targets["detect"] == math.ceil(4 * 0.7) == 3  # not the 2 that 20 qps asks for
+    assert decision.targets["classify"] == 3  # ceil(3 * 0.7)
 
 
 def test_after_scale_down_returning_traffic_scales_back_up(plan):
     state = TunerState({"detect": 2, "classify": 2}, last_change_ns=0)
-    live = LiveTraffic(replace(plan.envelope, rates_qps=tuple(0.8 * r for r in plan.envelope.rates_qps)),
-                       down_rate_qps=0.8 * RATE)
-    decision, new_state = decide(live, plan, state, NS_PER_S, TunerConfig())
+    decision, new_state = decide(live(plan, 0.8), plan, state, NS_PER_S, TunerConfig())
     assert decision.targets["detect"] == math.ceil(4 * 0.8 - 1e-9) and decision.targets["detect"] > 2
     assert new_state.last_change_ns == NS_PER_S
 
 
 def test_bounds_cap_the_target(plan):
-    live = LiveTraffic(replace(plan.envelope, rates_qps=tuple(10 * r for r in plan.envelope.rates_qps)),
-                       down_rate_qps=10 * RATE)
-    decision, _ = decide(live, plan, TunerState.initial(plan, 0), 1, TunerConfig(max_replicas=6))
+    decision, _ = decide(live(plan, 10), plan, TunerState.initial(plan, 0), 1, TunerConfig(max_replicas=6))
     assert decision.targets == {"detect": 6, "classify": 6}
 
 

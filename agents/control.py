@@ -1,0 +1,89 @@
+"""Stage configuration from the control topic: what a worker accepts, and which variant a request gets.
+
+A ``StageConfig`` is accepted only if it is for this pipeline and stage, has a higher epoch than the
+config in force, names variants and hardware the pipeline spec knows, and has sane batching numbers.
+Anything else is rejected with a reason (logged and counted by the worker) and the last good config
+stays. Pure functions: the worker applies an accepted config at the next batch boundary.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from streams.spec import Pipeline
+
+
+@dataclass(frozen=True)
+class ActiveConfig:
+    variant: str
+    hardware: str
+    max_batch: int
+    batch_timeout_ms: float
+    epoch: int = -1  # -1: the spec's defaults, before any control record
+    routing: Mapping[str, float] = field(default_factory=dict)  # variant -> share (Loki)
+    replicas: int = 1
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        """Every variant this config may route to (the executors to keep loaded)."""
+        shared = tuple(v for v, w in sorted(self.routing.items()) if w > 0)
+        return shared or (self.variant,)
+
+
+def defaults(pipe: Pipeline, stage: str) -> ActiveConfig:
+    d = pipe.stage(stage).defaults
+    return ActiveConfig(d.variant, d.hardware, d.max_batch, d.batch_timeout_ms, -1, {}, d.replicas)
+
+
+def accept(pipe: Pipeline, stage: str, rec: Mapping[str, Any], current: ActiveConfig
+           ) -> tuple[ActiveConfig | None, str]:
+    """(new config, "") when ``rec`` should replace ``current``; (None, reason) otherwise."""
+    if rec.get("pipeline") != pipe.name or rec.get("stage") != stage:
+        return None, f"for {rec.get('pipeline')}/{rec.get('stage')}, not {pipe.name}/{stage}"
+    if rec["epoch"] <= current.epoch:
+        return None, f"stale epoch {rec['epoch']} <= {current.epoch} in force"
+    spec = pipe.stage(stage)
+    known = {v.name for v in spec.variants}
+    routing = {k: float(v) for k, v in (rec.get("routing") or {}).items()}
+    for v in (rec["variant"], *routing):
+        if v not in known:
+            return None, f"unknown variant {v!r} (stage {stage} has {sorted(known)})"
+    if routing and (any(w < 0 for w in routing.values()) or sum(routing.values()) <= 0):
+        return None, f"routing weights must be >= 0 with a positive sum, got {routing}"
+    if rec["hardware"] not in pipe.hardware:
+        return None, f"unknown hardware {rec['hardware']!r} (catalog: {sorted(pipe.hardware)})"
+    if not 1 <= rec["max_batch"] <= 4096:
+        return None, f"max_batch must be in [1, 4096], got {rec['max_batch']}"
+    if not 0 <= rec["batch_timeout_ms"] <= 60_000:
+        return None, f"batch_timeout_ms must be in [0, 60000], got {rec['batch_timeout_ms']}"
+    if rec.get("replicas", 1) < 1:
+        return None, f"replicas must be >= 1, got {rec.get('replicas')}"
+    return ActiveConfig(rec["variant"], rec["hardware"], int(rec["max_batch"]),
+                        float(rec["batch_timeout_ms"]), int(rec["epoch"]), routing,
+                        int(rec.get("replicas", 1))), ""
+
+
+def choose_variant(request_id: str, accuracy_floor: float | None, cfg: ActiveConfig,
+                   accuracy: Mapping[str, float]) -> tuple[str | None, str]:
+    """The variant a request runs on: weighted by the config's routing (deterministic in the request
+    id, so a redelivered request takes the same variant), restricted to variants meeting the
+    request's accuracy floor (INFaaS). (None, reason) when no loaded variant meets the floor."""
+    shares = {v: w for v, w in cfg.routing.items() if w > 0} or {cfg.variant: 1.0}
+    if accuracy_floor is not None:
+        ok = {v: w for v, w in shares.items() if accuracy[v] >= accuracy_floor}
+        if not ok:
+            best = max(shares, key=lambda v: accuracy[v])
+            return None, (f"accuracy floor {accuracy_floor:.3f} above every variant in service "
+                          f"(best {best}: {accuracy[best]:.3f})")
+        shares = ok
+    if len(shares) == 1:
+        return next(iter(shares)), ""
+    total = sum(shares.values())
+    point = (zlib.crc32(request_id.encode()) / 2**32) * total
+    acc = 0.0
+    for v, w in sorted(shares.items()):
+        acc += w
+        if point < acc:
+            return v, ""
+    return sorted(shares)[-1], ""

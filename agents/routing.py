@@ -1,0 +1,119 @@
+"""Routing: where a stage's outputs go, as pure functions from (pipeline, request, outputs) to records.
+
+- A chain forwards each item to its child's input topic.
+- Fan-out (an item emits k outputs, or one output goes to several children) splits the request's
+  *fragment* (the share of the request a record carries, a fraction): each of the n records gets 1/n of
+  it and an index in ``path``. k = 0 (nothing detected) ends that fragment as done with no output.
+- A conditional branch (``Emit.to``) sends the item to the one child named.
+- At a sink, or when a fragment ends early (dropped, error, k = 0), the fragment becomes an
+  ``InferenceResult``: on the results topic when it is the whole request (fragment 1), else on the
+  join topic, where ``agents.join`` sums fragments back to 1.
+
+Every record carries the hops so far plus this stage's own ``HopTiming``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Mapping
+
+from streams import topics
+from streams.executor import ItemOutput
+from streams.spec import Pipeline
+
+
+@dataclass(frozen=True)
+class Out:
+    """One record to produce."""
+
+    topic: str
+    key: str
+    record: str  # schema name
+    value: Mapping[str, Any]
+
+
+def hop(stage: str, variant: str, batch_size: int, enqueued_ns: int, started_ns: int,
+        finished_ns: int, worker: str) -> dict:
+    return {"stage": stage, "variant": variant, "batch_size": batch_size, "enqueued_ns": enqueued_ns,
+            "started_ns": started_ns, "finished_ns": finished_ns, "worker": worker}
+
+
+def enqueued_ns(req: Mapping[str, Any]) -> int:
+    """When the request was handed to this stage: the previous hop's finish, or its creation."""
+    hops = req.get("hops") or []
+    return hops[-1]["finished_ns"] if hops else req["created_ns"]
+
+
+def _result(pipe: Pipeline, req: Mapping[str, Any], hops: list, status: str, reason: str,
+            finished_ns: int, output: bytes = b"", content_type: str = "application/octet-stream",
+            accuracy: float | None = None, fragment: Fraction | None = None,
+            path: list | None = None) -> Out:
+    frag = Fraction(req.get("fragment", "1")) if fragment is None else fragment
+    whole = frag == 1
+    value = {
+        "request_id": req["request_id"], "pipeline": req["pipeline"], "status": status,
+        "reason": reason, "created_ns": req["created_ns"], "deadline_ns": req["deadline_ns"],
+        "finished_ns": finished_ns, "content_type": content_type, "output": output, "hops": hops,
+        "accuracy": req.get("accuracy", 1.0) if accuracy is None else accuracy, "parts": 1,
+        "fragment": str(frag), "path": list(req.get("path", [])) if path is None else path,
+    }
+    topic = topics.results(pipe.name) if whole else topics.join(pipe.name)
+    return Out(topic, req["request_id"], "InferenceResult", value)
+
+
+def ended(pipe: Pipeline, req: Mapping[str, Any], status: str, reason: str, now_ns: int,
+          own_hop: dict | None = None) -> Out:
+    """A fragment that ends here without output: dropped or error."""
+    hops = list(req.get("hops", [])) + ([own_hop] if own_hop else [])
+    return _result(pipe, req, hops, status, reason, now_ns)
+
+
+def forward(pipe: Pipeline, stage: str, req: Mapping[str, Any], out: ItemOutput, own_hop: dict,
+            variant_accuracy: float) -> list[Out]:
+    """Records for everything one item produced at ``stage``."""
+    hops = list(req.get("hops", [])) + [own_hop]
+    accuracy = req.get("accuracy", 1.0) * variant_accuracy
+    now = own_hop["finished_ns"]
+    children = [e.dst for e in pipe.children(stage)]
+    if not children:  # a sink: the emits are the output
+        if len(out.emits) == 1:
+            e = out.emits[0]
+            return [_result(pipe, req, hops, "done", "", now, e.payload, e.content_type, accuracy)]
+        return _split_results(pipe, req, hops, out, now, accuracy)
+    targets = []  # (emit index, emit, child)
+    for i, e in enumerate(out.emits):
+        if e.to is not None:
+            if e.to not in children:
+                raise ValueError(f"stage {stage!r} routed to {e.to!r}, which is not one of its "
+                                 f"children {children}")
+            targets.append((i, e, e.to))
+        else:
+            targets.extend((i, e, c) for c in children)
+    if not targets:  # fan-out of zero: this fragment is complete, with nothing to show
+        return [_result(pipe, req, hops, "done", "no outputs", now, b"", "application/json",
+                        accuracy)]
+    frag = Fraction(req.get("fragment", "1"))
+    n = len(targets)
+    base = {k: v for k, v in req.items() if k not in ("hops", "fragment", "path", "payload",
+                                                      "content_type", "accuracy")}
+    records = []
+    for j, (i, e, child) in enumerate(targets):
+        path = list(req.get("path", [])) + ([f"{stage}:{j}/{n}"] if n > 1 else [])
+        value = {**base, "hops": hops, "payload": e.payload, "content_type": e.content_type,
+                 "fragment": str(frag / n), "path": path, "accuracy": accuracy}
+        records.append(Out(topics.stage_input(pipe.name, child), req["request_id"],
+                           "InferenceRequest", value))
+    return records
+
+
+def _split_results(pipe: Pipeline, req: Mapping[str, Any], hops: list, out: ItemOutput, now: int,
+                   accuracy: float) -> list[Out]:
+    """A sink that emitted 0 or several outputs: one fragment result each (0 = done, empty)."""
+    frag = Fraction(req.get("fragment", "1"))
+    if not out.emits:
+        return [_result(pipe, req, hops, "done", "no outputs", now, b"", "application/json", accuracy)]
+    n = len(out.emits)
+    stage = hops[-1]["stage"]
+    return [_result(pipe, req, hops, "done", "", now, e.payload, e.content_type, accuracy,
+                    fragment=frag / n, path=list(req.get("path", [])) + [f"{stage}:{j}/{n}"])
+            for j, e in enumerate(out.emits)]

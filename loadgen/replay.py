@@ -1,0 +1,247 @@
+"""Open-loop trace replay into a pipeline's input topic, and collection of its results.
+
+The sender follows the :class:`~loadgen.schedule.Schedule` and never waits for results: every request
+whose send time has come is produced at once (a burst stays a burst), delivery is confirmed in the
+background, and the actual send time of each request is recorded next to its scheduled time so the
+report can say how far behind the generator fell. ``created_ns`` is the actual send time (the clock the
+pipeline's deadlines use), so generator lag is reported, not charged to the pipeline.
+
+Alongside, three consumers read (no consumer group, nothing committed):
+- the results topic from its end as of the start, feeding a :class:`~loadgen.collect.Collector`;
+- the control topic (compacted StageConfig) from the beginning, for the cost timeline;
+- the scaling topic (tuner ScalingActions) from the beginning.
+
+The run ends when every sent request has a result, or ``drain_s`` after the last send.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from loadgen.collect import Collector
+from loadgen.cost import events_from_records
+from loadgen.report import summarize
+from loadgen.schedule import DEFAULT_LAG_BUDGET_MS, Schedule, lag_stats
+from streams import codec, kafka, topics
+from streams.config import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+NS_PER_S = 1_000_000_000
+NS_PER_MS = 1_000_000
+PayloadFactory = Callable[[int], bytes]
+ProgressFn = Callable[[int, int, int], None]  # (sent, results, total)
+
+
+@dataclass(frozen=True)
+class ReplayTarget:
+    """Where and what to send: built by the CLI from the pipeline spec."""
+
+    pipeline: str
+    source_stage: str
+    slo_ms: float
+    content_type: str
+    accuracy_floor: float | None = None
+
+    @property
+    def input_topic(self) -> str:
+        return topics.stage_input(self.pipeline, self.source_stage)
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    run_id: str
+    drain_s: float = 30.0  # how long to wait for results after the last send
+    lead_s: float = 1.0  # start this long after the consumers are ready
+    ready_timeout_s: float = 30.0
+
+
+@dataclass
+class ReplayOutcome:
+    collector: Collector
+    start_ns: int
+    scheduled_ns: np.ndarray  # absolute scheduled send times
+    actual_ns: np.ndarray  # absolute actual send times (0 where not sent)
+    end_ns: int
+    config_records: list[tuple[int, Mapping[str, Any]]] = field(default_factory=list)
+    delivery_errors: int = 0
+
+    @property
+    def sent_mask(self) -> np.ndarray:
+        return self.actual_ns > 0
+
+
+def build_request(target: ReplayTarget, request_id: str, created_ns: int, payload: bytes) -> dict[str, Any]:
+    """An InferenceRequest as the first stage expects it (pure, for tests and the sender)."""
+    return {
+        "request_id": request_id,
+        "pipeline": target.pipeline,
+        "created_ns": created_ns,
+        "deadline_ns": created_ns + int(target.slo_ms * NS_PER_MS),
+        "accuracy_floor": target.accuracy_floor,
+        "content_type": target.content_type,
+        "payload": payload,
+        "hops": [],
+        "fragment": "1",
+        "path": [],
+        "accuracy": 1.0,
+    }
+
+
+def due_count(offsets_ns: np.ndarray, next_index: int, elapsed_ns: int) -> int:
+    """How many requests from ``next_index`` on are due after ``elapsed_ns`` (the sender's burst size)."""
+    return int(np.searchsorted(offsets_ns, elapsed_ns, side="right")) - next_index
+
+
+async def replay(schedule: Schedule, target: ReplayTarget, settings: KafkaSettings,
+                 payload_factory: PayloadFactory, options: ReplayOptions, *,
+                 progress: ProgressFn | None = None) -> ReplayOutcome:
+    collector = Collector(options.run_id)
+    config_records: list[tuple[int, Mapping[str, Any]]] = []
+    results_c = kafka.consumer(settings, topics.results(target.pipeline), auto_offset_reset="latest")
+    control_c = kafka.consumer(settings, topics.control(target.pipeline), topics.scaling(target.pipeline))
+    producer = kafka.producer(settings)
+    stop = asyncio.Event()
+    await asyncio.gather(results_c.start(), control_c.start(), producer.start())
+    try:
+        await _pin_to_end(results_c, options.ready_timeout_s)
+        readers = [
+            asyncio.create_task(_read_results(results_c, collector, stop)),
+            asyncio.create_task(_read_control(control_c, config_records, stop,
+                                              topics.control(target.pipeline))),
+        ]
+        start_ns = time.time_ns() + int(options.lead_s * NS_PER_S)
+        offsets = schedule.offsets_ns
+        actual = np.zeros(len(offsets), dtype=np.int64)
+        errors = await _send_all(schedule, target, producer, payload_factory, collector, start_ns,
+                                 actual, progress)
+        collector.finish_sending()
+        drain_until = time.monotonic() + options.drain_s
+        while not collector.complete and time.monotonic() < drain_until:
+            if any(t.done() for t in readers):
+                break  # a reader failed: surface its exception below
+            if progress:
+                progress(len(collector.sent), len(collector.results), len(offsets))
+            await asyncio.sleep(0.1)
+        stop.set()
+        for t in readers:
+            if t.done() and t.exception():
+                raise t.exception()
+            t.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+        if progress:
+            progress(len(collector.sent), len(collector.results), len(offsets))
+        return ReplayOutcome(collector, start_ns, start_ns + offsets, actual, time.time_ns(),
+                             config_records, delivery_errors=errors[0])
+    finally:
+        stop.set()
+        await asyncio.gather(results_c.stop(), control_c.stop(), producer.stop(), return_exceptions=True)
+
+
+async def _send_all(schedule: Schedule, target: ReplayTarget, producer, payload_factory: PayloadFactory,
+                    collector: Collector, start_ns: int, actual: np.ndarray,
+                    progress: ProgressFn | None) -> list[int]:
+    offsets = schedule.offsets_ns
+    total = len(offsets)
+    errors = [0]
+    pending: set[asyncio.Future] = set()
+
+    def on_delivery(fut: asyncio.Future) -> None:
+        pending.discard(fut)
+        if fut.cancelled() or fut.exception() is not None:
+            errors[0] += 1
+            log.warning("request delivery failed: %s", "cancelled" if fut.cancelled() else fut.exception())
+
+    i = 0
+    last_progress = 0.0
+    while i < total:
+        now = time.time_ns()
+        due = due_count(offsets, i, now - start_ns)
+        if due <= 0:
+            wait_s = (start_ns + int(offsets[i]) - now) / NS_PER_S
+            await asyncio.sleep(min(wait_s, 0.05))
+            continue
+        for j in range(i, i + due):
+            rid = schedule.request_id(collector.run_id, j)
+            created = time.time_ns()
+            value = build_request(target, rid, created, payload_factory(j))
+            fut = await kafka.send(producer, target.input_topic, "InferenceRequest", value, key=rid,
+                                   timestamp_ns=created)
+            actual[j] = created
+            collector.expect(rid)
+            pending.add(fut)
+            fut.add_done_callback(on_delivery)
+        i += due
+        if progress and time.monotonic() - last_progress > 0.2:
+            last_progress = time.monotonic()
+            progress(i, len(collector.results), total)
+        await asyncio.sleep(0)  # let the readers run between bursts
+    if pending:
+        await asyncio.gather(*list(pending), return_exceptions=True)
+    return errors
+
+
+async def _pin_to_end(consumer, timeout_s: float) -> None:
+    """Resolve the results consumer's position to the current end before anything is sent, so no
+    result of this run can be skipped by a late 'latest' reset."""
+    deadline = time.monotonic() + timeout_s
+    while not consumer.assignment():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the results topic has no partitions assigned: is the pipeline deployed?")
+        await asyncio.sleep(0.1)
+    await consumer.seek_to_end()
+    for tp in consumer.assignment():
+        await consumer.position(tp)
+
+
+async def _read_results(consumer, collector: Collector, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        batches = await consumer.getmany(timeout_ms=200)
+        for records in batches.values():
+            for rec in records:
+                try:
+                    collector.offer(codec.decode("InferenceResult", rec.value))
+                except codec.CodecError as exc:
+                    log.warning("undecodable result at %s:%s: %s", rec.partition, rec.offset, exc)
+
+
+async def _read_control(consumer, out: list[tuple[int, Mapping[str, Any]]], stop: asyncio.Event,
+                        control_topic: str) -> None:
+    while not stop.is_set():
+        batches = await consumer.getmany(timeout_ms=200)
+        for records in batches.values():
+            for rec in records:
+                header = dict(rec.headers or ()).get(kafka.SCHEMA_HEADER, b"").decode()
+                record = header or ("StageConfig" if rec.topic == control_topic else "ScalingAction")
+                if rec.value is None:  # a compaction tombstone
+                    continue
+                try:
+                    out.append((rec.timestamp * NS_PER_MS, codec.decode(record, rec.value)))
+                except (codec.CodecError, KeyError) as exc:
+                    log.warning("undecodable %s at %s:%s: %s", record, rec.topic, rec.offset, exc)
+
+
+def summarize_outcome(outcome: ReplayOutcome, *, slo_ms: float, pipeline: str,
+                      prices: Mapping[str, float], label: str = "", envelope=None,
+                      lag_budget_ms: float = DEFAULT_LAG_BUDGET_MS):
+    """The run's :class:`~loadgen.report.Summary` (pure: everything comes from the outcome)."""
+    sent = outcome.sent_mask
+    lag = lag_stats(outcome.scheduled_ns[sent], outcome.actual_ns[sent], budget_ms=lag_budget_ms)
+    c = outcome.collector
+    notes = []
+    if outcome.delivery_errors:
+        notes.append(f"{outcome.delivery_errors} requests failed to be delivered to Kafka")
+    if c.conflicting_duplicates:
+        notes.append(f"{c.conflicting_duplicates} requests got two results with different statuses")
+    first_sent = int(outcome.actual_ns[sent].min()) if sent.any() else outcome.start_ns
+    return summarize(
+        c.collected(), slo_ms=slo_ms, pipeline=pipeline, label=label, source="kafka",
+        sent=len(c.sent), start_ns=first_sent,
+        configs=events_from_records(outcome.config_records, prices), envelope=envelope, lag=lag,
+        duplicates=c.duplicates, notes=notes,
+    )

@@ -1,0 +1,218 @@
+"""The MILP planner (IPA's integer program, INFaaS's accuracy floor, Loki's two steps) on python-mip.
+
+Data -> variables -> objective -> constraints -> optimize -> status -> values, as python-mip's
+examples do; no ``mip`` object leaves this module. One binary ``use`` and one integer ``rep`` per
+(stage, variant, hardware, batch) config, so a stage may mix configs (INFaaS's "2B + 1C"):
+
+- ``rep[c] >= use[c]``, ``rep[c] <= cap_c * use[c]`` and ``sum_c use[c] >= 1`` per stage
+- capacity: ``sum_c rep[c] * b_c / l_c(b_c) >= lambda_s``
+- latency: ``lat[s] >= latency_c * use[c]`` and, per source-to-sink path, ``sum lat[s] <= budget``,
+  with ``latency_c = l(b) + (b - 1) / lambda_s`` (model ``ipa``) or ``l(b)`` against half the SLO
+  (model ``loki``: queueing assumed equal to execution)
+- cluster cap ``sum rep <= max_replicas``; accuracy floor on every path
+  ``sum_s minlog[s] >= log(floor)`` with ``minlog[s] <= log a_c + M (1 - use[c])`` (the worst
+  variant a request can be routed to; logs make the product of accuracies linear)
+- objectives: ``cost`` = min sum rep x price; ``accuracy`` = max weight x expected log pipeline
+  accuracy - cost, where traffic shares ``flow[c] <= rep[c] * mu_c`` route the stage's items and the
+  expected log accuracy of a path is sum over its stages of sum_c flow[c] / lambda_s x log a_c
+  (= log of the product of accuracies for single-config stages; IPA sums accuracies instead);
+  ``max-accuracy`` (Loki step 2) = the accuracy term alone with a tiny cost tie-breaker.
+"""
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import mip
+
+from planner.plan import Assignment, Config, Plan, assignment_for, evaluate, infeasible, stage_configs
+from planner.problem import Problem
+
+SOLVERS = {"highs": "HIGHS", "cbc": "CBC"}
+TIE = 1e-6  # tie-breaker weight: fewer configs per stage
+
+
+@dataclass(frozen=True)
+class MilpOptions:
+    solver: str = "highs"
+    time_limit_s: float = 10.0
+    budget_ms: float | None = None  # path latency budget; default the SLO
+    rate_qps: float | None = None  # planning rate; default problem.rate_qps
+    latency_model: str = "ipa"  # ipa | loki
+    objective: str | None = None  # cost | accuracy | max-accuracy; default problem.objective
+    variants: Mapping[str, frozenset[str]] | None = None  # allowed variants per stage
+    allow_mix: bool = True  # several configs per stage
+    mode: str = "milp"
+
+
+def _name(*parts: object) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", "_".join(str(p) for p in parts))
+
+
+def diagnose(problem: Problem, configs: Mapping[str, list[Config]], budget: float, rate: float,
+             opts: MilpOptions) -> str:
+    """Why a problem has no solution, in words (checked in order of the usual culprits)."""
+    def lat(c: Config) -> float:
+        return c.exec_ms if opts.latency_model == "loki" else c.latency_ms
+    empty = [s for s, cs in configs.items() if not cs]
+    if empty:
+        return (f"no config of stage(s) {empty} fits the latency budget {budget:.1f} ms"
+                + (f" with accuracy >= {problem.accuracy_floor}" if problem.accuracy_floor else ""))
+    for p in problem.paths():
+        fastest = sum(min(lat(c) for c in configs[s]) for s in p)
+        if fastest > budget + 1e-9:
+            return (f"path {'->'.join(p)}: even the fastest configs take {fastest:.1f} ms > budget "
+                    f"{budget:.1f} ms")
+    if problem.max_replicas is not None:
+        need = sum(math.ceil(problem.stage_rate(s, rate) / max(c.throughput_qps for c in cs) - 1e-9) or 1
+                   for s, cs in configs.items())
+        if need > problem.max_replicas:
+            return f"max_replicas {problem.max_replicas} < {need} replicas needed at {rate:.1f} qps"
+    if problem.accuracy_floor:
+        for p in problem.paths():
+            best = math.prod(max(c.accuracy for c in configs[s]) for s in p)
+            if best < problem.accuracy_floor:
+                return f"path {'->'.join(p)}: best accuracy {best:.3f} < floor {problem.accuracy_floor}"
+    return "no plan meets latency, capacity and accuracy together"
+
+
+def solve(problem: Problem, opts: MilpOptions = MilpOptions(), warm: Plan | None = None) -> Plan:
+    t0 = time.perf_counter()
+    rate = problem.rate_qps if opts.rate_qps is None else opts.rate_qps
+    budget = problem.slo_ms if opts.budget_ms is None else opts.budget_ms
+    if opts.latency_model == "loki":
+        budget = budget / 2.0
+    objective = opts.objective or problem.objective
+    floor = problem.accuracy_floor
+
+    def lat(c: Config) -> float:
+        return c.exec_ms if opts.latency_model == "loki" else c.latency_ms
+
+    configs: dict[str, list[Config]] = {}
+    for s in problem.topo_order:
+        allowed = None if opts.variants is None else set(opts.variants.get(s, ()))
+        cs = stage_configs(problem, s, rate, allowed)
+        cs = [c for c in cs if lat(c) <= budget + 1e-9 and (not floor or c.accuracy >= floor)]
+        configs[s] = cs
+    paths = problem.paths()
+    if any(not cs for cs in configs.values()):
+        return infeasible(opts.mode, diagnose(problem, configs, budget, rate, opts),
+                          solve_time_s=time.perf_counter() - t0, rate_qps=rate)
+
+    solver = SOLVERS.get(opts.solver.lower())
+    if solver is None:
+        raise ValueError(f"solver: expected one of {sorted(SOLVERS)}, got {opts.solver!r}")
+    sense = mip.MINIMIZE if objective == "cost" else mip.MAXIMIZE
+    m = mip.Model(name=_name(problem.name), sense=sense, solver_name=solver)
+    m.verbose = 0
+    m.max_seconds = opts.time_limit_s
+    use: dict[Config, mip.Var] = {}
+    rep: dict[Config, mip.Var] = {}
+    flow: dict[Config, mip.Var] = {}
+    lat_s: dict[str, mip.Var] = {}
+    lam = {s: problem.stage_rate(s, rate) for s in configs}
+    for s, cs in configs.items():
+        lat_s[s] = m.add_var(_name("lat", s), lb=0.0)
+        for i, c in enumerate(cs):
+            key = _name(s, c.variant, c.hardware, "b", c.batch, i)
+            cap = c.replicas_for(lam[s])
+            if problem.max_replicas is not None:
+                cap = min(cap, problem.max_replicas)
+            use[c] = m.add_var(_name("use", key), var_type=mip.BINARY)
+            rep[c] = m.add_var(_name("rep", key), var_type=mip.INTEGER, lb=0, ub=cap)
+            m += rep[c] >= use[c], _name("rep_min", key)
+            m += rep[c] <= cap * use[c], _name("rep_max", key)
+            m += lat_s[s] >= lat(c) * use[c], _name("lat_ge", key)
+            if objective != "cost":
+                flow[c] = m.add_var(_name("flow", key), lb=0.0)
+                m += flow[c] <= c.throughput_qps * rep[c], _name("flow_cap", key)
+                m += flow[c] <= lam[s] * use[c], _name("flow_use", key)
+        if opts.allow_mix:
+            m += mip.xsum(use[c] for c in cs) >= 1, _name("one_config", s)
+        else:
+            m += mip.xsum(use[c] for c in cs) == 1, _name("one_config", s)
+        m += mip.xsum(rep[c] * c.throughput_qps for c in cs) >= lam[s], _name("capacity", s)
+        if objective != "cost":
+            m += mip.xsum(flow[c] for c in cs) == lam[s], _name("route_all", s)
+    for k, p in enumerate(paths):
+        m += mip.xsum(lat_s[s] for s in p) <= budget, _name("path_latency", k)
+    if problem.max_replicas is not None:
+        m += mip.xsum(rep.values()) <= problem.max_replicas, "cluster_cap"
+    if floor:
+        big = -math.log(min(c.accuracy for cs in configs.values() for c in cs)) + 1.0
+        minlog = {s: m.add_var(_name("minlog", s), lb=-big, ub=0.0) for s in configs}
+        for s, cs in configs.items():
+            for i, c in enumerate(cs):
+                m += minlog[s] <= math.log(c.accuracy) + big * (1 - use[c]), _name("floor_ge", s, i)
+        for k, p in enumerate(paths):
+            m += mip.xsum(minlog[s] for s in p) >= math.log(floor), _name("accuracy_floor", k)
+
+    cost = mip.xsum(rep[c] * c.price for c in rep)
+    ties = TIE * mip.xsum(use.values())
+    if objective == "cost":
+        m.objective = cost + ties
+    else:
+        share = {s: mip.xsum(flow[c] * (math.log(max(c.accuracy, 1e-9)) / lam[s]) for c in configs[s])
+                 for s in configs if lam[s] > 0}
+        acc = mip.xsum(share[s] for p in paths for s in p if s in share) * (1.0 / len(paths))
+        if objective == "accuracy":
+            m.objective = problem.accuracy_weight * acc - cost - ties
+        else:  # max-accuracy (Loki step 2): all servers may be used; cost only breaks ties
+            m.objective = acc - 1e-4 * cost - ties
+    if warm is not None and warm.stages:
+        start = []
+        for sp in warm.stages:
+            for a in sp.assignments:
+                for c in configs.get(sp.stage, ()):
+                    if (c.variant, c.hardware, c.batch) == (a.variant, a.hardware, a.max_batch):
+                        start += [(use[c], 1.0), (rep[c], float(a.replicas))]
+        if start:
+            m.start = start
+    status = m.optimize(max_seconds=opts.time_limit_s)
+    elapsed = time.perf_counter() - t0
+    if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
+        reason = diagnose(problem, configs, budget, rate, opts)
+        if status != mip.OptimizationStatus.INFEASIBLE:
+            reason = f"solver status {status.name}: {reason}"
+        return infeasible(opts.mode, reason, solve_time_s=elapsed, rate_qps=rate,
+                          notes=(f"solver {solver}: {status.name}",))
+
+    stages: dict[str, tuple[Assignment, ...]] = {}
+    for s, cs in configs.items():
+        chosen = [(c, int(round(rep[c].x))) for c in cs if use[c].x >= 0.5 and rep[c].x >= 0.5]
+        if objective == "cost" or lam[s] <= 0:
+            caps = [n * c.throughput_qps for c, n in chosen]
+            weights = [x / sum(caps) for x in caps]
+        else:
+            weights = [max(flow[c].x, 0.0) / lam[s] for c, _ in chosen]
+        stages[s] = tuple(assignment_for(c, n, w) for (c, n), w in zip(chosen, weights))
+    notes = [f"solver {solver}: {status.name}, objective {m.objective_value:.6g}"]
+    notes += binding(problem, configs, stages, lat, budget, lam, paths, rep)
+    return evaluate(problem, opts.mode, stages, rate_qps=rate, solve_time_s=elapsed, notes=tuple(notes))
+
+
+def binding(problem: Problem, configs: Mapping[str, list[Config]], stages: Mapping[str, tuple],
+            lat: Callable[[Config], float], budget: float, lam: Mapping[str, float],
+            paths: list[tuple[str, ...]], rep: Mapping[Config, "mip.Var"]) -> list[str]:
+    """Constraints with no slack at the solution, in words (for --explain)."""
+    out = []
+    used = {s: max(lat(c) for c in configs[s] if rep[c].x >= 0.5) for s in configs}
+    for p in paths:
+        total = sum(used[s] for s in p)
+        if budget - total < 0.02 * budget:
+            out.append(f"binding: path {'->'.join(p)} latency {total:.1f} of {budget:.1f} ms")
+    for s, cs in configs.items():
+        chosen = [c for c in cs if rep[c].x >= 0.5]
+        cap = sum(rep[c].x * c.throughput_qps for c in chosen)
+        smallest = min(c.throughput_qps for c in chosen)
+        if sum(rep[c].x for c in chosen) > len(chosen) and cap - smallest < lam[s]:
+            out.append(f"binding: stage {s} capacity {cap:.1f} qps for {lam[s]:.1f} qps "
+                       "(one replica fewer would not keep up)")
+    if problem.max_replicas is not None:
+        total = sum(a.replicas for a_s in stages.values() for a in a_s)
+        if total >= problem.max_replicas:
+            out.append(f"binding: cluster cap {problem.max_replicas} replicas")
+    return out

@@ -1,0 +1,73 @@
+"""`slipstream topics` and `slipstream submit`: a pipeline's topics, and one request from the shell."""
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from streams import admin, topics
+from streams.client import PipelineClient
+from streams.config import KafkaSettings
+from streams.spec import SpecError, load_pipeline
+
+
+def load_or_fail(path: str):
+    try:
+        return load_pipeline(path)
+    except SpecError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+pipeline_opt = click.option("--pipeline", "pipeline_file", required=True,
+                            type=click.Path(exists=True, dir_okay=False), help="Pipeline spec (YAML).")
+
+
+@click.command("topics")
+@pipeline_opt
+def topics_cmd(pipeline_file: str) -> None:
+    """Create the pipeline's topics (existing ones are left alone) and list them."""
+    pipe = load_or_fail(pipeline_file)
+    specs = topics.all_topics(pipe)
+    created = asyncio.run(admin.ensure_topics(KafkaSettings.from_env(), specs))
+    for s in specs:
+        click.echo(f"{'created' if s.name in created else 'exists '}  {s.name}  partitions={s.partitions}")
+
+
+@click.command()
+@pipeline_opt
+@click.option("--input", "input_path", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="File whose bytes are the request payload.")
+@click.option("--content-type", default=None, help="Payload content type [default: the pipeline's].")
+@click.option("--accuracy-floor", type=float, default=None, help="Lowest acceptable variant accuracy.")
+@click.option("--slo-ms", type=float, default=None, help="Deadline after creation [default: pipeline SLO].")
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the result.")
+def submit(pipeline_file, input_path, content_type, accuracy_floor, slo_ms, timeout) -> None:
+    """Send one request and print its result as JSON (output decoded as text when it is text)."""
+    pipe = load_or_fail(pipeline_file)
+    payload = Path(input_path).read_bytes()
+
+    async def go() -> dict:
+        async with PipelineClient(pipe, KafkaSettings.from_env()) as c:
+            rid = await c.submit(payload, content_type=content_type, accuracy_floor=accuracy_floor,
+                                 slo_ms=slo_ms)
+            return await c.result(rid, timeout)
+
+    try:
+        res = asyncio.run(go())
+    except (TimeoutError, LookupError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    out = res["output"]
+    try:
+        shown = json.loads(out) if res["content_type"] == "application/json" else out.decode()
+    except (UnicodeDecodeError, ValueError):
+        shown = f"<{len(out)} bytes {res['content_type']}>"
+    res = {**res, "output": shown, "latency_ms": (res["finished_ns"] - res["created_ns"]) / 1e6}
+    click.echo(json.dumps(res, indent=2, default=str))
+    sys.exit(0 if res["status"] == "done" else 2)
+
+
+commands = [topics_cmd, submit]

@@ -1,0 +1,45 @@
+"""`slipstream worker`: run one stage worker (or a pipeline's join worker) in the foreground."""
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from streams.config import KafkaSettings
+from streams.spec import SpecError, load_pipeline
+
+
+@click.command()
+@click.option("--pipeline", "pipeline_file", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Pipeline spec (YAML).")
+@click.option("--stage", required=True, help="Stage name, or 'join' for the fan-out join worker.")
+@click.option("--web-port", type=int, default=None, help="Faust web server port [default: off].")
+@click.option("--metrics-port", type=int, default=0, show_default=True,
+              help="Prometheus endpoint port on 127.0.0.1 (0 = any free port, printed when ready).")
+@click.option("--loglevel", default="warning", show_default=True)
+def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_port: int, loglevel: str) -> None:
+    """Run one stage worker: consume the stage's input topic, batch, infer, route."""
+    from agents.app import JOIN, build_join_app, build_stage_app
+    from agents.zoo import load_executor
+
+    try:
+        pipe = load_pipeline(pipeline_file)
+        if stage != JOIN:
+            pipe.stage(stage)
+    except (SpecError, KeyError) as exc:
+        raise click.UsageError(str(exc)) from None
+    kafka = KafkaSettings.from_env()
+    if stage == JOIN:
+        app = build_join_app(pipe, kafka, web_port=web_port, metrics_port=metrics_port)[0]
+    else:
+        cache = os.environ.get("SLIPSTREAM_CACHE")
+        factory = (lambda v, h: load_executor(v, h, cache_dir=cache)) if cache else load_executor
+        app = build_stage_app(pipe, stage, kafka, factory, web_port=web_port, metrics_port=metrics_port)[0]
+    argv = ["faust", "worker", "--loglevel", loglevel]
+    argv += ["--without-web"] if web_port is None else ["--web-port", str(web_port)]
+    sys.argv = argv
+    app.main()
+
+
+commands = [worker]

@@ -1,0 +1,166 @@
+"""The client API: submit requests to a pipeline and await their results by request id.
+
+    async with PipelineClient(pipe, KafkaSettings.from_env()) as c:
+        rid = await c.submit(payload, content_type="image/png")
+        result = await c.result(rid, timeout_s=5)
+
+    with SyncClient(pipe, settings) as c:           # the same from blocking code
+        result = c.call(payload, timeout_s=5)
+
+The client reads the results topic from its end at start-up, so it sees only results of requests
+sent after it started; duplicates (at-least-once redelivery) are counted and ignored.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from typing import Any
+
+from streams import codec, kafka as kclient, topics
+from streams.config import KafkaSettings
+from streams.spec import Pipeline
+
+NS_PER_MS = 1_000_000
+
+
+def make_request(pipe: Pipeline, payload: bytes, content_type: str | None = None,
+                 request_id: str | None = None, slo_ms: float | None = None,
+                 accuracy_floor: float | None = None, created_ns: int | None = None) -> dict:
+    created = time.time_ns() if created_ns is None else created_ns
+    return {
+        "request_id": request_id or uuid.uuid4().hex,
+        "pipeline": pipe.name,
+        "created_ns": created,
+        "deadline_ns": created + int((slo_ms or pipe.slo_ms) * NS_PER_MS),
+        "accuracy_floor": accuracy_floor,
+        "content_type": content_type or pipe.input_content_type,
+        "payload": payload,
+    }
+
+
+class PipelineClient:
+    def __init__(self, pipe: Pipeline, kafka: KafkaSettings, *, read_results: bool = True) -> None:
+        self.pipe, self.kafka, self.read_results = pipe, kafka, read_results
+        self.input_topic = topics.stage_input(pipe.name, pipe.source)
+        self._producer = None
+        self._consumer = None
+        self._reader: asyncio.Task | None = None
+        self._waiters: dict[str, asyncio.Future] = {}
+        self.results: dict[str, dict] = {}
+        self.duplicates = 0
+
+    async def __aenter__(self) -> "PipelineClient":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        self._producer = kclient.producer(self.kafka)
+        await self._producer.start()
+        if self.read_results:
+            self._consumer = kclient.consumer(self.kafka, group_id=None, auto_offset_reset="latest")
+            await self._consumer.start()
+            tps = await _partitions(self._consumer, topics.results(self.pipe.name))
+            self._consumer.assign(tps)
+            await self._consumer.seek_to_end(*tps)
+            for tp in tps:  # resolve the end offsets now, before any request is sent
+                await self._consumer.position(tp)
+            self._reader = asyncio.create_task(self._read())
+
+    async def stop(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            try:
+                await self._reader
+            except asyncio.CancelledError:
+                pass
+        if self._consumer is not None:
+            await self._consumer.stop()
+        if self._producer is not None:
+            await self._producer.stop()
+
+    async def send(self, request: dict, wait: bool = True):
+        """Produce a prepared request (see :func:`make_request`); returns the delivery future when
+        ``wait`` is False, so open-loop senders can keep going."""
+        fut = await kclient.send(self._producer, self.input_topic, "InferenceRequest", request,
+                                 key=request["request_id"], timestamp_ns=request["created_ns"])
+        if wait:
+            await fut
+        return fut
+
+    async def submit(self, payload: bytes, **kw: Any) -> str:
+        req = make_request(self.pipe, payload, **kw)
+        self._waiters.setdefault(req["request_id"], asyncio.get_running_loop().create_future())
+        await self.send(req)
+        return req["request_id"]
+
+    async def result(self, request_id: str, timeout_s: float = 30.0) -> dict:
+        if request_id in self.results:
+            return self.results[request_id]
+        fut = self._waiters.setdefault(request_id, asyncio.get_running_loop().create_future())
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        except TimeoutError:
+            raise TimeoutError(f"no result for request {request_id} within {timeout_s} s "
+                               f"(it may still be in Kafka)") from None
+
+    async def _read(self) -> None:
+        async for msg in self._consumer:
+            res = codec.decode("InferenceResult", msg.value)
+            rid = res["request_id"]
+            if rid in self.results:
+                self.duplicates += 1
+                continue
+            self.results[rid] = res
+            fut = self._waiters.pop(rid, None)
+            if fut is not None and not fut.done():
+                fut.set_result(res)
+
+
+async def _partitions(consumer, topic: str) -> list:
+    from aiokafka import TopicPartition
+
+    parts = consumer.partitions_for_topic(topic)
+    for _ in range(50):
+        if parts:
+            break
+        await consumer._client.force_metadata_update()  # first lookup of a topic: fetch metadata
+        parts = consumer.partitions_for_topic(topic)
+    if not parts:
+        raise LookupError(f"topic {topic} does not exist: create the pipeline's topics first")
+    return [TopicPartition(topic, p) for p in sorted(parts)]
+
+
+class SyncClient:
+    """The same client for blocking code: an event loop on a background thread."""
+
+    def __init__(self, pipe: Pipeline, kafka: KafkaSettings) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._client = PipelineClient(pipe, kafka)
+
+    def _run(self, coro, timeout: float | None = None):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def __enter__(self) -> "SyncClient":
+        self._thread.start()
+        self._run(self._client.start())
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._run(self._client.stop())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+
+    def submit(self, payload: bytes, **kw: Any) -> str:
+        return self._run(self._client.submit(payload, **kw))
+
+    def result(self, request_id: str, timeout_s: float = 30.0) -> dict:
+        return self._run(self._client.result(request_id, timeout_s))
+
+    def call(self, payload: bytes, timeout_s: float = 30.0, **kw: Any) -> dict:
+        return self.result(self.submit(payload, **kw), timeout_s)

@@ -1,0 +1,30 @@
+"""Plots are written from the Summary alone, as real non-empty PNGs."""
+import numpy as np
+
+from loadgen.cost import ConfigEvent
+from loadgen.plots import write_plots
+from loadgen.render import write_report
+from loadgen.report import Envelope, summarize
+
+T0 = 1_700_000_000_000_000_000
+MS = 1_000_000
+
+
+def test_every_plot_is_a_png(tmp_path):
+    rng = np.random.default_rng(0)
+    res = []
+    for i in range(600):
+        c = T0 + i * 50 * MS
+        lat = int(rng.gamma(2.0, 20.0) * MS)
+        res.append({"request_id": f"r-{i}", "status": "done", "reason": "", "created_ns": c,
+                    "deadline_ns": c + 100 * MS, "finished_ns": c + lat, "accuracy": 0.9, "hops": []})
+    ev = [ConfigEvent(T0, "a", 1, 0.1), ConfigEvent(T0 + 15_000 * MS, "a", 3, 0.3)]
+    env = Envelope((0.5, 1.0, 2.0, 4.0), (40.0, 30.0, 25.0, 21.0), (35.0, 28.0, 24.0, 20.0))
+    s = summarize(res, slo_ms=100, configs=ev, envelope=env, label="plot-test")
+    paths = write_plots(s, tmp_path / "plots")
+    assert [p.name for p in paths] == ["latency.png", "cdf.png", "cost.png", "envelope.png"]
+    for p in paths:
+        data = p.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    no_env = write_report(summarize(res, slo_ms=100), tmp_path / "report")
+    assert "envelope.png" not in {p.name for p in no_env} and len(no_env) == 5

@@ -1,0 +1,173 @@
+"""Actuators: apply a desired replica count per stage. Idempotent "set desired count" behind a Protocol.
+
+- :class:`LocalProcessActuator` runs stage workers as child processes of this host. Scale-up starts
+  new ones; scale-down stops the *newest* first (the oldest have warm caches and settled partition
+  assignments) with SIGTERM, then SIGKILL after ``grace_s``. Exited workers are reaped on every call
+  and :meth:`reconcile` replaces them, so a crashed worker comes back.
+- :class:`DryRunActuator` only remembers the counts (``slipstream tuner --dry-run``).
+- ``tuner.k8s.KubernetesActuator`` patches a Deployment's scale subresource.
+
+The worker command is a parameter (``argv_for(stage) -> argv``); production passes
+``slipstream worker --pipeline FILE --stage NAME``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Protocol, Sequence
+
+log = logging.getLogger(__name__)
+
+
+class Actuator(Protocol):
+    def set_replicas(self, stage: str, n: int) -> None:
+        """Make ``n`` replicas of ``stage`` run (idempotent; returns once the change is issued)."""
+
+    def replicas(self, stage: str) -> int:
+        """Replicas of ``stage`` running (or desired, where the platform starts them for us)."""
+
+
+class DryRunActuator:
+    """Remembers the counts it was asked for; starts nothing."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def set_replicas(self, stage: str, n: int) -> None:
+        self.counts[stage] = n
+
+    def replicas(self, stage: str) -> int:
+        return self.counts.get(stage, 0)
+
+
+@dataclass
+class Worker:
+    stage: str
+    proc: subprocess.Popen
+    started_ns: int
+
+
+def worker_argv(pipeline_file: str, stage: str, executable: Sequence[str] = ("slipstream",)) -> list[str]:
+    """The production worker command line (``slipstream worker`` is written by the lead)."""
+    return [*executable, "worker", "--pipeline", str(pipeline_file), "--stage", stage]
+
+
+class LocalProcessActuator:
+    """Stage workers as local processes; see the module docstring."""
+
+    def __init__(self, argv_for: Callable[[str], Sequence[str]], *, grace_s: float = 10.0,
+                 log_dir: Path | None = None, env: Mapping[str, str] | None = None) -> None:
+        self._argv_for = argv_for
+        self.grace_s = grace_s
+        self._log_dir = log_dir
+        self._env = dict(env) if env is not None else None
+        self._workers: dict[str, list[Worker]] = {}
+        self._desired: dict[str, int] = {}
+        self.unexpected_exits = 0  # workers that exited without being asked to (crashes)
+        self._seq = 0
+        self._lock = threading.RLock()  # the tuner and the supervisor's reconcile call from threads
+
+    # ---- Actuator
+
+    def set_replicas(self, stage: str, n: int) -> None:
+        if n < 0:
+            raise ValueError(f"replicas must be >= 0, got {n} for stage {stage!r}")
+        with self._lock:
+            self._desired[stage] = n
+            self._converge(stage)
+
+    def replicas(self, stage: str) -> int:
+        with self._lock:
+            self._reap(stage)
+            return len(self._workers.get(stage, []))
+
+    # ---- extras
+
+    def pids(self, stage: str) -> list[int]:
+        """PIDs of the running workers of ``stage``, oldest first."""
+        with self._lock:
+            self._reap(stage)
+            return [w.proc.pid for w in self._workers.get(stage, [])]
+
+    def reconcile(self) -> int:
+        """Replace workers that exited on their own; returns how many were started."""
+        started = 0
+        with self._lock:
+            for stage in list(self._desired):
+                self._reap(stage)
+                started += max(0, self._desired[stage] - len(self._workers.get(stage, [])))
+                self._converge(stage)
+        return started
+
+    def close(self) -> None:
+        """Stop every worker (newest first, in parallel per stage)."""
+        with self._lock:
+            for stage in list(self._workers):
+                self._desired[stage] = 0
+                self._converge(stage)
+
+    # ---- internals
+
+    def _converge(self, stage: str) -> None:
+        self._reap(stage)
+        running = self._workers.setdefault(stage, [])
+        want = self._desired.get(stage, 0)
+        while len(running) < want:
+            running.append(self._start(stage))
+        if len(running) > want:
+            victims = running[want:][::-1]  # newest first
+            del running[want:]
+            self._stop(victims)
+
+    def _start(self, stage: str) -> Worker:
+        argv = list(self._argv_for(stage))
+        self._seq += 1
+        out = subprocess.DEVNULL
+        if self._log_dir is not None:
+            self._log_dir.mkdir(parents=True, exist_ok=True)
+            out = open(self._log_dir / f"{stage}-{self._seq}.log", "ab")
+        try:
+            # own session: SIGTERM reaches the worker's whole process group, not our terminal's
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=self._env, start_new_session=True)
+        finally:
+            if out is not subprocess.DEVNULL:
+                out.close()
+        log.info("started %s worker pid=%d: %s", stage, proc.pid, " ".join(argv))
+        return Worker(stage, proc, time.time_ns())
+
+    def _stop(self, victims: list[Worker]) -> None:
+        for w in victims:
+            _signal_group(w.proc, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s
+        for w in victims:
+            try:
+                w.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s worker pid=%d ignored SIGTERM for %.1fs: SIGKILL", w.stage, w.proc.pid,
+                            self.grace_s)
+                _signal_group(w.proc, signal.SIGKILL)
+                w.proc.wait()
+            log.info("stopped %s worker pid=%d rc=%s", w.stage, w.proc.pid, w.proc.returncode)
+
+    def _reap(self, stage: str) -> None:
+        running = self._workers.get(stage, [])
+        alive = [w for w in running if w.proc.poll() is None]
+        for w in running:
+            if w.proc.returncode is not None:
+                self.unexpected_exits += 1
+                log.warning("%s worker pid=%d exited on its own rc=%s", stage, w.proc.pid, w.proc.returncode)
+        self._workers[stage] = alive
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # start_new_session made pid the group id
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,121 @@
+"""The tuner's Kafka bindings: arrival timestamps in, StageConfig/ScalingAction out, partitions grown.
+
+Arrivals are the *record timestamps* (ms, set by the producer from ``created_ns``) of the pipeline's
+input topic, i.e. of the source stage's input; payloads are never decoded. The consumer has no group
+(it must not steal partitions from the source stage's workers): it assigns every partition itself,
+starts ``lookback_s`` back (``offsets_for_times``) so the envelope has history at once, and follows the
+control topic from the beginning (compacted: the latest StageConfig per stage) so a scaling action
+republishes the stage's current variant/batch with only the replicas changed.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import AsyncIterator, Callable, Mapping
+
+import numpy as np
+from streams import admin, codec, kafka as kclient, topics
+from streams.config import KafkaSettings
+
+log = logging.getLogger(__name__)
+NS_PER_MS = 1_000_000
+
+
+class KafkaArrivals:
+    """Async iterator of timestamp chunks (epoch ns) from the input topic; control records go to
+    ``on_stage_config``. Without a group, aiokafka assigns every partition of both topics and picks up
+    partitions added later (from their beginning) on its next metadata refresh."""
+
+    def __init__(self, settings: KafkaSettings, pipeline: str, source_stage: str, *,
+                 on_stage_config: Callable[[Mapping], None], lookback_s: float = 60.0,
+                 poll_ms: int = 100) -> None:
+        self.settings = settings
+        self.input_topic = topics.stage_input(pipeline, source_stage)
+        self.control_topic = topics.control(pipeline)
+        self._on_config = on_stage_config
+        self._lookback_ms = int(lookback_s * 1000)
+        self._poll_ms = poll_ms
+        self._consumer = None
+
+    async def start(self) -> None:
+        self._consumer = kclient.consumer(self.settings, self.input_topic, self.control_topic, group_id=None,
+                                          enable_auto_commit=False, auto_offset_reset="earliest")
+        await self._consumer.start()
+        for _ in range(100):  # the assignment needs one metadata round trip
+            if any(tp.topic == self.input_topic for tp in self._consumer.assignment()):
+                break
+            await asyncio.sleep(0.05)
+        inputs = [tp for tp in self._consumer.assignment() if tp.topic == self.input_topic]
+        if not inputs:
+            raise LookupError(f"topic {self.input_topic!r} has no partitions (run the pipeline's topic setup)")
+        since = time.time_ns() // NS_PER_MS - self._lookback_ms
+        offsets = await self._consumer.offsets_for_times({tp: since for tp in inputs})
+        for tp in inputs:
+            if offsets.get(tp) is None:
+                await self._consumer.seek_to_end(tp)
+            else:
+                self._consumer.seek(tp, offsets[tp].offset)
+
+    async def stop(self) -> None:
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
+
+    def __aiter__(self) -> AsyncIterator[np.ndarray]:
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[np.ndarray]:
+        if self._consumer is None:
+            await self.start()
+        while True:
+            batch = await self._consumer.getmany(timeout_ms=self._poll_ms, max_records=20_000)
+            stamps: list[int] = []
+            for tp, records in batch.items():
+                if tp.topic == self.control_topic:
+                    for r in records:
+                        try:
+                            self._on_config(codec.decode("StageConfig", r.value))
+                        except codec.CodecError as exc:
+                            log.warning("control topic offset %d: %s", r.offset, exc)
+                else:
+                    stamps.extend(r.timestamp for r in records)
+            if stamps:
+                yield np.asarray(stamps, dtype=np.int64) * NS_PER_MS
+
+
+class KafkaPublisher:
+    """Publishes tuner records, awaiting delivery of each (a scaling action is never fire-and-forget)."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.settings = settings
+        self._producer = None
+
+    async def start(self) -> None:
+        self._producer = kclient.producer(self.settings)
+        await self._producer.start()
+
+    async def stop(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+
+    async def publish(self, topic: str, record: str, value: Mapping, key: str) -> None:
+        fut = await kclient.send(self._producer, topic, record, value, key=key)
+        await fut
+
+
+def grower(settings: KafkaSettings):
+    """``grow(topic, n)`` for the service, through ``streams.admin.grow_partitions``."""
+
+    async def grow(topic: str, count: int) -> int:
+        return await admin.grow_partitions(settings, topic, count)
+
+    return grow
+
+
+async def stage_partitions(settings: KafkaSettings, pipeline: str, stages: list[str]) -> dict[str, int]:
+    """Current partition count of each stage's input topic."""
+    names = {topics.stage_input(pipeline, s): s for s in stages}
+    counts = await admin.partition_counts(settings, list(names))
+    return {names[t]: n for t, n in counts.items()}

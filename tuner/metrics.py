@@ -1,0 +1,50 @@
+"""Prometheus metrics of the tuner (``slipstream_tuner_*``): what each decision saw and what it did."""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from tuner.policy import LiveTraffic, ScaleDecision, TunerPlan
+
+
+class TunerMetrics:
+    def __init__(self, pipeline: str, registry: CollectorRegistry | None = None) -> None:
+        self.pipeline = pipeline
+        kw = {"registry": registry} if registry is not None else {}
+        self.arrivals = Counter("slipstream_tuner_arrivals", "Arrival timestamps counted", ["pipeline"], **kw)
+        self.late = Counter("slipstream_tuner_late_arrivals", "Arrivals older than the reorder hold-back",
+                            ["pipeline"], **kw)
+        self.live_rate = Gauge("slipstream_tuner_live_rate_qps", "Live envelope rate per window (scale-up view)",
+                               ["pipeline", "window_s"], **kw)
+        self.planned_rate = Gauge("slipstream_tuner_planned_rate_qps", "Planned (sample) envelope rate per window",
+                                  ["pipeline", "window_s"], **kw)
+        self.down_rate = Gauge("slipstream_tuner_down_rate_qps", "Peak 5 s rate over the last 30 s",
+                               ["pipeline"], **kw)
+        self.replicas = Gauge("slipstream_tuner_replicas", "Replicas the tuner wants per stage",
+                              ["pipeline", "stage"], **kw)
+        self.partitions = Gauge("slipstream_tuner_partitions", "Partitions of the stage input topic",
+                                ["pipeline", "stage"], **kw)
+        self.actions = Counter("slipstream_tuner_scaling_actions", "Scaling actions taken",
+                               ["pipeline", "stage", "direction"], **kw)
+        self.decide_seconds = Histogram("slipstream_tuner_decide_seconds", "Run time of one decision",
+                                        ["pipeline"], buckets=(1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2),
+                                        **kw)
+
+    def observe_plan(self, plan: TunerPlan) -> None:
+        for w, r in zip(plan.envelope.windows_s, plan.envelope.rates_qps):
+            self.planned_rate.labels(self.pipeline, f"{w:g}").set(r)
+
+    def observe_decision(self, live: LiveTraffic, decision: ScaleDecision, seconds: float,
+                         arrivals: int, late: int) -> None:
+        p = self.pipeline
+        for w, r in zip(live.envelope.windows_s, live.envelope.rates_qps):
+            self.live_rate.labels(p, f"{w:g}").set(r)
+        self.down_rate.labels(p).set(live.down_rate_qps)
+        for stage, n in decision.targets.items():
+            self.replicas.labels(p, stage).set(n)
+        for c in decision.changes:
+            self.actions.labels(p, c.stage, "up" if c.replicas > c.previous else "down").inc()
+        self.decide_seconds.labels(p).observe(seconds)
+        if arrivals:
+            self.arrivals.labels(p).inc(arrivals)
+        if late:
+            self.late.labels(p).inc(late)

@@ -1,0 +1,180 @@
+"""The tuner as a service: feed arrival timestamps to the tracker, decide every ``interval_s``, actuate,
+publish. The arithmetic lives in ``tuner.policy``/``tuner.partitions``; this shell only moves data.
+
+Order of one scaling action (per changed stage):
+
+1. Scale-up past the topic's partitions: grow the stage input topic first (``target_partitions``),
+   so the new replicas have partitions to take.
+2. Ask the actuator for the new count (in a thread: stopping a worker may wait its grace period).
+3. Publish a ``StageConfig`` (the stage's latest config with the new replicas/partitions, epoch + 1,
+   ``reason``) to the control topic and a ``ScalingAction`` to the scaling topic.
+
+Kafka I/O (where timestamps come from, where records go) is injected: ``tuner.kafka_io`` binds it to
+the broker, tests bind it to lists.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import AsyncIterator, Awaitable, Callable, Mapping
+
+import numpy as np
+
+from streams import topics
+from streams.spec import Pipeline
+from tuner.actuators import Actuator
+from tuner.envelope import EnvelopeTracker
+from tuner.metrics import TunerMetrics
+from tuner.partitions import target_partitions
+from tuner.policy import (ScaleDecision, StageChange, TunerConfig, TunerPlan, TunerState, decide, observe,
+                          tracker_windows)
+
+log = logging.getLogger(__name__)
+
+Publish = Callable[[str, str, Mapping, str], Awaitable[None]]  # (topic, record type, value, key)
+GrowPartitions = Callable[[str, int], Awaitable[int]]  # (topic, count) -> count after
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    interval_s: float = 0.5
+    reorder_s: float = 0.2  # hold-back for timestamps interleaved across partitions
+    partition_headroom: float = 1.5
+    bucket_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.interval_s <= 0 or self.reorder_s < 0 or self.partition_headroom < 1 or self.bucket_s <= 0:
+            raise ValueError(f"invalid service settings: {self}")
+
+
+def stage_config_record(pipeline: Pipeline, latest: Mapping | None, stage: str, replicas: int,
+                        partitions: int, reason: str) -> dict:
+    """The stage's latest StageConfig with the tuner's replicas; the spec's defaults if none was seen."""
+    if latest is None:
+        d = pipeline.stage(stage).defaults
+        latest = {"pipeline": pipeline.name, "stage": stage, "variant": d.variant, "hardware": d.hardware,
+                  "max_batch": d.max_batch, "batch_timeout_ms": d.batch_timeout_ms, "replicas": d.replicas,
+                  "partitions": d.partitions, "epoch": 0, "planner_mode": "defaults",
+                  "predicted_p99_ms": None, "routing": {}, "cost_per_hour": 0.0, "reason": ""}
+    hw = pipeline.hardware.get(latest["hardware"])
+    price = hw.cost_per_hour if hw is not None else 0.0
+    return {**latest, "replicas": replicas, "partitions": partitions, "epoch": int(latest["epoch"]) + 1,
+            "cost_per_hour": replicas * price, "reason": reason}
+
+
+def scaling_action_record(pipeline: str, change: StageChange, partitions: int, at_ns: int,
+                          cost_per_hour: float) -> dict:
+    return {"pipeline": pipeline, "stage": change.stage, "replicas": change.replicas,
+            "previous_replicas": change.previous, "partitions": partitions, "reason": describe(change),
+            "window_s": change.window_s, "live_rate_qps": change.live_rate_qps,
+            "planned_rate_qps": change.planned_rate_qps, "at_ns": at_ns, "cost_per_hour": cost_per_hour}
+
+
+def describe(change: StageChange) -> str:
+    if change.window_s is not None:
+        return (f"{change.reason}: {change.live_rate_qps:.1f} qps at the {change.window_s:g} s window "
+                f"> planned {change.planned_rate_qps:.1f} qps")
+    return f"{change.reason}: peak 5 s rate {change.live_rate_qps:.1f} qps over the last 30 s"
+
+
+class TunerService:
+    def __init__(self, pipeline: Pipeline, plan: TunerPlan, config: TunerConfig, actuator: Actuator, *,
+                 partitions: Mapping[str, int], publish: Publish | None = None,
+                 grow: GrowPartitions | None = None, metrics: TunerMetrics | None = None,
+                 settings: ServiceSettings = ServiceSettings(),
+                 clock: Callable[[], int] = time.time_ns) -> None:
+        self.pipeline, self.plan, self.config, self.actuator = pipeline, plan, config, actuator
+        self.settings = settings
+        self.partitions = dict(partitions)  # stage -> partitions of its input topic
+        self.latest_configs: dict[str, Mapping] = {}
+        self._publish, self._grow, self._clock = publish, grow, clock
+        self.metrics = metrics
+        self.tracker = EnvelopeTracker(tracker_windows(plan, config), bucket_s=settings.bucket_s,
+                                       recent_horizon_s=max(config.down_horizon_s, config.up_horizon_s) + 1,
+                                       reorder_s=settings.reorder_s)
+        self.state = TunerState.initial(plan, clock())
+        self._counted = (0, 0)
+        if metrics is not None:
+            metrics.observe_plan(plan)
+            for stage, n in self.partitions.items():
+                metrics.partitions.labels(pipeline.name, stage).set(n)
+
+    def feed(self, timestamps_ns: np.ndarray) -> None:
+        self.tracker.add(timestamps_ns)
+
+    def on_stage_config(self, record: Mapping) -> None:
+        """Remember the latest StageConfig per stage (from the control topic) to republish from."""
+        stage = record.get("stage")
+        prev = self.latest_configs.get(stage)
+        if prev is None or int(record["epoch"]) >= int(prev["epoch"]):
+            self.latest_configs[stage] = dict(record)
+
+    async def tick(self) -> ScaleDecision:
+        now = self._clock()
+        t0 = time.perf_counter()
+        live = observe(self.tracker, self.plan, now, self.config)
+        decision, self.state = decide(live, self.plan, self.state, now, self.config)
+        spent = time.perf_counter() - t0
+        if self.metrics is not None:
+            arrivals, late = self.tracker.arrivals, self.tracker.late
+            self.metrics.observe_decision(live, decision, spent, arrivals - self._counted[0],
+                                          late - self._counted[1])
+            self._counted = (arrivals, late)
+        for change in decision.changes:
+            await self._apply(change, now)
+        return decision
+
+    async def _apply(self, change: StageChange, now_ns: int) -> None:
+        stage, name = change.stage, self.pipeline.name
+        topic = topics.stage_input(name, stage)
+        have = self.partitions.get(stage, self.pipeline.stage(stage).defaults.partitions)
+        want = target_partitions(change.replicas, have, headroom=self.settings.partition_headroom)
+        if want > have and self._grow is not None:
+            have = await self._grow(topic, want)
+            log.info("grew %s to %d partitions", topic, have)
+        self.partitions[stage] = have
+        await asyncio.to_thread(self.actuator.set_replicas, stage, change.replicas)
+        config = stage_config_record(self.pipeline, self.latest_configs.get(stage), stage, change.replicas,
+                                     have, describe(change))
+        self.latest_configs[stage] = config
+        action = scaling_action_record(name, change, have, now_ns, config["cost_per_hour"])
+        log.info("%s %s: %d -> %d replicas (%s)", name, stage, change.previous, change.replicas,
+                 action["reason"])
+        if self.metrics is not None:
+            self.metrics.partitions.labels(name, stage).set(have)
+        if self._publish is not None:
+            await self._publish(topics.control(name), "StageConfig", config, stage)
+            await self._publish(topics.scaling(name), "ScalingAction", action, stage)
+
+    async def run(self, arrivals: AsyncIterator[np.ndarray], stop: asyncio.Event,
+                  on_decision: Callable[[ScaleDecision], None] | None = None) -> None:
+        """Feed ``arrivals`` (chunks of epoch-ns timestamps) and decide every ``interval_s`` until ``stop``."""
+
+        async def pump() -> None:
+            async for chunk in arrivals:
+                self.feed(chunk)
+                if stop.is_set():
+                    return
+
+        feeder = asyncio.create_task(pump())
+        try:
+            while not stop.is_set():
+                if feeder.done():
+                    feeder.result()  # re-raise a failed source
+                    stop.set()
+                    break
+                decision = await self.tick()
+                if on_decision is not None:
+                    on_decision(decision)
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=self.settings.interval_s)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            feeder.cancel()
+            try:
+                await feeder
+            except asyncio.CancelledError:
+                pass

@@ -1,0 +1,64 @@
+"""`slipstream up`: run a pipeline's initial plan as local worker processes and the tuner on top.
+
+The supervisor starts the planned replica count of every stage through a
+:class:`~tuner.actuators.LocalProcessActuator`, then runs the tuner service (which resizes through the
+same actuator) and, every ``reconcile_s``, replaces workers that died on their own. On stop (signal
+or a failed tuner) it stops every worker it started: SIGTERM, then SIGKILL after the grace period.
+The initial counts come from the caller (the planner's plan; the CLI falls back to the spec defaults).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable, Mapping
+
+from tuner.actuators import LocalProcessActuator
+
+log = logging.getLogger(__name__)
+
+
+class Supervisor:
+    def __init__(self, actuator: LocalProcessActuator, initial: Mapping[str, int], *,
+                 reconcile_s: float = 1.0) -> None:
+        bad = {k: v for k, v in initial.items() if v < 0}
+        if bad:
+            raise ValueError(f"initial replicas must be >= 0: {bad}")
+        self.actuator = actuator
+        self.initial = dict(initial)
+        self.reconcile_s = reconcile_s
+        self.replaced = 0
+
+    def start(self) -> None:
+        """Start the initial workers (oldest first per stage)."""
+        for stage, n in self.initial.items():
+            self.actuator.set_replicas(stage, n)
+            log.info("stage %s: %d worker(s) pids=%s", stage, n, self.actuator.pids(stage))
+
+    async def run(self, stop: asyncio.Event,
+                  tuner: Callable[[asyncio.Event], Awaitable[None]] | None = None) -> None:
+        """Start, then keep workers alive while ``tuner(stop)`` runs, until ``stop`` is set or the
+        tuner returns/fails; always stops the workers it started."""
+        self.start()
+        task = asyncio.create_task(tuner(stop)) if tuner is not None else None
+        try:
+            while not stop.is_set():
+                if task is not None and task.done():
+                    task.result()  # a tuner that failed takes the supervisor down with it
+                    break
+                started = await asyncio.to_thread(self.actuator.reconcile)
+                if started:
+                    self.replaced += started
+                    log.warning("replaced %d exited worker(s)", started)
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=self.reconcile_s)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            stop.set()
+            if task is not None and not task.done():
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+            await asyncio.to_thread(self.actuator.close)
