@@ -33,11 +33,18 @@ log = logging.getLogger(__name__)
 JOIN = "join"
 
 
-def _announce(role: str, app: faust.App, metrics_port: int) -> None:
-    async def on_rebalance_complete(sender, **kwargs) -> None:
+def _announce(role: str, app: faust.App, metrics_port: int, started: asyncio.Event | None = None) -> None:
+    """Print the ready line after each rebalance, once the worker's model is loaded and warm (in a
+    task of its own: the rebalance must not wait for it)."""
+    async def announce() -> None:
+        if started is not None:
+            await started.wait()
         parts = sorted(tp.partition for tp in app.consumer.assignment())
         print(f"slipstream-worker ready stage={role} partitions={len(parts)} "
               f"metrics={metrics_port} at_ns={time.time_ns()}", flush=True)
+
+    async def on_rebalance_complete(sender, **kwargs) -> None:
+        asyncio.ensure_future(announce())
 
     app.on_rebalance_complete.connect(on_rebalance_complete)
 
@@ -70,7 +77,7 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
     async def _stop(sender, **kwargs) -> None:
         await worker.stop()
 
-    _announce(stage, app, metrics.serve(metrics_port))
+    _announce(stage, app, metrics.serve(metrics_port), worker.started)
     return app, worker
 
 

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-import numpy as np
-
 from agents.executors import ModelExecutor
 from agents.models.export import DEFAULT_CACHE_DIR, INPUT_NAME
 from agents.preprocess import encode_png, synthetic_image

@@ -73,6 +73,8 @@ class StageWorker:
         self.stream = None
         self.warmup_batches = warmup_batches
         self.windows_done = 0
+        self.started = asyncio.Event()
+        self._finishing: asyncio.Future | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -81,8 +83,13 @@ class StageWorker:
         self.loaded = await self._load(self.config)
         self.producer = kclient.producer(self.kafka)
         await self.producer.start()
+        self.started.set()
 
     async def stop(self) -> None:
+        try:
+            await asyncio.wait_for(self.drain(), 10)
+        except Exception:  # shutting down: whatever is unacked will be redelivered
+            pass
         if self.producer is not None:
             await self.producer.stop()
         self.pool.shutdown(wait=True)
@@ -201,6 +208,8 @@ class StageWorker:
             await self.work_off(window, s)
 
     async def work_off(self, window: list[Item], s: batching.BatchSettings) -> None:
+        """Run one window; its outputs' delivery and the acks of its inputs finish in the background,
+        in window order, so the next window starts without waiting for a Kafka round trip."""
         futures: list = []
         groups: dict[str, list[Item]] = {}
         for it in window:
@@ -220,11 +229,23 @@ class StageWorker:
             groups.setdefault(variant, []).append(it)
         for variant, items in groups.items():
             futures += await self._work_variant(variant, items, s)
+        previous = self._finishing
+        self._finishing = asyncio.ensure_future(self._finish(window, futures, previous))
+
+    async def _finish(self, window: list[Item], futures: list, previous: asyncio.Future | None) -> None:
+        """Await delivery of a window's outputs, then ack its inputs (after the previous window's)."""
         if futures:
             await asyncio.gather(*futures)
+        if previous is not None:
+            await previous
         for it in window:
             await self.stream.ack(it.event)
         self.windows_done += 1
+
+    async def drain(self) -> None:
+        """Wait until every window taken so far has been delivered and acked."""
+        if self._finishing is not None:
+            await self._finishing
 
     async def _work_variant(self, variant: str, pending: list[Item], s: batching.BatchSettings) -> list:
         lv = self.loaded[variant]

@@ -114,8 +114,14 @@ class Summary:
 
 
 def reason_category(reason: str) -> str:
+    """``deadline: predicted ...`` -> ``deadline``; the estimator's ``stage X: deadline: ...`` ->
+    ``deadline@X``."""
+    where = ""
+    if reason.startswith("stage ") and ":" in reason:
+        head, reason = reason.split(":", 1)
+        where = "@" + head[len("stage "):].strip()
     head = reason.split(":", 1)[0].strip()
-    return head or "unspecified"
+    return (head or "unspecified") + where
 
 
 def summarize(results: Sequence[Mapping[str, Any]], *, slo_ms: float, pipeline: str = "",

@@ -85,7 +85,7 @@ class SimResult:
 
     def percentile_ms(self, q: float) -> float:
         """Latency percentile with dropped requests counted as infinitely late."""
-        return float(np.percentile(self._lat_inf(), q)) if self.requests else 0.0
+        return nearest_rank(self._lat_inf(), q)
 
     @property
     def p50_ms(self) -> float:
@@ -98,7 +98,7 @@ class SimResult:
     @property
     def p99_completed_ms(self) -> float:
         done = self.latency_ms[~self.dropped]
-        return float(np.percentile(done, 99)) if done.size else math.inf
+        return nearest_rank(done, 99) if done.size else math.inf
 
     @property
     def attainment(self) -> float:
@@ -123,6 +123,14 @@ class SimResult:
                            None if self.dropped[i] else float(self.latency_ms[i]), bool(self.dropped[i]),
                            reason, {s: float(v) for s, v in zip(self.stage_names, self.stage_ms[i])
                                     if not np.isnan(v)})
+
+
+def nearest_rank(values: np.ndarray, q: float) -> float:
+    """The q-th percentile by nearest rank (no interpolation, so infinities stay infinite)."""
+    if values.size == 0:
+        return 0.0
+    v = np.sort(values)
+    return float(v[max(0, math.ceil(q / 100.0 * v.size) - 1)])
 
 
 class _Replica:

@@ -24,7 +24,7 @@ import math
 import re
 import time
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import mip
 
@@ -44,7 +44,7 @@ class MilpOptions:
     latency_model: str = "ipa"  # ipa | loki
     objective: str | None = None  # cost | accuracy | max-accuracy; default problem.objective
     variants: Mapping[str, frozenset[str]] | None = None  # allowed variants per stage
-    allow_mix: bool = True  # several configs per stage
+    allow_mix: bool | None = None  # several configs per stage; default problem.mix
     mode: str = "milp"
 
 
@@ -109,11 +109,131 @@ def solve(problem: Problem, opts: MilpOptions = MilpOptions(), warm: Plan | None
     m = mip.Model(name=_name(problem.name), sense=sense, solver_name=solver)
     m.verbose = 0
     m.max_seconds = opts.time_limit_s
+    lam = {s: problem.stage_rate(s, rate) for s in configs}
+    mix = problem.mix if opts.allow_mix is None else opts.allow_mix
+    build = _build_mixed if mix else _build_single
+    use, rep, flow = build(m, problem, configs, lam, paths, budget, lat, objective)
+    if warm is not None and warm.stages:
+        start = []
+        for sp in warm.stages:
+            for a in sp.assignments:
+                for c in configs.get(sp.stage, ()):
+                    if (c.variant, c.hardware, c.batch) == (a.variant, a.hardware, a.max_batch):
+                        start.append((use[c], 1.0))
+                        if isinstance(rep[c], mip.Var):
+                            start.append((rep[c], float(a.replicas)))
+        if start:
+            m.start = start
+    status = m.optimize(max_seconds=opts.time_limit_s)
+    elapsed = time.perf_counter() - t0
+    if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
+        reason = diagnose(problem, configs, budget, rate, opts)
+        if status != mip.OptimizationStatus.INFEASIBLE:
+            reason = f"solver status {status.name}: {reason}"
+        return infeasible(opts.mode, reason, solve_time_s=elapsed, rate_qps=rate,
+                          notes=(f"solver {solver}: {status.name}",))
+
+    stages: dict[str, tuple[Assignment, ...]] = {}
+    for s, cs in configs.items():
+        chosen = [(c, int(round(_val(rep[c])))) for c in cs if use[c].x >= 0.5]
+        if objective == "cost" or lam[s] <= 0 or not flow:
+            caps = [n * c.throughput_qps for c, n in chosen]
+            weights = [x / sum(caps) for x in caps]
+        else:
+            weights = [max(_val(flow[c]), 0.0) / lam[s] for c, _ in chosen]
+        stages[s] = tuple(assignment_for(c, n, w) for (c, n), w in zip(chosen, weights))
+    notes = [f"solver {solver}: {status.name}, objective {m.objective_value:.6g}"]
+    used_rep = {c: (_val(rep[c]) if use[c].x >= 0.5 else 0.0) for cs in configs.values() for c in cs}
+    notes += binding(problem, configs, stages, lat, budget, lam, paths, used_rep)
+    return evaluate(problem, opts.mode, stages, rate_qps=rate, solve_time_s=elapsed, notes=tuple(notes))
+
+
+def binding(problem: Problem, configs: Mapping[str, list[Config]], stages: Mapping[str, tuple],
+            lat: Callable[[Config], float], budget: float, lam: Mapping[str, float],
+            paths: list[tuple[str, ...]], rep: Mapping[Config, Any]) -> list[str]:
+    """Constraints with no slack at the solution, in words (for --explain)."""
+    out = []
+    used = {s: max(lat(c) for c in configs[s] if _val(rep[c]) >= 0.5) for s in configs}
+    for p in paths:
+        total = sum(used[s] for s in p)
+        if budget - total < 0.02 * budget:
+            out.append(f"binding: path {'->'.join(p)} latency {total:.1f} of {budget:.1f} ms")
+    for s, cs in configs.items():
+        chosen = [c for c in cs if _val(rep[c]) >= 0.5]
+        cap = sum(_val(rep[c]) * c.throughput_qps for c in chosen)
+        smallest = min(c.throughput_qps for c in chosen)
+        if sum(_val(rep[c]) for c in chosen) > len(chosen) and cap - smallest < lam[s]:
+            out.append(f"binding: stage {s} capacity {cap:.1f} qps for {lam[s]:.1f} qps "
+                       "(one replica fewer would not keep up)")
+    if problem.max_replicas is not None:
+        total = sum(a.replicas for a_s in stages.values() for a in a_s)
+        if total >= problem.max_replicas:
+            out.append(f"binding: cluster cap {problem.max_replicas} replicas")
+    return out
+
+
+def _val(v: Any) -> float:
+    return float(v.x) if isinstance(v, mip.Var) else float(v)
+
+
+def _objective(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Config]],
+               lam: Mapping[str, float], paths: list, objective: str, cost: Any, ties: Any,
+               acc_terms: Mapping[str, Any]) -> None:
+    if objective == "cost":
+        m.objective = cost + ties
+        return
+    acc = mip.xsum(acc_terms[s] for p in paths for s in p if s in acc_terms) * (1.0 / len(paths))
+    if objective == "accuracy":
+        m.objective = problem.accuracy_weight * acc - cost - ties
+    else:  # max-accuracy (Loki step 2): all servers may be used; cost only breaks ties
+        m.objective = acc - 1e-4 * cost - ties
+
+
+def _floor(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Config]], paths: list,
+           use: Mapping[Config, Any]) -> None:
+    floor = problem.accuracy_floor
+    if not floor:
+        return
+    big = -math.log(min(c.accuracy for cs in configs.values() for c in cs)) + 1.0
+    minlog = {s: m.add_var(_name("minlog", s), lb=-big, ub=0.0) for s in configs}
+    for s, cs in configs.items():
+        for i, c in enumerate(cs):
+            m += minlog[s] <= math.log(c.accuracy) + big * (1 - use[c]), _name("floor_ge", s, i)
+    for k, p in enumerate(paths):
+        m += mip.xsum(minlog[s] for s in p) >= math.log(floor), _name("accuracy_floor", k)
+
+
+def _build_single(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Config]],
+                  lam: Mapping[str, float], paths: list, budget: float,
+                  lat: Callable[[Config], float], objective: str):
+    """One config per stage (IPA's exact linearisation): replicas are fixed at ceil(lambda / mu)
+    for the chosen config, which is optimal for every objective here, so only binaries remain."""
+    use: dict[Config, Any] = {}
+    rep: dict[Config, int] = {}
+    for s, cs in configs.items():
+        for i, c in enumerate(cs):
+            use[c] = m.add_var(_name("use", s, c.variant, c.hardware, "b", c.batch, i), var_type=mip.BINARY)
+            rep[c] = c.replicas_for(lam[s])
+        m += mip.xsum(use[c] for c in cs) == 1, _name("one_config", s)
+    for k, p in enumerate(paths):
+        m += mip.xsum(lat(c) * use[c] for s in p for c in configs[s]) <= budget, _name("path_latency", k)
+    if problem.max_replicas is not None:
+        m += mip.xsum(rep[c] * use[c] for c in use) <= problem.max_replicas, "cluster_cap"
+    _floor(m, problem, configs, paths, use)
+    cost = mip.xsum(rep[c] * c.price * use[c] for c in use)
+    acc_terms = {s: mip.xsum(math.log(max(c.accuracy, 1e-9)) * use[c] for c in cs) for s, cs in configs.items()}
+    _objective(m, problem, configs, lam, paths, objective, cost, 0, acc_terms)
+    return use, rep, {}
+
+
+def _build_mixed(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Config]],
+                 lam: Mapping[str, float], paths: list, budget: float,
+                 lat: Callable[[Config], float], objective: str):
+    """Several configs per stage: integer replicas per config and (for accuracy) traffic shares."""
     use: dict[Config, mip.Var] = {}
     rep: dict[Config, mip.Var] = {}
     flow: dict[Config, mip.Var] = {}
     lat_s: dict[str, mip.Var] = {}
-    lam = {s: problem.stage_rate(s, rate) for s in configs}
     for s, cs in configs.items():
         lat_s[s] = m.add_var(_name("lat", s), lb=0.0)
         for i, c in enumerate(cs):
@@ -130,10 +250,7 @@ def solve(problem: Problem, opts: MilpOptions = MilpOptions(), warm: Plan | None
                 flow[c] = m.add_var(_name("flow", key), lb=0.0)
                 m += flow[c] <= c.throughput_qps * rep[c], _name("flow_cap", key)
                 m += flow[c] <= lam[s] * use[c], _name("flow_use", key)
-        if opts.allow_mix:
-            m += mip.xsum(use[c] for c in cs) >= 1, _name("one_config", s)
-        else:
-            m += mip.xsum(use[c] for c in cs) == 1, _name("one_config", s)
+        m += mip.xsum(use[c] for c in cs) >= 1, _name("one_config", s)
         m += mip.xsum(rep[c] * c.throughput_qps for c in cs) >= lam[s], _name("capacity", s)
         if objective != "cost":
             m += mip.xsum(flow[c] for c in cs) == lam[s], _name("route_all", s)
@@ -141,78 +258,9 @@ def solve(problem: Problem, opts: MilpOptions = MilpOptions(), warm: Plan | None
         m += mip.xsum(lat_s[s] for s in p) <= budget, _name("path_latency", k)
     if problem.max_replicas is not None:
         m += mip.xsum(rep.values()) <= problem.max_replicas, "cluster_cap"
-    if floor:
-        big = -math.log(min(c.accuracy for cs in configs.values() for c in cs)) + 1.0
-        minlog = {s: m.add_var(_name("minlog", s), lb=-big, ub=0.0) for s in configs}
-        for s, cs in configs.items():
-            for i, c in enumerate(cs):
-                m += minlog[s] <= math.log(c.accuracy) + big * (1 - use[c]), _name("floor_ge", s, i)
-        for k, p in enumerate(paths):
-            m += mip.xsum(minlog[s] for s in p) >= math.log(floor), _name("accuracy_floor", k)
-
+    _floor(m, problem, configs, paths, use)
     cost = mip.xsum(rep[c] * c.price for c in rep)
-    ties = TIE * mip.xsum(use.values())
-    if objective == "cost":
-        m.objective = cost + ties
-    else:
-        share = {s: mip.xsum(flow[c] * (math.log(max(c.accuracy, 1e-9)) / lam[s]) for c in configs[s])
-                 for s in configs if lam[s] > 0}
-        acc = mip.xsum(share[s] for p in paths for s in p if s in share) * (1.0 / len(paths))
-        if objective == "accuracy":
-            m.objective = problem.accuracy_weight * acc - cost - ties
-        else:  # max-accuracy (Loki step 2): all servers may be used; cost only breaks ties
-            m.objective = acc - 1e-4 * cost - ties
-    if warm is not None and warm.stages:
-        start = []
-        for sp in warm.stages:
-            for a in sp.assignments:
-                for c in configs.get(sp.stage, ()):
-                    if (c.variant, c.hardware, c.batch) == (a.variant, a.hardware, a.max_batch):
-                        start += [(use[c], 1.0), (rep[c], float(a.replicas))]
-        if start:
-            m.start = start
-    status = m.optimize(max_seconds=opts.time_limit_s)
-    elapsed = time.perf_counter() - t0
-    if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
-        reason = diagnose(problem, configs, budget, rate, opts)
-        if status != mip.OptimizationStatus.INFEASIBLE:
-            reason = f"solver status {status.name}: {reason}"
-        return infeasible(opts.mode, reason, solve_time_s=elapsed, rate_qps=rate,
-                          notes=(f"solver {solver}: {status.name}",))
-
-    stages: dict[str, tuple[Assignment, ...]] = {}
-    for s, cs in configs.items():
-        chosen = [(c, int(round(rep[c].x))) for c in cs if use[c].x >= 0.5 and rep[c].x >= 0.5]
-        if objective == "cost" or lam[s] <= 0:
-            caps = [n * c.throughput_qps for c, n in chosen]
-            weights = [x / sum(caps) for x in caps]
-        else:
-            weights = [max(flow[c].x, 0.0) / lam[s] for c, _ in chosen]
-        stages[s] = tuple(assignment_for(c, n, w) for (c, n), w in zip(chosen, weights))
-    notes = [f"solver {solver}: {status.name}, objective {m.objective_value:.6g}"]
-    notes += binding(problem, configs, stages, lat, budget, lam, paths, rep)
-    return evaluate(problem, opts.mode, stages, rate_qps=rate, solve_time_s=elapsed, notes=tuple(notes))
-
-
-def binding(problem: Problem, configs: Mapping[str, list[Config]], stages: Mapping[str, tuple],
-            lat: Callable[[Config], float], budget: float, lam: Mapping[str, float],
-            paths: list[tuple[str, ...]], rep: Mapping[Config, "mip.Var"]) -> list[str]:
-    """Constraints with no slack at the solution, in words (for --explain)."""
-    out = []
-    used = {s: max(lat(c) for c in configs[s] if rep[c].x >= 0.5) for s in configs}
-    for p in paths:
-        total = sum(used[s] for s in p)
-        if budget - total < 0.02 * budget:
-            out.append(f"binding: path {'->'.join(p)} latency {total:.1f} of {budget:.1f} ms")
-    for s, cs in configs.items():
-        chosen = [c for c in cs if rep[c].x >= 0.5]
-        cap = sum(rep[c].x * c.throughput_qps for c in chosen)
-        smallest = min(c.throughput_qps for c in chosen)
-        if sum(rep[c].x for c in chosen) > len(chosen) and cap - smallest < lam[s]:
-            out.append(f"binding: stage {s} capacity {cap:.1f} qps for {lam[s]:.1f} qps "
-                       "(one replica fewer would not keep up)")
-    if problem.max_replicas is not None:
-        total = sum(a.replicas for a_s in stages.values() for a in a_s)
-        if total >= problem.max_replicas:
-            out.append(f"binding: cluster cap {problem.max_replicas} replicas")
-    return out
+    acc_terms = {s: mip.xsum(flow[c] * (math.log(max(c.accuracy, 1e-9)) / lam[s]) for c in configs[s])
+                 for s in configs if lam[s] > 0 and objective != "cost"}
+    _objective(m, problem, configs, lam, paths, objective, cost, TIE * mip.xsum(use.values()), acc_terms)
+    return use, rep, flow

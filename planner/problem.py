@@ -80,6 +80,7 @@ class Problem:
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     activation_s: float = 5.0  # replica activation (consumer rebalance pause) time
     min_partitions: int = 4
+    mix: bool = False  # let a stage combine several configs (INFaaS's "2B + 1C"); slower MILP
     seed: int = 0
     name: str = "problem"
 
@@ -324,7 +325,7 @@ def parse_problem(doc: Any, *, base_dir: Path = Path("."), name: str = "problem"
         accuracy_floor=floor, max_replicas=cap, batch_sizes=tuple(sorted(set(bsz))),
         activation_s=_num(top, "activation_s", "", default=5.0),
         min_partitions=_num(top, "min_partitions", "", lo=1, default=4, integer=True),
-        seed=seed, name=name)
+        mix=bool(top.get("mix", False)), seed=seed, name=name)
     sources = [s for s in names if not problem.parents(s)]
     if len(sources) != 1:
         raise _fail("edges", "exactly one source stage", sources)

@@ -21,3 +21,7 @@ def main(verbose: int) -> None:
 for _name in COMMAND_MODULES:
     for _cmd in importlib.import_module(f"slipstream.commands.{_name}").commands:
         main.add_command(_cmd)
+
+
+if __name__ == "__main__":
+    main()

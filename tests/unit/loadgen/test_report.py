@@ -44,7 +44,7 @@ def test_percentiles_and_attainment_on_a_known_input():
     assert s.latency.max_ms == 100 and s.latency.p50_ms == pytest.approx(50.5)
     # 50 requests finish within 50 ms; drops, errors and missing count as misses
     assert s.attainment == pytest.approx(50 / 110)
-    assert s.drops_by_reason == {"deadline": 4, "stage b": 1}
+    assert s.drops_by_reason == {"deadline": 4, "deadline@b": 1}
     assert s.errors_by_reason == {"model": 1}
     assert s.mean_accuracy == pytest.approx(0.8)
     assert s.cdf_ms[0] == 1 and s.cdf_ms[-1] == 100 and len(s.cdf_ms) == len(s.cdf_q)
@@ -84,6 +84,7 @@ def test_reason_category():
     assert reason_category("deadline: predicted finish 3 ms") == "deadline"
     assert reason_category("") == "unspecified"
     assert reason_category("bad payload") == "bad payload"
+    assert reason_category("stage detect: deadline: predicted finish 3 ms") == "deadline@detect"
 
 
 def test_cost_follows_the_latest_epoch_and_integrates_exactly():

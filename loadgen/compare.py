@@ -1,0 +1,77 @@
+"""Planner modes side by side on one trace: cost and SLO attainment, with cost relative to cg-peak.
+
+``compare_runs`` takes the mode specs (``MODE`` or ``MODE+tuner``) and a runner that produces each
+mode's :class:`~loadgen.report.Summary` (the CLI's simulated run); a mode that cannot run (not
+implemented yet, infeasible) becomes a row with its error instead of stopping the comparison.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from loadgen.report import Summary
+
+BASELINE = "cg-peak"
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    spec: str
+    mode: str
+    tuned: bool
+    cost_total_usd: float = math.nan
+    cost_mean_per_hour: float = math.nan
+    attainment: float = math.nan
+    p99_ms: float = math.nan
+    dropped: int = 0
+    requests: int = 0
+    cost_vs_baseline: float = math.nan  # cost / cg-peak cost
+    error: str = ""
+
+    def to_dict(self) -> dict:
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in self.__dict__.items()}
+
+
+def parse_mode(spec: str) -> tuple[str, bool]:
+    mode, plus, extra = spec.partition("+")
+    if plus and extra != "tuner":
+        raise ValueError(f"mode spec {spec!r}: expected MODE or MODE+tuner")
+    return mode, bool(plus)
+
+
+def compare_runs(specs: Sequence[str], runner: Callable[[str, bool], Summary]) -> list[ComparisonRow]:
+    rows = []
+    for spec in specs:
+        mode, tuned = parse_mode(spec)
+        try:
+            s = runner(mode, tuned)
+        except Exception as exc:  # noqa: BLE001 - one mode failing must not hide the others
+            rows.append(ComparisonRow(spec, mode, tuned, error=str(exc) or type(exc).__name__))
+            continue
+        rows.append(ComparisonRow(spec, mode, tuned, s.cost_total_usd, s.cost_mean_per_hour, s.attainment,
+                                  s.latency.p99_ms, s.dropped, s.requests))
+    base = next((r for r in rows if r.mode == BASELINE and not r.error), None)
+    if base is not None and base.cost_total_usd > 0:
+        rows = [r if r.error else _with_ratio(r, r.cost_total_usd / base.cost_total_usd) for r in rows]
+    return rows
+
+
+def _with_ratio(row: ComparisonRow, ratio: float) -> ComparisonRow:
+    from dataclasses import replace
+
+    return replace(row, cost_vs_baseline=ratio)
+
+
+def format_comparison(rows: Sequence[ComparisonRow]) -> str:
+    head = f"{'mode':<18}{'$ total':>10}{'$/h':>9}{'vs cg-peak':>11}{'SLO met':>9}{'p99 ms':>9}{'dropped':>9}"
+    lines = [head]
+    for r in rows:
+        if r.error:
+            lines.append(f"{r.spec:<18}unavailable: {r.error}")
+            continue
+        ratio = "-" if math.isnan(r.cost_vs_baseline) else f"{r.cost_vs_baseline:.2f}x"
+        p99 = "-" if math.isnan(r.p99_ms) else f"{r.p99_ms:.1f}"
+        lines.append(f"{r.spec:<18}{r.cost_total_usd:>10.4f}{r.cost_mean_per_hour:>9.3f}{ratio:>11}"
+                     f"{100 * r.attainment:>8.2f}%{p99:>9}{r.dropped:>9}")
+    return "\n".join(lines)

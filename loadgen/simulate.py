@@ -1,0 +1,109 @@
+"""Simulated runs: a plan replayed through the estimator (``planner.estimator``) instead of Kafka,
+turned into the same result dicts and the same :class:`~loadgen.report.Summary` as a real replay.
+
+How estimator output maps onto InferenceResult fields (documented limits of a simulation):
+
+- ``created_ns`` = start + arrival, ``deadline_ns`` = created + SLO; a done request's
+  ``finished_ns`` = created + latency; a dropped one's is the simulated time of the drop decision,
+  and its reason is the estimator's (``stage X: deadline: ...``).
+- ``hops``: one per stage the request visited, with the stage's longest item residence as
+  ``finished_ns - enqueued_ns`` (``enqueued_ns = 0``) and ``started_ns = None``: the estimator reports
+  queueing + batch time together, so the report shows residence, not a queue/service split.
+  ``variant`` is the stage's primary assignment (``mixed:<primary>`` when the stage has several).
+- ``accuracy`` = the plan's expected pipeline accuracy (the estimator does not say which replica
+  group of a mixed stage served an item).
+- cost: the plan's per-stage cost at start, then every replica change of the tuner schedule.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from loadgen.cost import ConfigEvent
+from loadgen.report import Envelope, Summary, summarize
+from planner.estimator import ReplicaChange, SimResult, simulate
+from planner.plan import Plan
+from planner.problem import Problem
+from streams.batching import drop_reason
+
+NS_PER_S = 1_000_000_000
+NS_PER_MS = 1_000_000
+
+
+@dataclass(frozen=True)
+class SimulatedRun:
+    summary: Summary
+    sim: SimResult
+    changes: tuple[ReplicaChange, ...]
+
+
+def results_from_sim(problem: Problem, plan: Plan, sim: SimResult, *, start_ns: int = 0,
+                     id_prefix: str = "sim") -> list[dict[str, Any]]:
+    slo_ns = int(problem.slo_ms * NS_PER_MS)
+    created = start_ns + np.round(sim.arrival_s * NS_PER_S).astype(np.int64)
+    names = sim.stage_names
+    variant = {}
+    for sp in plan.stages:
+        v = sp.primary.variant
+        variant[sp.stage] = v if len(sp.assignments) == 1 else f"mixed:{v}"
+    out: list[dict[str, Any]] = []
+    for i in range(sim.requests):
+        c = int(created[i])
+        hops = [{"stage": s, "variant": variant.get(s, ""), "batch_size": 0, "enqueued_ns": 0,
+                 "started_ns": None, "finished_ns": int(ms * NS_PER_MS), "worker": "sim"}
+                for s, ms in zip(names, sim.stage_ms[i]) if not np.isnan(ms)]
+        if sim.dropped[i]:
+            d, now, pred = (int(x) for x in sim.drop_info_ns[i])
+            status = "dropped"
+            reason = f"stage {names[sim.drop_stage[i]]}: " + drop_reason(d, now, pred)
+            finished = start_ns + now
+        else:
+            status, reason = "done", ""
+            finished = c + int(round(float(sim.latency_ms[i]) * NS_PER_MS))
+        out.append({"request_id": f"{id_prefix}-{i:08d}", "pipeline": problem.name, "status": status,
+                    "reason": reason, "created_ns": c, "deadline_ns": c + slo_ns, "finished_ns": finished,
+                    "hops": hops, "accuracy": plan.accuracy, "parts": 1})
+    return out
+
+
+def config_events(problem: Problem, plan: Plan, changes: Sequence[ReplicaChange] = (), *,
+                  start_ns: int = 0) -> list[ConfigEvent]:
+    """Replicas and cost per stage over time: the plan at ``start_ns``, then each replica change."""
+    price = {h: o.cost_per_hour for h, o in problem.hardware.items()}
+    groups = {sp.stage: [[a.replicas, price[a.hardware], a.hardware, a.variant] for a in sp.assignments]
+              for sp in plan.stages}
+
+    def event(at_ns: int, stage: str) -> ConfigEvent:
+        g = groups[stage]
+        return ConfigEvent(at_ns, stage, sum(r for r, *_ in g), sum(r * p for r, p, *_ in g), g[0][2], g[0][3])
+
+    out = [event(start_ns, sp.stage) for sp in plan.stages]
+    for c in sorted(changes, key=lambda c: c.time_s):
+        groups[c.stage][c.index][0] = c.replicas
+        out.append(event(start_ns + int(c.time_s * NS_PER_S), c.stage))
+    return out
+
+
+def simulate_run(problem: Problem, plan: Plan, arrivals_s: np.ndarray, *,
+                 changes: Sequence[ReplicaChange] = (), seed: int = 0, label: str = "",
+                 envelope: Envelope | None = None, activation_s: float | None = None,
+                 start_ns: int = 0, notes: Sequence[str] = ()) -> SimulatedRun:
+    """Replay ``arrivals_s`` through ``plan`` (with the tuner's replica changes) and summarise."""
+    if not plan.feasible:
+        raise ValueError(f"plan {plan.mode} is infeasible: {plan.reason}")
+    arr = np.sort(np.asarray(arrivals_s, dtype=float))
+    sim = simulate(problem, plan, arr, seed=seed, schedule=tuple(changes), activation_s=activation_s)
+    results = results_from_sim(problem, plan, sim, start_ns=start_ns)
+    end_ns = start_ns + int(max(float(arr[-1]) if len(arr) else 0.0,
+                                max((r["finished_ns"] - start_ns for r in results), default=0) / NS_PER_S)
+                            * NS_PER_S)
+    summary = summarize(
+        results, slo_ms=problem.slo_ms, pipeline=problem.name, label=label or f"{problem.name} {plan.mode}",
+        source="simulate", sent=len(results), start_ns=start_ns, end_ns=end_ns,
+        configs=config_events(problem, plan, changes, start_ns=start_ns), envelope=envelope,
+        notes=(f"plan {plan.mode}: ${plan.cost_per_hour:.3f}/h planned, "
+               f"{len(changes)} tuner replica changes, {sim.events} simulator events", *notes),
+    )
+    return SimulatedRun(summary, sim, tuple(changes))

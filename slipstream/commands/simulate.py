@@ -1,0 +1,228 @@
+"""`slipstream simulate` and `slipstream compare`: planner (+ tuner) against the estimator, no Kafka.
+
+For traces and profiles too large for this machine: the planner plans on a sample (the first
+``--sample-share`` of the trace, InferLine's 25 %), the tuner policy is stepped over the rest of the
+trace exactly as the tuner service would step it (its envelope tracker fed with the arrivals, one
+decision every ``--tick-s``), and the estimator replays the live part with the tuner's replica
+changes. The report is the one `loadgen replay` writes (``loadgen.simulate``).
+
+Planner modes are looked up by name in ``PLANNERS``; a mode whose module is not there yet is reported
+as unavailable, not faked.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from pathlib import Path
+from typing import Callable
+
+import click
+import numpy as np
+
+from loadgen.traces import TraceSpecError, load_trace
+
+DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "research-data" / "UMass-LIDS+Loki"
+TUNED_MODES = ("milp", "inferline", "loki")
+
+
+def _milp(problem):
+    from planner.milp import MilpOptions, solve
+
+    return solve(problem, MilpOptions(solver="highs", time_limit_s=20.0))
+
+
+def _by_name(module: str, attr: str, *args) -> Callable:
+    def plan(problem):
+        fn = getattr(importlib.import_module(module), attr)
+        return fn(problem, *args)
+    return plan
+
+
+# mode -> planner call; modules other helpers are still writing are imported lazily
+PLANNERS: dict[str, Callable] = {
+    "milp": _milp,
+    "inferline": _by_name("planner.inferline", "plan"),
+    "loki": _by_name("planner.loki", "plan"),
+    "cg-peak": _by_name("planner.baselines", "cg_peak"),
+    "cg-mean": _by_name("planner.baselines", "cg_mean"),
+}
+
+
+def plan_with(mode: str, problem):
+    try:
+        return PLANNERS[mode](problem)
+    except (ImportError, AttributeError) as exc:
+        raise click.ClickException(f"planner mode {mode!r} is not available yet: {exc}") from None
+
+
+def tuner_changes(problem, plan, arrivals_s: np.ndarray, sample_s: np.ndarray, *, tick_s: float,
+                  activation_s: float):
+    """Step the tuner policy over ``arrivals_s`` (seconds) and return the estimator's replica changes."""
+    from planner.estimator import ReplicaChange
+    from planner.plan import config_of
+    from tuner.envelope import EnvelopeTracker, doubling_windows
+    from tuner.policy import StagePlan, TunerConfig, TunerPlan, TunerState, decide, observe, tracker_windows
+
+    stages = []
+    for sp in plan.stages:
+        a = sp.primary
+        mu = config_of(problem, sp.stage, a).throughput_qps
+        stages.append(StagePlan(sp.stage, sp.replicas, mu, problem.visit_ratio(sp.stage)))
+    service_s = max(min(problem.slo_ms / 1000.0, 1.0) / 4.0, 0.01)
+    tplan = TunerPlan.from_sample(sample_s, doubling_windows(service_s, 60.0), tuple(stages))
+    config = TunerConfig(activation_s=activation_s)
+    tracker = EnvelopeTracker(tracker_windows(tplan, config))
+    state = TunerState.initial(tplan, 0)
+    ns = np.round(np.asarray(arrivals_s) * 1e9).astype(np.int64)
+    changes = []
+    other = {sp.stage: sp.replicas - sp.primary.replicas for sp in plan.stages}
+    index = {sp.stage: sp.assignments.index(sp.primary) for sp in plan.stages}
+    lo = 0
+    end = float(arrivals_s[-1]) if len(arrivals_s) else 0.0
+    for k in range(1, int(math.ceil(end / tick_s)) + 1):
+        now = int(k * tick_s * 1e9)
+        hi = int(np.searchsorted(ns, now, side="right"))
+        tracker.add(ns[lo:hi])
+        lo = hi
+        decision, state = decide(observe(tracker, tplan, now, config), tplan, state, now, config)
+        for c in decision.changes:
+            changes.append(ReplicaChange(now / 1e9, c.stage, max(1, c.replicas - other[c.stage]),
+                                         index[c.stage]))
+    return changes
+
+
+def _run(problem_src, mode: str, trace: str, seed: int, sample_share: float, tune: bool, tick_s: float,
+         activation_s: float, label: str | None = None):
+    from loadgen.simulate import simulate_run
+
+    arrivals = _load(trace, seed)
+    split = float(arrivals[-1]) * sample_share if sample_share > 0 else float(arrivals[-1])
+    sample = arrivals[arrivals < split] if sample_share > 0 else arrivals
+    live = arrivals[arrivals >= split] - split if sample_share > 0 else arrivals
+    if len(sample) < 2 or len(live) < 2:
+        raise click.ClickException("the trace is too short for this --sample-share")
+    problem = problem_src(sample)
+    plan = plan_with(mode, problem)
+    if not plan.feasible:
+        raise click.ClickException(f"{mode}: no feasible plan: {plan.reason}")
+    changes = (tuner_changes(problem, plan, live, sample, tick_s=tick_s, activation_s=activation_s)
+               if tune and mode in TUNED_MODES else [])
+    note = (f"planned on the first {100 * sample_share:g}% of the trace ({len(sample)} requests), "
+            f"simulated on the rest" if sample_share > 0 else "planned on the whole trace (oracle)")
+    return simulate_run(problem, plan, live, changes=changes, seed=seed, activation_s=activation_s,
+                        label=label or f"{problem.name} {mode}{'+tuner' if changes or tune else ''}",
+                        notes=(note,)), plan
+
+
+def _load(spec: str, seed: int) -> np.ndarray:
+    try:
+        return load_trace(spec, seed=seed)
+    except (TraceSpecError, OSError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--trace") from None
+
+
+def _problem_source(problem_file: str | None, preset: str, data_dir: str, slo_ms: float | None,
+                    prices: dict[str, float]):
+    """A function sample-arrivals -> Problem: a planner problem file, or a preset on published data."""
+    from dataclasses import replace
+
+    if problem_file:
+        from planner.problem import load_problem, peak_rate
+
+        base = load_problem(problem_file)
+        return lambda sample: replace(base, arrivals_s=sample, rate_qps=peak_rate(sample, 1.0),
+                                      **({"slo_ms": slo_ms} if slo_ms else {}))
+    from loadgen import published
+
+    pr = {**published.DEFAULT_PRICES, **prices}
+    if not (Path(data_dir) / "aggregate_profiled.csv").exists():
+        raise click.ClickException(f"{data_dir}/aggregate_profiled.csv not found: pass --data-dir or --problem")
+    if preset == "traffic":
+        return lambda sample: published.traffic_problem(data_dir, sample, slo_ms=slo_ms or 250.0, prices=pr)
+    models = preset.split(":", 1)[1].split("/") if preset.startswith("single:") else None
+    if not models:
+        raise click.BadParameter("--preset is traffic or single:MODEL[/MODEL..]", param_hint="--preset")
+    return lambda sample: published.single_stage_problem(data_dir, sample, models, slo_ms=slo_ms or 250.0,
+                                                         prices=pr)
+
+
+def _prices(values: tuple[str, ...]) -> dict[str, float]:
+    out = {}
+    for v in values:
+        k, _, p = v.partition("=")
+        try:
+            out[k] = float(p)
+        except ValueError:
+            raise click.BadParameter(f"{v!r}: expected HW=PRICE", param_hint="--price") from None
+    return out
+
+
+common = [
+    click.option("--trace", "spec", required=True, help="Trace spec (see docs/loadgen.md)."),
+    click.option("--problem", "problem_file", type=click.Path(exists=True, dir_okay=False), default=None,
+                 help="Planner problem JSON (docs/planner.md); its arrivals are replaced by the trace."),
+    click.option("--preset", default="traffic", show_default=True,
+                 help="Without --problem: 'traffic' (Loki's detect->classify) or single:MODEL[/MODEL..] "
+                      "on the published profiles."),
+    click.option("--data-dir", default=str(DATA_DIR), show_default=True, help="research-data/UMass-LIDS+Loki."),
+    click.option("--slo-ms", type=float, default=None, help="Override the SLO."),
+    click.option("--price", multiple=True, help="HW=PRICE per hour (repeatable), e.g. ampere=3.2."),
+    click.option("--seed", default=0, show_default=True),
+    click.option("--sample-share", default=0.25, show_default=True,
+                 help="Plan on this first share of the trace, simulate the rest (0 = plan on all of it)."),
+    click.option("--tick-s", default=1.0, show_default=True, help="Tuner decision period."),
+    click.option("--activation-s", default=5.0, show_default=True, help="Replica activation (rebalance) time."),
+]
+
+
+def _with(options):
+    def deco(f):
+        for o in reversed(options):
+            f = o(f)
+        return f
+    return deco
+
+
+@click.command()
+@_with(common)
+@click.option("--mode", default="milp", show_default=True, type=click.Choice(sorted(PLANNERS)))
+@click.option("--no-tuner", is_flag=True, help="Keep the planned replicas all along.")
+@click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None)
+def simulate(spec, problem_file, preset, data_dir, slo_ms, price, seed, sample_share, tick_s, activation_s,
+             mode, no_tuner, report_dir) -> None:
+    """Plan, tune and replay a trace through the estimator; print (and write) the run report."""
+    from loadgen.render import format_table, write_report
+
+    source = _problem_source(problem_file, preset, data_dir, slo_ms, _prices(price))
+    run, plan = _run(source, mode, spec, seed, sample_share, not no_tuner, tick_s, activation_s)
+    click.echo(format_table(run.summary))
+    if report_dir:
+        write_report(run.summary, report_dir)
+        (Path(report_dir) / "plan.json").write_text(json.dumps(plan.to_dict(), indent=1) + "\n")
+
+
+@click.command()
+@_with(common)
+@click.option("--modes", default="milp+tuner,inferline+tuner,cg-peak,cg-mean", show_default=True,
+              help="Comma-separated MODE or MODE+tuner.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None, help="Write the table as JSON.")
+def compare(spec, problem_file, preset, data_dir, slo_ms, price, seed, sample_share, tick_s, activation_s,
+            modes, out_file) -> None:
+    """One trace through several planner modes (simulated): cost and SLO attainment side by side."""
+    from loadgen.compare import compare_runs, format_comparison
+
+    source = _problem_source(problem_file, preset, data_dir, slo_ms, _prices(price))
+
+    def runner(mode: str, tuned: bool):
+        run, _ = _run(source, mode, spec, seed, sample_share, tuned, tick_s, activation_s,
+                      label=f"{mode}{'+tuner' if tuned else ''}")
+        return run.summary
+
+    rows = compare_runs([m.strip() for m in modes.split(",") if m.strip()], runner)
+    click.echo(format_comparison(rows))
+    if out_file:
+        Path(out_file).write_text(json.dumps([r.to_dict() for r in rows], indent=1) + "\n")
+
+
+commands = [simulate, compare]

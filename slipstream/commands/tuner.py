@@ -1,0 +1,249 @@
+"""`slipstream tuner`, `slipstream up`, `slipstream tuner-plan`, `slipstream k8s-manifests`."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import click
+import numpy as np
+import yaml
+
+from streams.config import KafkaSettings
+from streams.spec import Pipeline, SpecError, load_pipeline
+from tuner import planfile
+from tuner.actuators import DryRunActuator, LocalProcessActuator, worker_argv
+from tuner.k8s import pipeline_configmap, stage_deployment
+from tuner.policy import ScaleDecision, TunerConfig, TunerPlan
+from tuner.service import ServiceSettings, TunerService
+
+log = logging.getLogger("slipstream.tuner")
+
+
+def _pipeline(path: str) -> Pipeline:
+    try:
+        return load_pipeline(path)
+    except SpecError as exc:
+        raise click.BadParameter(str(exc), param_hint="--pipeline") from None
+
+
+def _plan(path: str, pipe: Pipeline) -> TunerPlan:
+    try:
+        return planfile.load(path, pipeline=pipe)
+    except planfile.PlanFileError as exc:
+        raise click.BadParameter(str(exc), param_hint="--plan") from None
+
+
+def _pairs(values: tuple[str, ...], cast, name: str) -> dict:
+    out = {}
+    for v in values:
+        key, sep, num = v.partition("=")
+        try:
+            out[key] = cast(num)
+        except ValueError:
+            sep = ""
+        if not sep or not key:
+            raise click.BadParameter(f"expected STAGE=NUMBER, got {v!r}", param_hint=name)
+    return out
+
+
+def _config(activation_s, max_replicas, rho_mode) -> TunerConfig:
+    try:
+        return TunerConfig(activation_s=activation_s, max_replicas=max_replicas, rho_mode=rho_mode)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _print_decision(decision: ScaleDecision) -> None:
+    from tuner.service import describe
+    for c in decision.changes:
+        click.echo(f"{c.stage}: {c.previous} -> {c.replicas}  {describe(c)}")
+
+
+def _stop_on_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+
+async def _run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuator, *, dry_run: bool,
+                     settings: KafkaSettings, interval_s: float, lookback_s: float, stop: asyncio.Event,
+                     metrics_port: int | None) -> None:
+    from tuner import kafka_io
+    from tuner.metrics import TunerMetrics
+
+    if metrics_port:
+        from prometheus_client import start_http_server
+        start_http_server(metrics_port)
+    partitions = await kafka_io.stage_partitions(settings, pipe.name, [s.name for s in pipe.stages])
+    publisher = None if dry_run else kafka_io.KafkaPublisher(settings)
+    service = TunerService(pipe, plan, config, actuator, partitions=partitions,
+                           publish=publisher.publish if publisher else None,
+                           grow=None if dry_run else kafka_io.grower(settings),
+                           metrics=TunerMetrics(pipe.name), settings=ServiceSettings(interval_s=interval_s))
+    arrivals = kafka_io.KafkaArrivals(settings, pipe.name, pipe.source, on_stage_config=service.on_stage_config,
+                                      lookback_s=lookback_s)
+    if publisher:
+        await publisher.start()
+    await arrivals.start()
+    try:
+        await service.run(arrivals, stop, _print_decision if dry_run else None)
+    finally:
+        await arrivals.stop()
+        if publisher:
+            await publisher.stop()
+
+
+common = [
+    click.option("--pipeline", "pipeline_file", required=True, type=click.Path(dir_okay=False)),
+    click.option("--activation-s", default=5.0, show_default=True,
+                 help="Replica activation time (measure it: slipstream bench tuner); scale-down waits 3x it."),
+    click.option("--max-replicas", default=64, show_default=True),
+    click.option("--rho-mode", type=click.Choice(["per-window", "mean"]), default="per-window", show_default=True),
+    click.option("--interval-s", default=0.5, show_default=True, help="Seconds between decisions."),
+    click.option("--lookback-s", default=60.0, show_default=True, help="History read at start."),
+    click.option("--metrics-port", type=int, default=None,
+                 help="Serve Prometheus metrics on this port."),
+]
+
+
+def _with_common(fn):
+    for opt in reversed(common):
+        fn = opt(fn)
+    return fn
+
+
+@click.command("tuner")
+@_with_common
+@click.option("--plan", "plan_file", required=True, type=click.Path(dir_okay=False),
+              help="Tuner plan JSON (planned envelope, mu, visit ratios): see `slipstream tuner-plan`.")
+@click.option("--dry-run", is_flag=True, help="Print decisions; start, stop and publish nothing.")
+@click.option("--actuator", type=click.Choice(["local", "k8s"]), default="local", show_default=True,
+              help="local: run the workers as processes here (like `up`); k8s: scale stage Deployments.")
+@click.option("--namespace", default="default", show_default=True, help="Kubernetes namespace.")
+def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, lookback_s, metrics_port,
+              plan_file, dry_run, actuator, namespace) -> None:
+    """Scale stage replicas from the live traffic envelope (InferLine's tuner)."""
+    pipe = _pipeline(pipeline_file)
+    plan = _plan(plan_file, pipe)
+    config = _config(activation_s, max_replicas, rho_mode)
+    settings = KafkaSettings.from_env()
+    if not dry_run and actuator == "local":
+        _up(pipe, pipeline_file, plan, config, settings, interval_s, lookback_s, metrics_port, None)
+        return
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        _stop_on_signals(stop)
+        if dry_run:
+            act = DryRunActuator()
+        else:
+            from tuner.k8s import KubernetesActuator
+            try:
+                act = KubernetesActuator(pipe.name, namespace)
+            except RuntimeError as exc:
+                raise click.ClickException(str(exc)) from None
+        await _run_tuner(pipe, plan, config, act, dry_run=dry_run, settings=settings, interval_s=interval_s,
+                         lookback_s=lookback_s, stop=stop, metrics_port=metrics_port)
+
+    asyncio.run(main())
+
+
+def _up(pipe, pipeline_file, plan, config, settings, interval_s, lookback_s, metrics_port, log_dir) -> None:
+    from tuner.supervisor import Supervisor
+
+    exe = (sys.executable, "-m", "slipstream.cli")
+    actuator = LocalProcessActuator(lambda stage: worker_argv(pipeline_file, stage, exe),
+                                    log_dir=Path(log_dir) if log_dir else None)
+    supervisor = Supervisor(actuator, plan.planned_replicas)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        _stop_on_signals(stop)
+
+        async def tuner(stop_event: asyncio.Event) -> None:
+            await _run_tuner(pipe, plan, config, actuator, dry_run=False, settings=settings,
+                             interval_s=interval_s, lookback_s=lookback_s, stop=stop_event,
+                             metrics_port=metrics_port)
+
+        await supervisor.run(stop, tuner)
+
+    asyncio.run(main())
+
+
+@click.command("up")
+@_with_common
+@click.option("--plan", "plan_file", default=None, type=click.Path(dir_okay=False),
+              help="Tuner plan JSON; without it the spec's default replicas are run and the envelope of "
+                   "--sample is the planned one.")
+@click.option("--sample", default=None, type=click.Path(dir_okay=False),
+              help="Sample arrival trace (seconds; .npy or one number per line) when there is no --plan.")
+@click.option("--mu", multiple=True, help="STAGE=QPS single-replica throughput, when there is no --plan.")
+@click.option("--log-dir", default=".state/workers", show_default=True, help="Worker stdout/stderr logs.")
+def up_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, lookback_s, metrics_port,
+           plan_file, sample, mu, log_dir) -> None:
+    """Run the pipeline's initial plan as local worker processes, with the tuner on top."""
+    pipe = _pipeline(pipeline_file)
+    if plan_file:
+        plan = _plan(plan_file, pipe)
+    elif sample and mu:
+        plan = planfile.plan_for_pipeline(pipe, _read_trace(sample), _pairs(mu, float, "--mu"))
+    else:
+        raise click.UsageError("give --plan, or --sample and --mu for every stage")
+    config = _config(activation_s, max_replicas, rho_mode)
+    _up(pipe, pipeline_file, plan, config, KafkaSettings.from_env(), interval_s, lookback_s, metrics_port,
+        log_dir)
+
+
+def _read_trace(path: str) -> np.ndarray:
+    p = Path(path)
+    try:
+        arr = np.load(p, allow_pickle=False) if p.suffix == ".npy" else np.loadtxt(p, delimiter=",", ndmin=1)
+    except (OSError, ValueError) as exc:
+        raise click.BadParameter(f"{path}: {exc}", param_hint="--sample") from None
+    return np.asarray(arr, dtype=np.float64).ravel()
+
+
+@click.command("tuner-plan")
+@click.option("--pipeline", "pipeline_file", required=True, type=click.Path(dir_okay=False))
+@click.option("--sample", required=True, type=click.Path(dir_okay=False),
+              help="Arrival times in seconds: .npy, or one number per line.")
+@click.option("--mu", multiple=True, required=True, help="STAGE=QPS single-replica throughput (every stage).")
+@click.option("--replicas", multiple=True, help="STAGE=N planned replicas [default: the spec's].")
+@click.option("--service-time-ms", type=float, default=None,
+              help="Smallest envelope window [default: longest path's sum of 1/mu, >= 10 ms].")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+def tuner_plan_cmd(pipeline_file, sample, mu, replicas, service_time_ms, output) -> None:
+    """Write the tuner plan (sample envelope, mu, visit ratios, replicas) the tuner reads."""
+    pipe = _pipeline(pipeline_file)
+    try:
+        plan = planfile.plan_for_pipeline(pipe, _read_trace(sample), _pairs(mu, float, "--mu"),
+                                          _pairs(replicas, int, "--replicas"),
+                                          service_time_ms / 1000 if service_time_ms else None)
+    except (planfile.PlanFileError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    planfile.save(plan, pipe.name, output)
+    click.echo(f"wrote {output}: mean {plan.mean_rate_qps:.1f} qps, windows {plan.envelope.windows_s[0]:g}.."
+               f"{plan.envelope.windows_s[-1]:g} s, replicas {plan.planned_replicas}")
+
+
+@click.command("k8s-manifests")
+@click.option("--pipeline", "pipeline_file", required=True, type=click.Path(dir_okay=False))
+@click.option("--image", required=True, help="Container image with slipstream installed.")
+@click.option("--namespace", default="default", show_default=True)
+@click.option("--replicas", multiple=True, help="STAGE=N [default: the spec's].")
+def k8s_manifests_cmd(pipeline_file, image, namespace, replicas) -> None:
+    """Print the ConfigMap and one Deployment per stage (kubectl apply -f -)."""
+    pipe = _pipeline(pipeline_file)
+    reps = _pairs(replicas, int, "--replicas")
+    docs = [pipeline_configmap(pipe.name, Path(pipeline_file).read_text(), namespace)]
+    docs += [stage_deployment(pipe.name, s.name, image=image, namespace=namespace,
+                              replicas=reps.get(s.name, s.defaults.replicas),
+                              gpus=1 if pipe.hardware[s.defaults.hardware].kind == "cuda" else 0)
+             for s in pipe.stages]
+    click.echo(yaml.safe_dump_all(docs, sort_keys=False), nl=False)
+
+
+commands = [tuner_cmd, up_cmd, tuner_plan_cmd, k8s_manifests_cmd]

@@ -1,0 +1,93 @@
+"""The tuner against the real broker: arrival timestamps in, partitions grown, StageConfig and
+ScalingAction out (workers are not started: the actuator is the dry-run one)."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+
+from streams import admin, codec, kafka as kclient, topics
+from streams.spec import parse_pipeline
+from streams.topics import all_topics
+from tuner import kafka_io
+from tuner.actuators import DryRunActuator
+from tuner.envelope import doubling_windows
+from tuner.policy import StagePlan, TunerConfig, TunerPlan
+from tuner.service import ServiceSettings, TunerService
+
+
+def spec(name: str) -> dict:
+    return {"name": name, "slo_ms": 300,
+            "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},
+            "stages": [{"name": "src", "variants": [{"name": "v", "model": "m", "accuracy": 0.9}],
+                        "defaults": {"variant": "v", "hardware": "cpu-1", "replicas": 1, "partitions": 2}}]}
+
+
+async def drain(settings, topic: str, n: int, timeout_s: float = 20.0) -> list:
+    cons = kclient.consumer(settings, topic, group_id=None)
+    await cons.start()
+    got = []
+    try:
+        async with asyncio.timeout(timeout_s):
+            while len(got) < n:
+                for records in (await cons.getmany(timeout_ms=300)).values():
+                    got.extend(records)
+    finally:
+        await cons.stop()
+    return got
+
+
+async def test_rate_step_on_the_input_topic_scales_up_grows_and_publishes(kafka, unique):
+    pipe = parse_pipeline(spec(unique))
+    await admin.ensure_topics(kafka, all_topics(pipe))
+    rng = np.random.default_rng(0)
+    sample = np.cumsum(rng.exponential(1 / 20, 6000))  # planned: 20 qps, 1 replica of mu 25
+    plan = TunerPlan.from_sample(sample, doubling_windows(0.05), (StagePlan("src", 1, 25.0, 1.0),))
+
+    now = time.time_ns()
+    prod = kclient.producer(kafka)
+    await prod.start()
+    try:  # the last 3 s at 100 qps: five times the plan
+        futs = [await kclient.send(prod, topics.stage_input(unique, "src"), "InferenceRequest",
+                                   {"request_id": f"r{i}", "pipeline": unique, "created_ns": ts,
+                                    "deadline_ns": ts + 300_000_000, "accuracy_floor": None,
+                                    "content_type": "application/octet-stream", "payload": b""},
+                                   key=f"r{i}", timestamp_ns=ts)
+                for i, ts in enumerate(range(now - 3_000_000_000, now, 10_000_000))]
+        await asyncio.gather(*futs)
+    finally:
+        await prod.stop()
+
+    publisher = kafka_io.KafkaPublisher(kafka)
+    await publisher.start()
+    partitions = await kafka_io.stage_partitions(kafka, unique, ["src"])
+    service = TunerService(pipe, plan, TunerConfig(), DryRunActuator(), partitions=partitions,
+                           publish=publisher.publish, grow=kafka_io.grower(kafka),
+                           settings=ServiceSettings(interval_s=0.2))
+    arrivals = kafka_io.KafkaArrivals(kafka, unique, "src", on_stage_config=service.on_stage_config)
+    await arrivals.start()
+    stop = asyncio.Event()
+    decisions = []
+
+    def on_decision(d):
+        decisions.append(d)
+        if d.changes:
+            stop.set()
+
+    try:
+        await asyncio.wait_for(service.run(arrivals, stop, on_decision), 30)
+    finally:
+        await arrivals.stop()
+        await publisher.stop()
+
+    assert service.tracker.arrivals >= 250  # all 300 minus the reorder hold-back
+    change = decisions[-1].changes[0]
+    assert change.previous == 1 and change.replicas >= 4
+    counts = await admin.partition_counts(kafka, [topics.stage_input(unique, "src")])
+    assert counts[topics.stage_input(unique, "src")] == 8  # next power of two >= 1.5 x 5 replicas
+    configs = [codec.decode("StageConfig", r.value) for r in await drain(kafka, topics.control(unique), 1)]
+    actions = [codec.decode("ScalingAction", r.value) for r in await drain(kafka, topics.scaling(unique), 1)]
+    assert configs[0]["replicas"] == change.replicas and configs[0]["partitions"] == 8
+    assert configs[0]["epoch"] == 1 and configs[0]["reason"].startswith("scale-up")
+    assert actions[0]["previous_replicas"] == 1 and actions[0]["live_rate_qps"] > actions[0]["planned_rate_qps"]

@@ -1,0 +1,182 @@
+"""Actuators: real child processes (a tiny python loop), partition growth rule, Kubernetes manifests."""
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+
+import pytest
+import yaml
+
+from tuner.actuators import DryRunActuator, LocalProcessActuator, worker_argv
+from tuner.k8s import KubernetesActuator, deployment_name, pipeline_configmap, scale_patch, stage_deployment
+from tuner.partitions import target_partitions
+from tuner.supervisor import Supervisor
+
+SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)"]
+# ignores SIGTERM, so only SIGKILL after the grace period stops it
+STUBBORN = [sys.executable, "-c",
+            "import signal, sys, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "print('armed', flush=True)\nwhile True: time.sleep(0.05)"]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def wait_until(pred, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def local():
+    act = LocalProcessActuator(lambda stage: SLEEPER, grace_s=2.0)
+    yield act
+    act.close()
+
+
+def test_set_replicas_is_idempotent_and_removes_newest_first(local):
+    local.set_replicas("detect", 3)
+    pids = local.pids("detect")
+    assert len(pids) == 3 and all(alive(p) for p in pids)
+    local.set_replicas("detect", 3)
+    assert local.pids("detect") == pids  # nothing restarted
+    local.set_replicas("detect", 1)
+    assert local.pids("detect") == pids[:1]  # the oldest survives
+    assert not alive(pids[1]) and not alive(pids[2])  # reaped: waited for, not zombies
+    local.set_replicas("detect", 2)
+    now = local.pids("detect")
+    assert now[0] == pids[0] and now[1] not in pids
+    with pytest.raises(ValueError):
+        local.set_replicas("detect", -1)
+
+
+def test_crashed_worker_is_reaped_and_replaced_by_reconcile(local):
+    local.set_replicas("classify", 2)
+    first, second = local.pids("classify")
+    os.kill(second, 9)
+    wait_until(lambda: local.replicas("classify") == 1)
+    assert local.unexpected_exits == 1
+    assert local.reconcile() == 1
+    pids = local.pids("classify")
+    assert len(pids) == 2 and pids[0] == first and second not in pids
+
+
+def test_sigterm_ignoring_worker_is_killed_after_grace(tmp_path):
+    act = LocalProcessActuator(lambda stage: STUBBORN, grace_s=0.3, log_dir=tmp_path)
+    try:
+        act.set_replicas("s", 1)
+        (pid,) = act.pids("s")
+        log = next(tmp_path.glob("s-*.log"))
+        wait_until(lambda: b"armed" in log.read_bytes())  # the SIGTERM handler is installed
+        t0 = time.monotonic()
+        act.set_replicas("s", 0)
+        took = time.monotonic() - t0
+        assert not alive(pid) and act.pids("s") == []
+        assert 0.3 <= took < 3.0
+    finally:
+        act.close()
+
+
+def test_worker_argv_is_the_slipstream_worker_command():
+    assert worker_argv("p.yaml", "detect") == ["slipstream", "worker", "--pipeline", "p.yaml",
+                                               "--stage", "detect"]
+
+
+def test_dry_run_remembers_counts():
+    act = DryRunActuator()
+    act.set_replicas("a", 4)
+    assert act.replicas("a") == 4 and act.replicas("b") == 0
+
+
+async def test_supervisor_starts_plan_replaces_crash_and_stops_everything():
+    act = LocalProcessActuator(lambda stage: SLEEPER, grace_s=2.0)
+    sup = Supervisor(act, {"detect": 2, "classify": 1}, reconcile_s=0.05)
+    stop = asyncio.Event()
+    seen: dict = {}
+
+    async def tuner(stop_event: asyncio.Event) -> None:
+        # what the tuner service does through the same actuator: resize a stage
+        pids = await asyncio.to_thread(act.pids, "detect")
+        seen["start"] = pids
+        os.kill(pids[0], 9)  # a crash the supervisor must repair
+        deadline = time.monotonic() + 5
+        while not (act.unexpected_exits and len(act.pids("detect")) == 2):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        await asyncio.to_thread(act.set_replicas, "classify", 3)
+        seen["all"] = act.pids("detect") + act.pids("classify")
+        stop_event.set()
+
+    await asyncio.wait_for(sup.run(stop, tuner), 15)
+    assert len(seen["start"]) == 2 and sup.replaced >= 1
+    assert len(seen["all"]) == 5
+    assert not any(alive(p) for p in seen["all"])
+    assert act.pids("detect") == [] and act.pids("classify") == []
+
+
+@pytest.mark.parametrize("replicas,current,want", [(3, 4, 4), (4, 4, 4), (5, 4, 8), (8, 4, 16), (6, 8, 8),
+                                                   (9, 8, 16), (1, 1, 1), (2, 1, 4), (3000, 2048, 4096)])
+def test_partitions_grow_only_with_headroom(replicas, current, want):
+    assert target_partitions(replicas, current) == want
+
+
+def test_partitions_never_shrink_and_validate():
+    assert target_partitions(1, 64) == 64
+    assert target_partitions(5, 4, headroom=1.0) == 8
+    with pytest.raises(ValueError):
+        target_partitions(3, 0)
+
+
+def test_stage_deployment_manifest():
+    m = stage_deployment("image-classify", "detect", image="slipstream:0.1", replicas=3)
+    assert m["kind"] == "Deployment" and m["metadata"]["name"] == "slipstream-image-classify-detect"
+    assert m["spec"]["replicas"] == 3
+    pod = m["spec"]["template"]
+    assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+    c = pod["spec"]["containers"][0]
+    assert c["args"] == ["worker", "--pipeline", "/etc/slipstream/pipeline.yaml", "--stage", "detect"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["SLIPSTREAM_BOOTSTRAP"]["valueFrom"]["configMapKeyRef"]["name"] == "slipstream-kafka"
+    assert m["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert yaml.safe_load(yaml.safe_dump(m)) == m
+    gpu = stage_deployment("p", "s", image="i", replicas=1, gpus=1)
+    assert gpu["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+
+
+def test_template_file_matches_generated_manifest():
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[3] / "deploy/k8s/stage-deployment.yaml").read_text()
+    filled = yaml.safe_load(text.replace("PIPELINE", "p").replace("STAGE", "s").replace("IMAGE", "img")
+                            .replace("REPLICAS", "2"))
+    gen = stage_deployment("p", "s", image="img", replicas=2)
+    del gen["metadata"]["namespace"]
+    assert filled == gen
+
+
+def test_scale_patch_and_names():
+    assert scale_patch(5) == {"spec": {"replicas": 5}}
+    with pytest.raises(ValueError):
+        scale_patch(-1)
+    assert len(deployment_name("x" * 40, "y" * 40)) <= 63
+    cm = pipeline_configmap("p", "name: p\n")
+    assert cm["data"]["pipeline.yaml"] == "name: p\n"
+
+
+def test_kubernetes_actuator_explains_missing_client():
+    try:
+        import kubernetes  # noqa: F401
+    except ImportError:
+        with pytest.raises(RuntimeError, match=r"slipstream\[k8s\]"):
+            KubernetesActuator("p")
+    else:
+        pytest.skip("kubernetes client installed: the missing-client message cannot be shown")

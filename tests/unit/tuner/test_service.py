@@ -1,0 +1,144 @@
+"""The service shell: feed -> decide -> grow partitions -> actuate -> publish, with an injected clock.
+
+Records are encoded with the real Avro codec, so a field the schema does not accept fails here."""
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from streams import codec, topics
+from streams.spec import parse_pipeline
+from tuner import planfile
+from tuner.actuators import DryRunActuator
+from tuner.envelope import NS_PER_S
+from tuner.metrics import TunerMetrics
+from tuner.policy import TunerConfig
+from tuner.service import ServiceSettings, TunerService
+
+SPEC = {
+    "name": "shop", "slo_ms": 300,
+    "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},
+    "stages": [
+        {"name": "detect", "variants": [{"name": "v", "model": "m", "accuracy": 0.9}],
+         "defaults": {"variant": "v", "hardware": "cpu-1", "max_batch": 4, "replicas": 2, "partitions": 2}},
+        {"name": "classify", "variants": [{"name": "w", "model": "m2", "accuracy": 0.8}],
+         "defaults": {"variant": "w", "hardware": "cpu-1", "max_batch": 8, "replicas": 1, "partitions": 4}},
+    ],
+    "edges": [{"from": "detect", "to": "classify", "fanout": 2.0, "probability": 0.5}],
+}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ns = 0
+
+    def __call__(self) -> int:
+        return self.ns
+
+
+def poisson_ns(rate: float, start_s: float, seconds: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = start_s + np.cumsum(rng.exponential(1 / rate, int(rate * seconds * 1.3) + 20))
+    return np.round(t[t < start_s + seconds] * NS_PER_S).astype(np.int64)
+
+
+@pytest.fixture
+def setup():
+    pipe = parse_pipeline(SPEC)
+    sample = poisson_ns(50, 0, 300, seed=1) / NS_PER_S
+    plan = planfile.plan_for_pipeline(pipe, sample, {"detect": 20.0, "classify": 30.0}, service_time_s=0.05)
+    return pipe, plan
+
+
+def test_plan_file_round_trip_and_validation(setup, tmp_path):
+    pipe, plan = setup
+    assert [s.visit_ratio for s in plan.stages] == [1.0, 1.0]  # fanout 2 x probability 0.5
+    path = tmp_path / "plan.json"
+    planfile.save(plan, pipe.name, path)
+    assert planfile.load(path, pipeline=pipe) == plan
+    doc = planfile.to_dict(plan, pipe.name)
+    doc["stages"][0]["stage"] = "nope"
+    with pytest.raises(planfile.PlanFileError, match="nope"):
+        planfile.from_dict(doc, pipeline=pipe)
+    with pytest.raises(planfile.PlanFileError, match="mean_rate_qps"):
+        planfile.from_dict({k: v for k, v in planfile.to_dict(plan, "shop").items() if k != "mean_rate_qps"})
+
+
+async def test_rate_step_grows_partitions_scales_and_publishes(setup):
+    pipe, plan = setup
+    clock = Clock()
+    published, grown = [], []
+
+    async def publish(topic, record, value, key):
+        published.append((topic, record, codec.decode(record, codec.encode(record, value)), key))
+
+    async def grow(topic, n):
+        grown.append((topic, n))
+        return n
+
+    act = DryRunActuator()
+    from prometheus_client import CollectorRegistry
+    reg = CollectorRegistry()
+    svc = TunerService(pipe, plan, TunerConfig(activation_s=1.0), act, partitions={"detect": 2, "classify": 4},
+                       publish=publish, grow=grow, metrics=TunerMetrics(pipe.name, reg),
+                       settings=ServiceSettings(reorder_s=0.0), clock=clock)
+    svc.on_stage_config({"pipeline": "shop", "stage": "detect", "variant": "v", "hardware": "cpu-1",
+                         "max_batch": 16, "batch_timeout_ms": 5.0, "replicas": 3, "partitions": 2, "epoch": 7,
+                         "planner_mode": "milp", "predicted_p99_ms": 120.0, "routing": {}, "cost_per_hour": 0.15,
+                         "reason": "plan"})
+    svc.feed(poisson_ns(50, 0, 10, seed=2))
+    clock.ns = 10 * NS_PER_S
+    decision = await svc.tick()
+    assert not decision.changes and not published
+    svc.feed(poisson_ns(150, 10, 3, seed=3))  # three times the planned rate
+    clock.ns = 13 * NS_PER_S
+    decision = await svc.tick()
+    targets = dict(decision.targets)
+    assert targets["detect"] >= 5 and targets["classify"] >= 2
+    assert act.counts == {k: v for k, v in targets.items() if v != plan.planned_replicas[k]}
+    assert (topics.stage_input("shop", "detect"), 8) in grown  # 2 partitions cannot hold 5+ replicas
+    configs = [p for p in published if p[1] == "StageConfig"]
+    actions = [p for p in published if p[1] == "ScalingAction"]
+    assert {c[3] for c in configs} == {c.stage for c in decision.changes}
+    det = next(c[2] for c in configs if c[3] == "detect")
+    assert det["max_batch"] == 16 and det["planner_mode"] == "milp"  # the planner's config, kept
+    assert det["epoch"] == 8 and det["replicas"] == targets["detect"] and det["partitions"] == 8
+    assert det["cost_per_hour"] == pytest.approx(0.05 * targets["detect"])
+    cls = next(c[2] for c in configs if c[3] == "classify")
+    assert cls["max_batch"] == 8 and cls["epoch"] == 1  # from the spec defaults
+    act_rec = next(a[2] for a in actions if a[3] == "detect")
+    assert act_rec["previous_replicas"] == 2 and act_rec["window_s"] is not None
+    assert act_rec["live_rate_qps"] > act_rec["planned_rate_qps"] and act_rec["at_ns"] == 13 * NS_PER_S
+    assert all(p[0] in (topics.control("shop"), topics.scaling("shop")) for p in published)
+    assert reg.get_sample_value("slipstream_tuner_replicas", {"pipeline": "shop", "stage": "detect"}) == targets["detect"]
+    assert reg.get_sample_value("slipstream_tuner_scaling_actions_total",
+                                {"pipeline": "shop", "stage": "detect", "direction": "up"}) == 1
+    assert reg.get_sample_value("slipstream_tuner_partitions", {"pipeline": "shop", "stage": "detect"}) == 8
+
+
+async def test_run_feeds_a_source_and_decides_until_stopped(setup):
+    pipe, plan = setup
+    clock = Clock()
+    chunks = [poisson_ns(50, s, 1, seed=s) for s in range(5)]
+    stop = asyncio.Event()
+
+    async def source():
+        for c in chunks:
+            clock.ns = int(c[-1])
+            yield c
+            await asyncio.sleep(0)
+        await stop.wait()  # a live source never ends
+
+    decisions = []
+
+    def on_decision(d):
+        decisions.append(d)
+        if len(decisions) == 3:
+            stop.set()
+
+    svc = TunerService(pipe, plan, TunerConfig(), DryRunActuator(), partitions={},
+                       settings=ServiceSettings(interval_s=0.01, reorder_s=0.0), clock=clock)
+    await asyncio.wait_for(svc.run(source(), stop, on_decision), 5)
+    assert len(decisions) == 3 and svc.tracker.arrivals == sum(c.size for c in chunks)
