@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -110,6 +110,8 @@ async def replay(schedule: Schedule, target: ReplayTarget, settings: KafkaSettin
     await asyncio.gather(results_c.start(), control_c.start(), producer.start())
     try:
         await _pin_to_end(results_c, options.ready_timeout_s)
+        # fetch the input topic's metadata now: the first send would otherwise wait for it, late
+        await asyncio.wait_for(producer.partitions_for(target.input_topic), options.ready_timeout_s)
         readers = [
             asyncio.create_task(_read_results(results_c, collector, stop)),
             asyncio.create_task(_read_control(control_c, config_records, stop,
@@ -228,8 +230,12 @@ async def _read_control(consumer, out: list[tuple[int, Mapping[str, Any]]], stop
 
 def summarize_outcome(outcome: ReplayOutcome, *, slo_ms: float, pipeline: str,
                       prices: Mapping[str, float], label: str = "", envelope=None,
-                      lag_budget_ms: float = DEFAULT_LAG_BUDGET_MS):
-    """The run's :class:`~loadgen.report.Summary` (pure: everything comes from the outcome)."""
+                      lag_budget_ms: float = DEFAULT_LAG_BUDGET_MS,
+                      default_configs: Sequence[Mapping[str, Any]] = ()):
+    """The run's :class:`~loadgen.report.Summary` (pure: everything comes from the outcome).
+
+    ``default_configs`` (StageConfig-like dicts, e.g. the spec's stage defaults) stand for what runs
+    before any record on the control topic: they get epoch -1, so any published config wins."""
     sent = outcome.sent_mask
     lag = lag_stats(outcome.scheduled_ns[sent], outcome.actual_ns[sent], budget_ms=lag_budget_ms)
     c = outcome.collector
@@ -239,9 +245,15 @@ def summarize_outcome(outcome: ReplayOutcome, *, slo_ms: float, pipeline: str,
     if c.conflicting_duplicates:
         notes.append(f"{c.conflicting_duplicates} requests got two results with different statuses")
     first_sent = int(outcome.actual_ns[sent].min()) if sent.any() else outcome.start_ns
+    seen = {rec["stage"] for _, rec in outcome.config_records}
+    assumed = [dict(d, epoch=-1) for d in default_configs if d["stage"] not in seen]
+    if assumed:
+        notes.append("no StageConfig on the control topic for " + ", ".join(d["stage"] for d in assumed)
+                     + ": cost assumes the spec defaults ran all along")
+    records = [(0, d) for d in assumed] + list(outcome.config_records)
     return summarize(
         c.collected(), slo_ms=slo_ms, pipeline=pipeline, label=label, source="kafka",
         sent=len(c.sent), start_ns=first_sent,
-        configs=events_from_records(outcome.config_records, prices), envelope=envelope, lag=lag,
+        configs=events_from_records(records, prices), envelope=envelope, lag=lag,
         duplicates=c.duplicates, notes=notes,
     )

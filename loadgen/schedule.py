@@ -76,8 +76,8 @@ class LagStats:
             return (f"kept up: p99 send lag {self.p99_ms:.2f} ms <= {self.budget_ms:.1f} ms budget")
         return (f"FELL BEHIND: p99 send lag {self.p99_ms:.1f} ms (max {self.max_ms:.1f} ms) exceeds the "
                 f"{self.budget_ms:.1f} ms budget; {100 * self.late_share:.1f}% of sends were late, "
-                f"achieved {self.achieved_qps:.1f} of {self.scheduled_qps:.1f} qps: the trace's "
-                "burstiness was not reproduced, treat latency results as optimistic")
+                f"achieved {self.achieved_qps:.1f} of {self.scheduled_qps:.1f} qps: the load was "
+                "smoother than the trace, so the latency results may be optimistic")
 
 
 def lag_stats(scheduled_ns: np.ndarray, actual_ns: np.ndarray, *,

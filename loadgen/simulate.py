@@ -91,8 +91,8 @@ def simulate_run(problem: Problem, plan: Plan, arrivals_s: np.ndarray, *,
                  envelope: Envelope | None = None, activation_s: float | None = None,
                  start_ns: int = 0, notes: Sequence[str] = ()) -> SimulatedRun:
     """Replay ``arrivals_s`` through ``plan`` (with the tuner's replica changes) and summarise."""
-    if not plan.feasible:
-        raise ValueError(f"plan {plan.mode} is infeasible: {plan.reason}")
+    if not plan.stages:
+        raise ValueError(f"plan {plan.mode} has no stages: {plan.reason}")
     arr = np.sort(np.asarray(arrivals_s, dtype=float))
     sim = simulate(problem, plan, arr, seed=seed, schedule=tuple(changes), activation_s=activation_s)
     results = results_from_sim(problem, plan, sim, start_ns=start_ns)

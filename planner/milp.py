@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
 import mip
@@ -46,6 +46,7 @@ class MilpOptions:
     variants: Mapping[str, frozenset[str]] | None = None  # allowed variants per stage
     allow_mix: bool | None = None  # several configs per stage; default problem.mix
     mode: str = "milp"
+    exclude: tuple[frozenset, ...] = ()  # no-good cuts: config sets (stage, variant, hw, batch) not to pick again
 
 
 def _name(*parts: object) -> str:
@@ -113,6 +114,10 @@ def solve(problem: Problem, opts: MilpOptions = MilpOptions(), warm: Plan | None
     mix = problem.mix if opts.allow_mix is None else opts.allow_mix
     build = _build_mixed if mix else _build_single
     use, rep, flow = build(m, problem, configs, lam, paths, budget, lat, objective)
+    for k, ban in enumerate(opts.exclude):
+        banned = [use[c] for cs in configs.values() for c in cs if (c.stage, c.variant, c.hardware, c.batch) in ban]
+        if len(banned) == len(ban):
+            m += mip.xsum(banned) <= len(ban) - 1, _name("runner_up_cut", k)
     if warm is not None and warm.stages:
         start = []
         for sp in warm.stages:
@@ -264,3 +269,14 @@ def _build_mixed(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Co
                  for s in configs if lam[s] > 0 and objective != "cost"}
     _objective(m, problem, configs, lam, paths, objective, cost, TIE * mip.xsum(use.values()), acc_terms)
     return use, rep, flow
+
+
+def chosen_set(plan: Plan) -> frozenset:
+    return frozenset((sp.stage, a.variant, a.hardware, a.max_batch) for sp in plan.stages for a in sp.assignments)
+
+
+def runner_up(problem: Problem, plan: Plan, opts: MilpOptions = MilpOptions()) -> Plan:
+    """The best plan that does not reuse exactly the configs of ``plan`` (for --explain)."""
+    rate = plan.rate_qps or problem.rate_qps
+    budget = plan.rounds[-1].budget_ms if plan.rounds else opts.budget_ms
+    return solve(problem, replace(opts, rate_qps=rate, budget_ms=budget, exclude=opts.exclude + (chosen_set(plan),)))

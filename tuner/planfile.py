@@ -89,3 +89,15 @@ def plan_for_pipeline(pipeline: Pipeline, arrivals_s: np.ndarray, mu_qps: Mappin
                              pipeline.visit_ratio(s.name)) for s in pipeline.stages)
     ts = service_time_s if service_time_s is not None else default_service_time_s(pipeline, mu_qps)
     return TunerPlan.from_sample(arrivals_s, doubling_windows(ts), stages)
+
+
+def from_handoff(handoff) -> TunerPlan:
+    """A plan from the planner's ``TunerHandoff`` (read by attribute: tuner does not import planner
+    types). ``planned_rate_qps`` plays lambda, so the planned rate reproduces the planned replicas."""
+    if handoff.sample_rates is None:
+        raise PlanFileError("the planner's hand-off has no sample envelope (sample_rates is None)")
+    stages = tuple(StagePlan(stage, int(handoff.replicas[stage]), float(handoff.mu_qps[stage]),
+                             float(handoff.visit_ratio[stage])) for stage in handoff.replicas)
+    env = EnvelopeSnapshot(tuple(float(w) for w in handoff.windows_s),
+                           tuple(float(r) for r in handoff.sample_rates))
+    return TunerPlan(env, float(handoff.planned_rate_qps), stages)

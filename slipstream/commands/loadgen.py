@@ -129,8 +129,11 @@ def replay(pipeline_file, spec, rate_scale, seed, report_dir, run_id, drain_s, a
     env = Envelope(ENVELOPE_WINDOWS_S, envelope_rates((sent - sent.min()) / 1e9 if len(sent) else sent),
                    envelope_rates(planned))
     prices = {h.name: h.cost_per_hour for h in pipe.hardware.values()}
+    defaults = [{"stage": s.name, "replicas": s.defaults.replicas, "hardware": s.defaults.hardware,
+                 "variant": s.defaults.variant, "cost_per_hour": 0.0} for s in pipe.stages]
     summary = summarize_outcome(outcome, slo_ms=pipe.slo_ms, pipeline=pipe.name, prices=prices,
-                                label=f"{pipe.name} {spec}", envelope=env, lag_budget_ms=lag_budget_ms)
+                                label=f"{pipe.name} {spec}", envelope=env, lag_budget_ms=lag_budget_ms,
+                                default_configs=defaults)
     click.echo(format_table(summary))
     if report_dir:
         files = write_report(summary, report_dir)

@@ -17,7 +17,8 @@ from streams.spec import SpecError, load_pipeline
 @click.option("--web-port", type=int, default=None, help="Faust web server port [default: off].")
 @click.option("--metrics-port", type=int, default=0, show_default=True,
               help="Prometheus endpoint port on 127.0.0.1 (0 = any free port, printed when ready).")
-@click.option("--loglevel", default="warning", show_default=True)
+@click.option("--loglevel", default="warn", show_default=True,
+              type=click.Choice(["crit", "error", "warn", "info", "debug"]))
 def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_port: int, loglevel: str) -> None:
     """Run one stage worker: consume the stage's input topic, batch, infer, route."""
     from agents.app import JOIN, build_join_app, build_stage_app

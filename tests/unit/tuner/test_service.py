@@ -142,3 +142,17 @@ async def test_run_feeds_a_source_and_decides_until_stopped(setup):
                        settings=ServiceSettings(interval_s=0.01, reorder_s=0.0), clock=clock)
     await asyncio.wait_for(svc.run(source(), stop, on_decision), 5)
     assert len(decisions) == 3 and svc.tracker.arrivals == sum(c.size for c in chunks)
+
+
+def test_plan_from_the_planners_handoff_reproduces_its_rho(setup):
+    from types import SimpleNamespace
+
+    _, plan = setup
+    handoff = SimpleNamespace(planned_rate_qps=60.0, windows_s=plan.envelope.windows_s,
+                              sample_rates=plan.envelope.rates_qps, mu_qps={"detect": 20.0, "classify": 30.0},
+                              visit_ratio={"detect": 1.0, "classify": 1.0}, replicas={"detect": 4, "classify": 2},
+                              rho={"detect": 60 / (4 * 20), "classify": 60 / (2 * 30)})
+    got = planfile.from_handoff(handoff)
+    assert {s.stage: got.rho(s) for s in got.stages} == pytest.approx(handoff.rho)
+    with pytest.raises(planfile.PlanFileError):
+        planfile.from_handoff(SimpleNamespace(**{**vars(handoff), "sample_rates": None}))

@@ -1,0 +1,38 @@
+"""The baseline of the data-plane benchmark: a plain consume -> produce relay with aiokafka (through
+``streams.kafka``'s thin wrappers), committing after the produce is delivered, as a stage worker does.
+
+    python -m agents.bench_relay SRC DST GROUP
+"""
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from streams import kafka as kclient
+from streams.config import KafkaSettings
+
+
+async def relay(settings: KafkaSettings, src: str, dst: str, group: str) -> None:
+    cons = kclient.consumer(settings, src, group_id=group, enable_auto_commit=False)
+    prod = kclient.producer(settings)
+    await cons.start()
+    await prod.start()
+    print(f"relay ready {src} -> {dst}", flush=True)
+    try:
+        while True:
+            batch = await cons.getmany(timeout_ms=100, max_records=500)
+            futs = [await prod.send(dst, m.value, key=m.key) for ms in batch.values() for m in ms]
+            if futs:
+                await asyncio.gather(*futs)
+                await cons.commit()
+    finally:
+        await cons.stop()
+        await prod.stop()
+
+
+if __name__ == "__main__":
+    src, dst, group = sys.argv[1:4]
+    try:
+        asyncio.run(relay(KafkaSettings.from_env(), src, dst, group))
+    except KeyboardInterrupt:
+        pass

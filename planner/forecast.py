@@ -1,0 +1,44 @@
+"""Forecast the next planning interval's peak arrival rate from recent arrival timestamps.
+
+Rule (pure numpy, documented in docs/planner.md): split the last ``lookback_intervals`` intervals of
+``interval_s`` seconds; in each, take the peak rate over a sliding ``window_s`` window (the busiest
+second); the forecast is ``growth`` x the largest of those peaks, at least ``floor_qps``. Planning
+for a recent peak rather than the last mean is what IPA's LSTM (max over the next 20 s) and Loki's
+headroom aim at; the tuner covers what the forecast misses.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.problem import peak_rate
+
+
+@dataclass(frozen=True)
+class ForecastSettings:
+    interval_s: float = 10.0
+    lookback_intervals: int = 6
+    window_s: float = 1.0
+    growth: float = 1.1
+    floor_qps: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.interval_s <= 0 or self.window_s <= 0 or self.lookback_intervals < 1 or self.growth <= 0:
+            raise ValueError(f"forecast settings out of range: {self}")
+
+
+def interval_peaks(arrivals_s: np.ndarray, now_s: float, s: ForecastSettings) -> list[float]:
+    a = np.sort(np.asarray(arrivals_s, dtype=float))
+    peaks = []
+    for i in range(s.lookback_intervals):
+        hi = now_s - i * s.interval_s
+        lo = hi - s.interval_s
+        seg = a[(a >= lo) & (a < hi)]
+        peaks.append(peak_rate(seg, min(s.window_s, s.interval_s)))
+    return peaks
+
+
+def forecast_peak(arrivals_s: np.ndarray, now_s: float, s: ForecastSettings = ForecastSettings()) -> float:
+    """The rate (qps) to plan the next interval for."""
+    return max(s.floor_qps, s.growth * max(interval_peaks(arrivals_s, now_s, s)))

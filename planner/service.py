@@ -1,0 +1,174 @@
+"""The planner service's pure step: forecast, build the problem, plan, decide whether to publish.
+
+The lead's Kafka loop (streams/kafka.py) calls :meth:`Replanner.step` with the recent arrival
+timestamps (record timestamps of the input topic, epoch seconds) and ``now_ns``, publishes
+``output.configs`` (StageConfig dicts, schemas/StageConfig.avsc) when ``output.changed``, and hands
+``output.handoff`` to the tuner. Nothing here touches Kafka or a clock.
+
+Tuner hand-off (InferLine section 2.4): the sample envelope over windows T_s, 2T_s, ... <= 60 s
+(T_s = the plan's analytical service time), per stage the single-replica throughput mu_m of its
+config, the visit ratio s_m, the planned replicas and rho_m = (lambda x s_m) / (replicas_m x mu_m),
+the form that makes the tuner's k_m = r x s_m / (mu_m x rho_m) reproduce the planned replica count
+at the planned rate r = lambda.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+import numpy as np
+
+from planner.forecast import ForecastSettings, forecast_peak
+from planner.modes import make_planner
+from planner.plan import Plan, config_of
+from planner.problem import Problem, peak_rate
+
+
+@dataclass(frozen=True)
+class ReplanSettings:
+    mode: str = "milp"
+    solver: str = "highs"
+    time_limit_s: float = 5.0
+    validate: bool = True
+    sample_s: float = 60.0  # how much recent history the estimator replays
+    forecast: ForecastSettings = field(default_factory=ForecastSettings)
+
+
+@dataclass(frozen=True)
+class ReplanState:
+    epoch: int = 0
+    plan: Plan | None = None
+    last_step_ns: int = 0
+
+
+@dataclass(frozen=True)
+class TunerHandoff:
+    planned_rate_qps: float
+    windows_s: tuple[float, ...]
+    sample_rates: tuple[float, ...] | None  # None until tuner.envelope exists (lead wires it)
+    mu_qps: Mapping[str, float]
+    rho: Mapping[str, float]
+    visit_ratio: Mapping[str, float]
+    replicas: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class ReplanOutput:
+    plan: Plan
+    changed: bool
+    forecast_qps: float
+    configs: tuple[dict[str, Any], ...]  # StageConfig records to publish (empty when unchanged)
+    handoff: TunerHandoff | None
+
+
+def sample_for(arrivals_s: np.ndarray, now_s: float, rate_qps: float, sample_s: float,
+               window_s: float) -> np.ndarray:
+    """The last ``sample_s`` of arrivals, from 0, time-compressed when its peak is below the planned
+    rate so the estimator checks the plan at the rate it was sized for."""
+    a = np.sort(np.asarray(arrivals_s, dtype=float))
+    a = a[(a >= now_s - sample_s) & (a < now_s)]
+    if a.size == 0:
+        return a
+    a = a - a[0]
+    peak = peak_rate(a, window_s)
+    if 0 < peak < rate_qps:
+        a = a * (peak / rate_qps)
+    return a
+
+
+def envelope_windows(service_ms: float, longest_s: float = 60.0) -> tuple[float, ...]:
+    w = max(service_ms / 1000.0, 1e-3)
+    out = []
+    while w <= longest_s:
+        out.append(w)
+        w *= 2
+    return tuple(out)
+
+
+def handoff(problem: Problem, plan: Plan) -> TunerHandoff:
+    windows = envelope_windows(plan.analytic_latency_ms)
+    rates = None
+    try:  # tuner/envelope.py is written by another helper; used when present
+        from tuner.envelope import envelope  # noqa: PLC0415
+        rates = tuple(float(x) for x in envelope(problem.arrivals_s, np.asarray(windows)))
+    except ImportError:
+        rates = None
+    mu, rho, sm, reps = {}, {}, {}, {}
+    for sp in plan.stages:
+        a = sp.primary
+        m = config_of(problem, sp.stage, a, plan.rate_qps).throughput_qps
+        s_m = problem.visit_ratio(sp.stage)
+        mu[sp.stage], sm[sp.stage], reps[sp.stage] = m, s_m, sp.replicas
+        rho[sp.stage] = (plan.rate_qps * s_m) / (sp.replicas * m) if sp.replicas and m else math.inf
+    return TunerHandoff(plan.rate_qps, windows, rates, mu, rho, sm, reps)
+
+
+def stage_configs(pipeline: str, plan: Plan, problem: Problem, epoch: int) -> tuple[dict[str, Any], ...]:
+    """One StageConfig record per stage (fields of schemas/StageConfig.avsc). A stage with several
+    assignments is described by its primary one plus ``routing`` (share of items per variant)."""
+    out = []
+    for sp in plan.stages:
+        a = sp.primary
+        routing: dict[str, float] = {}
+        if len(sp.assignments) > 1:
+            for x in sp.assignments:
+                routing[x.variant] = routing.get(x.variant, 0.0) + x.weight
+        cost = sum(x.replicas * problem.hardware[x.hardware].cost_per_hour for x in sp.assignments)
+        out.append({
+            "pipeline": pipeline, "stage": sp.stage, "variant": a.variant, "hardware": a.hardware,
+            "max_batch": int(a.max_batch), "batch_timeout_ms": float(a.batch_timeout_ms),
+            "replicas": int(sp.replicas), "partitions": int(sp.partitions), "epoch": int(epoch),
+            "planner_mode": plan.mode, "predicted_p99_ms": plan.predicted_p99_ms, "routing": routing,
+            "cost_per_hour": float(cost), "reason": f"planned for {plan.rate_qps:.1f} qps",
+        })
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Replanner:
+    """Holds the static inputs (the problem without its rate/sample, the settings)."""
+
+    base: Problem
+    pipeline: str
+    settings: ReplanSettings = ReplanSettings()
+
+    def step(self, state: ReplanState, arrivals_s: np.ndarray, now_ns: int) -> tuple[ReplanOutput, ReplanState]:
+        s = self.settings
+        now_s = now_ns / 1e9
+        rate = forecast_peak(arrivals_s, now_s, s.forecast)
+        sample = sample_for(arrivals_s, now_s, rate, s.sample_s, s.forecast.window_s)
+        problem = replace(self.base, rate_qps=rate, arrivals_s=sample)
+        planner = make_planner(s.mode, solver=s.solver, time_limit_s=s.time_limit_s,
+                               validate=s.validate and sample.size > 0)
+        plan = planner.plan(problem)
+        changed = plan.feasible and (state.plan is None or plan.key() != state.plan.key())
+        if not plan.feasible:
+            out = ReplanOutput(plan, False, rate, (), None)
+            return out, replace(state, last_step_ns=now_ns)
+        epoch = state.epoch + 1 if changed else state.epoch
+        configs = stage_configs(self.pipeline, plan, problem, epoch) if changed else ()
+        out = ReplanOutput(plan, changed, rate, configs, handoff(problem, plan))
+        new_state = ReplanState(epoch, plan if changed else state.plan, now_ns)
+        return out, new_state
+
+
+def explain(plan: Plan, runner_up: Plan | None = None, measured_p99_ms: float | None = None) -> list[str]:
+    """Lines for ``--explain``: binding constraints, rounds, runner-up, predicted vs measured p99."""
+    lines = [n for n in plan.notes]
+    for i, r in enumerate(plan.rounds):
+        p99 = "-" if r.predicted_p99_ms is None else f"{r.predicted_p99_ms:.1f} ms"
+        lines.append(f"round {i}: budget {r.budget_ms:.1f} ms, rate {r.rate_qps:.1f} qps, cost "
+                     f"{r.cost_per_hour:.3f} $/h, estimator p99 {p99}, {'ok' if r.feasible else 'miss'}")
+    if runner_up is not None:
+        if runner_up.feasible:
+            desc = "; ".join(f"{sp.stage}: " + ", ".join(f"{a.variant}/{a.hardware}/b{a.max_batch}x{a.replicas}"
+                                                         for a in sp.assignments) for sp in runner_up.stages)
+            lines.append(f"runner-up: {runner_up.cost_per_hour:.3f} $/h "
+                         f"(+{runner_up.cost_per_hour - plan.cost_per_hour:.3f}): {desc}")
+        else:
+            lines.append(f"runner-up: none ({runner_up.reason})")
+    if measured_p99_ms is not None and plan.predicted_p99_ms is not None:
+        lines.append(f"p99 predicted {plan.predicted_p99_ms:.1f} ms vs measured {measured_p99_ms:.1f} ms "
+                     f"(ratio {plan.predicted_p99_ms / measured_p99_ms:.2f})")
+    return lines

@@ -1,0 +1,52 @@
+"""`slipstream bench ...`: benchmarks. Each prints raw figures and a ratio to a baseline measured in
+the same run; none is part of the test suite."""
+from __future__ import annotations
+
+import importlib
+import json
+
+import click
+
+from streams.config import KafkaSettings
+
+
+@click.group("bench")
+def bench() -> None:
+    """Benchmarks (each prints raw numbers and a ratio to a named baseline)."""
+
+
+@bench.command("dataplane")
+@click.option("--requests", "n_latency", default=400, show_default=True, help="Requests per latency round.")
+@click.option("--rate", default=100.0, show_default=True, help="Open-loop rate of the latency rounds (req/s).")
+@click.option("--backlog", "n_throughput", default=5000, show_default=True, help="Records per throughput round.")
+@click.option("--repeats", default=3, show_default=True, help="Rounds; medians are reported.")
+@click.option("--json", "as_json", is_flag=True)
+def dataplane(n_latency, rate, n_throughput, repeats, as_json) -> None:
+    """Stage worker vs a plain aiokafka relay: added latency per hop and msgs/s (needs the broker)."""
+    from agents import bench_dataplane
+
+    fig = bench_dataplane.run(KafkaSettings.from_env(), n_latency, rate, n_throughput, repeats,
+                              progress=lambda m: click.echo(m, err=True))
+    click.echo(json.dumps(fig, indent=2) if as_json else bench_dataplane.format_report(fig))
+
+
+@bench.command("executor")
+@click.option("--runs", default=5, show_default=True)
+@click.option("--payload", type=click.Choice(["raw", "png"]), default="raw", show_default=True)
+def executor(runs, payload) -> None:
+    """The ONNX executor vs onnxruntime called directly, EfficientNet-Lite0, batch 1 and 8."""
+    from agents import bench_executor
+
+    rows = bench_executor.bench_executor(runs=runs, payload=payload)
+    click.echo(bench_executor.format_rows(rows))
+
+
+# benchmarks of the other layers, each a click command in its own module
+for _mod, _name in (("slipstream.commands.bench_tuner", "tuner_bench"),
+                    ("slipstream.commands.bench_planner", "planner_bench")):
+    try:
+        bench.add_command(getattr(importlib.import_module(_mod), _name))
+    except (ImportError, AttributeError):  # pragma: no cover - a layer without a benchmark yet
+        pass
+
+commands = [bench]

@@ -1,0 +1,98 @@
+"""`slipstream plan`: plan a pipeline with one of the planner modes and print the plan.
+
+Either a self-contained problem file (``--problem``, format in docs/planner.md) or a pipeline spec
+plus a profile store and an arrival trace (``--pipeline --profiles --trace``/``--rate``).
+"""
+from __future__ import annotations
+
+import json
+
+import click
+import numpy as np
+
+MODES = ("milp", "inferline", "loki", "cg-mean", "cg-peak")
+
+
+def build_problem(problem_file, pipeline_file, profiles_dir, trace, rate):
+    from planner.problem import ProblemError, load_problem, read_trace
+    from planner.profiles import ProfileError, ProfileStore, problem_from_pipeline
+    from streams.spec import SpecError, load_pipeline
+    from pathlib import Path
+
+    try:
+        if problem_file:
+            return load_problem(problem_file)
+        if not (pipeline_file and profiles_dir and (trace or rate)):
+            raise click.UsageError("give --problem FILE, or --pipeline FILE --profiles DIR and --trace T or --rate R")
+        arrivals = read_trace(Path(trace)) if trace else None
+        return problem_from_pipeline(load_pipeline(pipeline_file), ProfileStore(profiles_dir),
+                                     arrivals_s=arrivals, rate_qps=rate)
+    except (ProblemError, ProfileError, SpecError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def render(plan, problem, lines) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    t = Table(title=f"{plan.mode} plan for {problem.name} at {plan.rate_qps:.1f} qps, SLO {problem.slo_ms:.0f} ms")
+    for col in ("stage", "variant", "hardware", "max batch", "timeout ms", "replicas", "weight", "partitions"):
+        t.add_column(col)
+    for sp in plan.stages:
+        for a in sp.assignments:
+            t.add_row(sp.stage, a.variant, a.hardware, str(a.max_batch), f"{a.batch_timeout_ms:.1f}",
+                      str(a.replicas), f"{a.weight:.2f}", str(sp.partitions))
+    con.print(t)
+    p99 = "not validated" if plan.predicted_p99_ms is None else f"{plan.predicted_p99_ms:.1f} ms"
+    att = "" if plan.attainment is None else f", attainment {plan.attainment:.4f}"
+    con.print(f"cost {plan.cost_per_hour:.4f} $/h, accuracy {plan.accuracy:.4f}, analytical latency "
+              f"{plan.analytic_latency_ms:.1f} ms, predicted p99 {p99}{att}, solve {plan.solve_time_s:.3f} s")
+    con.print("[green]feasible[/]" if plan.feasible else f"[red]infeasible[/]: {plan.reason}")
+    for line in lines:
+        con.print(f"  {line}")
+
+
+@click.command("plan")
+@click.option("--problem", "problem_file", type=click.Path(exists=True, dir_okay=False), help="Problem JSON file.")
+@click.option("--pipeline", "pipeline_file", type=click.Path(exists=True, dir_okay=False), help="Pipeline spec YAML.")
+@click.option("--profiles", "profiles_dir", type=click.Path(file_okay=False), help="Profile store directory.")
+@click.option("--trace", type=click.Path(exists=True, dir_okay=False), help="Arrival times (s), one per line.")
+@click.option("--rate", type=float, help="Planning rate (qps) instead of a trace (Poisson sample).")
+@click.option("--mode", type=click.Choice(MODES), default="milp", show_default=True)
+@click.option("--solver", type=click.Choice(["highs", "cbc"]), default="highs", show_default=True)
+@click.option("--time-limit", type=float, default=10.0, show_default=True, help="MILP time limit per solve (s).")
+@click.option("--no-validate", is_flag=True, help="Skip the estimator check (and tightening).")
+@click.option("--explain", is_flag=True, help="Binding constraints, rounds, runner-up plan.")
+@click.option("--measured-p99", type=float, help="Measured p99 (ms) to compare with the prediction.")
+@click.option("--json", "as_json", is_flag=True)
+def plan(problem_file, pipeline_file, profiles_dir, trace, rate, mode, solver, time_limit, no_validate,
+         explain, measured_p99, as_json) -> None:
+    """Plan each stage's variant, hardware, max batch and replicas inside the SLO."""
+    from planner import milp
+    from planner.modes import make_planner
+    from planner.service import explain as explain_lines
+
+    problem = build_problem(problem_file, pipeline_file, profiles_dir, trace, rate)
+    result = make_planner(mode, solver=solver, time_limit_s=time_limit, validate=not no_validate).plan(problem)
+    lines: list[str] = []
+    runner = None
+    if explain:
+        if mode == "milp" and result.feasible:
+            runner = milp.runner_up(problem, result, milp.MilpOptions(solver, time_limit))
+        lines = explain_lines(result, runner, measured_p99)
+    if as_json:
+        doc = result.to_dict()
+        doc["problem"] = {"name": problem.name, "slo_ms": problem.slo_ms, "rate_qps": problem.rate_qps,
+                          "sample_requests": int(np.asarray(problem.arrivals_s).size)}
+        if explain:
+            doc["explain"] = lines
+            doc["runner_up"] = runner.to_dict() if runner is not None else None
+        click.echo(json.dumps(doc, indent=2, default=float))
+    else:
+        render(result, problem, lines)
+    if not result.feasible:
+        raise SystemExit(2)
+
+
+commands = [plan]

@@ -1,0 +1,50 @@
+"""The CLI commands that need no broker: `loadgen show`, `loadgen report`, `simulate` on a synthetic problem."""
+import json
+
+import numpy as np
+from click.testing import CliRunner
+
+from slipstream.commands.loadgen import loadgen
+from slipstream.commands.simulate import simulate
+
+
+def test_show_prints_stats_and_writes_arrivals(tmp_path):
+    out = tmp_path / "arr.txt"
+    r = CliRunner().invoke(loadgen, ["show", "--trace", "poisson:rate=30,duration=100", "--seed", "2",
+                                     "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    stats = json.loads(r.output[: r.output.rindex("}") + 1])
+    assert abs(stats["mean_qps"] - 30) < 2 and abs(stats["cv2"] - 1) < 0.15
+    assert len(np.loadtxt(out)) == stats["requests"]
+    bad = CliRunner().invoke(loadgen, ["show", "--trace", "poisson:rate=30"])
+    assert bad.exit_code == 2 and "needs duration=" in bad.output
+
+
+def test_report_from_results_jsonl(tmp_path):
+    lines = [{"request_id": f"r-{i}", "status": "done", "created_ns": i * 10**7,
+              "finished_ns": i * 10**7 + (i + 1) * 10**6, "deadline_ns": i * 10**7 + 50 * 10**6,
+              "hops": []} for i in range(100)]
+    f = tmp_path / "results.jsonl"
+    f.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    r = CliRunner().invoke(loadgen, ["report", str(f), "--slo-ms", "50", "--sent", "120",
+                                     "--out", str(tmp_path / "rep")])
+    assert r.exit_code == 0, r.output
+    assert "SLO attainment 41.67%" in r.output  # 50 of 120 within 50 ms
+    assert (tmp_path / "rep" / "latency.png").stat().st_size > 0
+
+
+def test_simulate_a_problem_file(tmp_path):
+    problem = {"slo_ms": 300, "hardware": {"cpu": {"cost_per_hour": 0.1}},
+               "stages": [{"name": "a", "variants": [{"name": "v", "accuracy": 0.9,
+                                                      "latency_ms": {"cpu": {"1": 8, "4": 20}}}]}],
+               "arrival": {"rate_qps": 50}}
+    pf = tmp_path / "p.json"
+    pf.write_text(json.dumps(problem))
+    r = CliRunner().invoke(simulate, ["--problem", str(pf), "--trace", "step:rates=50/150,at=40,duration=80",
+                                      "--report", str(tmp_path / "sim")])
+    assert r.exit_code == 0, r.output
+    doc = json.loads((tmp_path / "sim" / "summary.json").read_text())
+    assert doc["source"] == "simulate" and doc["requests"] > 4000
+    assert json.loads((tmp_path / "sim" / "plan.json").read_text())["mode"] == "milp"
+    # the tuner reacted to the step from 50 to 150 qps
+    assert max(doc["series"]["replicas"]["a"]) > doc["series"]["replicas"]["a"][0]

@@ -1,0 +1,98 @@
+"""Simulated runs feed the same report: estimator output -> result dicts -> Summary, and comparisons."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loadgen.compare import compare_runs, format_comparison, parse_mode
+from loadgen.report import summarize
+from loadgen.simulate import config_events, results_from_sim, simulate_run
+from planner.estimator import ReplicaChange
+from planner.milp import MilpOptions, solve
+from planner.synthetic import random_problem
+
+DATA = Path(__file__).resolve().parents[4] / "shared" / "research-data" / "UMass-LIDS+Loki"
+
+
+@pytest.fixture(scope="module")
+def planned():
+    problem = random_problem(3, stages=2, rate_qps=40.0, sim_seconds=20.0)
+    plan = solve(problem, MilpOptions(solver="highs", time_limit_s=5.0))
+    assert plan.feasible
+    return problem, plan
+
+
+def test_simulated_results_have_the_result_fields(planned):
+    problem, plan = planned
+    run = simulate_run(problem, plan, problem.arrivals_s, seed=1, start_ns=10**18)
+    s, sim = run.summary, run.sim
+    assert s.source == "simulate" and s.requests == sim.requests
+    assert s.attainment == pytest.approx(sim.attainment)  # the report agrees with the estimator
+    assert s.dropped == int(sim.dropped.sum())
+    done = sim.latency_ms[~sim.dropped]
+    assert s.latency.p99_ms == pytest.approx(np.percentile(done, 99), rel=1e-6, abs=1e-3)
+    assert [st.stage for st in s.stages] == list(problem.topo_order)
+    assert all(st.queue.count == 0 and st.residence.count > 0 for st in s.stages)
+    assert s.mean_accuracy == pytest.approx(plan.accuracy)
+    assert s.cost_mean_per_hour == pytest.approx(plan.cost_per_hour, rel=1e-6)
+
+
+def test_replica_changes_show_in_cost_and_replicas(planned):
+    problem, plan = planned
+    stage = plan.stages[0].stage
+    before = plan.stages[0].replicas
+    ev = config_events(problem, plan, [ReplicaChange(10.0, stage, before + 2)], start_ns=0)
+    assert [e.replicas for e in ev if e.stage == stage] == [before, before + 2]
+    price = problem.hardware[plan.stages[0].primary.hardware].cost_per_hour
+    assert ev[-1].cost_per_hour - ev[0].cost_per_hour == pytest.approx(2 * price)
+    run = simulate_run(problem, plan, problem.arrivals_s, changes=[ReplicaChange(10.0, stage, before + 2)])
+    reps = run.summary.series.replicas[stage]
+    assert reps[0] == before and reps[-1] == before + 2
+
+
+def test_dropped_requests_carry_the_estimator_reason(planned):
+    problem, plan = planned
+    burst = np.sort(np.random.default_rng(0).uniform(0, 1.0, 2000))  # 2000 qps for a second: overload
+    run = simulate_run(problem, plan, burst)
+    assert run.summary.dropped > 0
+    assert all(k.startswith("deadline@") for k in run.summary.drops_by_reason)
+    res = results_from_sim(problem, plan, run.sim)
+    d = next(r for r in res if r["status"] == "dropped")
+    assert d["finished_ns"] <= d["deadline_ns"] and d["reason"].startswith("stage ")
+    assert summarize(res, slo_ms=problem.slo_ms).dropped == run.summary.dropped
+
+
+def test_compare_rows_and_baseline_ratio():
+    def runner(mode, tuned):
+        if mode == "nope":
+            raise ImportError("No module named planner.nope")
+        cost = {"cg-peak": 4.0, "milp": 1.0}[mode]
+        res = [{"request_id": "x", "status": "done", "created_ns": 0, "finished_ns": 10**6,
+                "deadline_ns": 10**9}]
+        from loadgen.cost import ConfigEvent
+        return summarize(res, slo_ms=100, configs=[ConfigEvent(0, "a", 1, cost * 3600 * 1000)],
+                         end_ns=10**6, start_ns=0)
+
+    rows = compare_runs(["milp+tuner", "cg-peak", "nope"], runner)
+    assert parse_mode("milp+tuner") == ("milp", True)
+    assert rows[0].tuned and rows[0].cost_vs_baseline == pytest.approx(0.25)
+    assert rows[1].cost_vs_baseline == pytest.approx(1.0)
+    assert "planner.nope" in rows[2].error
+    table = format_comparison(rows)
+    assert "0.25x" in table and "unavailable" in table
+    with pytest.raises(ValueError):
+        parse_mode("milp+oracle")
+
+
+@pytest.mark.skipif(not (DATA / "aggregate_profiled.csv").exists(), reason="research-data not present")
+def test_published_traffic_problem():
+    from loadgen.published import read_profiles, traffic_problem
+
+    profiles = read_profiles(DATA / "aggregate_profiled.csv")
+    assert set(profiles["yolov5m"].latency_ms) == {"cpu", "pascal", "ampere"}
+    assert profiles["efficientnet-b0"].accuracy == pytest.approx(0.771)
+    arr = np.sort(np.random.default_rng(0).uniform(0, 60, 1800))
+    p = traffic_problem(DATA, arr)
+    assert p.slo_ms == 250 and [s.name for s in p.stages] == ["detect", "classify"]
+    assert p.edges[0].fanout > 1  # cars per frame
+    assert p.rate_qps >= 30
