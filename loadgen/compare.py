@@ -24,6 +24,7 @@ class ComparisonRow:
     cost_mean_per_hour: float = math.nan
     attainment: float = math.nan
     p99_ms: float = math.nan
+    mean_accuracy: float = math.nan
     dropped: int = 0
     requests: int = 0
     cost_vs_baseline: float = math.nan  # cost / cg-peak cost
@@ -49,8 +50,9 @@ def compare_runs(specs: Sequence[str], runner: Callable[[str, bool], Summary]) -
         except Exception as exc:  # noqa: BLE001 - one mode failing must not hide the others
             rows.append(ComparisonRow(spec, mode, tuned, error=str(exc) or type(exc).__name__))
             continue
+        acc = math.nan if s.mean_accuracy is None else s.mean_accuracy
         rows.append(ComparisonRow(spec, mode, tuned, s.cost_total_usd, s.cost_mean_per_hour, s.attainment,
-                                  s.latency.p99_ms, s.dropped, s.requests))
+                                  s.latency.p99_ms, acc, s.dropped, s.requests))
     base = next((r for r in rows if r.mode == BASELINE and not r.error), None)
     if base is not None and base.cost_total_usd > 0:
         rows = [r if r.error else _with_ratio(r, r.cost_total_usd / base.cost_total_usd) for r in rows]
@@ -64,7 +66,8 @@ def _with_ratio(row: ComparisonRow, ratio: float) -> ComparisonRow:
 
 
 def format_comparison(rows: Sequence[ComparisonRow]) -> str:
-    head = f"{'mode':<18}{'$ total':>10}{'$/h':>9}{'vs cg-peak':>11}{'SLO met':>9}{'p99 ms':>9}{'dropped':>9}"
+    head = (f"{'mode':<18}{'$ total':>10}{'$/h':>9}{'vs cg-peak':>11}{'SLO met':>9}{'p99 ms':>9}"
+            f"{'accuracy':>9}{'dropped':>9}")
     lines = [head]
     for r in rows:
         if r.error:
@@ -72,6 +75,7 @@ def format_comparison(rows: Sequence[ComparisonRow]) -> str:
             continue
         ratio = "-" if math.isnan(r.cost_vs_baseline) else f"{r.cost_vs_baseline:.2f}x"
         p99 = "-" if math.isnan(r.p99_ms) else f"{r.p99_ms:.1f}"
+        acc = "-" if math.isnan(r.mean_accuracy) else f"{r.mean_accuracy:.4f}"
         lines.append(f"{r.spec:<18}{r.cost_total_usd:>10.4f}{r.cost_mean_per_hour:>9.3f}{ratio:>11}"
-                     f"{100 * r.attainment:>8.2f}%{p99:>9}{r.dropped:>9}")
+                     f"{100 * r.attainment:>8.2f}%{p99:>9}{acc:>9}{r.dropped:>9}")
     return "\n".join(lines)

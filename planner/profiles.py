@@ -12,7 +12,7 @@ The planner fits ``streams.latency.LatencyCurve`` to the ``percentile`` column o
 quadratic, linear fallback). ``import_csv`` reads the published table layout of
 ``UMass-LIDS/Loki aggregate_profiled.csv`` (columns Model, Accel, Trials, batchsize, 50th_pct,
 90th_pct, avg_latency(ms), Min, Max, Accuracy, Normalized_Accuracy); it has no p99, so imported
-profiles use the 90th percentile, and their accuracy is Accuracy / 100.
+profiles use the 90th percentile (the mean where a row has none), and their accuracy is Accuracy / 100.
 """
 from __future__ import annotations
 
@@ -143,7 +143,10 @@ def import_csv(path: str | Path, store: ProfileStore, *, models: set[str] | None
             try:
                 key = (slug(row["Model"]), slug(row["Accel"]))
                 b = int(float(row["batchsize"]))
-                p50, p90 = float(row["50th_pct"]), float(row["90th_pct"])
+                avg = row.get("avg_latency(ms)") or ""
+                # some published rows have no 90th percentile: fall back to the mean, as loadgen.published does
+                p90 = float(row["90th_pct"] or avg)
+                p50 = float(row["50th_pct"] or avg)
             except (TypeError, ValueError) as exc:
                 raise ProfileError(f"{p}: line {i}: {exc}") from None
             rows.setdefault(key, {})[b] = BatchPoint(p50_ms=p50, p99_ms=p90, reps=int(float(row.get("Trials") or 0)),

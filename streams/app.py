@@ -42,8 +42,13 @@ def make_app(s: AppSettings) -> faust.App:
         kw["broker_credentials"] = faust.SSLCredentials(ctx)
     web = {"web_enabled": False} if s.web_port is None else {
         "web_enabled": True, "web_port": s.web_port, "web_bind": "127.0.0.1"}
+    import tempfile
+
     return faust.App(
         s.app_id,
+        # faust writes a data folder even with in-memory stores; one per process, so replicas of a
+        # stage on one host never share it
+        datadir=tempfile.mkdtemp(prefix=f"{s.app_id}-"),
         broker=s.kafka.faust_broker_url(),
         value_serializer="raw",
         key_serializer="raw",

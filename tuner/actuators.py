@@ -53,16 +53,13 @@ class Worker:
     started_ns: int
 
 
-def worker_argv(pipeline_file: str, stage: str, executable: Sequence[str] = ("slipstream",)) -> list[str]:
-    """The production worker command line (``slipstream worker`` is written by the lead)."""
-    return [*executable, "worker", "--pipeline", str(pipeline_file), "--stage", stage]
-
-
 class LocalProcessActuator:
     """Stage workers as local processes; see the module docstring."""
 
     def __init__(self, argv_for: Callable[[str], Sequence[str]], *, grace_s: float = 10.0,
-                 log_dir: Path | None = None, env: Mapping[str, str] | None = None) -> None:
+                 log_dir: Path | None = None, env: Mapping[str, str] | None = None,
+                 restart_backoff_s: tuple[float, float] = (1.0, 30.0),
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._argv_for = argv_for
         self.grace_s = grace_s
         self._log_dir = log_dir
@@ -71,6 +68,10 @@ class LocalProcessActuator:
         self._desired: dict[str, int] = {}
         self.unexpected_exits = 0  # workers that exited without being asked to (crashes)
         self._seq = 0
+        # crash loops: the n-th restart of a stage within a minute waits min(lo * 2^(n-1), hi) seconds
+        self._backoff_lo, self._backoff_hi = restart_backoff_s
+        self._clock = clock
+        self._crashes: dict[str, list[float]] = {}
         self._lock = threading.RLock()  # the tuner and the supervisor's reconcile call from threads
 
     # ---- Actuator
@@ -101,9 +102,21 @@ class LocalProcessActuator:
         with self._lock:
             for stage in list(self._desired):
                 self._reap(stage)
-                started += max(0, self._desired[stage] - len(self._workers.get(stage, [])))
-                self._converge(stage)
+                missing = self._desired[stage] - len(self._workers.get(stage, []))
+                if missing > 0 and self._clock() >= self.restart_at(stage):
+                    started += missing
+                    self._converge(stage)
         return started
+
+    def restart_at(self, stage: str) -> float:
+        """When (on the actuator's clock) a crashed worker of ``stage`` may be replaced."""
+        now = self._clock()
+        recent = [t for t in self._crashes.get(stage, []) if t > now - 60.0]
+        self._crashes[stage] = recent
+        if not recent:
+            return now
+        delay = min(self._backoff_lo * 2 ** (len(recent) - 1), self._backoff_hi)
+        return recent[-1] + delay
 
     def close(self) -> None:
         """Stop every worker (newest first, in parallel per stage)."""
@@ -162,6 +175,7 @@ class LocalProcessActuator:
         for w in running:
             if w.proc.returncode is not None:
                 self.unexpected_exits += 1
+                self._crashes.setdefault(stage, []).append(self._clock())
                 log.warning("%s worker pid=%d exited on its own rc=%s", stage, w.proc.pid, w.proc.returncode)
         self._workers[stage] = alive
 

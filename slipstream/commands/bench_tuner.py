@@ -1,4 +1,5 @@
-"""`slipstream bench tuner`: envelope update cost against baselines, and measured activation time."""
+"""`slipstream bench tuner` (registered by slipstream/commands/bench.py): envelope update cost against
+baselines, and measured activation time."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,7 @@ from streams import broker
 from streams.config import KafkaSettings
 from streams.spec import SpecError, load_pipeline
 from tuner import bench as tb
-from tuner.actuators import worker_argv
+from streams.procs import worker_argv
 
 
 @click.command("tuner")
@@ -49,7 +50,7 @@ def tuner_bench(n_windows, rate, seconds, chunk, runs, pipeline_file, stage, wor
             pipe = load_pipeline(pipeline_file)
         except SpecError as exc:
             raise click.BadParameter(str(exc), param_hint="--pipeline") from None
-        argv = worker_argv(pipeline_file, stage or pipe.source, (sys.executable, "-m", "slipstream.cli"))
+        argv = worker_argv(pipeline_file, stage or pipe.source)
     else:
         argv = None
         note = "activation: skipped (give --pipeline FILE, or --worker-cmd)"
@@ -100,13 +101,5 @@ def _probe_argv(settings: KafkaSettings) -> list[str] | None:
             f"slipstream-bench-probe-{uuid.uuid4().hex[:8]}", "--bootstrap", settings.bootstrap]
 
 
-@click.group("bench")
-def bench() -> None:
-    """Benchmarks (each prints raw numbers and a ratio to a named baseline)."""
-
-
-bench.add_command(tuner_bench)
-
-# If several modules contribute `bench` subcommands, the lead can merge them through this list.
-bench_commands = [tuner_bench]
-commands = [bench]
+# `slipstream bench` (slipstream/commands/bench.py) adds `tuner_bench` as its `tuner` subcommand.
+commands: list = []

@@ -14,7 +14,8 @@ import yaml
 from streams.config import KafkaSettings
 from streams.spec import Pipeline, SpecError, load_pipeline
 from tuner import planfile
-from tuner.actuators import DryRunActuator, LocalProcessActuator, worker_argv
+from streams.procs import worker_argv
+from tuner.actuators import DryRunActuator, LocalProcessActuator
 from tuner.k8s import pipeline_configmap, stage_deployment
 from tuner.policy import ScaleDecision, TunerConfig, TunerPlan
 from tuner.service import ServiceSettings, TunerService
@@ -154,8 +155,7 @@ def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, l
 def _up(pipe, pipeline_file, plan, config, settings, interval_s, lookback_s, metrics_port, log_dir) -> None:
     from tuner.supervisor import Supervisor
 
-    exe = (sys.executable, "-m", "slipstream.cli")
-    actuator = LocalProcessActuator(lambda stage: worker_argv(pipeline_file, stage, exe),
+    actuator = LocalProcessActuator(lambda stage: worker_argv(pipeline_file, stage),
                                     log_dir=Path(log_dir) if log_dir else None)
     supervisor = Supervisor(actuator, plan.planned_replicas)
 

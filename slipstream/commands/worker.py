@@ -15,7 +15,7 @@ from streams.spec import SpecError, load_pipeline
               help="Pipeline spec (YAML).")
 @click.option("--stage", required=True, help="Stage name, or 'join' for the fan-out join worker.")
 @click.option("--web-port", type=int, default=None, help="Faust web server port [default: off].")
-@click.option("--metrics-port", type=int, default=0, show_default=True,
+@click.option("--metrics-port", type=int, default=0, show_default=True, envvar="SLIPSTREAM_METRICS_PORT",
               help="Prometheus endpoint port on 127.0.0.1 (0 = any free port, printed when ready).")
 @click.option("--loglevel", default="warn", show_default=True,
               type=click.Choice(["crit", "error", "warn", "info", "debug"]))

@@ -9,7 +9,8 @@ import time
 import pytest
 import yaml
 
-from tuner.actuators import DryRunActuator, LocalProcessActuator, worker_argv
+from streams.procs import worker_argv
+from tuner.actuators import DryRunActuator, LocalProcessActuator
 from tuner.k8s import KubernetesActuator, deployment_name, pipeline_configmap, scale_patch, stage_deployment
 from tuner.partitions import target_partitions
 from tuner.supervisor import Supervisor
@@ -39,7 +40,7 @@ def wait_until(pred, timeout_s: float = 5.0) -> None:
 
 @pytest.fixture
 def local():
-    act = LocalProcessActuator(lambda stage: SLEEPER, grace_s=2.0)
+    act = LocalProcessActuator(lambda stage: SLEEPER, grace_s=2.0, restart_backoff_s=(0.0, 0.0))
     yield act
     act.close()
 
@@ -88,8 +89,10 @@ def test_sigterm_ignoring_worker_is_killed_after_grace(tmp_path):
 
 
 def test_worker_argv_is_the_slipstream_worker_command():
-    assert worker_argv("p.yaml", "detect") == ["slipstream", "worker", "--pipeline", "p.yaml",
-                                               "--stage", "detect"]
+    import sys
+    assert worker_argv("p.yaml", "detect") == [sys.executable, "-m", "slipstream.cli", "worker",
+                                               "--pipeline", "p.yaml", "--stage", "detect",
+                                               "--loglevel", "info"]
 
 
 def test_dry_run_remembers_counts():
@@ -180,3 +183,29 @@ def test_kubernetes_actuator_explains_missing_client():
             KubernetesActuator("p")
     else:
         pytest.skip("kubernetes client installed: the missing-client message cannot be shown")
+
+
+def test_crash_loop_restarts_back_off():
+    now = [100.0]
+    crasher = [sys.executable, "-c", "raise SystemExit(2)"]
+    act = LocalProcessActuator(lambda stage: crasher, restart_backoff_s=(1.0, 4.0), clock=lambda: now[0])
+    try:
+        act.set_replicas("s", 1)
+        wait_until(lambda: act.replicas("s") == 0)  # crash 1 at t=100
+        assert act.restart_at("s") == 101.0
+        assert act.reconcile() == 0  # too early
+        now[0] = 101.0
+        assert act.reconcile() == 1
+        wait_until(lambda: act.replicas("s") == 0)  # crash 2 at t=101: wait 2 s
+        assert act.restart_at("s") == 103.0
+        now[0] = 102.9
+        assert act.reconcile() == 0
+        now[0] = 103.0
+        assert act.reconcile() == 1
+        wait_until(lambda: act.replicas("s") == 0)  # crash 3: 4 s (the cap)
+        assert act.restart_at("s") == 107.0
+        now[0] = 200.0  # a quiet minute forgives
+        assert act.restart_at("s") == 200.0
+        assert act.unexpected_exits == 3
+    finally:
+        act.close()

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from slipstream.commands.bench_tuner import bench
+from slipstream.commands.bench_tuner import tuner_bench
 from slipstream.commands.tuner import k8s_manifests_cmd, tuner_cmd, tuner_plan_cmd
 
 SPEC = """
@@ -87,7 +87,7 @@ def test_k8s_manifests_render_configmap_and_a_deployment_per_stage(tmp_path):
 def test_bench_reports_ratios_and_activation_of_any_command():
     ready = (f"{sys.executable} -c \"print('slipstream-worker ready stage=s partitions=0,1', flush=True); "
              "import time; time.sleep(30)\"")
-    r = CliRunner().invoke(bench, ["tuner", "--seconds", "1", "--rate", "2000", "--runs", "1", "--worker-cmd", ready,
+    r = CliRunner().invoke(tuner_bench, ["--seconds", "1", "--rate", "2000", "--runs", "1", "--worker-cmd", ready,
                                    "--existing", "0", "--activation-runs", "1", "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)

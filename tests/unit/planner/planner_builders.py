@@ -1,0 +1,21 @@
+"""Small problems and plans for the planner tests, written out explicitly."""
+from __future__ import annotations
+
+from planner.plan import Assignment, Plan, StagePlan
+from planner.problem import parse_problem
+
+
+def one_stage(latency_ms: dict, *, slo_ms: float = 1000.0, rate: float = 10.0, seconds: float = 60.0,
+              **extra):
+    doc = {"slo_ms": slo_ms, "arrival": {"rate_qps": rate, "sim_seconds": seconds},
+           "hardware": {"cpu": {"cost_per_hour": 1.0}},
+           "stages": [{"name": "a", "variants": [{"name": "v", "accuracy": 0.9,
+                                                   "latency_ms": {"cpu": {str(b): ms for b, ms in latency_ms.items()}}}]}]}
+    doc.update(extra)
+    return parse_problem(doc)
+
+
+def single_plan(stage_assignments: dict[str, list[Assignment]], partitions: int = 4) -> Plan:
+    return Plan("test", tuple(StagePlan(s, tuple(a), partitions) for s, a in stage_assignments.items()), True)
+
+

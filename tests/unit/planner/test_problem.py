@@ -1,0 +1,65 @@
+"""Problem files: parsing, defaults and errors that name the field path."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from planner.problem import ProblemError, load_problem, parse_problem, peak_rate
+
+DOC = {
+    "slo_ms": 300, "arrival": {"rate_qps": 120},
+    "hardware": {"cpu": {"cost_per_hour": 0.2}, "gpu": {"cost_per_hour": 2.5}},
+    "stages": [
+        {"name": "detect", "variants": [{"name": "det-s", "accuracy": 0.61,
+                                         "latency_ms": {"cpu": {"1": 40, "2": 70, "4": 130}, "gpu": {"1": 6, "8": 14}}}]},
+        {"name": "classify", "variants": [{"name": "cls", "accuracy": 0.8, "latency_ms": {"cpu": {"1": 10, "4": 25}}}]}],
+    "edges": [{"from": "detect", "to": "classify", "fanout": 1.5, "probability": 1.0}],
+}
+
+
+def test_example_parses_with_rates_and_paths():
+    p = parse_problem(DOC)
+    assert p.rate_qps == 120 and p.source == "detect"
+    assert p.visit_ratio("classify") == 1.5
+    assert p.paths() == [("detect", "classify")]
+    assert p.arrivals_s.size > 0  # a Poisson sample of the rate
+    curve = p.stage("detect").variant("det-s").latency["gpu"]
+    assert curve.ms(8) == 14 and p.batch_sizes_for(curve) == (1, 2, 4, 8)
+
+
+@pytest.mark.parametrize("path, value, needle", [
+    (("stages", 0, "variants", 0, "latency_ms", "tpu"), {"1": 3}, "stages[0].variants[0].latency_ms.tpu"),
+    (("stages", 0, "variants", 0, "latency_ms", "cpu", "2"), -1, "stages[0].variants[0].latency_ms.cpu.2"),
+    (("edges", 0, "to"), "nowhere", "edges[0].to"),
+    (("slo_ms",), "fast", "slo_ms"),
+    (("edges", 0, "probability"), 1.5, "edges[0].probability"),
+])
+def test_errors_name_the_field(path, value, needle):
+    doc = json.loads(json.dumps(DOC))
+    node = doc
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    with pytest.raises(ProblemError) as exc:
+        parse_problem(doc)
+    assert needle in str(exc.value)
+
+
+def test_trace_file_sets_the_planning_rate_from_its_peak(tmp_path):
+    arr = np.concatenate([np.arange(0, 10, 0.1), 10 + np.arange(0, 1, 0.01)])
+    (tmp_path / "arrivals.txt").write_text("\n".join(f"{x:.4f}" for x in arr))
+    doc = dict(DOC, arrival={"trace": "arrivals.txt"})
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    p = load_problem(tmp_path / "p.json")
+    assert p.arrivals_s.size == arr.size
+    assert p.rate_qps == pytest.approx(peak_rate(arr, 1.0)) and p.rate_qps >= 100
+
+
+def test_missing_file_and_bad_json(tmp_path):
+    with pytest.raises(ProblemError, match="no such problem file"):
+        load_problem(tmp_path / "nope.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(ProblemError, match="not valid JSON"):
+        load_problem(tmp_path / "bad.json")

@@ -1,0 +1,64 @@
+"""Forecast, the Replanner step, StageConfig records and the tuner hand-off."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from planner.problem import peak_rate
+from planner.forecast import ForecastSettings, forecast_peak, interval_peaks
+from planner.service import ReplanSettings, ReplanState, Replanner, sample_for
+from planner.synthetic import random_problem
+
+SCHEMA = Path(__file__).resolve().parents[3] / "schemas" / "StageConfig.avsc"
+
+
+def test_forecast_uses_recent_peaks_not_the_mean():
+    s = ForecastSettings(interval_s=10, lookback_intervals=3, window_s=1.0, growth=1.0)
+    steady = np.arange(0, 30, 0.1)  # 10 qps
+    burst = 15 + np.arange(0, 1, 0.02)  # +50 in one second, inside the middle interval
+    arr = np.sort(np.concatenate([steady, burst]))
+    peaks = interval_peaks(arr, 30.0, s)
+    assert max(peaks) == pytest.approx(60, abs=1)
+    assert forecast_peak(arr, 30.0, s) == pytest.approx(60, abs=1)
+    assert forecast_peak(arr, 30.0, ForecastSettings(growth=1.2, lookback_intervals=3)) == pytest.approx(72, abs=1.5)
+    # once the burst is older than the lookback it is forgotten
+    late = np.concatenate([arr, 30 + np.arange(0, 30, 0.1)])
+    assert forecast_peak(late, 60.0, s) == pytest.approx(10, abs=1)
+
+
+def test_sample_is_compressed_to_the_planned_rate():
+    arr = np.arange(0, 60, 0.1)  # 10 qps
+    s = sample_for(arr, 60.0, 20.0, 30.0, 1.0)
+    assert s[0] == 0 and s.size == 300
+    assert peak_rate(s, 1.0) == pytest.approx(20, rel=0.05)  # its busiest second matches the plan
+    assert sample_for(arr, 60.0, 5.0, 30.0, 1.0)[-1] == pytest.approx(29.9)  # never stretched
+
+
+def test_replanner_publishes_only_on_change_and_handoff_reproduces_replicas():
+    base = random_problem(3, stages=2, variants=2, hardware=2, batch_sizes=(1, 2, 4), rate_qps=1, slo_ms=400)
+    rp = Replanner(base, "demo", ReplanSettings(mode="milp", validate=True, sample_s=30))
+    arr = np.arange(0, 60, 1 / 40.0)
+    out, st = rp.step(ReplanState(), arr, 60 * 10**9)
+    assert out.changed and st.epoch == 1 and len(out.configs) == 2
+    schema = json.loads(SCHEMA.read_text())
+    fields = {f["name"] for f in schema["fields"]}
+    for rec in out.configs:
+        assert set(rec) == fields
+        assert rec["epoch"] == 1 and rec["pipeline"] == "demo" and rec["replicas"] <= rec["partitions"]
+    h = out.handoff
+    for stage, reps in h.replicas.items():
+        k = h.planned_rate_qps * h.visit_ratio[stage] / (h.mu_qps[stage] * h.rho[stage])
+        assert math.ceil(k - 1e-9) == reps
+    assert h.windows_s[0] > 0 and h.windows_s[-1] <= 60
+    # same traffic a little later: same plan, nothing to publish
+    out2, st2 = rp.step(st, arr + 0.0, 60 * 10**9)
+    assert not out2.changed and out2.configs == () and st2.epoch == 1
+    # traffic triples: a new plan with more replicas, next epoch
+    arr3 = np.arange(0, 60, 1 / 120.0)
+    out3, st3 = rp.step(st2, arr3, 60 * 10**9)
+    assert out3.changed and st3.epoch == 2
+    assert sum(r["replicas"] for r in out3.configs) > sum(r["replicas"] for r in out.configs)
