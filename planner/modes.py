@@ -168,7 +168,8 @@ class CoarsePlanner:
             timeout = min(formation_ms(bs, problem.stage_rate(s, rate)), curve(s).ms(bs))
             stages[s] = (Assignment(choice[s][0], choice[s][1], bs, k, 1.0, timeout),)
         plan = evaluate(problem, self.name, stages, rate_qps=rate, solve_time_s=time.perf_counter() - t0,
-                        notes=(f"pipeline unit x{k} at max batch {b} for {rate:.1f} qps",))
+                        notes=(f"pipeline unit x{k} at max batch {max(a[0].max_batch for a in stages.values())} "
+                               f"for {rate:.1f} qps",))
         if problem.max_replicas is not None and k * len(stages) > problem.max_replicas:
             return replace(plan, feasible=False, reason=f"{k} pipeline units exceed max_replicas")
         return check(problem, plan) if self.validate else plan

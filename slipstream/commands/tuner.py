@@ -16,6 +16,7 @@ from streams.spec import Pipeline, SpecError, load_pipeline
 from tuner import planfile
 from streams.procs import worker_argv
 from tuner.actuators import DryRunActuator, LocalProcessActuator
+from tuner.run import run_tuner
 from tuner.k8s import pipeline_configmap, stage_deployment
 from tuner.policy import ScaleDecision, TunerConfig, TunerPlan
 from tuner.service import ServiceSettings, TunerService
@@ -69,34 +70,6 @@ def _stop_on_signals(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, stop.set)
 
 
-async def _run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuator, *, dry_run: bool,
-                     settings: KafkaSettings, interval_s: float, lookback_s: float, stop: asyncio.Event,
-                     metrics_port: int | None) -> None:
-    from tuner import kafka_io
-    from tuner.metrics import TunerMetrics
-
-    if metrics_port:
-        from prometheus_client import start_http_server
-        start_http_server(metrics_port)
-    partitions = await kafka_io.stage_partitions(settings, pipe.name, [s.name for s in pipe.stages])
-    publisher = None if dry_run else kafka_io.KafkaPublisher(settings)
-    service = TunerService(pipe, plan, config, actuator, partitions=partitions,
-                           publish=publisher.publish if publisher else None,
-                           grow=None if dry_run else kafka_io.grower(settings),
-                           metrics=TunerMetrics(pipe.name), settings=ServiceSettings(interval_s=interval_s))
-    arrivals = kafka_io.KafkaArrivals(settings, pipe.name, pipe.source, on_stage_config=service.on_stage_config,
-                                      lookback_s=lookback_s)
-    if publisher:
-        await publisher.start()
-    await arrivals.start()
-    try:
-        await service.run(arrivals, stop, _print_decision if dry_run else None)
-    finally:
-        await arrivals.stop()
-        if publisher:
-            await publisher.stop()
-
-
 common = [
     click.option("--pipeline", "pipeline_file", required=True, type=click.Path(dir_okay=False)),
     click.option("--activation-s", default=5.0, show_default=True,
@@ -146,8 +119,9 @@ def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, l
                 act = KubernetesActuator(pipe.name, namespace)
             except RuntimeError as exc:
                 raise click.ClickException(str(exc)) from None
-        await _run_tuner(pipe, plan, config, act, dry_run=dry_run, settings=settings, interval_s=interval_s,
-                         lookback_s=lookback_s, stop=stop, metrics_port=metrics_port)
+        await run_tuner(pipe, plan, config, act, dry_run=dry_run, settings=settings, interval_s=interval_s,
+                        lookback_s=lookback_s, stop=stop, metrics_port=metrics_port,
+                        on_decision=_print_decision if dry_run else None)
 
     asyncio.run(main())
 
@@ -164,7 +138,7 @@ def _up(pipe, pipeline_file, plan, config, settings, interval_s, lookback_s, met
         _stop_on_signals(stop)
 
         async def tuner(stop_event: asyncio.Event) -> None:
-            await _run_tuner(pipe, plan, config, actuator, dry_run=False, settings=settings,
+            await run_tuner(pipe, plan, config, actuator, dry_run=False, settings=settings,
                              interval_s=interval_s, lookback_s=lookback_s, stop=stop_event,
                              metrics_port=metrics_port)
 

@@ -1,0 +1,39 @@
+"""Running the tuner service against Kafka: the wiring used by `slipstream tuner`, `up` and `demo`."""
+from __future__ import annotations
+
+import asyncio
+
+from streams.config import KafkaSettings
+from streams.spec import Pipeline
+from tuner.policy import TunerConfig, TunerPlan
+from tuner.service import ServiceSettings, TunerService
+
+
+async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuator, *, dry_run: bool,
+                    settings: KafkaSettings, interval_s: float, lookback_s: float, stop: asyncio.Event,
+                    metrics_port: int | None, on_decision=None) -> None:
+    """Run the tuner service on Kafka until ``stop`` is set: arrivals from the input topic, configs
+    from the control topic, decisions applied through ``actuator`` and published (unless dry-run)."""
+    from tuner import kafka_io
+    from tuner.metrics import TunerMetrics
+
+    if metrics_port:
+        from prometheus_client import start_http_server
+        start_http_server(metrics_port)
+    partitions = await kafka_io.stage_partitions(settings, pipe.name, [s.name for s in pipe.stages])
+    publisher = None if dry_run else kafka_io.KafkaPublisher(settings)
+    service = TunerService(pipe, plan, config, actuator, partitions=partitions,
+                           publish=publisher.publish if publisher else None,
+                           grow=None if dry_run else kafka_io.grower(settings),
+                           metrics=TunerMetrics(pipe.name), settings=ServiceSettings(interval_s=interval_s))
+    arrivals = kafka_io.KafkaArrivals(settings, pipe.name, pipe.source, on_stage_config=service.on_stage_config,
+                                      lookback_s=lookback_s)
+    if publisher:
+        await publisher.start()
+    await arrivals.start()
+    try:
+        await service.run(arrivals, stop, on_decision)
+    finally:
+        await arrivals.stop()
+        if publisher:
+            await publisher.stop()
