@@ -69,7 +69,7 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
         app.add_future(follow_control(pipe, stage, kafka, worker))
 
     async def on_revoked(sender, revoked, **kwargs) -> None:
-        worker.on_revoked(set(revoked))
+        await worker.on_revoked(set(revoked), app.consumer.commit)
 
     app.on_partitions_revoked.connect(on_revoked)
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from agents import routing
+from agents.acks import AckTracker
 from agents.control import ActiveConfig, accept, choose_variant, defaults
 from agents.metrics import StageMetrics
 from streams import batching, codec, kafka as kclient, topics
@@ -74,6 +75,8 @@ class StageWorker:
         self.warmup_batches = warmup_batches
         self.windows_done = 0
         self.started = asyncio.Event()
+        self.window_lock = asyncio.Lock()  # held while a window is worked off
+        self.acks = AckTracker()
         self._finishing: asyncio.Future | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -120,6 +123,7 @@ class StageWorker:
         """Decode one event onto the queue, or dead-letter it."""
         msg = event.message
         data = event.value
+        self.acks.read(msg.tp, msg.offset, event)
         try:
             if data is not None and len(data) > MAX_PAYLOAD_BYTES:
                 raise CodecError(f"oversize record: {len(data)} bytes > {MAX_PAYLOAD_BYTES}")
@@ -128,7 +132,7 @@ class StageWorker:
                 raise CodecError(f"request for pipeline {req['pipeline']!r} on {self.pipe.name!r}'s topic")
         except CodecError as exc:
             await self.dead_letter(data, msg.topic, msg.partition, msg.offset, str(exc))
-            await self.stream.ack(event)
+            await self._ack_done(msg.tp, msg.offset)
             return
         self.metrics.lab(self.metrics.requests).inc()
         self.queue.append(Item(event, req, time.time_ns(), msg.tp))
@@ -144,12 +148,19 @@ class StageWorker:
             "error": error, "stage": self.stage, "at_ns": time.time_ns()})
         await fut
 
-    def on_revoked(self, revoked: set) -> None:
-        """Forget queued (unprocessed, unacked) items of partitions we lost: Kafka redelivers them."""
-        before = len(self.queue)
+    async def on_revoked(self, revoked: set, commit) -> None:
+        """Before partitions move: forget queued (unprocessed, unacked) items of the revoked ones (Kafka
+        redelivers them to their new owner), let the window in progress finish, wait until every
+        processed window is delivered and acked, and commit, so the new owner starts exactly after
+        the work done here (no duplicates from a rebalance, and nothing skipped)."""
         self.queue = deque(i for i in self.queue if i.tp not in revoked)
-        if before != len(self.queue):
-            log.info("revoked %s: %d queued items left to their new owner", revoked, before - len(self.queue))
+        async with self.window_lock:
+            await self.drain()
+        left = self.acks.forget(revoked)
+        if left:
+            log.info("revoked %d partition(s): %d unfinished items left to their new owner", len(revoked), left)
+        for _ in range(2):  # the first call may only wait for a commit already in flight
+            await commit()
 
     # ------------------------------------------------------------------ control
 
@@ -203,9 +214,10 @@ class StageWorker:
                 except TimeoutError:
                     pass
                 continue
-            window = [self.queue.popleft() for _ in range(batching.window_size(len(self.queue), s))]
-            self.metrics.lab(self.metrics.queue_depth).set(len(self.queue))
-            await self.work_off(window, s)
+            async with self.window_lock:
+                window = [self.queue.popleft() for _ in range(batching.window_size(len(self.queue), s))]
+                self.metrics.lab(self.metrics.queue_depth).set(len(self.queue))
+                await self.work_off(window, s)
 
     async def work_off(self, window: list[Item], s: batching.BatchSettings) -> None:
         """Run one window; its outputs' delivery and the acks of its inputs finish in the background,
@@ -239,8 +251,12 @@ class StageWorker:
         if previous is not None:
             await previous
         for it in window:
-            await self.stream.ack(it.event)
+            await self._ack_done(it.tp, it.event.message.offset)
         self.windows_done += 1
+
+    async def _ack_done(self, tp: Any, offset: int) -> None:
+        for event in self.acks.done(tp, offset):
+            await self.stream.ack(event)
 
     async def drain(self) -> None:
         """Wait until every window taken so far has been delivered and acked."""

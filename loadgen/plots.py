@@ -83,7 +83,7 @@ def plot_envelope(summary: Summary, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.plot(env.windows_s, env.live_qps, marker="o", label="live")
     if env.planned_qps is not None:
-        ax.plot(env.windows_s, env.planned_qps, marker="s", ls="--", label="planned")
+        ax.plot(env.windows_s, env.planned_qps, marker="s", ls="--", label=env.planned_label)
     ax.set_xscale("log")
     ax.set_xlabel("window (s)")
     ax.set_ylabel("max arrival rate (qps)")

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
+READ_CHUNK = 64  # results decoded between two chances for the sender to run
 PayloadFactory = Callable[[int], bytes]
 ProgressFn = Callable[[int, int, int], None]  # (sent, results, total)
 
@@ -203,13 +204,16 @@ async def _pin_to_end(consumer, timeout_s: float) -> None:
 
 async def _read_results(consumer, collector: Collector, stop: asyncio.Event) -> None:
     while not stop.is_set():
-        batches = await consumer.getmany(timeout_ms=200)
+        # small fetches, yielding between them: decoding a large batch in one go would hold the
+        # event loop and delay the sender (it shows as send lag)
+        batches = await consumer.getmany(timeout_ms=200, max_records=READ_CHUNK)
         for records in batches.values():
             for rec in records:
                 try:
                     collector.offer(codec.decode("InferenceResult", rec.value))
                 except codec.CodecError as exc:
                     log.warning("undecodable result at %s:%s: %s", rec.partition, rec.offset, exc)
+            await asyncio.sleep(0)
 
 
 async def _read_control(consumer, out: list[tuple[int, Mapping[str, Any]]], stop: asyncio.Event,

@@ -81,6 +81,7 @@ class Envelope:
     windows_s: tuple[float, ...]
     live_qps: tuple[float, ...]
     planned_qps: tuple[float, ...] | None = None
+    planned_label: str = "planned"  # "scheduled" when the reference is the replayed trace itself
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,8 @@ import numpy as np
 
 from planner.plan import Plan
 from planner.problem import Problem
-from streams.batching import (NS_PER_MS, BatchSettings, decide, drop_reason, flush_due_ns, ready,
-                              window_size)
+from planner.results import QueryResult, SimResult, nearest_rank  # noqa: F401  (re-exported)
+from streams.batching import NS_PER_MS, BatchSettings, decide, flush_due_ns, ready, window_size
 
 _DONE, _CHANGE, _WAKE = 0, 1, 2
 NS_PER_S = 1_000_000_000
@@ -51,86 +51,6 @@ class ReplicaChange:
     stage: str
     replicas: int
     index: int = 0
-
-
-@dataclass(frozen=True)
-class QueryResult:
-    request: int
-    arrival_s: float
-    latency_ms: float | None  # None when dropped
-    dropped: bool
-    reason: str
-    stage_ms: dict[str, float]  # per stage: longest residence (queue + batch) of the request's items
-
-
-@dataclass(frozen=True, eq=False)
-class SimResult:
-    slo_ms: float
-    stage_names: tuple[str, ...]
-    arrival_s: np.ndarray
-    latency_ms: np.ndarray  # NaN when dropped
-    dropped: np.ndarray  # bool
-    drop_stage: np.ndarray  # stage index of the first drop, -1 when not dropped
-    drop_info_ns: np.ndarray  # (deadline, now, predicted batch-1) of the first drop, per request
-    stage_ms: np.ndarray  # [requests, stages] longest residence; NaN where not visited
-    batches: int
-    events: int
-
-    @property
-    def requests(self) -> int:
-        return int(self.arrival_s.size)
-
-    def _lat_inf(self) -> np.ndarray:
-        return np.where(self.dropped, np.inf, self.latency_ms)
-
-    def percentile_ms(self, q: float) -> float:
-        """Latency percentile with dropped requests counted as infinitely late."""
-        return nearest_rank(self._lat_inf(), q)
-
-    @property
-    def p50_ms(self) -> float:
-        return self.percentile_ms(50)
-
-    @property
-    def p99_ms(self) -> float:
-        return self.percentile_ms(99)
-
-    @property
-    def p99_completed_ms(self) -> float:
-        done = self.latency_ms[~self.dropped]
-        return nearest_rank(done, 99) if done.size else math.inf
-
-    @property
-    def attainment(self) -> float:
-        if not self.requests:
-            return 1.0
-        ok = (~self.dropped) & (self.latency_ms <= self.slo_ms + 1e-9)
-        return float(ok.mean())
-
-    @property
-    def drop_rate(self) -> float:
-        return float(self.dropped.mean()) if self.requests else 0.0
-
-    def meets_slo(self, percentile: float = 99.0) -> bool:
-        return self.attainment >= percentile / 100.0
-
-    def query(self, i: int) -> QueryResult:
-        reason = ""
-        if self.dropped[i]:
-            d, now, pred = (int(x) for x in self.drop_info_ns[i])
-            reason = f"stage {self.stage_names[self.drop_stage[i]]}: " + drop_reason(d, now, pred)
-        return QueryResult(i, float(self.arrival_s[i]),
-                           None if self.dropped[i] else float(self.latency_ms[i]), bool(self.dropped[i]),
-                           reason, {s: float(v) for s, v in zip(self.stage_names, self.stage_ms[i])
-                                    if not np.isnan(v)})
-
-
-def nearest_rank(values: np.ndarray, q: float) -> float:
-    """The q-th percentile by nearest rank (no interpolation, so infinities stay infinite)."""
-    if values.size == 0:
-        return 0.0
-    v = np.sort(values)
-    return float(v[max(0, math.ceil(q / 100.0 * v.size) - 1)])
 
 
 class _Replica:
@@ -319,9 +239,19 @@ def simulate(problem: Problem, plan: Plan, arrivals_s: np.ndarray | None = None,
         if not reqs:
             return
         if len(gl) == 1:
-            pick = [0] * len(reqs)
-        else:
-            pick = np.searchsorted(weights[stage], rng.random(len(reqs)), "right").clip(0, len(gl) - 1).tolist()
+            g = gl[0]
+            parts, owner, reps, rr = g.partitions, g.owner, g.replicas, g.rr
+            for r in reqs:
+                p = rr % parts
+                rr += 1
+                rep = reps[owner[p]]
+                rep.times.append(t)
+                rep.reqs.append(r)
+                rep.parts.append(p)
+                touched.add(rep)
+            g.rr = rr
+            return
+        pick = np.searchsorted(weights[stage], rng.random(len(reqs)), "right").clip(0, len(gl) - 1).tolist()
         for gi, r in zip(pick, reqs):
             g = gl[gi]
             p = g.rr % g.partitions
@@ -342,11 +272,15 @@ def simulate(problem: Problem, plan: Plan, arrivals_s: np.ndarray | None = None,
         kids = children[si]
         touched: set = set()
         m = len(br)
-        total = [0] * m if kids else None
-        for dst, fanout, prob in kids:
-            if fanout == 1.0 and prob == 1.0:
-                k = None
-            else:
+        if len(kids) == 1 and kids[0][1] == 1.0 and kids[0][2] == 1.0:
+            send(kids[0][0], br, None, now + hop_ns, touched)  # a chain edge: one child per item
+        else:
+            total = [0] * m
+            for dst, fanout, prob in kids:
+                if fanout == 1.0 and prob == 1.0:
+                    send(dst, br, None, now + hop_ns, touched)
+                    total = [x + 1 for x in total]
+                    continue
                 if fanout_dist == "poisson":
                     k = rng.poisson(fanout, m)
                 else:
@@ -355,16 +289,14 @@ def simulate(problem: Problem, plan: Plan, arrivals_s: np.ndarray | None = None,
                 if prob < 1.0:
                     k = k * (rng.random(m) < prob)
                 k = k.tolist()
-            send(dst, br, k, now + hop_ns, touched)
-            if k is None:
-                total = [x + 1 for x in total]
-            else:
+                send(dst, br, k, now + hop_ns, touched)
                 total = [x + y for x, y in zip(total, k)]
-        if total is None or any(x != 1 for x in total):
-            for j, r in enumerate(br):
-                outstanding[r] += (total[j] if total is not None else 0) - 1
-                if outstanding[r] == 0:
-                    finish[r] = now
+            # each item's fragment ends here and its k children start: outstanding += k - 1
+            for r, k in zip(br, total):
+                if k != 1:
+                    outstanding[r] += k - 1
+                    if outstanding[r] == 0:
+                        finish[r] = now
         for other in touched:
             if not other.busy:
                 start(other, now)

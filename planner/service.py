@@ -6,7 +6,7 @@ timestamps (record timestamps of the input topic, epoch seconds) and ``now_ns``,
 ``output.handoff`` to the tuner. Nothing here touches Kafka or a clock.
 
 Tuner hand-off (InferLine section 2.4): the sample envelope over windows T_s, 2T_s, ... <= 60 s
-(T_s = the plan's analytical service time), per stage the single-replica throughput mu_m of its
+(T_s = the plan's analytical service time; computed by the injected ``tuner.envelope.envelope``), per stage the single-replica throughput mu_m of its
 config, the visit ratio s_m, the planned replicas and rho_m = (lambda x s_m) / (replicas_m x mu_m),
 the form that makes the tuner's k_m = r x s_m / (mu_m x rho_m) reproduce the planned replica count
 at the planned rate r = lambda.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -86,14 +86,16 @@ def envelope_windows(service_ms: float, longest_s: float = 60.0) -> tuple[float,
     return tuple(out)
 
 
-def handoff(problem: Problem, plan: Plan) -> TunerHandoff:
+EnvelopeFn = Callable[[np.ndarray, Sequence[float]], np.ndarray]
+
+
+def handoff(problem: Problem, plan: Plan, envelope: EnvelopeFn | None = None) -> TunerHandoff:
+    """``envelope`` is ``tuner.envelope.envelope``, passed in by the caller: planner must not
+    import tuner (tests/unit/test_layers.py); without it ``sample_rates`` is None."""
     windows = envelope_windows(plan.analytic_latency_ms)
     rates = None
-    try:  # tuner/envelope.py is written by another helper; used when present
-        from tuner.envelope import envelope  # noqa: PLC0415
-        rates = tuple(float(x) for x in envelope(problem.arrivals_s, np.asarray(windows)))
-    except ImportError:
-        rates = None
+    if envelope is not None:
+        rates = tuple(float(x) for x in envelope(problem.arrivals_s, windows))
     mu, rho, sm, reps = {}, {}, {}, {}
     for sp in plan.stages:
         a = sp.primary
@@ -132,6 +134,7 @@ class Replanner:
     base: Problem
     pipeline: str
     settings: ReplanSettings = ReplanSettings()
+    envelope: EnvelopeFn | None = None  # tuner.envelope.envelope, injected by the CLI
 
     def step(self, state: ReplanState, arrivals_s: np.ndarray, now_ns: int) -> tuple[ReplanOutput, ReplanState]:
         s = self.settings
@@ -148,7 +151,7 @@ class Replanner:
             return out, replace(state, last_step_ns=now_ns)
         epoch = state.epoch + 1 if changed else state.epoch
         configs = stage_configs(self.pipeline, plan, problem, epoch) if changed else ()
-        out = ReplanOutput(plan, changed, rate, configs, handoff(problem, plan))
+        out = ReplanOutput(plan, changed, rate, configs, handoff(problem, plan, self.envelope))
         new_state = ReplanState(epoch, plan if changed else state.plan, now_ns)
         return out, new_state
 

@@ -40,12 +40,12 @@ def trace_stats(arrivals: np.ndarray) -> dict:
     return out
 
 
-def envelope_rates(arrivals_s: np.ndarray) -> tuple[float, ...]:
+def envelope_rates(arrivals_s: np.ndarray, windows_s=ENVELOPE_WINDOWS_S) -> tuple[float, ...]:
     from tuner.envelope import envelope
 
     if len(arrivals_s) == 0:
-        return tuple(0.0 for _ in ENVELOPE_WINDOWS_S)
-    return tuple(float(x) for x in envelope(np.asarray(arrivals_s, dtype=float), ENVELOPE_WINDOWS_S))
+        return tuple(0.0 for _ in windows_s)
+    return tuple(float(x) for x in envelope(np.asarray(arrivals_s, dtype=float), windows_s))
 
 
 @click.group()
@@ -126,8 +126,9 @@ def replay(pipeline_file, spec, rate_scale, seed, report_dir, run_id, drain_s, a
     sent = outcome.actual_ns[outcome.sent_mask]
     planned = (_trace(planned_trace, seed) if planned_trace
                else schedule.offsets_ns / 1e9)
-    env = Envelope(ENVELOPE_WINDOWS_S, envelope_rates((sent - sent.min()) / 1e9 if len(sent) else sent),
-                   envelope_rates(planned))
+    windows = tuple(w for w in ENVELOPE_WINDOWS_S if w <= max(schedule.duration_s, ENVELOPE_WINDOWS_S[0]))
+    env = Envelope(windows, envelope_rates((sent - sent.min()) / 1e9 if len(sent) else sent, windows),
+                   envelope_rates(planned, windows), "planned" if planned_trace else "scheduled")
     prices = {h.name: h.cost_per_hour for h in pipe.hardware.values()}
     defaults = [{"stage": s.name, "replicas": s.defaults.replicas, "hardware": s.defaults.hardware,
                  "variant": s.defaults.variant, "cost_per_hour": 0.0} for s in pipe.stages]
@@ -148,7 +149,7 @@ async def _with_progress(run, *args):
 
     schedule = args[0]
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), transient=False) as bar:
+                  TimeElapsedColumn(), transient=False, refresh_per_second=4) as bar:
         sent_task = bar.add_task("sent", total=len(schedule))
         res_task = bar.add_task("results", total=len(schedule))
 

@@ -36,17 +36,14 @@ def tuner_changes(problem, plan, arrivals_s: np.ndarray, sample_s: np.ndarray, *
                   activation_s: float):
     """Step the tuner policy over ``arrivals_s`` (seconds) and return the estimator's replica changes."""
     from planner.estimator import ReplicaChange
-    from planner.plan import config_of
-    from tuner.envelope import EnvelopeTracker, doubling_windows
+    from planner.service import handoff
+    from tuner.envelope import EnvelopeTracker
     from tuner.policy import StagePlan, TunerConfig, TunerPlan, TunerState, decide, observe, tracker_windows
 
-    stages = []
-    for sp in plan.stages:
-        a = sp.primary
-        mu = config_of(problem, sp.stage, a).throughput_qps
-        stages.append(StagePlan(sp.stage, sp.replicas, mu, problem.visit_ratio(sp.stage)))
-    service_s = max(min(problem.slo_ms / 1000.0, 1.0) / 4.0, 0.01)
-    tplan = TunerPlan.from_sample(sample_s, doubling_windows(service_s, 60.0), tuple(stages))
+    # the same hand-off the planner service gives the live tuner: windows, mu, replicas, visit ratios
+    h = handoff(problem, plan)
+    stages = tuple(StagePlan(s, h.replicas[s], h.mu_qps[s], h.visit_ratio[s]) for s in h.replicas)
+    tplan = TunerPlan.from_sample(sample_s, h.windows_s, stages)
     config = TunerConfig(activation_s=activation_s)
     tracker = EnvelopeTracker(tracker_windows(tplan, config))
     state = TunerState.initial(tplan, 0)

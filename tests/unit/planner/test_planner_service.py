@@ -40,7 +40,9 @@ def test_sample_is_compressed_to_the_planned_rate():
 
 def test_replanner_publishes_only_on_change_and_handoff_reproduces_replicas():
     base = random_problem(3, stages=2, variants=2, hardware=2, batch_sizes=(1, 2, 4), rate_qps=1, slo_ms=400)
-    rp = Replanner(base, "demo", ReplanSettings(mode="milp", validate=True, sample_s=30))
+    def envelope(arrivals, windows):  # stands in for tuner.envelope.envelope (planner must not import tuner)
+        return np.array([peak_rate(arrivals, w) for w in windows])
+    rp = Replanner(base, "demo", ReplanSettings(mode="milp", validate=True, sample_s=30), envelope)
     arr = np.arange(0, 60, 1 / 40.0)
     out, st = rp.step(ReplanState(), arr, 60 * 10**9)
     assert out.changed and st.epoch == 1 and len(out.configs) == 2
@@ -54,6 +56,7 @@ def test_replanner_publishes_only_on_change_and_handoff_reproduces_replicas():
         k = h.planned_rate_qps * h.visit_ratio[stage] / (h.mu_qps[stage] * h.rho[stage])
         assert math.ceil(k - 1e-9) == reps
     assert h.windows_s[0] > 0 and h.windows_s[-1] <= 60
+    assert len(h.sample_rates) == len(h.windows_s) and h.sample_rates[0] >= h.sample_rates[-1]
     # same traffic a little later: same plan, nothing to publish
     out2, st2 = rp.step(st, arr + 0.0, 60 * 10**9)
     assert not out2.changed and out2.configs == () and st2.epoch == 1

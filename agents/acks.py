@@ -1,0 +1,42 @@
+"""In-order acks per partition: an input offset is acked only when it and every earlier offset of its
+partition read by this worker are done. faust commits the acked prefix, but its gap check lets a
+commit pass a single unacked offset at the head of a partition (faust-streaming #606/#707); acking in
+offset order means there is never such a gap to pass, so a rebalance cannot skip a request."""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Hashable
+
+
+class AckTracker:
+    def __init__(self) -> None:
+        self._pending: dict[Hashable, OrderedDict[int, list]] = {}  # tp -> offset -> [event, done]
+
+    def read(self, tp: Hashable, offset: int, event: Any) -> None:
+        self._pending.setdefault(tp, OrderedDict())[offset] = [event, False]
+
+    def done(self, tp: Hashable, offset: int) -> list:
+        """Mark one offset done; return the events now safe to ack, in offset order."""
+        part = self._pending.get(tp)
+        if part is None or offset not in part:
+            return []  # revoked meanwhile: its new owner handles it
+        part[offset][1] = True
+        out = []
+        while part:
+            first = next(iter(part))
+            event, is_done = part[first]
+            if not is_done:
+                break
+            part.popitem(last=False)
+            out.append(event)
+        return out
+
+    def forget(self, tps: set) -> int:
+        """Drop partitions that were revoked; returns how many unfinished offsets were dropped."""
+        dropped = 0
+        for tp in tps:
+            dropped += sum(1 for _, d in self._pending.pop(tp, {}).values() if not d)
+        return dropped
+
+    def unfinished(self) -> int:
+        return sum(1 for part in self._pending.values() for _, d in part.values() if not d)
