@@ -46,13 +46,16 @@ async def test_rate_step_scales_bottleneck_up_fast_and_down_after_quiet(kafka, u
                                  (StagePlan("pre", 1, 200.0, 1.0), StagePlan("slow", 1, 6.0, 1.0)))
     config = TunerConfig(activation_s=2.0, down_window_s=2.0, down_horizon_s=6.0, max_replicas=3)
     actuator = LocalProcessActuator(lambda stage: worker_argv(path, stage, "warn"),
-                                    env={"SLIPSTREAM_BOOTSTRAP": kafka.bootstrap})
-    decisions: list[tuple[float, dict]] = []
+                                    env={"SLIPSTREAM_BOOTSTRAP": kafka.bootstrap}, log_dir=tmp_path)
+    decisions: list[tuple[float, str, int, int]] = []
     stop = asyncio.Event()
+    scaled_down = asyncio.Event()
 
     def on_decision(d) -> None:
         if d.changes:
             decisions.extend((time.monotonic(), c.stage, c.previous, c.replicas) for c in d.changes)
+            if any(c.stage == "slow" and c.replicas < c.previous for c in d.changes):
+                scaled_down.set()
 
     actuator.set_replicas("pre", 1)
     actuator.set_replicas("slow", 1)
@@ -83,12 +86,11 @@ async def test_rate_step_scales_bottleneck_up_fast_and_down_after_quiet(kafka, u
             assert ups, f"no scale-up of the bottleneck stage: {decisions}"
             assert ups[0] - step_at < 5.0, f"scale-up came {ups[0] - step_at:.1f} s after the step"
             # quiet: wait for the scale-down decision (an event from the tuner), bounded in time
-            async with asyncio.timeout(60):
-                while actuator.replicas("slow") > 1:
-                    await asyncio.sleep(0.25)  # polling the actuator's count; no event crosses processes
+            await asyncio.wait_for(scaled_down.wait(), 60)
             downs = [t for t, stage, before, after in decisions if stage == "slow" and after < before]
             assert downs, f"no scale-down: {decisions}"
             assert downs[0] - ups[-1] >= config.quiet_factor * config.activation_s, decisions
+            assert actuator.replicas("slow") < max(after for _, st, _, after in decisions if st == "slow")
     finally:
         stop.set()
         await asyncio.wait_for(tuner, 30)
