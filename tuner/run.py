@@ -14,7 +14,7 @@ async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuat
                     metrics_port: int | None, on_decision=None) -> None:
     """Run the tuner service on Kafka until ``stop`` is set: arrivals from the input topic, configs
     from the control topic, decisions applied through ``actuator`` and published (unless dry-run)."""
-    from tuner import kafka_io
+    from streams import control_io as kafka_io
     from tuner.metrics import TunerMetrics
 
     if metrics_port:

@@ -9,7 +9,7 @@ Order of one scaling action (per changed stage):
 3. Publish a ``StageConfig`` (the stage's latest config with the new replicas/partitions, epoch + 1,
    ``reason``) to the control topic and a ``ScalingAction`` to the scaling topic.
 
-Kafka I/O (where timestamps come from, where records go) is injected: ``tuner.kafka_io`` binds it to
+Kafka I/O (where timestamps come from, where records go) is injected: ``tuner.control_io`` binds it to
 the broker, tests bind it to lists.
 """
 from __future__ import annotations

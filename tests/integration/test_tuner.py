@@ -10,7 +10,7 @@ import numpy as np
 from streams import admin, codec, kafka as kclient, topics
 from streams.spec import parse_pipeline
 from streams.topics import all_topics
-from tuner import kafka_io
+from streams import control_io as kafka_io
 from tuner.actuators import DryRunActuator
 from tuner.envelope import doubling_windows
 from tuner.policy import StagePlan, TunerConfig, TunerPlan

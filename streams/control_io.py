@@ -1,4 +1,5 @@
-"""The tuner's Kafka bindings: arrival timestamps in, StageConfig/ScalingAction out, partitions grown.
+"""Control-plane Kafka bindings shared by the planner and the tuner: arrival timestamps in,
+StageConfig/ScalingAction out, partitions grown.
 
 Arrivals are the *record timestamps* (ms, set by the producer from ``created_ns``) of the pipeline's
 input topic, i.e. of the source stage's input; payloads are never decoded. The consumer has no group

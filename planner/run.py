@@ -1,0 +1,97 @@
+"""The planner service on Kafka (`slipstream planner`): every interval, re-plan from the recent arrival
+timestamps of the pipeline's input topic (``planner.service.Replanner``: a forecast of the next
+interval's peak, the chosen mode, the estimator's check) and publish one ``StageConfig`` per stage to
+the control topic with a new epoch, only when the plan changed. Epochs continue from the highest
+epoch already on the control topic, so a restarted planner never publishes a stale epoch.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Callable
+
+import numpy as np
+
+from planner.service import ReplanOutput, Replanner, ReplanState
+from streams import topics
+from streams.config import KafkaSettings
+from streams.control_io import KafkaArrivals, KafkaPublisher
+from streams.spec import Pipeline
+
+log = logging.getLogger(__name__)
+
+
+class ArrivalWindow:
+    """The arrival times (s) of the last ``horizon_s`` seconds, appended in chunks."""
+
+    def __init__(self, horizon_s: float) -> None:
+        self.horizon_s = horizon_s
+        self._chunks: list[np.ndarray] = []
+
+    def add(self, stamps_ns: np.ndarray) -> None:
+        self._chunks.append(np.asarray(stamps_ns, dtype=np.int64) / 1e9)
+
+    def snapshot(self, now_s: float) -> np.ndarray:
+        a = np.sort(np.concatenate(self._chunks)) if self._chunks else np.empty(0)
+        a = a[a >= now_s - self.horizon_s]
+        self._chunks = [a]
+        return a
+
+
+async def run_planner(pipe: Pipeline, replanner: Replanner, settings: KafkaSettings, *, interval_s: float,
+                      lookback_s: float, stop: asyncio.Event,
+                      on_step: Callable[[ReplanOutput], None] | None = None) -> None:
+    window = ArrivalWindow(max(lookback_s, replanner.settings.sample_s,
+                               replanner.settings.forecast.interval_s
+                               * replanner.settings.forecast.lookback_intervals))
+    latest_epoch = {"epoch": 0}
+
+    def on_config(rec) -> None:
+        if rec.get("pipeline") == pipe.name:
+            latest_epoch["epoch"] = max(latest_epoch["epoch"], int(rec["epoch"]))
+
+    arrivals = KafkaArrivals(settings, pipe.name, pipe.source, on_stage_config=on_config, lookback_s=lookback_s)
+    publisher = KafkaPublisher(settings)
+    await arrivals.start()
+    await publisher.start()
+
+    first = asyncio.Event()
+
+    async def pump() -> None:
+        async for chunk in arrivals:
+            window.add(chunk)
+            first.set()
+
+    feeder = asyncio.create_task(pump())
+    state = ReplanState()
+    try:
+        try:  # the first plan should see the history, if there is any
+            await asyncio.wait_for(first.wait(), timeout=min(interval_s, 5.0))
+        except TimeoutError:
+            log.info("no arrivals in the last %.0f s: planning for the forecast floor", lookback_s)
+        while not stop.is_set():
+            now_ns = time.time_ns()
+            state = ReplanState(max(state.epoch, latest_epoch["epoch"]), state.plan, state.last_step_ns)
+            sample = window.snapshot(now_ns / 1e9)
+            # MILP and estimator are CPU work: off the event loop, so arrivals keep flowing
+            out, state = await asyncio.to_thread(replanner.step, state, sample, now_ns)
+            for rec in out.configs:
+                await publisher.publish(topics.control(pipe.name), "StageConfig", rec, key=rec["stage"])
+            if out.configs:
+                log.info("published plan epoch %d (%s, %.1f qps forecast)", state.epoch, out.plan.mode,
+                         out.forecast_qps)
+            if on_step is not None:
+                on_step(out)
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval_s)
+            except TimeoutError:
+                pass
+    finally:
+        feeder.cancel()
+        try:
+            await feeder
+        except asyncio.CancelledError:
+            pass
+        await arrivals.stop()
+        await publisher.stop()

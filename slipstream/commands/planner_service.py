@@ -1,0 +1,69 @@
+"""`slipstream planner`: the planner service — re-plan on an interval and publish StageConfigs."""
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+
+import click
+
+from streams.config import KafkaSettings
+
+MODES = ("milp", "inferline", "loki", "cg-mean", "cg-peak")
+
+
+@click.command("planner")
+@click.option("--pipeline", "pipeline_file", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--profiles", "profiles_dir", required=True, type=click.Path(file_okay=False),
+              help="Profile store (slipstream profile).")
+@click.option("--mode", type=click.Choice(MODES), default="milp", show_default=True)
+@click.option("--interval", "interval_s", default=30.0, show_default=True, help="Seconds between re-plans.")
+@click.option("--lookback", "lookback_s", default=120.0, show_default=True,
+              help="Seconds of arrival history read at start.")
+@click.option("--once", is_flag=True, help="Plan once from the history, publish, and exit.")
+@click.option("--handoff", type=click.Path(dir_okay=False), default=None,
+              help="Write the tuner plan (sample envelope, mu, rho, visit ratios) here after each change.")
+@click.option("--explain", is_flag=True, help="Print why: binding constraints, rounds, runner-up.")
+def planner_cmd(pipeline_file, profiles_dir, mode, interval_s, lookback_s, once, handoff, explain) -> None:
+    """Re-plan from recent arrivals (forecast peak) and publish one StageConfig per stage on change."""
+    from planner import milp
+    from planner.profiles import ProfileStore, problem_from_pipeline
+    from planner.run import run_planner
+    from planner.service import ReplanSettings, Replanner, explain as explain_lines
+    from streams.spec import load_pipeline
+    from tuner import planfile
+    from tuner.envelope import envelope
+
+    pipe = load_pipeline(pipeline_file)
+    base = problem_from_pipeline(pipe, ProfileStore(profiles_dir), rate_qps=1.0)
+    replanner = Replanner(base, pipe.name, ReplanSettings(mode=mode), envelope=envelope)
+
+    def on_step(out) -> None:
+        p = out.plan
+        status = "changed, published" if out.changed else ("unchanged" if p.feasible else f"infeasible: {p.reason}")
+        click.echo(f"forecast {out.forecast_qps:.1f} qps -> {p.mode} plan {status}; cost "
+                   f"{p.cost_per_hour:.3f} $/h, predicted p99 {p.predicted_p99_ms}")
+        for rec in out.configs:
+            click.echo("  " + json.dumps({k: rec[k] for k in ("stage", "variant", "hardware", "max_batch",
+                                                               "replicas", "epoch")}))
+        if explain:
+            runner = milp.runner_up(base, p, milp.MilpOptions()) if mode == "milp" and p.feasible else None
+            for line in explain_lines(p, runner):
+                click.echo(f"    {line}")
+        if handoff and out.changed and out.handoff is not None:
+            planfile.save(planfile.from_handoff(out.handoff), pipe.name, handoff)
+        if once:
+            stop.set()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await run_planner(pipe, replanner, KafkaSettings.from_env(), interval_s=interval_s,
+                          lookback_s=lookback_s, stop=stop, on_step=on_step)
+
+    stop = asyncio.Event()
+    asyncio.run(main())
+
+
+commands = [planner_cmd]
