@@ -255,9 +255,12 @@ def summarize_outcome(outcome: ReplayOutcome, *, slo_ms: float, pipeline: str,
         notes.append("no StageConfig on the control topic for " + ", ".join(d["stage"] for d in assumed)
                      + ": cost assumes the spec defaults ran all along")
     records = [(0, d) for d in assumed] + list(outcome.config_records)
+    # the run lasts until the last send or the last result, whichever is later (results may be missing)
+    last = max([int(outcome.actual_ns[sent].max())] if sent.any() else [first_sent])
+    last = max([last] + [int(r["finished_ns"]) for r in c.results.values()])
     return summarize(
         c.collected(), slo_ms=slo_ms, pipeline=pipeline, label=label, source="kafka",
-        sent=len(c.sent), start_ns=first_sent,
+        sent=len(c.sent), start_ns=first_sent, end_ns=last,
         configs=events_from_records(records, prices), envelope=envelope, lag=lag,
         duplicates=c.duplicates, notes=notes,
     )

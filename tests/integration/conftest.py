@@ -13,13 +13,21 @@ import os
 import shutil
 import subprocess
 import uuid
+from pathlib import Path
 
 import pytest
 
 from streams import broker
 from streams.config import KafkaSettings
 
-pytestmark = pytest.mark.broker
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test under tests/integration needs the broker: mark them all `broker`."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.broker)
 
 
 def _docker_engine() -> bool:

@@ -47,3 +47,16 @@ def test_spec_defaults_price_the_run_until_a_config_is_published():
     s2 = summarize_outcome(outcome(published), slo_ms=100, pipeline="p", prices={"cpu": 0.1},
                            default_configs=defaults)
     assert s2.cost_total_usd == pytest.approx(0.5 * s2.duration_s / 3600) and not s2.notes
+
+
+def test_a_run_whose_results_never_came_still_lasts_until_its_last_send():
+    c = Collector("run")
+    sched = T0 + np.arange(5, dtype=np.int64) * S
+    for i in range(5):
+        c.expect(f"run-{i:08d}")
+    c.finish_sending()
+    out = ReplayOutcome(c, T0, sched, sched.copy(), T0 + 30 * S)
+    defaults = [{"stage": "a", "replicas": 1, "hardware": "cpu", "variant": "v", "cost_per_hour": 0.0}]
+    s = summarize_outcome(out, slo_ms=100, pipeline="p", prices={"cpu": 3.6}, default_configs=defaults)
+    assert s.missing == 5 and s.attainment == 0.0
+    assert s.duration_s == pytest.approx(4.0) and s.cost_total_usd == pytest.approx(3.6 * 4 / 3600)
