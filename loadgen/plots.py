@@ -19,8 +19,10 @@ from loadgen.report import Summary  # noqa: E402
 
 
 def _title(summary: Summary, what: str) -> str:
+    import textwrap
+
     name = summary.label or summary.pipeline or "run"
-    return f"{name} ({summary.source}): {what}"
+    return "\n".join(textwrap.wrap(f"{what}: {name} ({summary.source})", 90))
 
 
 def plot_latency(summary: Summary, path: Path) -> Path:

@@ -64,7 +64,7 @@ class PipelineClient:
         if self.read_results:
             self._consumer = kclient.consumer(self.kafka, group_id=None, auto_offset_reset="latest")
             await self._consumer.start()
-            tps = await _partitions(self._consumer, topics.results(self.pipe.name))
+            tps = await kclient.topic_partitions(self._consumer, topics.results(self.pipe.name))
             self._consumer.assign(tps)
             await self._consumer.seek_to_end(*tps)
             for tp in tps:  # resolve the end offsets now, before any request is sent
@@ -119,20 +119,6 @@ class PipelineClient:
             fut = self._waiters.pop(rid, None)
             if fut is not None and not fut.done():
                 fut.set_result(res)
-
-
-async def _partitions(consumer, topic: str) -> list:
-    from aiokafka import TopicPartition
-
-    parts = consumer.partitions_for_topic(topic)
-    for _ in range(50):
-        if parts:
-            break
-        await consumer._client.force_metadata_update()  # first lookup of a topic: fetch metadata
-        parts = consumer.partitions_for_topic(topic)
-    if not parts:
-        raise LookupError(f"topic {topic} does not exist: create the pipeline's topics first")
-    return [TopicPartition(topic, p) for p in sorted(parts)]
 
 
 class SyncClient:

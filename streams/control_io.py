@@ -120,3 +120,29 @@ async def stage_partitions(settings: KafkaSettings, pipeline: str, stages: list[
     names = {topics.stage_input(pipeline, s): s for s in stages}
     counts = await admin.partition_counts(settings, list(names))
     return {names[t]: n for t, n in counts.items()}
+
+
+async def latest_epoch(settings: KafkaSettings, pipeline: str, timeout_s: float = 10.0) -> int:
+    """The highest StageConfig epoch on the pipeline's control topic (0 when it is empty)."""
+    topic = topics.control(pipeline)
+    cons = kclient.consumer(settings, group_id=None, enable_auto_commit=False)
+    await cons.start()
+    try:
+        tps = await kclient.topic_partitions(cons, topic)
+        cons.assign(tps)
+        ends = await cons.end_offsets(tps)
+        await cons.seek_to_beginning(*tps)
+        best = 0
+        async with asyncio.timeout(timeout_s):
+            while True:
+                behind = [tp for tp in tps if await cons.position(tp) < ends[tp]]
+                if not behind:
+                    return best
+                for records in (await cons.getmany(*behind, timeout_ms=200)).values():
+                    for r in records:
+                        try:
+                            best = max(best, int(codec.decode("StageConfig", r.value)["epoch"]))
+                        except codec.CodecError:
+                            continue
+    finally:
+        await cons.stop()

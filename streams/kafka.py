@@ -42,3 +42,18 @@ async def send(prod: AIOKafkaProducer, topic: str, record: str, value: Mapping[s
     ts_ms = (timestamp_ns if timestamp_ns is not None else time.time_ns()) // 1_000_000
     return await prod.send(topic, codec.encode(record, value), key=key, timestamp_ms=ts_ms,
                            headers=headers_for(record))
+
+
+async def topic_partitions(consumer, topic: str) -> list:
+    """Every partition of ``topic`` (after a metadata fetch if the client has not seen it yet)."""
+    from aiokafka import TopicPartition
+
+    parts = consumer.partitions_for_topic(topic)
+    for _ in range(50):
+        if parts:
+            break
+        await consumer._client.force_metadata_update()  # first lookup of a topic: fetch metadata
+        parts = consumer.partitions_for_topic(topic)
+    if not parts:
+        raise LookupError(f"topic {topic} does not exist: create the pipeline's topics first")
+    return [TopicPartition(topic, p) for p in sorted(parts)]

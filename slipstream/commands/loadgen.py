@@ -102,46 +102,61 @@ def _payload_factory(pipe, payload_file: str | None):
 def replay(pipeline_file, spec, rate_scale, seed, report_dir, run_id, drain_s, accuracy_floor,
            payload_file, planned_trace, lag_budget_ms) -> None:
     """Replay a trace open-loop into a pipeline and report latency, attainment, drops and cost."""
-    from loadgen.render import format_table, write_report
-    from loadgen.replay import ReplayOptions, ReplayTarget, replay as run_replay, summarize_outcome
-    from loadgen.report import Envelope
-    from loadgen.schedule import build_schedule
-    from streams.config import KafkaSettings
     from streams.spec import SpecError, load_pipeline
 
     try:
         pipe = load_pipeline(pipeline_file)
     except SpecError as exc:
         raise click.BadParameter(str(exc), param_hint="--pipeline") from None
-    schedule = build_schedule(_trace(spec, seed), seed=seed, rate_scale=rate_scale)
+    payloads = _payload_factory(pipe, payload_file)
+    planned = _trace(planned_trace, seed) if planned_trace else None
+    summary = replay_report(pipe, _trace(spec, seed), payloads, seed=seed, rate_scale=rate_scale,
+                            report_dir=report_dir, run_id=run_id, drain_s=drain_s,
+                            accuracy_floor=accuracy_floor, planned_arrivals=planned,
+                            lag_budget_ms=lag_budget_ms, label=f"{pipe.name} {spec}")
+    if summary.lag is not None and not summary.lag.kept_up:
+        sys.exit(3)  # a run whose load was not what was asked for must not look like a pass
+
+
+def replay_report(pipe, arrivals_s, payloads, *, seed: int = 0, rate_scale: float = 1.0,
+                  report_dir: str | None = None, run_id: str | None = None, drain_s: float = 30.0,
+                  accuracy_floor: float | None = None, planned_arrivals=None, lag_budget_ms: float = 5.0,
+                  label: str = ""):
+    """Replay ``arrivals_s`` open-loop into ``pipe`` with progress, print the table, write the report
+    (also used by `slipstream demo`); returns the Summary."""
+    from loadgen.render import format_table, write_report
+    from loadgen.replay import ReplayOptions, ReplayTarget, replay as run_replay, summarize_outcome
+    from loadgen.report import Envelope
+    from loadgen.schedule import build_schedule
+    from streams.config import KafkaSettings
+
+    schedule = build_schedule(arrivals_s, seed=seed, rate_scale=rate_scale)
     if len(schedule) == 0:
         raise click.BadParameter("the trace holds no requests", param_hint="--trace")
     target = ReplayTarget(pipe.name, pipe.source, pipe.slo_ms, pipe.input_content_type, accuracy_floor)
     options = ReplayOptions(run_id=run_id or f"run-{int(time.time())}", drain_s=drain_s)
-    payloads = _payload_factory(pipe, payload_file)
     click.echo(f"replaying {len(schedule)} requests over {schedule.duration_s:.1f} s into "
                f"{target.input_topic} (run {options.run_id})", err=True)
     outcome = asyncio.run(_with_progress(run_replay, schedule, target, KafkaSettings.from_env(),
                                          payloads, options))
     sent = outcome.actual_ns[outcome.sent_mask]
-    planned = (_trace(planned_trace, seed) if planned_trace
-               else schedule.offsets_ns / 1e9)
+    planned = planned_arrivals if planned_arrivals is not None else schedule.offsets_ns / 1e9
     windows = tuple(w for w in ENVELOPE_WINDOWS_S if w <= max(schedule.duration_s, ENVELOPE_WINDOWS_S[0]))
     env = Envelope(windows, envelope_rates((sent - sent.min()) / 1e9 if len(sent) else sent, windows),
-                   envelope_rates(planned, windows), "planned" if planned_trace else "scheduled")
+                   envelope_rates(planned, windows),
+                   "planned" if planned_arrivals is not None else "scheduled")
     prices = {h.name: h.cost_per_hour for h in pipe.hardware.values()}
     defaults = [{"stage": s.name, "replicas": s.defaults.replicas, "hardware": s.defaults.hardware,
                  "variant": s.defaults.variant, "cost_per_hour": 0.0} for s in pipe.stages]
     summary = summarize_outcome(outcome, slo_ms=pipe.slo_ms, pipeline=pipe.name, prices=prices,
-                                label=f"{pipe.name} {spec}", envelope=env, lag_budget_ms=lag_budget_ms,
+                                label=label, envelope=env, lag_budget_ms=lag_budget_ms,
                                 default_configs=defaults)
     click.echo(format_table(summary))
     if report_dir:
         files = write_report(summary, report_dir)
         _write_results(outcome.collector.collected(), Path(report_dir) / "results.jsonl")
         click.echo(f"report: {', '.join(str(f) for f in files)}", err=True)
-    if summary.lag is not None and not summary.lag.kept_up:
-        sys.exit(3)  # a run whose load was not what was asked for must not look like a pass
+    return summary
 
 
 async def _with_progress(run, *args):
