@@ -97,13 +97,13 @@ def range_assign(partitions: int, consumers: int) -> list[int]:
 
 def simulate(problem: Problem, plan: Plan, arrivals_s: np.ndarray | None = None, *,
              seed: int | None = None, schedule: Sequence[ReplicaChange] = (),
-             activation_s: float | None = None, hop_ms: float = 0.0, fanout_dist: str = "round",
+             activation_s: float | None = None, hop_ms: float | None = None, fanout_dist: str = "round",
              drop_late: bool = True) -> SimResult:
     """Replay ``arrivals_s`` (seconds, sorted) through ``plan`` and return per-request results."""
     arr = np.sort(np.asarray(problem.arrivals_s if arrivals_s is None else arrivals_s, dtype=float))
     rng = np.random.default_rng(problem.seed if seed is None else seed)
     act_ns = int((problem.activation_s if activation_s is None else activation_s) * NS_PER_S)
-    hop_ns = int(hop_ms * NS_PER_MS)
+    hop_ns = int((problem.hop_ms if hop_ms is None else hop_ms) * NS_PER_MS)
     slo_ns = int(problem.slo_ms * NS_PER_MS)
     names = problem.topo_order
     sidx = {s: i for i, s in enumerate(names)}

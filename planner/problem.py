@@ -79,6 +79,7 @@ class Problem:
     max_replicas: int | None = None  # cluster cap: total replicas over all stages
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     activation_s: float = 5.0  # replica activation (consumer rebalance pause) time
+    hop_ms: float = 0.0  # Kafka transit per hop (produce -> consume), added by the estimator
     min_partitions: int = 4
     mix: bool = False  # let a stage combine several configs (INFaaS's "2B + 1C"); slower MILP
     seed: int = 0
@@ -324,6 +325,7 @@ def parse_problem(doc: Any, *, base_dir: Path = Path("."), name: str = "problem"
         accuracy_weight=_num(top, "accuracy_weight", "", default=1.0),
         accuracy_floor=floor, max_replicas=cap, batch_sizes=tuple(sorted(set(bsz))),
         activation_s=_num(top, "activation_s", "", default=5.0),
+        hop_ms=_num(top, "hop_ms", "", default=0.0),
         min_partitions=_num(top, "min_partitions", "", lo=1, default=4, integer=True),
         mix=bool(top.get("mix", False)), seed=seed, name=name)
     sources = [s for s in names if not problem.parents(s)]

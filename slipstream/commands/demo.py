@@ -78,9 +78,11 @@ def _wait_workers_ready(log_dir: Path, stages: list[str], stop: threading.Event,
 @click.option("--report", "report_dir", default="reports/demo", show_default=True)
 @click.option("--activation-s", default=5.0, show_default=True, help="Worker activation time for the tuner.")
 @click.option("--max-replicas", default=2, show_default=True, help="Per stage (2 cores here).")
+@click.option("--hop-ms", default=6.0, show_default=True,
+              help="Kafka transit per hop for the estimator (p50 per hop of `slipstream bench dataplane`).")
 @click.option("--seed", default=0, show_default=True)
 def demo(pipeline_file, spec, plan_seconds, mode, profiles_dir, report_dir, activation_s, max_replicas,
-         seed) -> None:
+         hop_ms, seed) -> None:
     """Run the example pipeline end to end: broker, profile, plan, workers + tuner, replay, report."""
     from slipstream.commands.loadgen import _payload_factory, _trace, replay_report
     from streams import admin, topics
@@ -107,7 +109,8 @@ def demo(pipeline_file, spec, plan_seconds, mode, profiles_dir, report_dir, acti
         store = ProfileStore(profiles_dir)
         _profile(pipe, store)
         arrivals = _trace(spec, seed)
-        plan, problem, tuner_plan = _plan(pipe, store, arrivals[arrivals < plan_seconds], mode, settings)
+        plan, problem, tuner_plan = _plan(pipe, store, arrivals[arrivals < plan_seconds], mode, settings,
+                                          activation_s=activation_s, hop_ms=hop_ms)
         supervisor_thread = _start_workers(pipe, pipeline_file, tuner_plan, settings, log_dir,
                                            activation_s, max_replicas, stop_holder)
         _wait_workers_ready(log_dir, [s.name for s in pipe.stages], stop_flag)
@@ -131,7 +134,7 @@ def demo(pipeline_file, spec, plan_seconds, mode, profiles_dir, report_dir, acti
             broker.down(broker.default_broker(), progress=click.echo)
 
 
-def _plan(pipe, store, sample: np.ndarray, mode: str, settings: KafkaSettings):
+def _plan(pipe, store, sample: np.ndarray, mode: str, settings: KafkaSettings, **problem_options):
     """Plan from the sample, publish the StageConfigs (epochs after any on the control topic)."""
     from planner.modes import make_planner
     from planner.profiles import problem_from_pipeline
@@ -141,7 +144,7 @@ def _plan(pipe, store, sample: np.ndarray, mode: str, settings: KafkaSettings):
     from tuner import planfile
     from tuner.envelope import envelope
 
-    problem = problem_from_pipeline(pipe, store, arrivals_s=sample)
+    problem = problem_from_pipeline(pipe, store, arrivals_s=sample, **problem_options)
     plan = make_planner(mode).plan(problem)
     if not plan.feasible:
         raise click.ClickException(f"no feasible {mode} plan: {plan.reason}")
