@@ -28,6 +28,7 @@ class ComparisonRow:
     dropped: int = 0
     requests: int = 0
     cost_vs_baseline: float = math.nan  # cost / cg-peak cost
+    predicted_p99_ms: float = math.nan  # the estimator's p99 for the plan (real runs)
     error: str = ""
 
     def to_dict(self) -> dict:
@@ -41,18 +42,22 @@ def parse_mode(spec: str) -> tuple[str, bool]:
     return mode, bool(plus)
 
 
-def compare_runs(specs: Sequence[str], runner: Callable[[str, bool], Summary]) -> list[ComparisonRow]:
+def compare_runs(specs: Sequence[str], runner: Callable[[str, bool], Summary | tuple[Summary, float]]
+                 ) -> list[ComparisonRow]:
+    """``runner(mode, tuned)`` returns the run's Summary, or (Summary, predicted p99 ms) for real runs."""
     rows = []
     for spec in specs:
         mode, tuned = parse_mode(spec)
         try:
-            s = runner(mode, tuned)
+            out = runner(mode, tuned)
         except Exception as exc:  # noqa: BLE001 - one mode failing must not hide the others
             rows.append(ComparisonRow(spec, mode, tuned, error=str(exc) or type(exc).__name__))
             continue
+        s, predicted = out if isinstance(out, tuple) else (out, None)
         acc = math.nan if s.mean_accuracy is None else s.mean_accuracy
         rows.append(ComparisonRow(spec, mode, tuned, s.cost_total_usd, s.cost_mean_per_hour, s.attainment,
-                                  s.latency.p99_ms, acc, s.dropped, s.requests))
+                                  s.latency.p99_ms, acc, s.dropped, s.requests,
+                                  predicted_p99_ms=math.nan if predicted is None else float(predicted)))
     base = next((r for r in rows if r.mode == BASELINE and not r.error), None)
     if base is not None and base.cost_total_usd > 0:
         rows = [r if r.error else _with_ratio(r, r.cost_total_usd / base.cost_total_usd) for r in rows]
@@ -68,6 +73,9 @@ def _with_ratio(row: ComparisonRow, ratio: float) -> ComparisonRow:
 def format_comparison(rows: Sequence[ComparisonRow]) -> str:
     head = (f"{'mode':<18}{'$ total':>10}{'$/h':>9}{'vs cg-peak':>11}{'SLO met':>9}{'p99 ms':>9}"
             f"{'accuracy':>9}{'dropped':>9}")
+    predicted = any(not math.isnan(r.predicted_p99_ms) for r in rows)
+    if predicted:
+        head += f"{'est. p99':>10}"
     lines = [head]
     for r in rows:
         if r.error:
@@ -76,6 +84,9 @@ def format_comparison(rows: Sequence[ComparisonRow]) -> str:
         ratio = "-" if math.isnan(r.cost_vs_baseline) else f"{r.cost_vs_baseline:.2f}x"
         p99 = "-" if math.isnan(r.p99_ms) else f"{r.p99_ms:.1f}"
         acc = "-" if math.isnan(r.mean_accuracy) else f"{r.mean_accuracy:.4f}"
-        lines.append(f"{r.spec:<18}{r.cost_total_usd:>10.4f}{r.cost_mean_per_hour:>9.3f}{ratio:>11}"
-                     f"{100 * r.attainment:>8.2f}%{p99:>9}{acc:>9}{r.dropped:>9}")
+        line = (f"{r.spec:<18}{r.cost_total_usd:>10.4f}{r.cost_mean_per_hour:>9.3f}{ratio:>11}"
+                f"{100 * r.attainment:>8.2f}%{p99:>9}{acc:>9}{r.dropped:>9}")
+        if predicted:
+            line += f"{'-' if math.isnan(r.predicted_p99_ms) else f'{r.predicted_p99_ms:.1f}':>10}"
+        lines.append(line)
     return "\n".join(lines)

@@ -17,15 +17,17 @@ async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuat
     from streams import control_io as kafka_io
     from tuner.metrics import TunerMetrics
 
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry()  # one per service run: several runs may share a process
     if metrics_port:
-        from prometheus_client import start_http_server
-        start_http_server(metrics_port)
+        start_http_server(metrics_port, addr="127.0.0.1", registry=registry)
     partitions = await kafka_io.stage_partitions(settings, pipe.name, [s.name for s in pipe.stages])
     publisher = None if dry_run else kafka_io.KafkaPublisher(settings)
     service = TunerService(pipe, plan, config, actuator, partitions=partitions,
                            publish=publisher.publish if publisher else None,
                            grow=None if dry_run else kafka_io.grower(settings),
-                           metrics=TunerMetrics(pipe.name), settings=ServiceSettings(interval_s=interval_s))
+                           metrics=TunerMetrics(pipe.name, registry), settings=ServiceSettings(interval_s=interval_s))
     arrivals = kafka_io.KafkaArrivals(settings, pipe.name, pipe.source, on_stage_config=service.on_stage_config,
                                       lookback_s=lookback_s)
     if publisher:
