@@ -1,7 +1,12 @@
 """In-order acks per partition: an input offset is acked only when it and every earlier offset of its
 partition read by this worker are done. faust commits the acked prefix, but its gap check lets a
 commit pass a single unacked offset at the head of a partition (faust-streaming #606/#707); acking in
-offset order means there is never such a gap to pass, so a rebalance cannot skip a request."""
+offset order means there is never such a gap to pass, so a rebalance cannot skip a request.
+
+The tracker also knows, per partition, the offset to commit (one past the done prefix): faust drops
+its own record of acked offsets of revoked partitions *before* telling the app about the revocation,
+so the worker commits these itself at revocation, or a rebalance would redeliver every request done
+since the last periodic commit."""
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -11,6 +16,7 @@ from typing import Any, Hashable
 class AckTracker:
     def __init__(self) -> None:
         self._pending: dict[Hashable, OrderedDict[int, list]] = {}  # tp -> offset -> [event, done]
+        self._next: dict[Hashable, int] = {}  # tp -> offset after the done prefix (to commit)
 
     def read(self, tp: Hashable, offset: int, event: Any) -> None:
         self._pending.setdefault(tp, OrderedDict())[offset] = [event, False]
@@ -29,13 +35,19 @@ class AckTracker:
                 break
             part.popitem(last=False)
             out.append(event)
+            self._next[tp] = first + 1
         return out
+
+    def committable(self, tps: set) -> dict:
+        """Offsets to commit for ``tps``: one past each partition's done prefix."""
+        return {tp: self._next[tp] for tp in tps if tp in self._next}
 
     def forget(self, tps: set) -> int:
         """Drop partitions that were revoked; returns how many unfinished offsets were dropped."""
         dropped = 0
         for tp in tps:
             dropped += sum(1 for _, d in self._pending.pop(tp, {}).values() if not d)
+            self._next.pop(tp, None)
         return dropped
 
     def unfinished(self) -> int:

@@ -69,7 +69,7 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
         app.add_future(follow_control(pipe, stage, kafka, worker))
 
     async def on_revoked(sender, revoked, **kwargs) -> None:
-        await worker.on_revoked(set(revoked), app.consumer.commit)
+        await worker.on_revoked(set(revoked), app.consumer._commit)  # faust's thread-safe commit
 
     app.on_partitions_revoked.connect(on_revoked)
 

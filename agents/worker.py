@@ -148,19 +148,20 @@ class StageWorker:
             "error": error, "stage": self.stage, "at_ns": time.time_ns()})
         await fut
 
-    async def on_revoked(self, revoked: set, commit) -> None:
+    async def on_revoked(self, revoked: set, commit_offsets) -> None:
         """Before partitions move: forget queued (unprocessed, unacked) items of the revoked ones (Kafka
         redelivers them to their new owner), let the window in progress finish, wait until every
-        processed window is delivered and acked, and commit, so the new owner starts exactly after
-        the work done here (no duplicates from a rebalance, and nothing skipped)."""
+        processed window is delivered and acked, and commit their offsets, so the new owner starts
+        right after the work done here (see ``agents.acks`` for why faust's own commit cannot)."""
         self.queue = deque(i for i in self.queue if i.tp not in revoked)
         async with self.window_lock:
             await self.drain()
+        offsets = self.acks.committable(revoked)
+        if offsets:
+            await commit_offsets(offsets)
         left = self.acks.forget(revoked)
-        if left:
-            log.info("revoked %d partition(s): %d unfinished items left to their new owner", len(revoked), left)
-        for _ in range(2):  # the first call may only wait for a commit already in flight
-            await commit()
+        log.info("revoked %d partition(s): committed %s; %d unfinished items left to their new owner",
+                 len(revoked), {f"{tp.topic}[{tp.partition}]": o for tp, o in offsets.items()}, left)
 
     # ------------------------------------------------------------------ control
 

@@ -79,9 +79,11 @@ async def test_rate_step_scales_bottleneck_up_fast_and_down_after_quiet(kafka, u
                 futs.append(await client.send(req, wait=False))
             await asyncio.gather(*futs)
             results = {rid: await client.result(rid, 90) for rid in ids}
-            # at-least-once: a rebalance may redeliver work done since the last commit; the
-            # results reader dedupes by request id (the count is reported, not hidden)
+            # workers commit what they finished when partitions are revoked, so a rebalance should
+            # redeliver nothing; a commit the coordinator refuses mid-rebalance would, and the
+            # results reader dedupes by request id, so a little slack is allowed (and printed)
             print(f"duplicates across rebalances: {client.duplicates} of {len(ids)}")
+            assert client.duplicates <= 0.02 * len(ids)
             ups = [t for t, stage, before, after in decisions if stage == "slow" and after > before]
             assert ups, f"no scale-up of the bottleneck stage: {decisions}"
             assert ups[0] - step_at < 5.0, f"scale-up came {ups[0] - step_at:.1f} s after the step"

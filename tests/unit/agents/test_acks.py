@@ -11,6 +11,7 @@ def test_acks_only_the_done_prefix_of_each_partition():
     assert t.done("p0", 10) == ["e10", "e11"]
     assert t.unfinished() == 1
     assert t.done("p0", 12) == ["e12"]
+    assert t.committable({"p0", "p1", "p9"}) == {"p0": 13, "p1": 6}
 
 
 def test_forget_revoked_partitions():
