@@ -92,7 +92,11 @@ EnvelopeFn = Callable[[np.ndarray, Sequence[float]], np.ndarray]
 def handoff(problem: Problem, plan: Plan, envelope: EnvelopeFn | None = None) -> TunerHandoff:
     """``envelope`` is ``tuner.envelope.envelope``, passed in by the caller: planner must not
     import tuner (tests/unit/test_layers.py); without it ``sample_rates`` is None."""
-    windows = envelope_windows(plan.analytic_latency_ms)
+    # no window longer than the sample: a sample of D seconds says nothing about the most arrivals
+    # in a longer window, and dividing its count by the longer window would understate the plan
+    arr = np.asarray(problem.arrivals_s)
+    span = float(arr.max() - arr.min()) if arr.size > 1 else 60.0
+    windows = envelope_windows(plan.analytic_latency_ms, min(60.0, max(span, 1e-3)))
     rates = None
     if envelope is not None:
         rates = tuple(float(x) for x in envelope(problem.arrivals_s, windows))
