@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from streams.graph import StageGraph
 from streams.latency import LatencyCurve
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -66,7 +67,7 @@ class EdgeOption:
 
 
 @dataclass(frozen=True)
-class Problem:
+class Problem(StageGraph):
     slo_ms: float
     rate_qps: float
     hardware: Mapping[str, HardwareOption]
@@ -93,56 +94,7 @@ class Problem:
         if self.objective not in OBJECTIVES:
             raise ProblemError(f"objective: expected one of {OBJECTIVES}, got {self.objective!r}")
 
-    # --- graph helpers (the same definitions as streams.spec.Pipeline) ---------------------------
-    def stage(self, name: str) -> StageOption:
-        for s in self.stages:
-            if s.name == name:
-                return s
-        raise KeyError(name)
-
-    def children(self, stage: str) -> tuple[EdgeOption, ...]:
-        return tuple(e for e in self.edges if e.src == stage)
-
-    def parents(self, stage: str) -> tuple[EdgeOption, ...]:
-        return tuple(e for e in self.edges if e.dst == stage)
-
-    @property
-    def source(self) -> str:
-        return next(s.name for s in self.stages if not self.parents(s.name))
-
-    @property
-    def topo_order(self) -> tuple[str, ...]:
-        order: list[str] = []
-        indeg = {s.name: len(self.parents(s.name)) for s in self.stages}
-        ready = [n for n, d in indeg.items() if d == 0]
-        while ready:
-            n = ready.pop(0)
-            order.append(n)
-            for e in self.children(n):
-                indeg[e.dst] -= 1
-                if indeg[e.dst] == 0:
-                    ready.append(e.dst)
-        return tuple(order)
-
-    def visit_ratio(self, stage: str) -> float:
-        """s_m: expected items reaching ``stage`` per request (sum over paths of fanout x probability)."""
-        if not self.parents(stage):
-            return 1.0
-        return sum(self.visit_ratio(e.src) * e.fanout * e.probability for e in self.parents(stage))
-
-    def paths(self) -> list[tuple[str, ...]]:
-        out: list[tuple[str, ...]] = []
-
-        def walk(node: str, acc: tuple[str, ...]) -> None:
-            acc = acc + (node,)
-            kids = self.children(node)
-            if not kids:
-                out.append(acc)
-            for e in kids:
-                walk(e.dst, acc)
-
-        walk(self.source, ())
-        return out
+    # graph queries (stage, children, parents, source, topo_order, visit_ratio, paths): StageGraph
 
     def stage_rate(self, stage: str, rate_qps: float | None = None) -> float:
         return (self.rate_qps if rate_qps is None else rate_qps) * self.visit_ratio(stage)

@@ -17,6 +17,7 @@ from planner.service import ReplanOutput, Replanner, ReplanState
 from streams import topics
 from streams.config import KafkaSettings
 from streams.control_io import KafkaArrivals, KafkaPublisher
+from streams.loops import periodically
 from streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
@@ -63,35 +64,31 @@ async def run_planner(pipe: Pipeline, replanner: Replanner, settings: KafkaSetti
             window.add(chunk)
             first.set()
 
-    feeder = asyncio.create_task(pump())
     state = ReplanState()
+
+    async def step() -> None:
+        nonlocal state
+        now_ns = time.time_ns()
+        state = ReplanState(max(state.epoch, latest_epoch["epoch"]), state.plan, state.last_step_ns)
+        sample = window.snapshot(now_ns / 1e9)
+        # MILP and estimator are CPU work: off the event loop, so arrivals keep flowing
+        out, state = await asyncio.to_thread(replanner.step, state, sample, now_ns)
+        for rec in out.configs:
+            await publisher.publish(topics.control(pipe.name), "StageConfig", rec, key=rec["stage"])
+        if out.configs:
+            log.info("published plan epoch %d (%s, %.1f qps forecast)", state.epoch, out.plan.mode,
+                     out.forecast_qps)
+        if on_step is not None:
+            on_step(out)
+
     try:
+        feeder = asyncio.create_task(pump())
         try:  # the first plan should see the history, if there is any
-            await asyncio.wait_for(first.wait(), timeout=min(interval_s, 5.0))
+            await asyncio.wait_for(asyncio.shield(first.wait()), timeout=min(interval_s, 5.0))
         except TimeoutError:
             log.info("no arrivals in the last %.0f s: planning for the forecast floor", lookback_s)
-        while not stop.is_set():
-            now_ns = time.time_ns()
-            state = ReplanState(max(state.epoch, latest_epoch["epoch"]), state.plan, state.last_step_ns)
-            sample = window.snapshot(now_ns / 1e9)
-            # MILP and estimator are CPU work: off the event loop, so arrivals keep flowing
-            out, state = await asyncio.to_thread(replanner.step, state, sample, now_ns)
-            for rec in out.configs:
-                await publisher.publish(topics.control(pipe.name), "StageConfig", rec, key=rec["stage"])
-            if out.configs:
-                log.info("published plan epoch %d (%s, %.1f qps forecast)", state.epoch, out.plan.mode,
-                         out.forecast_qps)
-            if on_step is not None:
-                on_step(out)
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=interval_s)
-            except TimeoutError:
-                pass
+        await periodically(step, interval_s, stop, feeder=feeder)
     finally:
-        feeder.cancel()
-        try:
-            await feeder
-        except asyncio.CancelledError:
-            pass
         await arrivals.stop()
         await publisher.stop()
+

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
+
+from streams.graph import StageGraph
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 HARDWARE_KINDS = ("cpu", "cuda")
@@ -88,7 +89,7 @@ class Edge:
 
 
 @dataclass(frozen=True)
-class Pipeline:
+class Pipeline(StageGraph):
     name: str
     slo_ms: float
     hardware: Mapping[str, Hardware]
@@ -96,62 +97,6 @@ class Pipeline:
     edges: tuple[Edge, ...] = ()
     input_content_type: str = "application/octet-stream"
     source_file: str = "<memory>"
-
-    def stage(self, name: str) -> Stage:
-        for s in self.stages:
-            if s.name == name:
-                return s
-        raise KeyError(f"pipeline {self.name!r} has no stage {name!r}")
-
-    def children(self, stage: str) -> tuple[Edge, ...]:
-        return tuple(e for e in self.edges if e.src == stage)
-
-    def parents(self, stage: str) -> tuple[Edge, ...]:
-        return tuple(e for e in self.edges if e.dst == stage)
-
-    @cached_property
-    def source(self) -> str:
-        return next(s.name for s in self.stages if not self.parents(s.name))
-
-    @cached_property
-    def sinks(self) -> tuple[str, ...]:
-        return tuple(s.name for s in self.stages if not self.children(s.name))
-
-    @cached_property
-    def topo_order(self) -> tuple[str, ...]:
-        order: list[str] = []
-        indeg = {s.name: len(self.parents(s.name)) for s in self.stages}
-        ready = [n for n, d in indeg.items() if d == 0]
-        while ready:
-            n = ready.pop(0)
-            order.append(n)
-            for e in self.children(n):
-                indeg[e.dst] -= 1
-                if indeg[e.dst] == 0:
-                    ready.append(e.dst)
-        return tuple(order)
-
-    def visit_ratio(self, stage: str) -> float:
-        """Expected items reaching ``stage`` per pipeline request: the sum over paths of the product
-        of fanout x probability along the path (the planner's and the tuner's s_m)."""
-        if stage == self.source:
-            return 1.0
-        return sum(self.visit_ratio(e.src) * e.fanout * e.probability for e in self.parents(stage))
-
-    def paths(self) -> list[tuple[str, ...]]:
-        """Every source-to-sink path, as stage names."""
-        out: list[tuple[str, ...]] = []
-
-        def walk(node: str, acc: tuple[str, ...]) -> None:
-            acc = acc + (node,)
-            kids = self.children(node)
-            if not kids:
-                out.append(acc)
-            for e in kids:
-                walk(e.dst, acc)
-
-        walk(self.source, ())
-        return out
 
 
 # ----------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from typing import AsyncIterator, Awaitable, Callable, Mapping
 import numpy as np
 
 from streams import topics
+from streams.loops import periodically
 from streams.spec import Pipeline
 from tuner.actuators import Actuator
 from tuner.envelope import EnvelopeTracker
@@ -158,23 +159,9 @@ class TunerService:
                 if stop.is_set():
                     return
 
-        feeder = asyncio.create_task(pump())
-        try:
-            while not stop.is_set():
-                if feeder.done():
-                    feeder.result()  # re-raise a failed source
-                    stop.set()
-                    break
-                decision = await self.tick()
-                if on_decision is not None:
-                    on_decision(decision)
-                try:
-                    await asyncio.wait_for(stop.wait(), timeout=self.settings.interval_s)
-                except asyncio.TimeoutError:
-                    pass
-        finally:
-            feeder.cancel()
-            try:
-                await feeder
-            except asyncio.CancelledError:
-                pass
+        async def step() -> None:
+            decision = await self.tick()
+            if on_decision is not None:
+                on_decision(decision)
+
+        await periodically(step, self.settings.interval_s, stop, feeder=asyncio.create_task(pump()))

@@ -15,6 +15,8 @@ import json
 import math
 from pathlib import Path
 import click
+
+from slipstream.options import key_values
 import numpy as np
 
 from loadgen.traces import TraceSpecError, load_trace
@@ -125,14 +127,7 @@ def _problem_source(problem_file: str | None, preset: str, data_dir: str, slo_ms
 
 
 def _prices(values: tuple[str, ...]) -> dict[str, float]:
-    out = {}
-    for v in values:
-        k, _, p = v.partition("=")
-        try:
-            out[k] = float(p)
-        except ValueError:
-            raise click.BadParameter(f"{v!r}: expected HW=PRICE", param_hint="--price") from None
-    return out
+    return key_values(values, float, "--price", "HW=PRICE")
 
 
 common = [

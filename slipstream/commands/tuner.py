@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import click
+
+from slipstream.options import key_values
 import numpy as np
 import yaml
 
@@ -36,19 +38,6 @@ def _plan(path: str, pipe: Pipeline) -> TunerPlan:
         return planfile.load(path, pipeline=pipe)
     except planfile.PlanFileError as exc:
         raise click.BadParameter(str(exc), param_hint="--plan") from None
-
-
-def _pairs(values: tuple[str, ...], cast, name: str) -> dict:
-    out = {}
-    for v in values:
-        key, sep, num = v.partition("=")
-        try:
-            out[key] = cast(num)
-        except ValueError:
-            sep = ""
-        if not sep or not key:
-            raise click.BadParameter(f"expected STAGE=NUMBER, got {v!r}", param_hint=name)
-    return out
 
 
 def _config(activation_s, max_replicas, rho_mode) -> TunerConfig:
@@ -163,7 +152,7 @@ def up_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, look
     if plan_file:
         plan = _plan(plan_file, pipe)
     elif sample and mu:
-        plan = planfile.plan_for_pipeline(pipe, _read_trace(sample), _pairs(mu, float, "--mu"))
+        plan = planfile.plan_for_pipeline(pipe, _read_trace(sample), key_values(mu, float, "--mu", "STAGE=NUMBER"))
     else:
         raise click.UsageError("give --plan, or --sample and --mu for every stage")
     config = _config(activation_s, max_replicas, rho_mode)
@@ -193,8 +182,8 @@ def tuner_plan_cmd(pipeline_file, sample, mu, replicas, service_time_ms, output)
     """Write the tuner plan (sample envelope, mu, visit ratios, replicas) the tuner reads."""
     pipe = _pipeline(pipeline_file)
     try:
-        plan = planfile.plan_for_pipeline(pipe, _read_trace(sample), _pairs(mu, float, "--mu"),
-                                          _pairs(replicas, int, "--replicas"),
+        plan = planfile.plan_for_pipeline(pipe, _read_trace(sample), key_values(mu, float, "--mu", "STAGE=NUMBER"),
+                                          key_values(replicas, int, "--replicas", "STAGE=NUMBER"),
                                           service_time_ms / 1000 if service_time_ms else None)
     except (planfile.PlanFileError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
@@ -211,7 +200,7 @@ def tuner_plan_cmd(pipeline_file, sample, mu, replicas, service_time_ms, output)
 def k8s_manifests_cmd(pipeline_file, image, namespace, replicas) -> None:
     """Print the ConfigMap and one Deployment per stage (kubectl apply -f -)."""
     pipe = _pipeline(pipeline_file)
-    reps = _pairs(replicas, int, "--replicas")
+    reps = key_values(replicas, int, "--replicas", "STAGE=NUMBER")
     docs = [pipeline_configmap(pipe.name, Path(pipeline_file).read_text(), namespace)]
     docs += [stage_deployment(pipe.name, s.name, image=image, namespace=namespace,
                               replicas=reps.get(s.name, s.defaults.replicas),

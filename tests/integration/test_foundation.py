@@ -15,26 +15,13 @@ from streams import admin, codec, kafka as kclient
 from streams.codec import CodecError, RecordCodec
 from streams.topics import TopicSpec
 
+from .helpers import drain
+
 
 def request(i: int) -> dict:
     return {"request_id": f"r{i}", "pipeline": "p", "created_ns": 1_000 + i, "deadline_ns": 2_000 + i,
             "accuracy_floor": 0.7 if i % 2 else None, "content_type": "application/octet-stream",
             "payload": bytes([i % 256]) * (i % 50)}
-
-
-async def drain(settings, topic: str, n: int, timeout_s: float = 30.0) -> list:
-    cons = kclient.consumer(settings, topic, group_id=None)
-    await cons.start()
-    got = []
-    try:
-        async with asyncio.timeout(timeout_s):
-            while len(got) < n:
-                batch = await cons.getmany(timeout_ms=500)
-                for records in batch.values():
-                    got.extend(records)
-    finally:
-        await cons.stop()
-    return got
 
 
 async def test_create_topic_and_grow_partitions(kafka, unique):

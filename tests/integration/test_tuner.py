@@ -16,26 +16,14 @@ from tuner.envelope import doubling_windows
 from tuner.policy import StagePlan, TunerConfig, TunerPlan
 from tuner.service import ServiceSettings, TunerService
 
+from .helpers import drain
+
 
 def spec(name: str) -> dict:
     return {"name": name, "slo_ms": 300,
             "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},
             "stages": [{"name": "src", "variants": [{"name": "v", "model": "m", "accuracy": 0.9}],
                         "defaults": {"variant": "v", "hardware": "cpu-1", "replicas": 1, "partitions": 2}}]}
-
-
-async def drain(settings, topic: str, n: int, timeout_s: float = 20.0) -> list:
-    cons = kclient.consumer(settings, topic, group_id=None)
-    await cons.start()
-    got = []
-    try:
-        async with asyncio.timeout(timeout_s):
-            while len(got) < n:
-                for records in (await cons.getmany(timeout_ms=300)).values():
-                    got.extend(records)
-    finally:
-        await cons.stop()
-    return got
 
 
 async def test_rate_step_on_the_input_topic_scales_up_grows_and_publishes(kafka, unique):

@@ -1,0 +1,71 @@
+"""Pipeline graph queries, shared by the pipeline spec (``streams.spec.Pipeline``) and the planning
+problem (``planner.problem.Problem``): both hold ``stages`` (with ``name``) and ``edges`` (with
+``src``, ``dst``, ``fanout``, ``probability``), so one set of definitions serves both and the planner
+cannot drift from the data plane's idea of the graph."""
+from __future__ import annotations
+
+from typing import Any
+
+
+class StageGraph:
+    """Mixin for a frozen dataclass with ``stages`` and ``edges``."""
+
+    stages: tuple[Any, ...]
+    edges: tuple[Any, ...]
+
+    def stage(self, name: str):
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(f"no stage {name!r} (stages: {[s.name for s in self.stages]})")
+
+    def children(self, stage: str) -> tuple:
+        return tuple(e for e in self.edges if e.src == stage)
+
+    def parents(self, stage: str) -> tuple:
+        return tuple(e for e in self.edges if e.dst == stage)
+
+    @property
+    def source(self) -> str:
+        return next(s.name for s in self.stages if not self.parents(s.name))
+
+    @property
+    def sinks(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.stages if not self.children(s.name))
+
+    @property
+    def topo_order(self) -> tuple[str, ...]:
+        """Stage names in topological order (shorter than ``stages`` when the graph has a cycle)."""
+        order: list[str] = []
+        indeg = {s.name: len(self.parents(s.name)) for s in self.stages}
+        ready = [n for n, d in indeg.items() if d == 0]
+        while ready:
+            n = ready.pop(0)
+            order.append(n)
+            for e in self.children(n):
+                indeg[e.dst] -= 1
+                if indeg[e.dst] == 0:
+                    ready.append(e.dst)
+        return tuple(order)
+
+    def visit_ratio(self, stage: str) -> float:
+        """s_m: expected items reaching ``stage`` per pipeline request: the sum over paths of the
+        product of fanout x probability along the path (the planner's and the tuner's s_m)."""
+        if not self.parents(stage):
+            return 1.0
+        return sum(self.visit_ratio(e.src) * e.fanout * e.probability for e in self.parents(stage))
+
+    def paths(self) -> list[tuple[str, ...]]:
+        """Every source-to-sink path, as stage names."""
+        out: list[tuple[str, ...]] = []
+
+        def walk(node: str, acc: tuple[str, ...]) -> None:
+            acc = acc + (node,)
+            kids = self.children(node)
+            if not kids:
+                out.append(acc)
+            for e in kids:
+                walk(e.dst, acc)
+
+        walk(self.source, ())
+        return out
