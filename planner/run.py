@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from planner.service import ReplanOutput, Replanner, ReplanState
-from streams import topics
+from streams import codec, kafka as kclient, topics
 from streams.config import KafkaSettings
 from streams.control_io import KafkaArrivals, KafkaPublisher
 from streams.loops import periodically
@@ -40,9 +40,38 @@ class ArrivalWindow:
         return a
 
 
+class MeasuredLatency:
+    """End-to-end latencies of ``done`` results finished in the last ``horizon_s`` (for --explain's
+    predicted-vs-measured p99), read from the results topic."""
+
+    def __init__(self, settings: KafkaSettings, pipeline: str, horizon_s: float) -> None:
+        self.settings, self.topic, self.horizon_ns = settings, topics.results(pipeline), int(horizon_s * 1e9)
+        self._seen: list[tuple[int, float]] = []  # (finished_ns, latency_ms)
+
+    async def follow(self) -> None:
+        cons = kclient.consumer(self.settings, self.topic, group_id=None, auto_offset_reset="latest")
+        await cons.start()
+        try:
+            async for msg in cons:
+                try:
+                    r = codec.decode("InferenceResult", msg.value)
+                except codec.CodecError:
+                    continue
+                if r["status"] == "done":
+                    self._seen.append((r["finished_ns"], (r["finished_ns"] - r["created_ns"]) / 1e6))
+        finally:
+            await cons.stop()
+
+    def p99_ms(self, now_ns: int) -> float | None:
+        self._seen = [x for x in self._seen if x[0] >= now_ns - self.horizon_ns]
+        return float(np.percentile([ms for _, ms in self._seen], 99)) if self._seen else None
+
+
 async def run_planner(pipe: Pipeline, replanner: Replanner, settings: KafkaSettings, *, interval_s: float,
                       lookback_s: float, stop: asyncio.Event,
-                      on_step: Callable[[ReplanOutput], None] | None = None) -> None:
+                      on_step: Callable[[ReplanOutput, float | None], None] | None = None) -> None:
+    """``on_step(output, measured_p99_ms)`` after each re-plan; the measured p99 is over the results
+    of the last interval (None before any)."""
     window = ArrivalWindow(max(lookback_s, replanner.settings.sample_s,
                                replanner.settings.forecast.interval_s
                                * replanner.settings.forecast.lookback_intervals))
@@ -79,8 +108,10 @@ async def run_planner(pipe: Pipeline, replanner: Replanner, settings: KafkaSetti
             log.info("published plan epoch %d (%s, %.1f qps forecast)", state.epoch, out.plan.mode,
                      out.forecast_qps)
         if on_step is not None:
-            on_step(out)
+            on_step(out, measured.p99_ms(now_ns))
 
+    measured = MeasuredLatency(settings, pipe.name, max(interval_s, 10.0))
+    results_reader = asyncio.create_task(measured.follow())
     try:
         feeder = asyncio.create_task(pump())
         try:  # the first plan should see the history, if there is any
@@ -89,6 +120,8 @@ async def run_planner(pipe: Pipeline, replanner: Replanner, settings: KafkaSetti
             log.info("no arrivals in the last %.0f s: planning for the forecast floor", lookback_s)
         await periodically(step, interval_s, stop, feeder=feeder)
     finally:
+        results_reader.cancel()
+        await asyncio.gather(results_reader, return_exceptions=True)
         await arrivals.stop()
         await publisher.stop()
 

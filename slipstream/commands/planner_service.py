@@ -38,17 +38,18 @@ def planner_cmd(pipeline_file, profiles_dir, mode, interval_s, lookback_s, once,
     base = problem_from_pipeline(pipe, ProfileStore(profiles_dir), rate_qps=1.0)
     replanner = Replanner(base, pipe.name, ReplanSettings(mode=mode), envelope=envelope)
 
-    def on_step(out) -> None:
+    def on_step(out, measured_p99_ms) -> None:
         p = out.plan
         status = "changed, published" if out.changed else ("unchanged" if p.feasible else f"infeasible: {p.reason}")
+        measured = "no results yet" if measured_p99_ms is None else f"{measured_p99_ms:.1f} ms"
         click.echo(f"forecast {out.forecast_qps:.1f} qps -> {p.mode} plan {status}; cost "
-                   f"{p.cost_per_hour:.3f} $/h, predicted p99 {p.predicted_p99_ms}")
+                   f"{p.cost_per_hour:.3f} $/h, predicted p99 {p.predicted_p99_ms}, measured p99 {measured}")
         for rec in out.configs:
             click.echo("  " + json.dumps({k: rec[k] for k in ("stage", "variant", "hardware", "max_batch",
                                                                "replicas", "epoch")}))
         if explain:
             runner = milp.runner_up(base, p, milp.MilpOptions()) if mode == "milp" and p.feasible else None
-            for line in explain_lines(p, runner):
+            for line in explain_lines(p, runner, measured_p99_ms):
                 click.echo(f"    {line}")
         if handoff and out.changed and out.handoff is not None:
             planfile.save(planfile.from_handoff(out.handoff), pipe.name, handoff)
