@@ -114,10 +114,11 @@ class Workers:
         from tuner.supervisor import Supervisor
 
         self.log_dir = log_dir
-        self.stages = [s.name for s in pipe.stages]
+        initial = pipe.worker_roles(tuner_plan.planned_replicas)
+        self.stages = list(initial)
         actuator = LocalProcessActuator(lambda stage: worker_argv(pipeline_file, stage, "info"),
                                         log_dir=log_dir, env={"SLIPSTREAM_BOOTSTRAP": settings.bootstrap})
-        supervisor = Supervisor(actuator, tuner_plan.planned_replicas)
+        supervisor = Supervisor(actuator, initial)
         config = TunerConfig(activation_s=opts.activation_s, max_replicas=opts.max_replicas)
 
         def on_decision(d) -> None:

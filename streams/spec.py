@@ -98,6 +98,16 @@ class Pipeline(StageGraph):
     input_content_type: str = "application/octet-stream"
     source_file: str = "<memory>"
 
+    @property
+    def needs_join(self) -> bool:
+        """Whether requests can split into fragments that a join worker must put back together:
+        fan-out edges, or several sinks."""
+        return any(e.fanout != 1 for e in self.edges) or len(self.sinks) > 1
+
+    def worker_roles(self, replicas: Mapping[str, int]) -> dict[str, int]:
+        """Processes to run: the stages' replicas, plus one join worker when the pipeline needs it."""
+        return {**replicas, **({"join": 1} if self.needs_join else {})}
+
 
 # ----------------------------------------------------------------------------------------------
 # Loading and validation

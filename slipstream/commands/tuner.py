@@ -120,7 +120,7 @@ def _up(pipe, pipeline_file, plan, config, settings, interval_s, lookback_s, met
 
     actuator = LocalProcessActuator(lambda stage: worker_argv(pipeline_file, stage),
                                     log_dir=Path(log_dir) if log_dir else None)
-    supervisor = Supervisor(actuator, plan.planned_replicas)
+    supervisor = Supervisor(actuator, pipe.worker_roles(plan.planned_replicas))
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -144,17 +144,38 @@ def _up(pipe, pipeline_file, plan, config, settings, interval_s, lookback_s, met
 @click.option("--sample", default=None, type=click.Path(dir_okay=False),
               help="Sample arrival trace (seconds; .npy or one number per line) when there is no --plan.")
 @click.option("--mu", multiple=True, help="STAGE=QPS single-replica throughput, when there is no --plan.")
+@click.option("--profiles", "profiles_dir", default=None, type=click.Path(file_okay=False),
+              help="Plan here first (planner mode --mode, from the profile store) for --trace, publish the "
+                   "StageConfigs, and run that plan.")
+@click.option("--trace", "trace_spec", default=None,
+              help="With --profiles: the sample the planner plans for (a trace spec, docs/loadgen.md).")
+@click.option("--mode", type=click.Choice(["milp", "inferline", "loki", "cg-mean", "cg-peak"]), default="milp",
+              show_default=True, help="With --profiles: the planner mode.")
 @click.option("--log-dir", default=".state/workers", show_default=True, help="Worker stdout/stderr logs.")
 def up_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, lookback_s, metrics_port,
-           plan_file, sample, mu, log_dir) -> None:
-    """Run the pipeline's initial plan as local worker processes, with the tuner on top."""
+           plan_file, sample, mu, profiles_dir, trace_spec, mode, log_dir) -> None:
+    """Run the pipeline's initial plan as local worker processes, with the tuner on top.
+
+    The plan comes from the planner (--profiles and --trace: plan now and publish the StageConfigs),
+    from a tuner plan file (--plan, e.g. written by `slipstream planner --handoff`), or from a sample
+    trace and per-stage throughputs (--sample, --mu) with the spec's default replicas."""
     pipe = _pipeline(pipeline_file)
-    if plan_file:
+    if profiles_dir:
+        if not trace_spec:
+            raise click.UsageError("--profiles needs --trace: the sample to plan for")
+        from planner.profiles import ProfileStore
+        from slipstream.commands.loadgen import _trace
+        from slipstream.live import LiveOptions, plan_and_publish
+
+        opts = LiveOptions(mode=mode, activation_s=activation_s, max_replicas=max_replicas)
+        _, _, plan = plan_and_publish(pipe, ProfileStore(profiles_dir), _trace(trace_spec, 0), opts,
+                                      KafkaSettings.from_env())
+    elif plan_file:
         plan = _plan(plan_file, pipe)
     elif sample and mu:
         plan = planfile.plan_for_pipeline(pipe, _read_trace(sample), key_values(mu, float, "--mu", "STAGE=NUMBER"))
     else:
-        raise click.UsageError("give --plan, or --sample and --mu for every stage")
+        raise click.UsageError("give --profiles and --trace, or --plan, or --sample and --mu for every stage")
     config = _config(activation_s, max_replicas, rho_mode)
     _up(pipe, pipeline_file, plan, config, KafkaSettings.from_env(), interval_s, lookback_s, metrics_port,
         log_dir)

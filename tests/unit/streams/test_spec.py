@@ -52,3 +52,10 @@ def test_load_pipeline_missing_file(tmp_path):
     from streams.spec import load_pipeline
     with pytest.raises(SpecError, match="no such pipeline spec file"):
         load_pipeline(tmp_path / "nope.yaml")
+
+
+def test_join_worker_only_when_requests_can_split():
+    p = parse_pipeline(doc())
+    assert p.needs_join and p.worker_roles({"detect": 2}) == {"detect": 2, "join": 1}
+    chain = parse_pipeline(doc(edges=[{"from": "detect", "to": "classify"}, {"from": "classify", "to": "face"}]))
+    assert not chain.needs_join and chain.worker_roles({"detect": 1}) == {"detect": 1}
