@@ -18,7 +18,7 @@ A new ``BatchSettings`` (hot reconfiguration) is read only at step 2, i.e. at a 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 NS_PER_MS = 1_000_000
 
@@ -40,8 +40,7 @@ class BatchSettings:
         return cls(max_batch, int(round(batch_timeout_ms * NS_PER_MS)), drop_late)
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):  # a NamedTuple: built once per sub-batch in the estimator's hot loop
     run: tuple[int, ...]  # window indices to run now, FIFO order
     drop: tuple[int, ...]  # window indices that cannot meet their deadline
     defer: tuple[int, ...]  # window indices left for the next sub-batch
@@ -79,16 +78,26 @@ def decide(deadlines_ns: Sequence[int], now_ns: int, predict_ns: Callable[[int],
         lat = predict_ns(n)
         return Decision(tuple(range(n)), (), (), lat, now_ns + lat)
     alone = now_ns + predict_ns(1)
-    drop = tuple(i for i in range(n) if deadlines_ns[i] < alone)
-    live = [i for i in range(n) if deadlines_ns[i] >= alone]
-    if not live:
-        return Decision((), drop, (), 0, now_ns)
+    earliest_all = min(deadlines_ns)
+    if earliest_all >= alone:  # nothing doomed: the common case, decided without building lists
+        lat = predict_ns(n)
+        if earliest_all >= now_ns + lat:
+            return Decision(tuple(range(n)), (), (), lat, now_ns + lat)
+        drop: tuple[int, ...] = ()
+        live = list(range(n))
+    else:
+        drop = tuple(i for i, d in enumerate(deadlines_ns) if d < alone)
+        live = [i for i, d in enumerate(deadlines_ns) if d >= alone]
+        if not live:
+            return Decision((), drop, (), 0, now_ns)
     # largest prefix whose earliest deadline is met; b=1 always qualifies by construction
-    earliest = [0] * len(live)
-    m = None
-    for k, i in enumerate(live):
-        m = deadlines_ns[i] if m is None else min(m, deadlines_ns[i])
-        earliest[k] = m
+    earliest = []
+    m = deadlines_ns[live[0]]
+    for i in live:
+        d = deadlines_ns[i]
+        if d < m:
+            m = d
+        earliest.append(m)
     for b in range(len(live), 0, -1):
         lat = predict_ns(b)
         if earliest[b - 1] >= now_ns + lat:

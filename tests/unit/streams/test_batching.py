@@ -52,3 +52,26 @@ def test_settings_validate():
     import pytest
     with pytest.raises(ValueError, match="max_batch"):
         BatchSettings(0, 1)
+
+
+def reference_decide(deadlines, now, predict):
+    """The policy written out plainly: drop what cannot finish alone, run the largest FIFO prefix of
+    the rest whose earliest deadline the batch meets."""
+    alone = now + predict(1)
+    drop = tuple(i for i, d in enumerate(deadlines) if d < alone)
+    live = [i for i, d in enumerate(deadlines) if d >= alone]
+    for b in range(len(live), 0, -1):
+        if min(deadlines[i] for i in live[:b]) >= now + predict(b):
+            return tuple(live[:b]), drop, tuple(live[b:])
+    return (), drop, ()
+
+
+def test_decide_matches_the_plain_reference_on_random_windows():
+    import random
+    rng = random.Random(7)
+    for _ in range(2000):
+        n = rng.randint(1, 8)
+        deadlines = [rng.randint(0, 120) * MS for _ in range(n)]
+        per_item = rng.randint(0, 10)
+        d = decide(deadlines, 0, lambda b: (10 + per_item * b) * MS, S)
+        assert (d.run, d.drop, d.defer) == reference_decide(deadlines, 0, lambda b: (10 + per_item * b) * MS)
