@@ -51,10 +51,16 @@ class StageMetrics:
             queue_depth=Gauge("slipstream_queue_depth", "Requests waiting in this worker", L(), registry=reg),
         )
         m._labels = labels
+        m._children = {}
         return m
 
     def lab(self, metric, **extra):
-        return metric.labels(**self._labels, **extra)
+        """The labelled child of ``metric`` (cached: ``labels()`` is costly on the per-request path)."""
+        key = (id(metric), tuple(extra.items()))
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(**self._labels, **extra)
+        return child
 
     def serve(self, port: int = 0) -> int:
         """Start the HTTP endpoint; returns the bound port (0 picks a free one)."""
