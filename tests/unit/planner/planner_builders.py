@@ -19,3 +19,17 @@ def single_plan(stage_assignments: dict[str, list[Assignment]], partitions: int 
     return Plan("test", tuple(StagePlan(s, tuple(a), partitions) for s, a in stage_assignments.items()), True)
 
 
+def example_problem_doc(rate_qps: float = 120, **arrival) -> dict:
+    """The planning problem of docs/planner.md (and of the issue that asked for it), as JSON."""
+    return {
+        "slo_ms": 300, "arrival": {"rate_qps": rate_qps, **arrival},
+        "hardware": {"cpu": {"cost_per_hour": 0.2}, "gpu": {"cost_per_hour": 2.5}},
+        "stages": [
+            {"name": "detect", "variants": [{"name": "det-s", "accuracy": 0.61,
+                                             "latency_ms": {"cpu": {"1": 40, "2": 70, "4": 130},
+                                                            "gpu": {"1": 6, "8": 14}}}]},
+            {"name": "classify", "variants": [{"name": "cls", "accuracy": 0.8,
+                                               "latency_ms": {"cpu": {"1": 10, "4": 25}}}]}],
+        "edges": [{"from": "detect", "to": "classify", "fanout": 1.5, "probability": 1.0}],
+    }
+

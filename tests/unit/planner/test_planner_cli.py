@@ -8,15 +8,9 @@ from click.testing import CliRunner
 from slipstream.commands.plan import plan
 from slipstream.commands.profile import profile
 
-PROBLEM = {
-    "slo_ms": 300, "arrival": {"rate_qps": 60, "sim_seconds": 20},
-    "hardware": {"cpu": {"cost_per_hour": 0.2}, "gpu": {"cost_per_hour": 2.5}},
-    "stages": [
-        {"name": "detect", "variants": [{"name": "det-s", "accuracy": 0.61,
-                                         "latency_ms": {"cpu": {"1": 40, "2": 70, "4": 130}, "gpu": {"1": 6, "8": 14}}}]},
-        {"name": "classify", "variants": [{"name": "cls", "accuracy": 0.8, "latency_ms": {"cpu": {"1": 10, "4": 25}}}]}],
-    "edges": [{"from": "detect", "to": "classify", "fanout": 1.5, "probability": 1.0}],
-}
+from planner_builders import example_problem_doc
+
+PROBLEM = example_problem_doc(60, sim_seconds=20)
 
 
 def write(tmp_path, doc):

@@ -8,15 +8,9 @@ import pytest
 
 from planner.problem import ProblemError, load_problem, parse_problem, peak_rate
 
-DOC = {
-    "slo_ms": 300, "arrival": {"rate_qps": 120},
-    "hardware": {"cpu": {"cost_per_hour": 0.2}, "gpu": {"cost_per_hour": 2.5}},
-    "stages": [
-        {"name": "detect", "variants": [{"name": "det-s", "accuracy": 0.61,
-                                         "latency_ms": {"cpu": {"1": 40, "2": 70, "4": 130}, "gpu": {"1": 6, "8": 14}}}]},
-        {"name": "classify", "variants": [{"name": "cls", "accuracy": 0.8, "latency_ms": {"cpu": {"1": 10, "4": 25}}}]}],
-    "edges": [{"from": "detect", "to": "classify", "fanout": 1.5, "probability": 1.0}],
-}
+from planner_builders import example_problem_doc
+
+DOC = example_problem_doc(120)
 
 
 def test_example_parses_with_rates_and_paths():
