@@ -214,10 +214,14 @@ def stage_up_target(plan: TunerPlan, stage: StagePlan, running: int, live: Envel
     return best, top
 
 
-def down_target(plan: TunerPlan, stage: StagePlan, running: int, live: "LiveTraffic", rho_mode: str) -> int:
-    """min(running, max(k at rho_min, what the recent envelope would scale straight back up to))."""
+def down_target(plan: TunerPlan, stage: StagePlan, running: int, live: "LiveTraffic", rho_mode: str,
+                slack_sigma: float) -> int:
+    """min(running, max(k at rho_min, what the recent envelope would scale straight back up to)).
+    "Would scale back up" is judged by the scale-up test itself, noise margin included: with no
+    margin, the max of a bursty process's shortest windows over 30 s almost always exceeds the
+    sample's, and replicas would never come down."""
     k = replicas_for_rate(live.down_rate_qps, stage, plan.rho_min)
-    floor, _ = stage_up_target(plan, stage, k, live.recent, 0.0, rho_mode)
+    floor, _ = stage_up_target(plan, stage, k, live.recent, slack_sigma, rho_mode)
     return min(running, floor)
 
 
@@ -259,7 +263,8 @@ def decide(live: LiveTraffic, planned: TunerPlan, state: TunerState, now_ns: int
     if quiet_for < config.quiet_ns:
         return ScaleDecision(current, note=f"hold: quiet {quiet_for / NS_PER_S:.1f}s of "
                                            f"{config.quiet_ns / NS_PER_S:.1f}s"), state
-    down = bounded({s.stage: down_target(planned, s, current[s.stage], live, config.rho_mode)
+    down = bounded({s.stage: down_target(planned, s, current[s.stage], live, config.rho_mode,
+                                         config.up_slack_sigma)
                     for s in planned.stages}, config)
     down = {k: min(v, current[k]) for k, v in down.items()}  # bounds never turn a down into an up
     if down == current:

@@ -232,3 +232,4 @@ def test_config_rejects_nonsense():
         TunerConfig(min_replicas=5, max_replicas=2)
     with pytest.raises(ValueError):
         StagePlan("x", 0, 1.0, 1.0)
+
