@@ -21,6 +21,7 @@ import time
 
 import faust
 
+from agents import routing
 from agents.join import Joiner
 from agents.metrics import StageMetrics
 from agents.worker import ExecutorFactory, StageWorker
@@ -138,10 +139,11 @@ def build_join_app(pipe: Pipeline, kafka: KafkaSettings, timeout_ms: float | Non
                 frag = codec.decode("InferenceResult", event.value)
             except codec.CodecError as exc:
                 m = event.message
-                fut = await kclient.send(state["producer"], topics.dead_letters(pipe.name), "DeadLetter", {
-                    "original": event.value or b"", "topic": m.topic, "partition": m.partition,
-                    "offset": m.offset, "error": str(exc), "stage": JOIN, "at_ns": time.time_ns()})
-                await fut
+                log.warning("dead letter %s[%d]@%d: %s", m.topic, m.partition, m.offset, exc)
+                metrics.lab(metrics.dead_letters).inc()
+                dl = routing.dead_letter(pipe, JOIN, event.value, m.topic, m.partition, m.offset, str(exc),
+                                         time.time_ns())
+                await (await kclient.send(state["producer"], dl.topic, dl.record, dl.value, key=dl.key))
                 await s.ack(event)
                 continue
             held.setdefault(frag["request_id"], []).append(event)

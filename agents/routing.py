@@ -117,3 +117,11 @@ def _split_results(pipe: Pipeline, req: Mapping[str, Any], hops: list, out: Item
     return [_result(pipe, req, hops, "done", "", now, e.payload, e.content_type, accuracy,
                     fragment=frag / n, path=list(req.get("path", [])) + [f"{stage}:{j}/{n}"])
             for j, e in enumerate(out.emits)]
+
+
+def dead_letter(pipe: Pipeline, stage: str, data: bytes | None, topic: str, partition: int, offset: int,
+                error: str, now_ns: int) -> Out:
+    """A record a stage could not use, kept byte-for-byte with where it came from and why."""
+    return Out(topics.dead_letters(pipe.name), f"{topic}:{partition}:{offset}", "DeadLetter", {
+        "original": data or b"", "topic": topic, "partition": partition, "offset": offset,
+        "error": error, "stage": stage, "at_ns": now_ns})

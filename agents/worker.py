@@ -24,7 +24,7 @@ from agents import routing
 from agents.acks import AckTracker
 from agents.control import ActiveConfig, accept, choose_variant, defaults
 from agents.metrics import StageMetrics
-from streams import batching, codec, kafka as kclient, topics
+from streams import batching, codec, kafka as kclient
 from streams.codec import CodecError
 from streams.config import KafkaSettings
 from streams.executor import Executor
@@ -143,9 +143,8 @@ class StageWorker:
                           error: str) -> None:
         log.warning("dead letter %s[%d]@%d: %s", topic, partition, offset, error)
         self.metrics.lab(self.metrics.dead_letters).inc()
-        fut = await kclient.send(self.producer, topics.dead_letters(self.pipe.name), "DeadLetter", {
-            "original": data or b"", "topic": topic, "partition": partition, "offset": offset,
-            "error": error, "stage": self.stage, "at_ns": time.time_ns()})
+        (fut,) = await self._send([routing.dead_letter(self.pipe, self.stage, data, topic, partition, offset,
+                                                       error, time.time_ns())])
         await fut
 
     async def on_revoked(self, revoked: set, commit_offsets) -> None:
@@ -225,23 +224,29 @@ class StageWorker:
         in window order, so the next window starts without waiting for a Kafka round trip."""
         futures: list = []
         groups: dict[str, list[Item]] = {}
+        accuracy = {n: lv.accuracy for n, lv in self.loaded.items()}
         for it in window:
-            floor = it.req.get("accuracy_floor")
-            variant, why = choose_variant(it.req["request_id"], floor, self.config,
-                                          {n: lv.accuracy for n, lv in self.loaded.items()})
+            variant, why = choose_variant(it.req["request_id"], it.req.get("accuracy_floor"), self.config,
+                                          accuracy)
             if variant is None:
                 futures += await self._send([routing.ended(self.pipe, it.req, "dropped", why, time.time_ns())])
                 self.metrics.lab(self.metrics.drops, reason="accuracy-floor").inc()
                 continue
-            bad = getattr(self.loaded[variant].executor, "check", lambda _p: None)(it.req["payload"])
-            if bad:
-                futures += await self._send([routing.ended(self.pipe, it.req, "error",
-                                                           f"bad input: {bad}", time.time_ns())])
-                self.metrics.lab(self.metrics.results, status="error").inc()
-                continue
             groups.setdefault(variant, []).append(it)
+        loop = asyncio.get_running_loop()
+        for variant, items in list(groups.items()):
+            # input checks decode (images: milliseconds), so they run on the model thread, not the loop
+            bad = await loop.run_in_executor(self.pool, check_all, self.loaded[variant].executor,
+                                             [it.req["payload"] for it in items])
+            for it, why in zip(items, bad):
+                if why:
+                    futures += await self._send([routing.ended(self.pipe, it.req, "error", f"bad input: {why}",
+                                                               time.time_ns())])
+                    self.metrics.lab(self.metrics.results, status="error").inc()
+            groups[variant] = [it for it, why in zip(items, bad) if not why]
         for variant, items in groups.items():
-            futures += await self._work_variant(variant, items, s)
+            if items:
+                futures += await self._work_variant(variant, items, s)
         previous = self._finishing
         self._finishing = asyncio.ensure_future(self._finish(window, futures, previous))
 
@@ -315,6 +320,13 @@ class StageWorker:
 
     async def _send(self, records: list[routing.Out]) -> list:
         return [await kclient.send(self.producer, r.topic, r.record, r.value, key=r.key) for r in records]
+
+
+def check_all(ex: Executor, payloads: list[bytes]) -> list[str | None]:
+    """The executor's per-item input check (None = fine) for each payload; executors without one
+    accept everything."""
+    check = getattr(ex, "check", None)
+    return [check(p) for p in payloads] if check is not None else [None] * len(payloads)
 
 
 def warmup_curve(ex: Executor, sizes: tuple[int, ...], reps: int = 3) -> LatencyCurve:

@@ -28,6 +28,7 @@ from loadgen.cost import events_from_records
 from loadgen.report import summarize
 from loadgen.schedule import DEFAULT_LAG_BUDGET_MS, Schedule, lag_stats
 from streams import codec, kafka, topics
+from streams.client import request_record
 from streams.config import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -79,19 +80,8 @@ class ReplayOutcome:
 
 def build_request(target: ReplayTarget, request_id: str, created_ns: int, payload: bytes) -> dict[str, Any]:
     """An InferenceRequest as the first stage expects it (pure, for tests and the sender)."""
-    return {
-        "request_id": request_id,
-        "pipeline": target.pipeline,
-        "created_ns": created_ns,
-        "deadline_ns": created_ns + int(target.slo_ms * NS_PER_MS),
-        "accuracy_floor": target.accuracy_floor,
-        "content_type": target.content_type,
-        "payload": payload,
-        "hops": [],
-        "fragment": "1",
-        "path": [],
-        "accuracy": 1.0,
-    }
+    return request_record(target.pipeline, request_id, created_ns, target.slo_ms, target.content_type,
+                          payload, target.accuracy_floor)
 
 
 def due_count(offsets_ns: np.ndarray, next_index: int, elapsed_ns: int) -> int:

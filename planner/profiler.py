@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable
 
 import numpy as np
 
@@ -76,17 +76,3 @@ def profile_variant(variant: Variant, hardware: Hardware, factory: ExecutorFacto
 def runnable_hardware(pipe: Pipeline, has_cuda: bool) -> list[Hardware]:
     """Hardware of the catalog this machine can run: every CPU entry, CUDA ones only with a GPU."""
     return [h for h in pipe.hardware.values() if h.kind == "cpu" or (h.kind == "cuda" and has_cuda)]
-
-
-def profile_pipeline(pipe: Pipeline, factory: ExecutorFactory, hardware: Iterable[Hardware],
-                     settings: ProfilerSettings = ProfilerSettings(), *,
-                     only: Sequence[str] = ()) -> Iterable[tuple[int, Profile]]:
-    """Yield ``(work_units, profile)`` for each (variant, hardware); ``work_units`` is the number
-    of batch sizes it stands for, so a caller can drive a progress bar."""
-    hw = list(hardware)
-    for st in pipe.stages:
-        for v in st.variants:
-            if only and v.name not in only:
-                continue
-            for h in hw:
-                yield len(settings.batch_sizes), profile_variant(v, h, factory, settings)

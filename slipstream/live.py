@@ -49,21 +49,15 @@ def has_cuda() -> bool:
 
 def profile_missing(pipe, store, batch_sizes=(1, 2, 4, 8), reps: int = 20) -> None:
     """Measure what the store lacks for this pipeline on this machine's hardware (with progress)."""
-    from tqdm import tqdm
-
-    from agents.zoo import load_executor
-    from planner.profiler import ProfilerSettings, profile_variant, runnable_hardware
+    from planner.profiler import ProfilerSettings, runnable_hardware
+    from slipstream.commands.profile import profile_into
 
     todo = [(v, h) for st in pipe.stages for v in st.variants
             for h in runnable_hardware(pipe, has_cuda()) if store.get(v.name, h.name) is None]
     if not todo:
         click.echo(f"profiles: cached in {store.root}")
         return
-    settings = ProfilerSettings(tuple(batch_sizes), 3, reps)
-    with tqdm(total=len(todo) * len(batch_sizes), unit="batch size", desc="profiling") as bar:
-        for v, h in todo:
-            bar.set_postfix_str(f"{v.name}@{h.name}")
-            store.save(profile_variant(v, h, load_executor, settings, progress=bar.update))
+    profile_into(store, todo, ProfilerSettings(tuple(batch_sizes), 3, reps))
 
 
 def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, settings: KafkaSettings):

@@ -25,19 +25,31 @@ from streams.spec import Pipeline
 NS_PER_MS = 1_000_000
 
 
+def request_record(pipeline: str, request_id: str, created_ns: int, slo_ms: float, content_type: str,
+                   payload: bytes, accuracy_floor: float | None = None) -> dict:
+    """An InferenceRequest as a client sends it: deadline = created + SLO, stage fields at their
+    defaults (every field present, so it equals its own decoded form)."""
+    return {
+        "request_id": request_id,
+        "pipeline": pipeline,
+        "created_ns": created_ns,
+        "deadline_ns": created_ns + int(slo_ms * NS_PER_MS),
+        "accuracy_floor": accuracy_floor,
+        "content_type": content_type,
+        "payload": payload,
+        "hops": [],
+        "fragment": "1",
+        "path": [],
+        "accuracy": 1.0,
+    }
+
+
 def make_request(pipe: Pipeline, payload: bytes, content_type: str | None = None,
                  request_id: str | None = None, slo_ms: float | None = None,
                  accuracy_floor: float | None = None, created_ns: int | None = None) -> dict:
-    created = time.time_ns() if created_ns is None else created_ns
-    return {
-        "request_id": request_id or uuid.uuid4().hex,
-        "pipeline": pipe.name,
-        "created_ns": created,
-        "deadline_ns": created + int((slo_ms or pipe.slo_ms) * NS_PER_MS),
-        "accuracy_floor": accuracy_floor,
-        "content_type": content_type or pipe.input_content_type,
-        "payload": payload,
-    }
+    return request_record(pipe.name, request_id or uuid.uuid4().hex,
+                          time.time_ns() if created_ns is None else created_ns, slo_ms or pipe.slo_ms,
+                          content_type or pipe.input_content_type, payload, accuracy_floor)
 
 
 class PipelineClient:

@@ -2,7 +2,6 @@
 the same run; none is part of the test suite."""
 from __future__ import annotations
 
-import importlib
 import json
 
 import click
@@ -42,11 +41,10 @@ def executor(runs, payload) -> None:
 
 
 # benchmarks of the other layers, each a click command in its own module
-for _mod, _name in (("slipstream.commands.bench_tuner", "tuner_bench"),
-                    ("slipstream.commands.bench_planner", "planner_bench")):
-    try:
-        bench.add_command(getattr(importlib.import_module(_mod), _name))
-    except (ImportError, AttributeError):  # pragma: no cover - a layer without a benchmark yet
-        pass
+from slipstream.commands.bench_planner import planner_bench  # noqa: E402
+from slipstream.commands.bench_tuner import tuner_bench  # noqa: E402
+
+bench.add_command(tuner_bench)
+bench.add_command(planner_bench)
 
 commands = [bench]

@@ -5,14 +5,6 @@ from __future__ import annotations
 import click
 
 
-def _has_cuda() -> bool:
-    try:
-        import torch
-        return bool(torch.cuda.is_available())
-    except ImportError:  # pragma: no cover
-        return False
-
-
 @click.group("profile", invoke_without_command=True)
 @click.option("--pipeline", "pipeline_file", type=click.Path(exists=True, dir_okay=False), help="Pipeline spec YAML.")
 @click.option("--out", "out_dir", default="profiles", show_default=True, type=click.Path(file_okay=False),
@@ -29,9 +21,9 @@ def profile(ctx, pipeline_file, out_dir, batch_sizes, warmup, reps, variants, ha
         return
     if not pipeline_file:
         raise click.UsageError("give --pipeline FILE (or use `slipstream profile import --csv PATH`)")
-    from tqdm import tqdm
+    from slipstream.live import has_cuda
 
-    from planner.profiler import ProfilerSettings, profile_variant, runnable_hardware
+    from planner.profiler import ProfilerSettings, runnable_hardware
     from planner.profiles import ProfileStore
     from streams.spec import SpecError, load_pipeline
 
@@ -44,20 +36,29 @@ def profile(ctx, pipeline_file, out_dir, batch_sizes, warmup, reps, variants, ha
         settings = ProfilerSettings(sizes, warmup, reps)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--batch-sizes/--reps") from None
-    from agents.zoo import load_executor  # the data plane's executors, imported only here
-
-    hw = [h for h in runnable_hardware(pipe, _has_cuda()) if not hardware_names or h.name in hardware_names]
+    hw = [h for h in runnable_hardware(pipe, has_cuda()) if not hardware_names or h.name in hardware_names]
     todo = [(v, h) for st in pipe.stages for v in st.variants if not variants or v.name in variants for h in hw]
     if not todo:
         raise click.ClickException("nothing to profile: no matching variant on hardware this machine has")
-    store = ProfileStore(out_dir)
-    with tqdm(total=len(todo) * len(sizes), unit="batch size", desc="profiling") as bar:
+    profile_into(ProfileStore(out_dir), todo, settings, show=True)
+
+
+def profile_into(store, todo, settings, *, show: bool = False) -> None:
+    """Profile each (variant, hardware) of ``todo`` with the zoo's executors into ``store``, with a
+    progress bar (also used by `slipstream demo`)."""
+    from tqdm import tqdm
+
+    from agents.zoo import load_executor  # the data plane's executors, imported only here
+    from planner.profiler import profile_variant
+
+    with tqdm(total=len(todo) * len(settings.batch_sizes), unit="batch size", desc="profiling") as bar:
         for v, h in todo:
             bar.set_postfix_str(f"{v.name}@{h.name}")
             prof = profile_variant(v, h, load_executor, settings, progress=bar.update)
             path = store.save(prof)
-            pts = ", ".join(f"b{b}: p50 {p.p50_ms:.1f} / p99 {p.p99_ms:.1f} ms" for b, p in prof.points.items())
-            bar.write(f"{path}: {pts}")
+            if show:
+                pts = ", ".join(f"b{b}: p50 {p.p50_ms:.1f} / p99 {p.p99_ms:.1f} ms" for b, p in prof.points.items())
+                bar.write(f"{path}: {pts}")
 
 
 @profile.command("import")
