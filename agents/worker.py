@@ -73,7 +73,6 @@ class StageWorker:
         self.producer = None
         self.stream = None
         self.warmup_batches = warmup_batches
-        self.windows_done = 0
         self.started = asyncio.Event()
         self.window_lock = asyncio.Lock()  # held while a window is worked off
         self.acks = AckTracker()
@@ -258,7 +257,6 @@ class StageWorker:
             await previous
         for it in window:
             await self._ack_done(it.tp, it.event.message.offset)
-        self.windows_done += 1
 
     async def _ack_done(self, tp: Any, offset: int) -> None:
         for event in self.acks.done(tp, offset):

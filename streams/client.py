@@ -53,8 +53,8 @@ def make_request(pipe: Pipeline, payload: bytes, content_type: str | None = None
 
 
 class PipelineClient:
-    def __init__(self, pipe: Pipeline, kafka: KafkaSettings, *, read_results: bool = True) -> None:
-        self.pipe, self.kafka, self.read_results = pipe, kafka, read_results
+    def __init__(self, pipe: Pipeline, kafka: KafkaSettings) -> None:
+        self.pipe, self.kafka = pipe, kafka
         self.input_topic = topics.stage_input(pipe.name, pipe.source)
         self._producer = None
         self._consumer = None
@@ -73,15 +73,14 @@ class PipelineClient:
     async def start(self) -> None:
         self._producer = kclient.producer(self.kafka)
         await self._producer.start()
-        if self.read_results:
-            self._consumer = kclient.consumer(self.kafka, group_id=None, auto_offset_reset="latest")
-            await self._consumer.start()
-            tps = await kclient.topic_partitions(self._consumer, topics.results(self.pipe.name))
-            self._consumer.assign(tps)
-            await self._consumer.seek_to_end(*tps)
-            for tp in tps:  # resolve the end offsets now, before any request is sent
-                await self._consumer.position(tp)
-            self._reader = asyncio.create_task(self._read())
+        self._consumer = kclient.consumer(self.kafka, group_id=None, auto_offset_reset="latest")
+        await self._consumer.start()
+        tps = await kclient.topic_partitions(self._consumer, topics.results(self.pipe.name))
+        self._consumer.assign(tps)
+        await self._consumer.seek_to_end(*tps)
+        for tp in tps:  # resolve the end offsets now, before any request is sent
+            await self._consumer.position(tp)
+        self._reader = asyncio.create_task(self._read())
 
     async def stop(self) -> None:
         if self._reader is not None:
