@@ -51,10 +51,11 @@ def _announce(role: str, app: faust.App, metrics_port: int, started: asyncio.Eve
 
 
 def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: ExecutorFactory,
-                    web_port: int | None = None, metrics_port: int = 0) -> tuple[faust.App, StageWorker]:
+                    web_port: int | None = None, metrics_port: int = 0,
+                    max_instances: int | None = None) -> tuple[faust.App, StageWorker]:
     app = make_app(AppSettings(topics.consumer_group(pipe.name, stage), kafka, web_port=web_port))
     metrics = StageMetrics.create(pipe.name, stage)
-    worker = StageWorker(pipe, stage, kafka, factory, metrics)
+    worker = StageWorker(pipe, stage, kafka, factory, metrics, max_instances=max_instances)
     source = app.topic(topics.stage_input(pipe.name, stage), value_serializer="raw", key_serializer="raw")
 
     @app.agent(source, concurrency=1, name=f"{stage}-agent")

@@ -23,6 +23,7 @@ class StageMetrics:
     config_epoch: Gauge
     config_rejected: Counter
     queue_depth: Gauge
+    instances: Gauge
 
     @classmethod
     def create(cls, pipeline: str, stage: str) -> "StageMetrics":
@@ -38,8 +39,8 @@ class StageMetrics:
             results=Counter("slipstream_results", "Items finished by status", L("status"), registry=reg),
             batch_size=Histogram("slipstream_batch_size", "Batch size run", L("variant"),
                                  buckets=BATCH_BUCKETS, registry=reg),
-            inference=Histogram("slipstream_inference_seconds", "Batch inference latency",
-                                L("variant", "batch_size"), buckets=LATENCY_BUCKETS, registry=reg),
+            inference=Histogram("slipstream_inference_seconds", "Batch inference latency (batch sizes: "
+                                "slipstream_batch_size)", L("variant"), buckets=LATENCY_BUCKETS, registry=reg),
             queueing=Histogram("slipstream_queueing_seconds", "Enqueue to batch start",
                                L(), buckets=LATENCY_BUCKETS, registry=reg),
             drops=Counter("slipstream_drops", "Requests dropped by reason", L("reason"), registry=reg),
@@ -49,6 +50,8 @@ class StageMetrics:
             config_rejected=Counter("slipstream_config_rejected", "Control records rejected", L(),
                                     registry=reg),
             queue_depth=Gauge("slipstream_queue_depth", "Requests waiting in this worker", L(), registry=reg),
+            instances=Gauge("slipstream_instances", "Model instances serving in this worker", L(),
+                            registry=reg),
         )
         m._labels = labels
         m._children = {}

@@ -1,12 +1,16 @@
 """One stage worker: the Faust agent body, its batch loop, and its control-topic follower.
 
 The agent only reads: each event is decoded (undecodable or oversize records go to the dead-letter
-topic), stamped with its arrival time and put on this worker's FIFO queue. The batch loop takes
-windows and works them off exactly as ``streams.batching`` describes (the estimator runs the same
-steps), running the model off the event loop on one thread (one execution at a time, Clockwork).
-Every output of a window (results, children's inputs, drops, errors) is produced and its delivery
-awaited before the window's input events are acked, so offsets are committed only past work whose
-outputs are in Kafka (at-least-once; the join and the results reader dedupe by request id and path).
+topic), stamped with its arrival time and put on this worker's FIFO queue. The batch loop hands the
+next window to a free model instance (``agents.instances``: c instances behind one queue) and works
+it off exactly as ``streams.batching`` describes (the estimator runs the same steps), on that
+instance's own thread. Every output of a window (results, children's inputs, drops, errors) is
+produced and its delivery awaited before the window's input events are acked, in offset order per
+partition (``agents.acks``), so offsets are committed only past work whose outputs are in Kafka.
+
+Replica changes from the control topic are instance changes (``streams.placement``): new instances
+load and warm on the loader thread while the others serve and join at a window boundary; removed
+ones finish their window. No consumer-group change, so no instance ever pauses for a scale event.
 """
 from __future__ import annotations
 
@@ -18,23 +22,24 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from agents import routing
 from agents.acks import AckTracker
 from agents.control import ActiveConfig, accept, choose_variant, defaults
+from agents.instances import ExecutorFactory, Fleet, Instance, VariantState, new_instance, warmup_curve
 from agents.metrics import StageMetrics
-from streams import batching, codec, kafka as kclient
+from streams import batching, codec, kafka as kclient, placement
 from streams.codec import CodecError
 from streams.config import KafkaSettings
 from streams.executor import Executor
-from streams.latency import LatencyCurve, RecentLatency
-from streams.spec import Hardware, Pipeline, Variant
+from streams.latency import RecentLatency
+from streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
 
-ExecutorFactory = Callable[[Variant, Hardware], Executor]
 MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
+__all__ = ["ExecutorFactory", "StageWorker", "check_all"]
 
 
 @dataclass
@@ -45,44 +50,35 @@ class Item:
     tp: Any
 
 
-@dataclass
-class Loaded:
-    """A variant ready to serve: its executor and its latency predictor."""
-
-    executor: Executor
-    predictor: RecentLatency
-    accuracy: float
-
-
 class StageWorker:
     def __init__(self, pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: ExecutorFactory,
                  metrics: StageMetrics | None = None, worker_id: str | None = None,
-                 warmup_batches: tuple[int, ...] = ()) -> None:
+                 warmup_batches: tuple[int, ...] = (), max_instances: int | None = None) -> None:
         self.pipe, self.stage, self.kafka, self.factory = pipe, stage, kafka, factory
         self.spec = pipe.stage(stage)
         self.metrics = metrics or StageMetrics.create(pipe.name, stage)
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.max_instances = max_instances or placement.cores_left(0)
         self.config: ActiveConfig = defaults(pipe, stage)
-        self._pending_config: tuple[ActiveConfig, dict[str, Loaded]] | None = None
-        self.loaded: dict[str, Loaded] = {}
+        self.fleet = Fleet()
+        self._pending: tuple[ActiveConfig, Fleet] | None = None
         self.queue: deque[Item] = deque()
         self.queue_changed = asyncio.Event()
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model-{stage}")
-        # loads and warm-ups of a new variant run beside serving, so no batch waits on a load
+        # loads and warm-ups of new instances run beside serving, so no batch waits on a load
         self.loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"load-{stage}")
         self.producer = None
         self.stream = None
         self.warmup_batches = warmup_batches
         self.started = asyncio.Event()
-        self.window_lock = asyncio.Lock()  # held while a window is worked off
         self.acks = AckTracker()
-        self._finishing: asyncio.Future | None = None
+        self._inflight: set[asyncio.Future] = set()  # windows being worked off, delivered and acked
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
         self.metrics.lab(self.metrics.config_epoch).set(self.config.epoch)
-        self.loaded = await self._load(self.config)
+        self.fleet = await self._prepare(self.config, Fleet())
+        self._set_instance_gauge()
         self.producer = kclient.producer(self.kafka)
         await self.producer.start()
         self.started.set()
@@ -94,27 +90,34 @@ class StageWorker:
             pass
         if self.producer is not None:
             await self.producer.stop()
-        self.pool.shutdown(wait=True)
         self.loader.shutdown(wait=True)
-        for lv in self.loaded.values():
-            lv.executor.close()
+        pending = self._pending[1].instances if self._pending else []
+        for inst in {id(i): i for i in [*self.fleet.instances, *pending]}.values():
+            inst.retire()
 
-    async def _load(self, cfg: ActiveConfig) -> dict[str, Loaded]:
-        """Load (off the event loop) every variant ``cfg`` routes to, reusing loaded ones, and seed
-        each predictor from a warm-up at batch 1 and the max batch."""
-        out: dict[str, Loaded] = {}
+    def instances_for(self, cfg: ActiveConfig) -> int:
+        return placement.layout(cfg.replicas, self.max_instances).instances
+
+    async def _prepare(self, cfg: ActiveConfig, current: Fleet) -> Fleet:
+        """The fleet for ``cfg``: ``current``'s instances when they run the same variants on the same
+        hardware (a pure replica change), plus new ones loaded and warmed off the event loop."""
         loop = asyncio.get_running_loop()
         hw = self.pipe.hardware[cfg.hardware]
-        for name in cfg.variants:
-            if name in self.loaded and cfg.hardware == self.config.hardware:
-                out[name] = self.loaded[name]
-                continue
-            variant = self.spec.variant(name)
-            ex = await loop.run_in_executor(self.loader, self.factory, variant, hw)
-            curve = await loop.run_in_executor(self.loader, warmup_curve, ex,
-                                               self.warmup_batches or (1, cfg.max_batch))
-            out[name] = Loaded(ex, RecentLatency(curve), variant.accuracy)
-        return out
+        variants = [self.spec.variant(n) for n in cfg.variants]
+        same = bool(current.instances) and set(current.variants) == set(cfg.variants) and \
+            cfg.hardware == current.hardware
+        keep = current.instances[:self.instances_for(cfg)] if same else []
+        fleet = Fleet(list(keep), dict(current.variants) if same else {}, cfg.hardware)
+        while len(fleet.instances) < self.instances_for(cfg):
+            inst = await loop.run_in_executor(self.loader, new_instance, self.factory, variants, hw,
+                                              self.stage, len(fleet.instances))
+            sizes = self.warmup_batches or (1, cfg.max_batch)
+            for v in variants:  # warm every copy; the first copy's warm-up seeds the predictor
+                curve = await loop.run_in_executor(self.loader, warmup_curve, inst.executors[v.name], sizes)
+                if v.name not in fleet.variants:
+                    fleet.variants[v.name] = VariantState(v.accuracy, RecentLatency(curve))
+            fleet.instances.append(inst)
+        return fleet
 
     # ------------------------------------------------------------------ reading
 
@@ -148,12 +151,11 @@ class StageWorker:
 
     async def on_revoked(self, revoked: set, commit_offsets) -> None:
         """Before partitions move: forget queued (unprocessed, unacked) items of the revoked ones (Kafka
-        redelivers them to their new owner), let the window in progress finish, wait until every
+        redelivers them to their new owner), let the windows in progress finish, wait until every
         processed window is delivered and acked, and commit their offsets, so the new owner starts
         right after the work done here (see ``agents.acks`` for why faust's own commit cannot)."""
         self.queue = deque(i for i in self.queue if i.tp not in revoked)
-        async with self.window_lock:
-            await self.drain()
+        await self.drain()
         offsets = self.acks.committable(revoked)
         if offsets:
             await commit_offsets(offsets)
@@ -164,45 +166,57 @@ class StageWorker:
     # ------------------------------------------------------------------ control
 
     async def offer_config(self, rec: dict) -> bool:
-        """A StageConfig from the control topic: accept (and pre-load its variants) or reject."""
-        current = self._pending_config[0] if self._pending_config else self.config
-        cfg, why = accept(self.pipe, self.stage, rec, current)
+        """A StageConfig from the control topic: accept (and prepare its instances) or reject."""
+        current_cfg, current = self._pending if self._pending else (self.config, self.fleet)
+        cfg, why = accept(self.pipe, self.stage, rec, current_cfg)
         if cfg is None:
             if rec.get("pipeline") == self.pipe.name and rec.get("stage") == self.stage:
                 log.warning("control record rejected: %s", why)
                 self.metrics.lab(self.metrics.config_rejected).inc()
             return False
         try:
-            loaded = await self._load(cfg)  # load before switching: no request waits on a load
+            fleet = await self._prepare(cfg, current)  # load before switching: no request waits on a load
         except Exception as exc:  # a model that cannot load is a bad config, not a dead worker
             log.error("control record epoch %d rejected: cannot load %s: %s", cfg.epoch, cfg.variants, exc)
             self.metrics.lab(self.metrics.config_rejected).inc()
             return False
-        self._pending_config = (cfg, loaded)
+        if self._pending is not None:  # superseded before it took effect: close what only it held
+            self._retire_unused(self._pending[1], fleet, self.fleet)
+        self._pending = (cfg, fleet)
         self.queue_changed.set()
         return True
 
     def _apply_pending_config(self) -> None:
-        if self._pending_config is None:
+        if self._pending is None:
             return
-        cfg, loaded = self._pending_config
-        self._pending_config = None
-        for name, lv in self.loaded.items():
-            if loaded.get(name) is not lv:
-                lv.executor.close()
-        self.config, self.loaded = cfg, loaded
+        (cfg, fleet), old = self._pending, self.fleet
+        self._pending = None
+        self.config, self.fleet = cfg, fleet
+        self._retire_unused(old, fleet)
+        self._set_instance_gauge()
         self.metrics.lab(self.metrics.config_epoch).set(cfg.epoch)
-        log.info("config epoch %d in force: %s", cfg.epoch, cfg)
+        log.info("config epoch %d in force: %s; %d instance(s)", cfg.epoch, cfg, len(fleet.instances))
+
+    @staticmethod
+    def _retire_unused(old: Fleet, *kept: Fleet) -> None:
+        keep = {id(i) for f in kept for i in f.instances}
+        for inst in old.instances:
+            if id(inst) not in keep:
+                inst.retire()
+
+    def _set_instance_gauge(self) -> None:
+        self.metrics.lab(self.metrics.instances).set(len(self.fleet.instances))
 
     # ------------------------------------------------------------------ batching
 
     async def run_batches(self) -> None:
         while True:
-            if not self.queue:
+            self._apply_pending_config()  # window boundary
+            inst = self.fleet.idle()
+            if inst is None or not self.queue:
                 self.queue_changed.clear()
                 await self.queue_changed.wait()
                 continue
-            self._apply_pending_config()  # batch boundary
             s = batching.BatchSettings.from_ms(self.config.max_batch, self.config.batch_timeout_ms)
             now = time.time_ns()
             if not batching.ready(len(self.queue), self.queue[0].arrival_ns, now, s):
@@ -213,17 +227,36 @@ class StageWorker:
                 except TimeoutError:
                     pass
                 continue
-            async with self.window_lock:
-                window = [self.queue.popleft() for _ in range(batching.window_size(len(self.queue), s))]
-                self.metrics.lab(self.metrics.queue_depth).set(len(self.queue))
-                await self.work_off(window, s)
+            window = [self.queue.popleft() for _ in range(batching.window_size(len(self.queue), s))]
+            self.metrics.lab(self.metrics.queue_depth).set(len(self.queue))
+            inst.busy = True
+            task = asyncio.ensure_future(self._window(inst, window, s))
+            self._inflight.add(task)
+            task.add_done_callback(self._window_done)
 
-    async def work_off(self, window: list[Item], s: batching.BatchSettings) -> None:
-        """Run one window; its outputs' delivery and the acks of its inputs finish in the background,
-        in window order, so the next window starts without waiting for a Kafka round trip."""
+    def _window_done(self, task: asyncio.Future) -> None:
+        self._inflight.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("window failed: %r", task.exception(), exc_info=task.exception())
+
+    async def _window(self, inst: Instance, window: list[Item], s: batching.BatchSettings) -> None:
+        """Work one window off on ``inst``, free the instance, then await delivery and ack."""
+        try:
+            futures = await self.work_off(inst, self.fleet.variants, window, s)
+        finally:
+            inst.release()
+            self.queue_changed.set()
+        if futures:
+            await asyncio.gather(*futures)
+        for it in window:
+            await self._ack_done(it.tp, it.event.message.offset)
+
+    async def work_off(self, inst: Instance, variants: dict[str, VariantState], window: list[Item],
+                       s: batching.BatchSettings) -> list:
+        """Run one window on ``inst``; returns the delivery futures of every output."""
         futures: list = []
         groups: dict[str, list[Item]] = {}
-        accuracy = {n: lv.accuracy for n, lv in self.loaded.items()}
+        accuracy = {n: vs.accuracy for n, vs in variants.items()}
         for it in window:
             variant, why = choose_variant(it.req["request_id"], it.req.get("accuracy_floor"), self.config,
                                           accuracy)
@@ -235,7 +268,7 @@ class StageWorker:
         loop = asyncio.get_running_loop()
         for variant, items in list(groups.items()):
             # input checks decode (images: milliseconds), so they run on the model thread, not the loop
-            bad = await loop.run_in_executor(self.pool, check_all, self.loaded[variant].executor,
+            bad = await loop.run_in_executor(inst.pool, check_all, inst.executors[variant],
                                              [it.req["payload"] for it in items])
             for it, why in zip(items, bad):
                 if why:
@@ -245,18 +278,8 @@ class StageWorker:
             groups[variant] = [it for it, why in zip(items, bad) if not why]
         for variant, items in groups.items():
             if items:
-                futures += await self._work_variant(variant, items, s)
-        previous = self._finishing
-        self._finishing = asyncio.ensure_future(self._finish(window, futures, previous))
-
-    async def _finish(self, window: list[Item], futures: list, previous: asyncio.Future | None) -> None:
-        """Await delivery of a window's outputs, then ack its inputs (after the previous window's)."""
-        if futures:
-            await asyncio.gather(*futures)
-        if previous is not None:
-            await previous
-        for it in window:
-            await self._ack_done(it.tp, it.event.message.offset)
+                futures += await self._work_variant(inst, variant, variants[variant], items, s)
+        return futures
 
     async def _ack_done(self, tp: Any, offset: int) -> None:
         for event in self.acks.done(tp, offset):
@@ -264,33 +287,34 @@ class StageWorker:
 
     async def drain(self) -> None:
         """Wait until every window taken so far has been delivered and acked."""
-        if self._finishing is not None:
-            await self._finishing
+        while self._inflight:
+            await asyncio.gather(*list(self._inflight), return_exceptions=True)
 
-    async def _work_variant(self, variant: str, pending: list[Item], s: batching.BatchSettings) -> list:
-        lv = self.loaded[variant]
-        loop = asyncio.get_running_loop()
+    async def _work_variant(self, inst: Instance, variant: str, vs: VariantState, pending: list[Item],
+                            s: batching.BatchSettings) -> list:
+        predict = vs.predictor.predict_ns
         futures: list = []
         while pending:
             now = time.time_ns()
-            d = batching.decide([it.req["deadline_ns"] for it in pending], now, lv.predictor.predict_ns, s)
+            d = batching.decide([it.req["deadline_ns"] for it in pending], now, predict, s)
             for i in d.drop:
                 it = pending[i]
-                reason = batching.drop_reason(it.req["deadline_ns"], now, lv.predictor.predict_ns(1))
+                reason = batching.drop_reason(it.req["deadline_ns"], now, predict(1))
                 futures += await self._send([routing.ended(self.pipe, it.req, "dropped", reason, now)])
                 self.metrics.lab(self.metrics.drops, reason="deadline").inc()
             if d.run:
-                batch = [pending[i] for i in d.run]
-                futures += await self._run(variant, lv, batch, loop)
+                futures += await self._run(inst, variant, vs, [pending[i] for i in d.run])
             pending = [pending[i] for i in d.defer]
         return futures
 
-    async def _run(self, variant: str, lv: Loaded, batch: list[Item], loop) -> list:
+    async def _run(self, inst: Instance, variant: str, vs: VariantState, batch: list[Item]) -> list:
         started = time.time_ns()
         for it in batch:
             self.metrics.lab(self.metrics.queueing).observe((started - it.arrival_ns) / 1e9)
+        ex = inst.executors[variant]
         try:
-            outs = await loop.run_in_executor(self.pool, lv.executor.run, [it.req["payload"] for it in batch])
+            outs = await asyncio.get_running_loop().run_in_executor(
+                inst.pool, ex.run, [it.req["payload"] for it in batch])
             if len(outs) != len(batch):
                 raise RuntimeError(f"{variant} returned {len(outs)} outputs for {len(batch)} inputs")
             error = None
@@ -298,10 +322,9 @@ class StageWorker:
             log.exception("model %s failed on a batch of %d", variant, len(batch))
             outs, error = None, f"model error in {self.stage}/{variant}: {type(exc).__name__}: {exc}"
         finished = time.time_ns()
-        lv.predictor.observe(len(batch), finished - started)
+        vs.predictor.observe(len(batch), finished - started)
         self.metrics.lab(self.metrics.batch_size, variant=variant).observe(len(batch))
-        self.metrics.lab(self.metrics.inference, variant=variant, batch_size=str(len(batch))).observe(
-            (finished - started) / 1e9)
+        self.metrics.lab(self.metrics.inference, variant=variant).observe((finished - started) / 1e9)
         records = []
         for k, it in enumerate(batch):
             h = routing.hop(self.stage, variant, len(batch), routing.enqueued_ns(it.req), started,
@@ -310,7 +333,7 @@ class StageWorker:
                 records.append(routing.ended(self.pipe, it.req, "error", error, finished, h))
                 continue
             try:
-                records += routing.forward(self.pipe, self.stage, it.req, outs[k], h, lv.accuracy)
+                records += routing.forward(self.pipe, self.stage, it.req, outs[k], h, vs.accuracy)
             except ValueError as exc:
                 records.append(routing.ended(self.pipe, it.req, "error", str(exc), finished, h))
         self.metrics.lab(self.metrics.results, status="error" if error else "done").inc(len(batch))
@@ -325,18 +348,3 @@ def check_all(ex: Executor, payloads: list[bytes]) -> list[str | None]:
     accept everything."""
     check = getattr(ex, "check", None)
     return [check(p) for p in payloads] if check is not None else [None] * len(payloads)
-
-
-def warmup_curve(ex: Executor, sizes: tuple[int, ...], reps: int = 3) -> LatencyCurve:
-    """Run the example payload at each size a few times; the worst of the repetitions after the
-    first seeds the worker's latency predictor (before any profile-store lookup is wired)."""
-    payload = ex.example_payload()
-    points = {}
-    for b in sorted(set(sizes)):
-        times = []
-        for _ in range(reps + 1):
-            t0 = time.perf_counter()
-            ex.run([payload] * b)
-            times.append((time.perf_counter() - t0) * 1000)
-        points[b] = max(times[1:])
-    return LatencyCurve.fit(points)

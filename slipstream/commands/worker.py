@@ -17,9 +17,13 @@ from streams.spec import SpecError, load_pipeline
 @click.option("--web-port", type=int, default=None, help="Faust web server port [default: off].")
 @click.option("--metrics-port", type=int, default=0, show_default=True, envvar="SLIPSTREAM_METRICS_PORT",
               help="Prometheus endpoint port on 127.0.0.1 (0 = any free port, printed when ready).")
+@click.option("--max-instances", type=click.IntRange(min=1), default=None, envvar="SLIPSTREAM_MAX_INSTANCES",
+              help="Model instances this worker may hold (replicas beyond it need more workers) "
+                   "[default: this host's cores].")
 @click.option("--loglevel", default="warn", show_default=True,
               type=click.Choice(["crit", "error", "warn", "info", "debug"]))
-def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_port: int, loglevel: str) -> None:
+def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_port: int, max_instances: int | None,
+           loglevel: str) -> None:
     """Run one stage worker: consume the stage's input topic, batch, infer, route."""
     from agents.app import JOIN, build_join_app, build_stage_app
     from agents.zoo import load_executor
@@ -36,7 +40,8 @@ def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_port: i
     else:
         cache = os.environ.get("SLIPSTREAM_CACHE")
         factory = (lambda v, h: load_executor(v, h, cache_dir=cache)) if cache else load_executor
-        app = build_stage_app(pipe, stage, kafka, factory, web_port=web_port, metrics_port=metrics_port)[0]
+        app = build_stage_app(pipe, stage, kafka, factory, web_port=web_port, metrics_port=metrics_port,
+                              max_instances=max_instances)[0]
     argv = ["faust", "worker", "--loglevel", loglevel]
     argv += ["--without-web"] if web_port is None else ["--web-port", str(web_port)]
     sys.argv = argv

@@ -1,0 +1,101 @@
+"""Model instances of a stage worker: executor copies, each on its own model thread.
+
+A worker runs ``placement.layout(replicas, max_instances).instances`` of them behind its one queue.
+Each free instance takes the next window (so the queue is a central queue with c servers); a batch
+runs on its instance's thread, one at a time per instance (Clockwork), c at a time per worker.
+
+Scaling is instance work, not group work: a new instance is loaded and warmed on the loader thread
+while the running ones keep serving, and joins at the next window boundary; a removed instance
+finishes the window it is on and closes. Variants of one (variant set, hardware) share one latency
+predictor (same model, same hardware: the same numbers), seeded by the first instance's warm-up.
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from streams.executor import Executor
+from streams.latency import LatencyCurve, RecentLatency
+from streams.spec import Hardware, Variant
+
+ExecutorFactory = Callable[[Variant, Hardware], Executor]
+
+
+@dataclass
+class Instance:
+    """One model copy: an executor per variant the config routes to, and the thread that runs them."""
+
+    executors: dict[str, Executor]
+    pool: ThreadPoolExecutor
+    busy: bool = False
+    retired: bool = False
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False)
+        for ex in self.executors.values():
+            ex.close()
+
+    def retire(self) -> None:
+        """Close now if idle, else when the window it is on ends (see :meth:`release`)."""
+        self.retired = True
+        if not self.busy:
+            self.close()
+
+    def release(self) -> None:
+        self.busy = False
+        if self.retired:
+            self.close()
+
+
+@dataclass
+class VariantState:
+    """What all instances share about a variant: its accuracy and its latency predictor."""
+
+    accuracy: float
+    predictor: RecentLatency
+
+
+@dataclass
+class Fleet:
+    """The instances of one config, and the per-variant state they share."""
+
+    instances: list[Instance] = field(default_factory=list)
+    variants: dict[str, VariantState] = field(default_factory=dict)
+    hardware: str | None = None
+
+    def idle(self) -> Instance | None:
+        return next((i for i in self.instances if not i.busy and not i.retired), None)
+
+    def busy_count(self) -> int:
+        return sum(i.busy for i in self.instances)
+
+
+def new_instance(factory: ExecutorFactory, variants: Iterable[Variant], hw: Hardware, name: str,
+                 index: int) -> Instance:
+    """Load one copy of each variant (blocking: call it on the loader thread)."""
+    executors: dict[str, Executor] = {}
+    try:
+        for v in variants:
+            executors[v.name] = factory(v, hw)
+    except BaseException:
+        for ex in executors.values():
+            ex.close()
+        raise
+    return Instance(executors, ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model-{name}-{index}"))
+
+
+def warmup_curve(ex: Executor, sizes: tuple[int, ...], reps: int = 3) -> LatencyCurve:
+    """Run the example payload at each size a few times; the worst of the repetitions after the
+    first seeds the worker's latency predictor when no profile is given."""
+    payload = ex.example_payload()
+    points = {}
+    for b in sorted(set(sizes)):
+        times = []
+        for _ in range(reps + 1):
+            t0 = time.perf_counter()
+            ex.run([payload] * b)
+            times.append((time.perf_counter() - t0) * 1000)
+        points[b] = max(times[1:])
+    return LatencyCurve.fit(points)
