@@ -29,6 +29,7 @@ class Instance:
 
     executors: dict[str, Executor]
     pool: ThreadPoolExecutor
+    index: int = 0  # in hop timings as ``<worker>/<index>``: which copy served a request
     busy: bool = False
     retired: bool = False
 
@@ -83,7 +84,8 @@ def new_instance(factory: ExecutorFactory, variants: Iterable[Variant], hw: Hard
         for ex in executors.values():
             ex.close()
         raise
-    return Instance(executors, ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model-{name}-{index}"))
+    return Instance(executors, ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model-{name}-{index}"),
+                    index)
 
 
 def warmup_curve(ex: Executor, sizes: tuple[int, ...], reps: int = 3) -> LatencyCurve:

@@ -328,7 +328,7 @@ class StageWorker:
         records = []
         for k, it in enumerate(batch):
             h = routing.hop(self.stage, variant, len(batch), routing.enqueued_ns(it.req), started,
-                            finished, self.worker_id)
+                            finished, f"{self.worker_id}/{inst.index}")
             if error:
                 records.append(routing.ended(self.pipe, it.req, "error", error, finished, h))
                 continue

@@ -28,6 +28,7 @@ class LiveOptions:
     max_replicas: int = 2
     hop_ms: float = 6.0
     seed: int = 0
+    reserve_cores: float = 0.5
 
 
 def ensure_broker() -> bool:
@@ -101,19 +102,17 @@ class Workers:
 
     def __init__(self, pipe, pipeline_file: str, tuner_plan, settings: KafkaSettings, log_dir: Path,
                  opts: LiveOptions) -> None:
-        from streams.procs import worker_argv
-        from tuner.actuators import LocalProcessActuator
         from tuner.policy import TunerConfig
         from tuner.service import describe
-        from tuner.supervisor import Supervisor
+        from tuner.supervisor import LocalCapacity, local_supervisor
 
         self.log_dir = log_dir
-        initial = pipe.worker_roles(tuner_plan.planned_replicas)
-        self.stages = list(initial)
-        actuator = LocalProcessActuator(lambda stage: worker_argv(pipeline_file, stage, "info"),
-                                        log_dir=log_dir, env={"SLIPSTREAM_BOOTSTRAP": settings.bootstrap})
-        supervisor = Supervisor(actuator, initial)
-        config = TunerConfig(activation_s=opts.activation_s, max_replicas=opts.max_replicas)
+        capacity = LocalCapacity(opts.reserve_cores)
+        supervisor = local_supervisor(pipe, pipeline_file, tuner_plan.planned_replicas, capacity,
+                                      log_dir=log_dir, env={"SLIPSTREAM_BOOTSTRAP": settings.bootstrap})
+        self.stages = list(supervisor.initial)
+        config = TunerConfig(activation_s=opts.activation_s,
+                             max_replicas=min(opts.max_replicas, capacity.max_instances))
 
         def on_decision(d) -> None:
             for c in d.changes:
@@ -122,9 +121,9 @@ class Workers:
         async def tuner(stop_event: asyncio.Event) -> None:
             from tuner.run import run_tuner
 
-            await run_tuner(pipe, tuner_plan, config, actuator, dry_run=False, settings=settings,
+            await run_tuner(pipe, tuner_plan, config, supervisor.actuator, dry_run=False, settings=settings,
                             interval_s=0.5, lookback_s=0.0, stop=stop_event, metrics_port=None,
-                            on_decision=on_decision)
+                            on_decision=on_decision, max_instances=capacity.max_instances)
 
         ready = threading.Event()
 

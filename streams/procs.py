@@ -14,9 +14,11 @@ from typing import Mapping, Sequence
 WORKER_READY = re.compile(r"slipstream-worker ready stage=(\S+) partitions=(\d+)")
 
 
-def worker_argv(pipeline_file: str, stage: str, loglevel: str = "info") -> list[str]:
-    return [sys.executable, "-m", "slipstream.cli", "worker", "--pipeline", str(pipeline_file),
+def worker_argv(pipeline_file: str, stage: str, loglevel: str = "info",
+                max_instances: int | None = None) -> list[str]:
+    argv = [sys.executable, "-m", "slipstream.cli", "worker", "--pipeline", str(pipeline_file),
             "--stage", stage, "--loglevel", loglevel]
+    return argv + (["--max-instances", str(max_instances)] if max_instances else [])
 
 
 class ReadyProcess:

@@ -1,7 +1,11 @@
 """Actuators: apply a desired replica count per stage. Idempotent "set desired count" behind a Protocol.
 
-- :class:`LocalProcessActuator` runs stage workers as child processes of this host. Scale-up starts
-  new ones; scale-down stops the *newest* first (the oldest have warm caches and settled partition
+- :class:`LocalProcessActuator` runs stage workers as child processes of this host. With
+  ``max_instances`` (what ``slipstream up`` and the demo use) a stage's replicas are model instances
+  inside ``streams.placement.layout(n, max_instances).workers`` processes: the replica count itself
+  reaches the workers through the StageConfig the tuner publishes, and a process starts or stops only
+  when the instances no longer fit (no consumer-group rebalance otherwise). Without it every replica is
+  a process of its own. Scale-up starts new processes; scale-down stops the *newest* first (the oldest have warm caches and settled partition
   assignments) with SIGTERM, then SIGKILL after ``grace_s``. Exited workers are reaped on every call
   and :meth:`reconcile` replaces them, so a crashed worker comes back.
 - :class:`DryRunActuator` only remembers the counts (``slipstream tuner --dry-run``).
@@ -21,6 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence
+
+from streams.placement import layout
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +65,10 @@ class LocalProcessActuator:
     def __init__(self, argv_for: Callable[[str], Sequence[str]], *, grace_s: float = 10.0,
                  log_dir: Path | None = None, env: Mapping[str, str] | None = None,
                  restart_backoff_s: tuple[float, float] = (1.0, 30.0),
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_instances: int | None = None) -> None:
         self._argv_for = argv_for
+        self.max_instances = max_instances
+        self._replicas: dict[str, int] = {}
         self.grace_s = grace_s
         self._log_dir = log_dir
         self._env = dict(env) if env is not None else None
@@ -80,13 +88,21 @@ class LocalProcessActuator:
         if n < 0:
             raise ValueError(f"replicas must be >= 0, got {n} for stage {stage!r}")
         with self._lock:
-            self._desired[stage] = n
+            self._replicas[stage] = n
+            self._desired[stage] = self.processes_for(n)
             self._converge(stage)
 
     def replicas(self, stage: str) -> int:
         with self._lock:
             self._reap(stage)
-            return len(self._workers.get(stage, []))
+            running = len(self._workers.get(stage, []))
+            if self.max_instances is None:
+                return running
+            return min(self._replicas.get(stage, 0), running * self.max_instances)
+
+    def processes_for(self, n: int) -> int:
+        """Worker processes that hold ``n`` replicas."""
+        return n if self.max_instances is None or n == 0 else layout(n, self.max_instances).workers
 
     # ---- extras
 

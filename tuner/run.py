@@ -11,7 +11,7 @@ from tuner.service import ServiceSettings, TunerService
 
 async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuator, *, dry_run: bool,
                     settings: KafkaSettings, interval_s: float, lookback_s: float, stop: asyncio.Event,
-                    metrics_port: int | None, on_decision=None) -> None:
+                    metrics_port: int | None, on_decision=None, max_instances: int | None = None) -> None:
     """Run the tuner service on Kafka until ``stop`` is set: arrivals from the input topic, configs
     from the control topic, decisions applied through ``actuator`` and published (unless dry-run)."""
     from streams import control_io as kafka_io
@@ -27,7 +27,8 @@ async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuat
     service = TunerService(pipe, plan, config, actuator, partitions=partitions,
                            publish=publisher.publish if publisher else None,
                            grow=None if dry_run else kafka_io.grower(settings),
-                           metrics=TunerMetrics(pipe.name, registry), settings=ServiceSettings(interval_s=interval_s))
+                           metrics=TunerMetrics(pipe.name, registry),
+                           settings=ServiceSettings(interval_s=interval_s, max_instances=max_instances))
     arrivals = kafka_io.KafkaArrivals(settings, pipe.name, pipe.source, on_stage_config=service.on_stage_config,
                                       lookback_s=lookback_s)
     if publisher:

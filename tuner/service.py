@@ -4,7 +4,9 @@ publish. The arithmetic lives in ``tuner.policy``/``tuner.partitions``; this she
 Order of one scaling action (per changed stage):
 
 1. Scale-up past the topic's partitions: grow the stage input topic first (``target_partitions``),
-   so the new replicas have partitions to take.
+   so the new consumers have partitions to take. Consumers are worker processes: with
+   ``max_instances`` set, replicas are instances inside ``streams.placement.layout`` workers and the
+   topic grows only when the worker count does (growing it is itself a rebalance).
 2. Ask the actuator for the new count (in a thread: stopping a worker may wait its grace period).
 3. Publish a ``StageConfig`` (the stage's latest config with the new replicas/partitions, epoch + 1,
    ``reason``) to the control topic and a ``ScalingAction`` to the scaling topic.
@@ -23,6 +25,7 @@ from typing import AsyncIterator, Awaitable, Callable, Mapping
 import numpy as np
 
 from streams import topics
+from streams.placement import layout
 from streams.loops import periodically
 from streams.spec import Pipeline
 from tuner.actuators import Actuator
@@ -44,10 +47,16 @@ class ServiceSettings:
     reorder_s: float = 0.2  # hold-back for timestamps interleaved across partitions
     partition_headroom: float = 1.5
     bucket_s: float = 0.5
+    max_instances: int | None = None  # replicas per worker process; None: one process per replica
 
     def __post_init__(self) -> None:
-        if self.interval_s <= 0 or self.reorder_s < 0 or self.partition_headroom < 1 or self.bucket_s <= 0:
+        if self.interval_s <= 0 or self.reorder_s < 0 or self.partition_headroom < 1 or self.bucket_s <= 0 \
+                or (self.max_instances is not None and self.max_instances < 1):
             raise ValueError(f"invalid service settings: {self}")
+
+    def consumers(self, replicas: int) -> int:
+        """Consumers (worker processes) of a stage running ``replicas`` replicas."""
+        return replicas if self.max_instances is None else layout(replicas, self.max_instances).workers
 
 
 def stage_config_record(pipeline: Pipeline, latest: Mapping | None, stage: str, replicas: int,
@@ -131,7 +140,8 @@ class TunerService:
         stage, name = change.stage, self.pipeline.name
         topic = topics.stage_input(name, stage)
         have = self.partitions.get(stage, self.pipeline.stage(stage).defaults.partitions)
-        want = target_partitions(change.replicas, have, headroom=self.settings.partition_headroom)
+        want = target_partitions(self.settings.consumers(change.replicas), have,
+                                 headroom=self.settings.partition_headroom)
         if want > have and self._grow is not None:
             have = await self._grow(topic, want)
             log.info("grew %s to %d partitions", topic, have)

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Awaitable, Callable, Mapping
 
+from streams.placement import cores_left
+from streams.procs import worker_argv
 from tuner.actuators import LocalProcessActuator
 
 log = logging.getLogger(__name__)
@@ -62,3 +66,27 @@ class Supervisor:
                 except asyncio.CancelledError:
                     pass
             await asyncio.to_thread(self.actuator.close)
+
+
+@dataclass(frozen=True)
+class LocalCapacity:
+    """What this host gives model threads: its cores less ``reserve_cores`` for the broker, the load
+    generator and the control plane. A stage never runs more instances than that (more would add
+    contention, not capacity), and one worker process holds them all (no rebalance to scale)."""
+
+    reserve_cores: float = 0.5
+
+    @property
+    def max_instances(self) -> int:
+        return cores_left(self.reserve_cores)
+
+
+def local_supervisor(pipe, pipeline_file: str, replicas: Mapping[str, int], capacity: LocalCapacity, *,
+                     log_dir: Path | None, env: Mapping[str, str] | None = None,
+                     loglevel: str = "info") -> Supervisor:
+    """The supervisor of ``slipstream up`` and the live runs: the pipeline's worker roles as local
+    processes holding ``capacity.max_instances`` instances each."""
+    cap = capacity.max_instances
+    actuator = LocalProcessActuator(lambda stage: worker_argv(pipeline_file, stage, loglevel, cap),
+                                    log_dir=log_dir, env=env, max_instances=cap)
+    return Supervisor(actuator, pipe.worker_roles({k: min(v, cap) for k, v in replicas.items()}))

@@ -16,8 +16,7 @@ import yaml
 from streams.config import KafkaSettings
 from streams.spec import Pipeline, SpecError, load_pipeline
 from tuner import planfile
-from streams.procs import worker_argv
-from tuner.actuators import DryRunActuator, LocalProcessActuator
+from tuner.actuators import DryRunActuator
 from tuner.run import run_tuner
 from tuner.k8s import pipeline_configmap, stage_deployment
 from tuner.policy import ScaleDecision, TunerConfig, TunerPlan
@@ -69,6 +68,9 @@ common = [
     click.option("--lookback-s", default=60.0, show_default=True, help="History read at start."),
     click.option("--metrics-port", type=int, default=None,
                  help="Serve Prometheus metrics on this port."),
+    click.option("--reserve-cores", default=0.5, show_default=True,
+                 help="Local workers: cores kept for the broker, load generator and control plane; a stage "
+                      "runs at most (cores - this, rounded down) model instances, all in one process."),
 ]
 
 
@@ -87,14 +89,15 @@ def _with_common(fn):
               help="local: run the workers as processes here (like `up`); k8s: scale stage Deployments.")
 @click.option("--namespace", default="default", show_default=True, help="Kubernetes namespace.")
 def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, lookback_s, metrics_port,
-              plan_file, dry_run, actuator, namespace) -> None:
+              reserve_cores, plan_file, dry_run, actuator, namespace) -> None:
     """Scale stage replicas from the live traffic envelope (InferLine's tuner)."""
     pipe = _pipeline(pipeline_file)
     plan = _plan(plan_file, pipe)
     config = _config(activation_s, max_replicas, rho_mode)
     settings = KafkaSettings.from_env()
     if not dry_run and actuator == "local":
-        _up(pipe, pipeline_file, plan, config, settings, interval_s, lookback_s, metrics_port, None)
+        _up(pipe, pipeline_file, plan, config, settings, interval_s, lookback_s, metrics_port, None,
+            reserve_cores)
         return
 
     async def main() -> None:
@@ -115,21 +118,25 @@ def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, l
     asyncio.run(main())
 
 
-def _up(pipe, pipeline_file, plan, config, settings, interval_s, lookback_s, metrics_port, log_dir) -> None:
-    from tuner.supervisor import Supervisor
+def _up(pipe, pipeline_file, plan, config, settings, interval_s, lookback_s, metrics_port, log_dir,
+        reserve_cores: float) -> None:
+    from dataclasses import replace
 
-    actuator = LocalProcessActuator(lambda stage: worker_argv(pipeline_file, stage),
-                                    log_dir=Path(log_dir) if log_dir else None)
-    supervisor = Supervisor(actuator, pipe.worker_roles(plan.planned_replicas))
+    from tuner.supervisor import LocalCapacity, local_supervisor
+
+    capacity = LocalCapacity(reserve_cores)
+    supervisor = local_supervisor(pipe, pipeline_file, plan.planned_replicas, capacity,
+                                  log_dir=Path(log_dir) if log_dir else None, loglevel="warn")
+    config = replace(config, max_replicas=min(config.max_replicas, capacity.max_instances))
 
     async def main() -> None:
         stop = asyncio.Event()
         _stop_on_signals(stop)
 
         async def tuner(stop_event: asyncio.Event) -> None:
-            await run_tuner(pipe, plan, config, actuator, dry_run=False, settings=settings,
-                             interval_s=interval_s, lookback_s=lookback_s, stop=stop_event,
-                             metrics_port=metrics_port)
+            await run_tuner(pipe, plan, config, supervisor.actuator, dry_run=False, settings=settings,
+                            interval_s=interval_s, lookback_s=lookback_s, stop=stop_event,
+                            metrics_port=metrics_port, max_instances=capacity.max_instances)
 
         await supervisor.run(stop, tuner)
 
@@ -153,7 +160,7 @@ def _up(pipe, pipeline_file, plan, config, settings, interval_s, lookback_s, met
               show_default=True, help="With --profiles: the planner mode.")
 @click.option("--log-dir", default=".state/workers", show_default=True, help="Worker stdout/stderr logs.")
 def up_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, lookback_s, metrics_port,
-           plan_file, sample, mu, profiles_dir, trace_spec, mode, log_dir) -> None:
+           reserve_cores, plan_file, sample, mu, profiles_dir, trace_spec, mode, log_dir) -> None:
     """Run the pipeline's initial plan as local worker processes, with the tuner on top.
 
     The plan comes from the planner (--profiles and --trace: plan now and publish the StageConfigs),
@@ -178,7 +185,7 @@ def up_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, look
         raise click.UsageError("give --profiles and --trace, or --plan, or --sample and --mu for every stage")
     config = _config(activation_s, max_replicas, rho_mode)
     _up(pipe, pipeline_file, plan, config, KafkaSettings.from_env(), interval_s, lookback_s, metrics_port,
-        log_dir)
+        log_dir, reserve_cores)
 
 
 def _read_trace(path: str) -> np.ndarray:
