@@ -12,7 +12,8 @@ import json
 from functools import cache
 from importlib import resources
 
-NAMES = ("HopTiming", "InferenceRequest", "InferenceResult", "StageConfig", "DeadLetter", "ScalingAction")
+NAMES = ("HopTiming", "InferenceRequest", "InferenceResult", "StageConfig", "DeadLetter", "ScalingAction",
+         "TunerHandoff")
 
 
 def raw(name: str) -> dict:
