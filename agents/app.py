@@ -13,17 +13,15 @@ metrics=<port>`` on stdout, which the supervisor and the activation-time benchma
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import sys
-import time
 
 import faust
 
-from agents import routing
-from agents.join import Joiner
+from agents.join_worker import JOIN, build_join_app
 from agents.metrics import StageMetrics
+from agents.ready import announce_ready
 from agents.worker import ExecutorFactory, StageWorker
 from streams import codec, kafka as kclient, topics
 from streams.app import AppSettings, make_app
@@ -31,23 +29,6 @@ from streams.config import KafkaSettings
 from streams.spec import Pipeline, load_pipeline
 
 log = logging.getLogger(__name__)
-JOIN = "join"
-
-
-def _announce(role: str, app: faust.App, metrics_port: int, started: asyncio.Event | None = None) -> None:
-    """Print the ready line after each rebalance, once the worker's model is loaded and warm (in a
-    task of its own: the rebalance must not wait for it)."""
-    async def announce() -> None:
-        if started is not None:
-            await started.wait()
-        parts = sorted(tp.partition for tp in app.consumer.assignment())
-        print(f"slipstream-worker ready stage={role} partitions={len(parts)} "
-              f"metrics={metrics_port} at_ns={time.time_ns()}", flush=True)
-
-    async def on_rebalance_complete(sender, **kwargs) -> None:
-        asyncio.ensure_future(announce())
-
-    app.on_rebalance_complete.connect(on_rebalance_complete)
 
 
 def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: ExecutorFactory,
@@ -79,7 +60,7 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
     async def _stop(sender, **kwargs) -> None:
         await worker.stop()
 
-    _announce(stage, app, metrics.serve(metrics_port), worker.started)
+    announce_ready(stage, app, metrics.serve(metrics_port), worker.started)
     return app, worker
 
 
@@ -100,61 +81,6 @@ async def follow_control(pipe: Pipeline, stage: str, kafka: KafkaSettings, worke
             await worker.offer_config(rec)
     finally:
         await cons.stop()
-
-
-def build_join_app(pipe: Pipeline, kafka: KafkaSettings, timeout_ms: float | None = None,
-                   web_port: int | None = None, metrics_port: int = 0) -> tuple[faust.App, Joiner]:
-    """The join worker: fragments from the join topic, whole results to the results topic."""
-    app = make_app(AppSettings(topics.consumer_group(pipe.name, JOIN), kafka, web_port=web_port))
-    metrics = StageMetrics.create(pipe.name, JOIN)
-    joiner = Joiner(int((timeout_ms if timeout_ms is not None else pipe.slo_ms) * 1e6),
-                    worker=f"join-{os.getpid()}")
-    held: dict[str, list] = {}
-    state = {"producer": None}
-    source = app.topic(topics.join(pipe.name), value_serializer="raw", key_serializer="raw")
-
-    async def emit(res: dict, stream) -> None:
-        fut = await kclient.send(state["producer"], topics.results(pipe.name), "InferenceResult", res,
-                                 key=res["request_id"])
-        await fut
-        metrics.lab(metrics.results, status=res["status"]).inc()
-        for ev in held.pop(res["request_id"], []):
-            await stream.ack(ev)
-
-    @app.agent(source, concurrency=1, name="join-agent")
-    async def join_agent(stream):
-        s = stream.noack()
-        if state["producer"] is None:
-            state["producer"] = kclient.producer(kafka)
-            await state["producer"].start()
-
-        async def expire_loop() -> None:
-            while True:
-                await asyncio.sleep(0.2)  # a periodic sweep: timeouts are points in time, not events
-                for res in joiner.expire(time.time_ns()):
-                    await emit(res, s)
-
-        app.add_future(expire_loop())
-        async for event in s.events():
-            try:
-                frag = codec.decode("InferenceResult", event.value)
-            except codec.CodecError as exc:
-                m = event.message
-                log.warning("dead letter %s[%d]@%d: %s", m.topic, m.partition, m.offset, exc)
-                metrics.lab(metrics.dead_letters).inc()
-                dl = routing.dead_letter(pipe, JOIN, event.value, m.topic, m.partition, m.offset, str(exc),
-                                         time.time_ns())
-                await (await kclient.send(state["producer"], dl.topic, dl.record, dl.value, key=dl.key))
-                await s.ack(event)
-                continue
-            held.setdefault(frag["request_id"], []).append(event)
-            metrics.lab(metrics.requests).inc()
-            res = joiner.add(frag, time.time_ns())
-            if res is not None:
-                await emit(res, s)
-
-    _announce(JOIN, app, metrics.serve(metrics_port))
-    return app, joiner
 
 
 def app_from_env() -> faust.App:
