@@ -22,6 +22,7 @@ import faust
 from agents.join_worker import JOIN, build_join_app
 from agents.metrics import StageMetrics
 from agents.ready import announce_ready
+from streams.timeline import mark
 from agents.worker import ExecutorFactory, StageWorker
 from streams import codec, kafka as kclient, topics
 from streams.app import AppSettings, make_app
@@ -54,7 +55,11 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
     async def on_revoked(sender, revoked, **kwargs) -> None:
         await worker.on_revoked(set(revoked), app.consumer._commit)  # faust's thread-safe commit
 
+    async def on_assigned(sender, assigned, **kwargs) -> None:
+        mark("assigned", partitions=len(assigned))
+
     app.on_partitions_revoked.connect(on_revoked)
+    app.on_partitions_assigned.connect(on_assigned)
 
     @app.on_before_shutdown.connect
     async def _stop(sender, **kwargs) -> None:

@@ -31,6 +31,7 @@ class Instance:
     pool: ThreadPoolExecutor
     index: int = 0  # in hop timings as ``<worker>/<index>``: which copy served a request
     busy: bool = False
+    last_used_ns: int = 0
     retired: bool = False
 
     def close(self) -> None:
@@ -46,6 +47,7 @@ class Instance:
 
     def release(self) -> None:
         self.busy = False
+        self.last_used_ns = time.time_ns()
         if self.retired:
             self.close()
 
@@ -67,7 +69,9 @@ class Fleet:
     hardware: str | None = None
 
     def idle(self) -> Instance | None:
-        return next((i for i in self.instances if not i.busy and not i.retired), None)
+        """The free instance that has waited longest (load spreads over all, every copy stays warm)."""
+        free = [i for i in self.instances if not i.busy and not i.retired]
+        return min(free, key=lambda i: i.last_used_ns) if free else None
 
     def busy_count(self) -> int:
         return sum(i.busy for i in self.instances)

@@ -29,6 +29,7 @@ from agents.acks import AckTracker
 from agents.control import ActiveConfig, accept, choose_variant, defaults
 from agents.instances import ExecutorFactory, Fleet, Instance, VariantState, new_instance, warmup_curve
 from agents.metrics import StageMetrics
+from streams.timeline import mark
 from streams import batching, codec, kafka as kclient, placement
 from streams.codec import CodecError
 from streams.config import KafkaSettings
@@ -79,6 +80,7 @@ class StageWorker:
         self.metrics.lab(self.metrics.config_epoch).set(self.config.epoch)
         self.fleet = await self._prepare(self.config, Fleet())
         self._set_instance_gauge()
+        mark("model-loaded", instances=len(self.fleet.instances))
         self.producer = kclient.producer(self.kafka)
         await self.producer.start()
         self.started.set()
@@ -108,15 +110,23 @@ class StageWorker:
             cfg.hardware == current.hardware
         keep = current.instances[:self.instances_for(cfg)] if same else []
         fleet = Fleet(list(keep), dict(current.variants) if same else {}, cfg.hardware)
+        load_ns = warm_ns = 0
         while len(fleet.instances) < self.instances_for(cfg):
+            t0 = time.time_ns()
             inst = await loop.run_in_executor(self.loader, new_instance, self.factory, variants, hw,
                                               self.stage, len(fleet.instances))
+            t1 = time.time_ns()
             sizes = self.warmup_batches or (1, cfg.max_batch)
             for v in variants:  # warm every copy; the first copy's warm-up seeds the predictor
                 curve = await loop.run_in_executor(self.loader, warmup_curve, inst.executors[v.name], sizes)
                 if v.name not in fleet.variants:
                     fleet.variants[v.name] = VariantState(v.accuracy, RecentLatency(curve))
             fleet.instances.append(inst)
+            load_ns, warm_ns = load_ns + t1 - t0, warm_ns + time.time_ns() - t1
+        if cfg.epoch >= 0:
+            mark("config-loaded", epoch=cfg.epoch, instances=len(fleet.instances),
+                 new=len(fleet.instances) - len(keep), load_ms=f"{load_ns / 1e6:.1f}",
+                 warm_ms=f"{warm_ns / 1e6:.1f}")
         return fleet
 
     # ------------------------------------------------------------------ reading
@@ -154,12 +164,14 @@ class StageWorker:
         redelivers them to their new owner), let the windows in progress finish, wait until every
         processed window is delivered and acked, and commit their offsets, so the new owner starts
         right after the work done here (see ``agents.acks`` for why faust's own commit cannot)."""
+        mark("revoked", partitions=len(revoked))
         self.queue = deque(i for i in self.queue if i.tp not in revoked)
         await self.drain()
         offsets = self.acks.committable(revoked)
         if offsets:
             await commit_offsets(offsets)
         left = self.acks.forget(revoked)
+        mark("revoke-done")
         log.info("revoked %d partition(s): committed %s; %d unfinished items left to their new owner",
                  len(revoked), {f"{tp.topic}[{tp.partition}]": o for tp, o in offsets.items()}, left)
 
@@ -196,6 +208,7 @@ class StageWorker:
         self._set_instance_gauge()
         self.metrics.lab(self.metrics.config_epoch).set(cfg.epoch)
         log.info("config epoch %d in force: %s; %d instance(s)", cfg.epoch, cfg, len(fleet.instances))
+        mark("config-in-force", epoch=cfg.epoch, instances=len(fleet.instances))
 
     @staticmethod
     def _retire_unused(old: Fleet, *kept: Fleet) -> None:

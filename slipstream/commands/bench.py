@@ -42,9 +42,11 @@ def executor(runs, payload) -> None:
 
 # benchmarks of the other layers, each a click command in its own module
 from slipstream.commands.bench_planner import planner_bench  # noqa: E402
+from slipstream.commands.bench_scaling import scaling_bench  # noqa: E402
 from slipstream.commands.bench_tuner import tuner_bench  # noqa: E402
 
 bench.add_command(tuner_bench)
 bench.add_command(planner_bench)
+bench.add_command(scaling_bench)
 
 commands = [bench]

@@ -26,6 +26,7 @@ def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_port: i
            loglevel: str) -> None:
     """Run one stage worker: consume the stage's input topic, batch, infer, route."""
     from agents.app import JOIN, build_join_app, build_stage_app
+    from streams.timeline import mark
     from agents.zoo import load_executor
 
     try:
@@ -45,6 +46,7 @@ def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_port: i
     argv = ["faust", "worker", "--loglevel", loglevel]
     argv += ["--without-web"] if web_port is None else ["--web-port", str(web_port)]
     sys.argv = argv
+    mark("process-start")
     app.main()
 
 
