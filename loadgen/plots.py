@@ -1,6 +1,7 @@
 """PNG plots of a run, drawn from the :class:`~loadgen.report.Summary` alone (matplotlib, Agg backend).
 
 - ``latency.png``  p50/p99 latency per window against the SLO, with SLO attainment per window
+Latency and cost plots mark every scale event (a stage's replicas changing) with a dotted line.
 - ``cdf.png``      latency CDF of done requests, SLO marked
 - ``cost.png``     replicas per stage and total cost per hour over time
 - ``envelope.png`` live arrival envelope (max rate per window size) against the planned one, if given
@@ -25,6 +26,28 @@ def _title(summary: Summary, what: str) -> str:
     return "\n".join(textwrap.wrap(f"{what}: {name} ({summary.source})", 90))
 
 
+def scale_events(summary: Summary) -> list[tuple[float, str, int, int]]:
+    """(time s, stage, replicas before, after) wherever a stage's replica count changes."""
+    s = summary.series
+    out = []
+    for stage, reps in s.replicas.items():
+        for i in range(1, len(reps)):
+            if reps[i] != reps[i - 1]:
+                out.append((float(s.t_s[i]), stage, int(reps[i - 1]), int(reps[i])))
+    return sorted(out)
+
+
+def _mark_scale_events(summary: Summary, *axes) -> None:
+    events = scale_events(summary)
+    for k, (t, stage, a, b) in enumerate(events):
+        for ax in axes:
+            ax.axvline(t, color="tab:gray", ls=":", lw=1)
+        top = axes[0]
+        top.annotate(f"{stage} {a}\u2192{b}", (t, 1.0), xycoords=("data", "axes fraction"), rotation=90,
+                     fontsize="x-small", va="top", ha="right", color="tab:gray",
+                     xytext=(-2, -2 - 40 * (k % 2)), textcoords="offset points")
+
+
 def plot_latency(summary: Summary, path: Path) -> Path:
     s = summary.series
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True, height_ratios=(3, 1))
@@ -41,6 +64,7 @@ def plot_latency(summary: Summary, path: Path) -> Path:
     ax2.set_ylim(-5, 105)
     ax2.set_xlabel("time since start (s)")
     ax2.grid(alpha=0.3)
+    _mark_scale_events(summary, ax, ax2)
     return _save(fig, path)
 
 
@@ -75,6 +99,7 @@ def plot_cost(summary: Summary, path: Path) -> Path:
     ax2.set_title(f"total \\${summary.cost_total_usd:.4f}, mean \\${summary.cost_mean_per_hour:.3f}/h",
                   fontsize="small")
     ax2.grid(alpha=0.3)
+    _mark_scale_events(summary, ax, ax2)
     return _save(fig, path)
 
 

@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from planner.service import ReplanOutput, Replanner, ReplanState
+from planner.service import ReplanOutput, Replanner, ReplanState, TunerHandoff, handoff_record
 from streams import codec, kafka as kclient, topics
 from streams.config import KafkaSettings
 from streams.control_io import KafkaArrivals, KafkaPublisher
@@ -67,11 +67,26 @@ class MeasuredLatency:
         return float(np.percentile([ms for _, ms in self._seen], 99)) if self._seen else None
 
 
+async def publish_plan(publisher: KafkaPublisher, pipeline: str, configs, handoff: TunerHandoff | None,
+                       epoch: int, now_ns: int) -> dict | None:
+    """One plan on the control topic: a StageConfig per stage, then the tuner's hand-off (when it has
+    an envelope); returns the hand-off record."""
+    for rec in configs:
+        await publisher.publish(topics.control(pipeline), "StageConfig", rec, key=rec["stage"])
+    if handoff is None or handoff.sample_rates is None:
+        return None
+    rec = handoff_record(handoff, pipeline, epoch, now_ns)
+    await publisher.publish(topics.control(pipeline), "TunerHandoff", rec, key=topics.HANDOFF_KEY)
+    return rec
+
+
 async def run_planner(pipe: Pipeline, replanner: Replanner, settings: KafkaSettings, *, interval_s: float,
                       lookback_s: float, stop: asyncio.Event,
-                      on_step: Callable[[ReplanOutput, float | None], None] | None = None) -> None:
+                      on_step: Callable[[ReplanOutput, float | None], None] | None = None,
+                      initial: ReplanState | None = None) -> None:
     """``on_step(output, measured_p99_ms)`` after each re-plan; the measured p99 is over the results
-    of the last interval (None before any)."""
+    of the last interval (None before any). With ``initial`` (a plan already in force, e.g. published
+    at start-up) the first re-plan comes one interval later and republishes only a different plan."""
     window = ArrivalWindow(max(lookback_s, replanner.settings.sample_s,
                                replanner.settings.forecast.interval_s
                                * replanner.settings.forecast.lookback_intervals))
@@ -93,7 +108,7 @@ async def run_planner(pipe: Pipeline, replanner: Replanner, settings: KafkaSetti
             window.add(chunk)
             first.set()
 
-    state = ReplanState()
+    state = initial or ReplanState()
 
     async def step() -> None:
         nonlocal state
@@ -102,9 +117,8 @@ async def run_planner(pipe: Pipeline, replanner: Replanner, settings: KafkaSetti
         sample = window.snapshot(now_ns / 1e9)
         # MILP and estimator are CPU work: off the event loop, so arrivals keep flowing
         out, state = await asyncio.to_thread(replanner.step, state, sample, now_ns)
-        for rec in out.configs:
-            await publisher.publish(topics.control(pipe.name), "StageConfig", rec, key=rec["stage"])
         if out.configs:
+            await publish_plan(publisher, pipe.name, out.configs, out.handoff, state.epoch, now_ns)
             log.info("published plan epoch %d (%s, %.1f qps forecast)", state.epoch, out.plan.mode,
                      out.forecast_qps)
         if on_step is not None:
@@ -114,10 +128,16 @@ async def run_planner(pipe: Pipeline, replanner: Replanner, settings: KafkaSetti
     results_reader = asyncio.create_task(measured.follow())
     try:
         feeder = asyncio.create_task(pump())
-        try:  # the first plan should see the history, if there is any
-            await asyncio.wait_for(asyncio.shield(first.wait()), timeout=min(interval_s, 5.0))
-        except TimeoutError:
-            log.info("no arrivals in the last %.0f s: planning for the forecast floor", lookback_s)
+        if initial is not None:  # the plan in force stands for one interval of arrivals first
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval_s)
+            except TimeoutError:
+                pass
+        else:
+            try:  # the first plan should see the history, if there is any
+                await asyncio.wait_for(asyncio.shield(first.wait()), timeout=min(interval_s, 5.0))
+            except TimeoutError:
+                log.info("no arrivals in the last %.0f s: planning for the forecast floor", lookback_s)
         await periodically(step, interval_s, stop, feeder=feeder)
     finally:
         results_reader.cancel()

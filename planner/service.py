@@ -110,6 +110,18 @@ def handoff(problem: Problem, plan: Plan, envelope: EnvelopeFn | None = None) ->
     return TunerHandoff(plan.rate_qps, windows, rates, mu, rho, sm, reps)
 
 
+def handoff_record(h: TunerHandoff, pipeline: str, epoch: int, at_ns: int = 0) -> dict[str, Any]:
+    """The hand-off as the TunerHandoff record (schemas/TunerHandoff.avsc), the one form the tuner
+    reads, from the control topic or a file (``tuner.planfile.from_dict``)."""
+    if h.sample_rates is None:
+        raise ValueError("the hand-off has no sample envelope: build it with an envelope function")
+    return {"pipeline": pipeline, "epoch": int(epoch), "mean_rate_qps": float(h.planned_rate_qps),
+            "windows_s": [float(w) for w in h.windows_s], "rates_qps": [float(r) for r in h.sample_rates],
+            "stages": [{"stage": s, "replicas": int(h.replicas[s]), "mu_qps": float(h.mu_qps[s]),
+                        "visit_ratio": float(h.visit_ratio[s])} for s in h.replicas],
+            "at_ns": int(at_ns)}
+
+
 def stage_configs(pipeline: str, plan: Plan, problem: Problem, epoch: int) -> tuple[dict[str, Any], ...]:
     """One StageConfig record per stage (fields of schemas/StageConfig.avsc). A stage with several
     assignments is described by its primary one plus ``routing`` (share of items per variant)."""

@@ -29,6 +29,17 @@ class LiveOptions:
     hop_ms: float = 6.0
     seed: int = 0
     reserve_cores: float = 0.5
+    replan_s: float = 30.0  # the planner service's interval during the run (0: plan once, at start)
+
+
+@dataclass(frozen=True)
+class Published:
+    """A plan on the control topic: the plan, its problem, epoch and the tuner's hand-off."""
+
+    plan: object
+    problem: object
+    epoch: int
+    tuner_plan: object
 
 
 def ensure_broker() -> bool:
@@ -61,18 +72,27 @@ def profile_missing(pipe, store, batch_sizes=(1, 2, 4, 8), reps: int = 20) -> No
     profile_into(store, todo, ProfilerSettings(tuple(batch_sizes), 3, reps))
 
 
-def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, settings: KafkaSettings):
-    """Plan from the sample, publish the StageConfigs (epochs after any on the control topic)."""
-    from planner.modes import make_planner
+def local_problem(pipe, store, opts: LiveOptions, **kw):
+    """The planning problem of a run on this host: no stage above its local instance budget."""
     from planner.profiles import problem_from_pipeline
+    from tuner.supervisor import LocalCapacity
+
+    cap = LocalCapacity(opts.reserve_cores).max_instances
+    return problem_from_pipeline(pipe, store, activation_s=opts.activation_s, hop_ms=opts.hop_ms,
+                                 max_replicas=cap * len(pipe.stages), **kw)
+
+
+def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, settings: KafkaSettings) -> Published:
+    """Plan from the sample, publish the StageConfigs and the tuner's hand-off (epochs after any on
+    the control topic)."""
+    from planner.modes import make_planner
+    from planner.run import publish_plan
     from planner.service import handoff, stage_configs
-    from streams import topics
     from streams.control_io import KafkaPublisher, latest_epoch
     from tuner import planfile
     from tuner.envelope import envelope
 
-    problem = problem_from_pipeline(pipe, store, arrivals_s=sample, activation_s=opts.activation_s,
-                                    hop_ms=opts.hop_ms)
+    problem = local_problem(pipe, store, opts, arrivals_s=sample)
     plan = make_planner(opts.mode).plan(problem)
     if not plan.feasible:
         raise click.ClickException(f"no feasible {opts.mode} plan: {plan.reason}")
@@ -82,48 +102,77 @@ def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, setting
     click.echo(f"plan: {plan.cost_per_hour:.3f} $/h, predicted p99 {plan.predicted_p99_ms} ms "
                f"for {plan.rate_qps:.1f} qps")
 
-    async def publish() -> None:
+    async def publish() -> dict:
         epoch = await latest_epoch(settings, pipe.name) + 1
         pub = KafkaPublisher(settings)
         await pub.start()
         try:
-            for rec in stage_configs(pipe.name, plan, problem, epoch):
-                await pub.publish(topics.control(pipe.name), "StageConfig", rec, key=rec["stage"])
+            return await publish_plan(pub, pipe.name, stage_configs(pipe.name, plan, problem, epoch),
+                                      handoff(problem, plan, envelope), epoch, time.time_ns())
         finally:
             await pub.stop()
 
-    asyncio.run(publish())
-    return plan, problem, planfile.from_handoff(handoff(problem, plan, envelope))
+    record = asyncio.run(publish())
+    return Published(plan, problem, int(record["epoch"]), planfile.from_dict(record, pipeline=pipe))
+
+
+def control_plane(pipe, published: Published, store, opts: LiveOptions, settings: KafkaSettings, actuator,
+                  max_instances: int, on_decision=None):
+    """``control(stop)``: the tuner on ``actuator`` and, with ``opts.replan_s``, the planner service
+    re-planning from live arrivals every ``replan_s`` (its plans reach the tuner as hand-offs on the
+    control topic); both until ``stop``."""
+    from dataclasses import replace
+
+    from planner.run import run_planner
+    from planner.service import ReplanSettings, Replanner, ReplanState
+    from tuner.envelope import envelope
+    from tuner.policy import TunerConfig
+    from tuner.run import run_tuner
+
+    config = TunerConfig(activation_s=opts.activation_s, max_replicas=min(opts.max_replicas, max_instances))
+    replanner = Replanner(replace(local_problem(pipe, store, opts, rate_qps=1.0)), pipe.name,
+                          ReplanSettings(mode=opts.mode), envelope=envelope)
+
+    def on_step(out, measured_p99_ms) -> None:
+        if out.changed:
+            reps = {sp.stage: sp.replicas for sp in out.plan.stages}
+            click.echo(f"planner: re-planned for {out.forecast_qps:.1f} qps: replicas {reps}, "
+                       f"{out.plan.cost_per_hour:.3f} $/h", err=True)
+
+    async def control(stop: asyncio.Event) -> None:
+        tasks = [run_tuner(pipe, published.tuner_plan, config, actuator, dry_run=False, settings=settings,
+                           interval_s=0.5, lookback_s=0.0, stop=stop, metrics_port=None,
+                           on_decision=on_decision, max_instances=max_instances)]
+        if opts.replan_s > 0:
+            tasks.append(run_planner(pipe, replanner, settings, interval_s=opts.replan_s, lookback_s=0.0,
+                                     stop=stop, on_step=on_step,
+                                     initial=ReplanState(published.epoch, published.plan)))
+        await asyncio.gather(*tasks)
+
+    return control
 
 
 class Workers:
     """The planned workers as local processes (the tuner on top when asked), on a thread with its
     own event loop, so the replay keeps the main one."""
 
-    def __init__(self, pipe, pipeline_file: str, tuner_plan, settings: KafkaSettings, log_dir: Path,
-                 opts: LiveOptions) -> None:
-        from tuner.policy import TunerConfig
+    def __init__(self, pipe, pipeline_file: str, published: Published, store, settings: KafkaSettings,
+                 log_dir: Path, opts: LiveOptions) -> None:
         from tuner.service import describe
         from tuner.supervisor import LocalCapacity, local_supervisor
 
         self.log_dir = log_dir
         capacity = LocalCapacity(opts.reserve_cores)
-        supervisor = local_supervisor(pipe, pipeline_file, tuner_plan.planned_replicas, capacity,
+        supervisor = local_supervisor(pipe, pipeline_file, published.tuner_plan.planned_replicas, capacity,
                                       log_dir=log_dir, env={"SLIPSTREAM_BOOTSTRAP": settings.bootstrap})
         self.stages = list(supervisor.initial)
-        config = TunerConfig(activation_s=opts.activation_s,
-                             max_replicas=min(opts.max_replicas, capacity.max_instances))
 
         def on_decision(d) -> None:
             for c in d.changes:
                 click.echo(f"tuner: {c.stage} {c.previous} -> {c.replicas} replicas ({describe(c)})", err=True)
 
-        async def tuner(stop_event: asyncio.Event) -> None:
-            from tuner.run import run_tuner
-
-            await run_tuner(pipe, tuner_plan, config, supervisor.actuator, dry_run=False, settings=settings,
-                            interval_s=0.5, lookback_s=0.0, stop=stop_event, metrics_port=None,
-                            on_decision=on_decision, max_instances=capacity.max_instances)
+        tuner = control_plane(pipe, published, store, opts, settings, supervisor.actuator,
+                              capacity.max_instances, on_decision)
 
         ready = threading.Event()
 
@@ -164,8 +213,9 @@ def live_run(pipe, pipeline_file: str, arrivals: np.ndarray, sample: np.ndarray,
 
     settings = KafkaSettings.from_env()
     asyncio.run(admin.ensure_topics(settings, topics.all_topics(pipe)))
-    plan, problem, tuner_plan = plan_and_publish(pipe, store, sample, opts, settings)
-    workers = Workers(pipe, pipeline_file, tuner_plan, settings, report_dir / "workers", opts)
+    published = plan_and_publish(pipe, store, sample, opts, settings)
+    plan, problem = published.plan, published.problem
+    workers = Workers(pipe, pipeline_file, published, store, settings, report_dir / "workers", opts)
     try:
         workers.wait_ready()
         click.echo("workers ready; replaying")

@@ -30,11 +30,12 @@ class KafkaArrivals:
 
     def __init__(self, settings: KafkaSettings, pipeline: str, source_stage: str, *,
                  on_stage_config: Callable[[Mapping], None], lookback_s: float = 60.0,
-                 poll_ms: int = 100) -> None:
+                 poll_ms: int = 100, on_handoff: Callable[[Mapping], None] | None = None) -> None:
         self.settings = settings
         self.input_topic = topics.stage_input(pipeline, source_stage)
         self.control_topic = topics.control(pipeline)
         self._on_config = on_stage_config
+        self._on_handoff = on_handoff
         self._lookback_ms = int(lookback_s * 1000)
         self._poll_ms = poll_ms
         self._consumer = None
@@ -75,14 +76,23 @@ class KafkaArrivals:
             for tp, records in batch.items():
                 if tp.topic == self.control_topic:
                     for r in records:
-                        try:
-                            self._on_config(codec.decode("StageConfig", r.value))
-                        except codec.CodecError as exc:
-                            log.warning("control topic offset %d: %s", r.offset, exc)
+                        self._control(r)
                 else:
                     stamps.extend(r.timestamp for r in records)
             if stamps:
                 yield np.asarray(stamps, dtype=np.int64) * NS_PER_MS
+
+
+    def _control(self, r) -> None:
+        """A control record to its callback, by its schema header (StageConfig, TunerHandoff)."""
+        try:
+            if record_type(r) == "TunerHandoff":
+                if self._on_handoff is not None:
+                    self._on_handoff(codec.decode("TunerHandoff", r.value))
+            else:
+                self._on_config(codec.decode("StageConfig", r.value))
+        except codec.CodecError as exc:
+            log.warning("control topic offset %d: %s", r.offset, exc)
 
 
 class KafkaPublisher:
@@ -104,6 +114,11 @@ class KafkaPublisher:
     async def publish(self, topic: str, record: str, value: Mapping, key: str) -> None:
         fut = await kclient.send(self._producer, topic, record, value, key=key)
         await fut
+
+
+def record_type(r) -> str:
+    """The record type a control-topic record's schema header names (StageConfig if it has none)."""
+    return dict(r.headers or ()).get(kclient.SCHEMA_HEADER, b"StageConfig").decode(errors="replace")
 
 
 def grower(settings: KafkaSettings):
@@ -140,6 +155,8 @@ async def latest_epoch(settings: KafkaSettings, pipeline: str, timeout_s: float 
                     return best
                 for records in (await cons.getmany(*behind, timeout_ms=200)).values():
                     for r in records:
+                        if record_type(r) != "StageConfig":
+                            continue
                         try:
                             best = max(best, int(codec.decode("StageConfig", r.value)["epoch"]))
                         except codec.CodecError:

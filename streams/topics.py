@@ -38,6 +38,9 @@ def control(pipeline: str) -> str:
     return f"{PREFIX}.{pipeline}.control"
 
 
+HANDOFF_KEY = "~handoff"  # the planner's TunerHandoff on the control topic (no stage name has a '~')
+
+
 def scaling(pipeline: str) -> str:
     return f"{PREFIX}.{pipeline}.scaling"
 

@@ -65,9 +65,11 @@ class LocalProcessActuator:
     def __init__(self, argv_for: Callable[[str], Sequence[str]], *, grace_s: float = 10.0,
                  log_dir: Path | None = None, env: Mapping[str, str] | None = None,
                  restart_backoff_s: tuple[float, float] = (1.0, 30.0),
-                 clock: Callable[[], float] = time.monotonic, max_instances: int | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_instances: int | None = None,
+                 max_replicas: int | None = None) -> None:
         self._argv_for = argv_for
         self.max_instances = max_instances
+        self.max_replicas = max_replicas  # this host's capacity: more would add contention, not capacity
         self._replicas: dict[str, int] = {}
         self.grace_s = grace_s
         self._log_dir = log_dir
@@ -87,6 +89,9 @@ class LocalProcessActuator:
     def set_replicas(self, stage: str, n: int) -> None:
         if n < 0:
             raise ValueError(f"replicas must be >= 0, got {n} for stage {stage!r}")
+        if self.max_replicas is not None and n > self.max_replicas:
+            log.warning("stage %s: %d replicas asked, this host runs at most %d", stage, n, self.max_replicas)
+            n = self.max_replicas
         with self._lock:
             self._replicas[stage] = n
             self._desired[stage] = self.processes_for(n)

@@ -4,7 +4,9 @@
      "windows_s": [0.05, 0.1, ...], "rates_qps": [320.0, 250.0, ...],
      "stages": [{"stage": "detect", "replicas": 4, "mu_qps": 30.0, "visit_ratio": 1.0}, ...]}
 
-``windows_s``/``rates_qps`` are the sample trace's envelope (``tuner.envelope.envelope``),
+It is the TunerHandoff record's shape (``schemas/TunerHandoff.avsc``, which adds ``epoch`` and
+``at_ns``): the planner builds it (``planner.service.handoff_record``) and publishes it on the control
+topic, where the tuner follows it; a file holds the same document. ``windows_s``/``rates_qps`` are the sample trace's envelope (``tuner.envelope.envelope``),
 ``mu_qps`` the single-replica throughput at the planned (variant, hardware, batch) and ``visit_ratio``
 the stage's s_m. :func:`plan_for_pipeline` builds one from a sample trace and per-stage numbers.
 """
@@ -89,15 +91,3 @@ def plan_for_pipeline(pipeline: Pipeline, arrivals_s: np.ndarray, mu_qps: Mappin
                              pipeline.visit_ratio(s.name)) for s in pipeline.stages)
     ts = service_time_s if service_time_s is not None else default_service_time_s(pipeline, mu_qps)
     return TunerPlan.from_sample(arrivals_s, doubling_windows(ts), stages)
-
-
-def from_handoff(handoff) -> TunerPlan:
-    """A plan from the planner's ``TunerHandoff`` (read by attribute: tuner does not import planner
-    types). ``planned_rate_qps`` plays lambda, so the planned rate reproduces the planned replicas."""
-    if handoff.sample_rates is None:
-        raise PlanFileError("the planner's hand-off has no sample envelope (sample_rates is None)")
-    stages = tuple(StagePlan(stage, int(handoff.replicas[stage]), float(handoff.mu_qps[stage]),
-                             float(handoff.visit_ratio[stage])) for stage in handoff.replicas)
-    env = EnvelopeSnapshot(tuple(float(w) for w in handoff.windows_s),
-                           tuple(float(r) for r in handoff.sample_rates))
-    return TunerPlan(env, float(handoff.planned_rate_qps), stages)

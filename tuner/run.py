@@ -30,7 +30,7 @@ async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuat
                            metrics=TunerMetrics(pipe.name, registry),
                            settings=ServiceSettings(interval_s=interval_s, max_instances=max_instances))
     arrivals = kafka_io.KafkaArrivals(settings, pipe.name, pipe.source, on_stage_config=service.on_stage_config,
-                                      lookback_s=lookback_s)
+                                      on_handoff=service.on_handoff, lookback_s=lookback_s)
     if publisher:
         await publisher.start()
     await arrivals.start()

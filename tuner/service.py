@@ -28,6 +28,7 @@ from streams import topics
 from streams.placement import layout
 from streams.loops import periodically
 from streams.spec import Pipeline
+from tuner import planfile
 from tuner.actuators import Actuator
 from tuner.envelope import EnvelopeTracker
 from tuner.metrics import TunerMetrics
@@ -101,15 +102,49 @@ class TunerService:
         self.latest_configs: dict[str, Mapping] = {}
         self._publish, self._grow, self._clock = publish, grow, clock
         self.metrics = metrics
-        self.tracker = EnvelopeTracker(tracker_windows(plan, config), bucket_s=settings.bucket_s,
-                                       recent_horizon_s=max(config.down_horizon_s, config.up_horizon_s) + 1,
-                                       reorder_s=settings.reorder_s)
+        self.tracker = self._tracker(plan)
         self.state = TunerState.initial(plan, clock())
+        self.handoff_epoch = -1
+        self._next_plan: TunerPlan | None = None
         self._counted = (0, 0)
         if metrics is not None:
             metrics.observe_plan(plan)
             for stage, n in self.partitions.items():
                 metrics.partitions.labels(pipeline.name, stage).set(n)
+
+    def on_handoff(self, record: Mapping) -> None:
+        """A TunerHandoff from the control topic: the planner's new plan, taken at the next tick."""
+        if record.get("pipeline") != self.pipeline.name or int(record["epoch"]) <= self.handoff_epoch:
+            return
+        try:
+            plan = planfile.from_dict(record, pipeline=self.pipeline)
+        except planfile.PlanFileError as exc:
+            log.warning("tuner hand-off epoch %s ignored: %s", record.get("epoch"), exc)
+            return
+        self.handoff_epoch = int(record["epoch"])
+        self._next_plan = plan
+
+    async def _follow_plan(self, now_ns: int) -> None:
+        """Plan with the planner's latest hand-off: its envelope and replicas from now on. The planner
+        published the stage configs itself, so the actuator only converges to the planned counts."""
+        plan, self._next_plan = self._next_plan, None
+        if plan is None:
+            return
+        if tracker_windows(plan, self.config) != tracker_windows(self.plan, self.config):
+            self.tracker = self._tracker(plan)
+        self.plan = plan
+        self.state = TunerState.initial(plan, now_ns)
+        for stage, n in plan.planned_replicas.items():
+            await asyncio.to_thread(self.actuator.set_replicas, stage, n)
+        if self.metrics is not None:
+            self.metrics.observe_plan(plan)
+        log.info("following plan epoch %d: replicas %s at %.1f qps", self.handoff_epoch,
+                 plan.planned_replicas, plan.mean_rate_qps)
+
+    def _tracker(self, plan: TunerPlan) -> EnvelopeTracker:
+        return EnvelopeTracker(tracker_windows(plan, self.config), bucket_s=self.settings.bucket_s,
+                               recent_horizon_s=max(self.config.down_horizon_s, self.config.up_horizon_s) + 1,
+                               reorder_s=self.settings.reorder_s)
 
     def feed(self, timestamps_ns: np.ndarray) -> None:
         self.tracker.add(timestamps_ns)
@@ -123,6 +158,7 @@ class TunerService:
 
     async def tick(self) -> ScaleDecision:
         now = self._clock()
+        await self._follow_plan(now)
         t0 = time.perf_counter()
         live = observe(self.tracker, self.plan, now, self.config)
         decision, self.state = decide(live, self.plan, self.state, now, self.config)

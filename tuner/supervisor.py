@@ -88,5 +88,5 @@ def local_supervisor(pipe, pipeline_file: str, replicas: Mapping[str, int], capa
     processes holding ``capacity.max_instances`` instances each."""
     cap = capacity.max_instances
     actuator = LocalProcessActuator(lambda stage: worker_argv(pipeline_file, stage, loglevel, cap),
-                                    log_dir=log_dir, env=env, max_instances=cap)
-    return Supervisor(actuator, pipe.worker_roles({k: min(v, cap) for k, v in replicas.items()}))
+                                    log_dir=log_dir, env=env, max_instances=cap, max_replicas=cap)
+    return Supervisor(actuator, pipe.worker_roles(replicas))

@@ -29,8 +29,15 @@ common = [
                  help="The planner plans from this first part of the trace, the quiet phase before the "
                       "step (the tuner handles the rest) [default: up to the trace's first step]."),
     click.option("--profiles", "profiles_dir", default=".state/profiles", show_default=True),
-    click.option("--activation-s", default=5.0, show_default=True, help="Worker activation time for the tuner."),
-    click.option("--max-replicas", default=2, show_default=True, help="Per stage (2 cores here)."),
+    click.option("--activation-s", default=1.0, show_default=True,
+                 help="Replica activation time for the tuner and estimator: a new model instance loads and "
+                      "warms beside serving (slipstream bench scaling); scale-down waits 3x it."),
+    click.option("--max-replicas", default=2, show_default=True,
+                 help="Per stage; also capped by this host's cores less --reserve-cores."),
+    click.option("--reserve-cores", default=0.5, show_default=True,
+                 help="Cores kept for the broker, load generator and control plane."),
+    click.option("--replan-s", default=30.0, show_default=True,
+                 help="The planner service re-plans from live arrivals this often during the run (0: never)."),
     click.option("--hop-ms", default=6.0, show_default=True,
                  help="Kafka transit per hop for the estimator (p50 per hop of `slipstream bench dataplane`)."),
     click.option("--seed", default=0, show_default=True),
@@ -60,13 +67,13 @@ def _setup(pipeline_file: str, spec: str, seed: int, profiles_dir: str):
 @click.option("--mode", type=click.Choice(["milp", "inferline", "loki", "cg-mean", "cg-peak"]), default="milp",
               show_default=True)
 @click.option("--report", "report_dir", default="reports/demo", show_default=True)
-def demo(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, hop_ms, seed, spec, mode,
-         report_dir) -> None:
+def demo(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, reserve_cores, replan_s, hop_ms,
+         seed, spec, mode, report_dir) -> None:
     """Run the example pipeline end to end: broker, profile, plan, workers + tuner, replay, report."""
     started = ensure_broker()
     try:
         pipe, store, arrivals = _setup(pipeline_file, spec, seed, profiles_dir)
-        opts = LiveOptions(mode, True, activation_s, max_replicas, hop_ms, seed)
+        opts = LiveOptions(mode, True, activation_s, max_replicas, hop_ms, seed, reserve_cores, replan_s)
         plan, summary = live_run(pipe, pipeline_file, arrivals, arrivals[arrivals < (plan_seconds or DEFAULT_PLAN_S)], store,
                                  Path(report_dir), opts, f"demo: {pipe.name}, {mode} + tuner, {spec}")
         click.echo(f"\nplan ({mode}): estimator p99 {plan.predicted_p99_ms:.1f} ms at {plan.rate_qps:.1f} qps; "
@@ -85,8 +92,8 @@ def demo(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, 
 @click.option("--trace", "spec", default=COMPARE_TRACE, show_default=True)
 @click.option("--modes", default="milp+tuner,inferline+tuner,cg-peak,cg-mean", show_default=True)
 @click.option("--report", "report_dir", default="reports/compare-live", show_default=True)
-def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, hop_ms, seed, spec,
-                 modes, report_dir) -> None:
+def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, reserve_cores, replan_s,
+                 hop_ms, seed, spec, modes, report_dir) -> None:
     """Planner modes on the real broker at small scale: cost, attainment, measured vs estimator p99."""
     from loadgen.compare import compare_runs, format_comparison
 
@@ -98,7 +105,8 @@ def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_re
         def runner(mode: str, tuned: bool):
             name = f"{mode}{'+tuner' if tuned else ''}"
             click.echo(f"\n== {name}")
-            opts = LiveOptions(mode, tuned, activation_s, max_replicas, hop_ms, seed)
+            opts = LiveOptions(mode, tuned, activation_s, max_replicas, hop_ms, seed, reserve_cores,
+                               replan_s if tuned else 0.0)
             plan, summary = live_run(pipe, pipeline_file, arrivals, sample, store, Path(report_dir) / name, opts,
                                      f"{pipe.name} {name} {spec}")
             return summary, plan.predicted_p99_ms

@@ -29,7 +29,7 @@ def planner_cmd(pipeline_file, profiles_dir, mode, interval_s, lookback_s, once,
     from planner import milp
     from planner.profiles import ProfileStore, problem_from_pipeline
     from planner.run import run_planner
-    from planner.service import ReplanSettings, Replanner, explain as explain_lines
+    from planner.service import ReplanSettings, Replanner, explain as explain_lines, handoff_record
     from streams.spec import load_pipeline
     from tuner import planfile
     from tuner.envelope import envelope
@@ -52,7 +52,8 @@ def planner_cmd(pipeline_file, profiles_dir, mode, interval_s, lookback_s, once,
             for line in explain_lines(p, runner, measured_p99_ms):
                 click.echo(f"    {line}")
         if handoff and out.changed and out.handoff is not None:
-            planfile.save(planfile.from_handoff(out.handoff), pipe.name, handoff)
+            planfile.save(planfile.from_dict(handoff_record(out.handoff, pipe.name, out.configs[0]["epoch"])),
+                          pipe.name, handoff)
         if once:
             stop.set()
 

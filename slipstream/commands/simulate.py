@@ -34,18 +34,16 @@ def plan_with(mode: str, problem):
                         validate=not mode.startswith("cg-")).plan(problem)
 
 
-def tuner_changes(problem, plan, arrivals_s: np.ndarray, sample_s: np.ndarray, *, tick_s: float,
-                  activation_s: float):
+def tuner_changes(problem, plan, arrivals_s: np.ndarray, *, tick_s: float, activation_s: float):
     """Step the tuner policy over ``arrivals_s`` (seconds) and return the estimator's replica changes."""
     from planner.estimator import ReplicaChange
-    from planner.service import handoff
-    from tuner.envelope import EnvelopeTracker
-    from tuner.policy import StagePlan, TunerConfig, TunerPlan, TunerState, decide, observe, tracker_windows
+    from planner.service import handoff, handoff_record
+    from tuner import planfile
+    from tuner.envelope import EnvelopeTracker, envelope
+    from tuner.policy import TunerConfig, TunerState, decide, observe, tracker_windows
 
-    # the same hand-off the planner service gives the live tuner: windows, mu, replicas, visit ratios
-    h = handoff(problem, plan)
-    stages = tuple(StagePlan(s, h.replicas[s], h.mu_qps[s], h.visit_ratio[s]) for s in h.replicas)
-    tplan = TunerPlan.from_sample(sample_s, h.windows_s, stages)
+    # the record the planner publishes for the live tuner (one conversion for both)
+    tplan = planfile.from_dict(handoff_record(handoff(problem, plan, envelope), problem.name, 0))
     config = TunerConfig(activation_s=activation_s)
     tracker = EnvelopeTracker(tracker_windows(tplan, config))
     state = TunerState.initial(tplan, 0)
@@ -85,7 +83,7 @@ def _run(problem_src, mode: str, trace: str, seed: int, sample_share: float, tun
         notes = (f"the {mode} plan failed its estimator check on the sample: {plan.reason}",)
     else:
         notes = ()
-    changes = (tuner_changes(problem, plan, live, sample, tick_s=tick_s, activation_s=activation_s)
+    changes = (tuner_changes(problem, plan, live, tick_s=tick_s, activation_s=activation_s)
                if tune and mode in TUNED_MODES else [])
     note = (f"planned on the first {100 * sample_share:g}% of the trace ({len(sample)} requests), "
             f"simulated on the rest" if sample_share > 0 else "planned on the whole trace (oracle)")

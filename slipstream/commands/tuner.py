@@ -96,8 +96,8 @@ def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, l
     config = _config(activation_s, max_replicas, rho_mode)
     settings = KafkaSettings.from_env()
     if not dry_run and actuator == "local":
-        _up(pipe, pipeline_file, plan, config, settings, interval_s, lookback_s, metrics_port, None,
-            reserve_cores)
+        _up(pipe, pipeline_file, plan.planned_replicas, None, reserve_cores,
+            _tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_port))
         return
 
     async def main() -> None:
@@ -118,29 +118,33 @@ def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, l
     asyncio.run(main())
 
 
-def _up(pipe, pipeline_file, plan, config, settings, interval_s, lookback_s, metrics_port, log_dir,
-        reserve_cores: float) -> None:
-    from dataclasses import replace
-
+def _up(pipe, pipeline_file, replicas, log_dir, reserve_cores: float, control) -> None:
+    """Run the workers as local processes with ``control(actuator, max_instances)(stop)`` on top."""
     from tuner.supervisor import LocalCapacity, local_supervisor
 
     capacity = LocalCapacity(reserve_cores)
-    supervisor = local_supervisor(pipe, pipeline_file, plan.planned_replicas, capacity,
+    supervisor = local_supervisor(pipe, pipeline_file, replicas, capacity,
                                   log_dir=Path(log_dir) if log_dir else None, loglevel="warn")
-    config = replace(config, max_replicas=min(config.max_replicas, capacity.max_instances))
+    task = control(supervisor.actuator, capacity.max_instances)
 
     async def main() -> None:
         stop = asyncio.Event()
         _stop_on_signals(stop)
-
-        async def tuner(stop_event: asyncio.Event) -> None:
-            await run_tuner(pipe, plan, config, supervisor.actuator, dry_run=False, settings=settings,
-                            interval_s=interval_s, lookback_s=lookback_s, stop=stop_event,
-                            metrics_port=metrics_port, max_instances=capacity.max_instances)
-
-        await supervisor.run(stop, tuner)
+        await supervisor.run(stop, task)
 
     asyncio.run(main())
+
+
+def _tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_port):
+    from dataclasses import replace
+
+    def control(actuator, max_instances):
+        cfg = replace(config, max_replicas=min(config.max_replicas, max_instances))
+        return lambda stop: run_tuner(pipe, plan, cfg, actuator, dry_run=False, settings=settings,
+                                      interval_s=interval_s, lookback_s=lookback_s, stop=stop,
+                                      metrics_port=metrics_port, max_instances=max_instances)
+
+    return control
 
 
 @click.command("up")
@@ -158,13 +162,15 @@ def _up(pipe, pipeline_file, plan, config, settings, interval_s, lookback_s, met
               help="With --profiles: the sample the planner plans for (a trace spec, docs/loadgen.md).")
 @click.option("--mode", type=click.Choice(["milp", "inferline", "loki", "cg-mean", "cg-peak"]), default="milp",
               show_default=True, help="With --profiles: the planner mode.")
+@click.option("--replan-s", default=30.0, show_default=True,
+              help="With --profiles: the planner service re-plans from live arrivals this often (0: never).")
 @click.option("--log-dir", default=".state/workers", show_default=True, help="Worker stdout/stderr logs.")
 def up_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, lookback_s, metrics_port,
-           reserve_cores, plan_file, sample, mu, profiles_dir, trace_spec, mode, log_dir) -> None:
+           reserve_cores, plan_file, sample, mu, profiles_dir, trace_spec, mode, replan_s, log_dir) -> None:
     """Run the pipeline's initial plan as local worker processes, with the tuner on top.
 
-    The plan comes from the planner (--profiles and --trace: plan now and publish the StageConfigs),
-    from a tuner plan file (--plan, e.g. written by `slipstream planner --handoff`), or from a sample
+    The plan comes from the planner (--profiles and --trace: plan now, publish the StageConfigs and
+    keep re-planning every --replan-s with the planner service), from a tuner plan file (--plan, e.g. written by `slipstream planner --handoff`), or from a sample
     trace and per-stage throughputs (--sample, --mu) with the spec's default replicas."""
     pipe = _pipeline(pipeline_file)
     if profiles_dir:
@@ -172,20 +178,24 @@ def up_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, look
             raise click.UsageError("--profiles needs --trace: the sample to plan for")
         from planner.profiles import ProfileStore
         from slipstream.commands.loadgen import _trace
-        from slipstream.live import LiveOptions, plan_and_publish
+        from slipstream.live import LiveOptions, control_plane, plan_and_publish
 
-        opts = LiveOptions(mode=mode, activation_s=activation_s, max_replicas=max_replicas)
-        _, _, plan = plan_and_publish(pipe, ProfileStore(profiles_dir), _trace(trace_spec, 0), opts,
-                                      KafkaSettings.from_env())
-    elif plan_file:
+        settings, store = KafkaSettings.from_env(), ProfileStore(profiles_dir)
+        opts = LiveOptions(mode=mode, activation_s=activation_s, max_replicas=max_replicas,
+                           reserve_cores=reserve_cores, replan_s=replan_s)
+        published = plan_and_publish(pipe, store, _trace(trace_spec, 0), opts, settings)
+        _up(pipe, pipeline_file, published.tuner_plan.planned_replicas, log_dir, reserve_cores,
+            lambda actuator, cap: control_plane(pipe, published, store, opts, settings, actuator, cap))
+        return
+    if plan_file:
         plan = _plan(plan_file, pipe)
     elif sample and mu:
         plan = planfile.plan_for_pipeline(pipe, _read_trace(sample), key_values(mu, float, "--mu", "STAGE=NUMBER"))
     else:
         raise click.UsageError("give --profiles and --trace, or --plan, or --sample and --mu for every stage")
-    config = _config(activation_s, max_replicas, rho_mode)
-    _up(pipe, pipeline_file, plan, config, KafkaSettings.from_env(), interval_s, lookback_s, metrics_port,
-        log_dir, reserve_cores)
+    config, settings = _config(activation_s, max_replicas, rho_mode), KafkaSettings.from_env()
+    _up(pipe, pipeline_file, plan.planned_replicas, log_dir, reserve_cores,
+        _tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_port))
 
 
 def _read_trace(path: str) -> np.ndarray:

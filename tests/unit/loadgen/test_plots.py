@@ -2,7 +2,7 @@
 import numpy as np
 
 from loadgen.cost import ConfigEvent
-from loadgen.plots import write_plots
+from loadgen.plots import scale_events, write_plots
 from loadgen.render import write_report
 from loadgen.report import Envelope, summarize
 
@@ -28,3 +28,15 @@ def test_every_plot_is_a_png(tmp_path):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
     no_env = write_report(summarize(res, slo_ms=100), tmp_path / "report")
     assert "envelope.png" not in {p.name for p in no_env} and len(no_env) == 5
+
+
+def test_scale_events_are_read_from_the_replica_series():
+    res = [{"request_id": f"r-{i}", "status": "done", "reason": "", "created_ns": T0 + i * 100 * MS,
+            "deadline_ns": T0 + i * 100 * MS + 100 * MS, "finished_ns": T0 + i * 100 * MS + 5 * MS,
+            "accuracy": 1.0, "hops": []} for i in range(400)]
+    ev = [ConfigEvent(T0, "a", 1, 0.1), ConfigEvent(T0, "b", 2, 0.2), ConfigEvent(T0 + 12_000 * MS, "a", 2, 0.2),
+          ConfigEvent(T0 + 30_000 * MS, "a", 1, 0.1)]
+    s = summarize(res, slo_ms=100, configs=ev, window_s=1.0)
+    got = scale_events(s)
+    assert [(stage, a, b) for _, stage, a, b in got] == [("a", 1, 2), ("a", 2, 1)]
+    assert [round(t) for t, *_ in got] == [12, 30]

@@ -174,10 +174,10 @@ def test_drop_scales_down_only_after_quiet_period_and_recent_peak_expires(plan):
     assert all(h[1] == plan.planned_replicas for h in held)
     assert all("hold" in h[2].note or h[2].note == "steady" for h in held)
     final = hist[-1][1]
-    # at rho_min (detect's rho, the smaller one) a 25 qps load needs:
-    rho_min = plan.rho_min
+    # at detect's own rho a 25 qps load needs:
+    detect = next(s for s in plan.stages if s.stage == "detect")
     peak = max(h[2].changes[0].live_rate_qps for h in downs)
-    assert final["detect"] == max(1, math.ceil(peak * 1.0 / (30 * rho_min) - 1e-9))
+    assert final["detect"] == max(1, math.ceil(peak * 1.0 / (30 * plan.rho(detect)) - 1e-9))
     assert final["detect"] < 4 and final["classify"] < 3
 
 
@@ -198,9 +198,10 @@ def test_scale_down_waits_for_quiet_period_and_a_scale_up_restarts_it(plan):
             assert all(after[k] >= before[k] for k in after) and after != before, t
         else:
             assert all(after[k] <= before[k] for k in after) and after != before, t
-    rho_min = plan.rho_min  # 20 qps: ceil(20 s_m / (mu_m rho_min))
-    assert state.replicas == {"detect": math.ceil(20 / (30 * rho_min)), "classify": math.ceil(10 / (40 * rho_min))}
-    assert state.replicas == {"detect": 2, "classify": 1}
+    rho = {s.stage: plan.rho(s) for s in plan.stages}  # 20 qps: ceil(20 s_m / (mu_m rho_m))
+    assert state.replicas == {"detect": math.ceil(20 / (30 * rho["detect"])),
+                              "classify": math.ceil(10 / (40 * rho["classify"]))}
+    assert state.replicas == {"detect": 1, "classify": 1}
 
 
 def test_scale_down_never_goes_below_what_the_recent_envelope_asks_for(plan):
@@ -233,3 +234,24 @@ def test_config_rejects_nonsense():
     with pytest.raises(ValueError):
         StagePlan("x", 0, 1.0, 1.0)
 
+
+
+def test_traffic_back_at_the_planned_rate_returns_every_stage_to_its_planned_count(plan):
+    """The planner plans for a rate (the hand-off's planned rate, a peak of the sample): after a burst,
+    traffic back at that rate brings every stage back to its planned count, not just the tightest."""
+    sample = poisson(RATE, 300, seed=10)
+    planned = replace(plan, mean_rate_qps=float(envelope_rate(sample, 5.0)))
+    cfg = TunerConfig(activation_s=2.0)
+    arrivals = np.concatenate([poisson(RATE, 30, seed=1), poisson(3 * RATE, 15, seed=2, start=30),
+                               poisson(RATE, 115, seed=3, start=45)])
+    # the longest window (51.2 s) ending in the last 30 s remembers the burst until ~126 s
+    hist = run_flow(planned, arrivals, 160, cfg)
+    peak = max(max(h[1][s] - r for s, r in planned.planned_replicas.items()) for h in hist)
+    assert peak > 0, "the burst did not scale up"
+    assert hist[-1][1] == planned.planned_replicas
+
+
+def envelope_rate(arrivals_s: np.ndarray, window_s: float) -> float:
+    from tuner.envelope import envelope
+
+    return float(envelope(np.sort(arrivals_s), (window_s,))[0])

@@ -3,6 +3,8 @@
 Records are encoded with the real Avro codec, so a field the schema does not accept fails here."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import asyncio
 
 import numpy as np
@@ -145,14 +147,16 @@ async def test_run_feeds_a_source_and_decides_until_stopped(setup):
 
 
 def test_plan_from_the_planners_handoff_reproduces_its_rho(setup):
-    from types import SimpleNamespace
+    from planner.service import TunerHandoff, handoff_record
 
     _, plan = setup
-    handoff = SimpleNamespace(planned_rate_qps=60.0, windows_s=plan.envelope.windows_s,
-                              sample_rates=plan.envelope.rates_qps, mu_qps={"detect": 20.0, "classify": 30.0},
-                              visit_ratio={"detect": 1.0, "classify": 1.0}, replicas={"detect": 4, "classify": 2},
-                              rho={"detect": 60 / (4 * 20), "classify": 60 / (2 * 30)})
-    got = planfile.from_handoff(handoff)
-    assert {s.stage: got.rho(s) for s in got.stages} == pytest.approx(handoff.rho)
-    with pytest.raises(planfile.PlanFileError):
-        planfile.from_handoff(SimpleNamespace(**{**vars(handoff), "sample_rates": None}))
+    rho = {"detect": 60 / (4 * 20), "classify": 60 / (2 * 30)}
+    handoff = TunerHandoff(60.0, plan.envelope.windows_s, plan.envelope.rates_qps,
+                           {"detect": 20.0, "classify": 30.0}, rho, {"detect": 1.0, "classify": 1.0},
+                           {"detect": 4, "classify": 2})
+    record = handoff_record(handoff, "p", epoch=3)
+    assert codec.decode("TunerHandoff", codec.encode("TunerHandoff", record)) == record  # the wire form
+    got = planfile.from_dict(record)
+    assert {s.stage: got.rho(s) for s in got.stages} == pytest.approx(rho)
+    with pytest.raises(ValueError):
+        handoff_record(replace(handoff, sample_rates=None), "p", epoch=3)
