@@ -160,3 +160,25 @@ def test_plan_from_the_planners_handoff_reproduces_its_rho(setup):
     assert {s.stage: got.rho(s) for s in got.stages} == pytest.approx(rho)
     with pytest.raises(ValueError):
         handoff_record(replace(handoff, sample_rates=None), "p", epoch=3)
+
+
+async def test_a_new_plan_on_the_control_topic_replaces_the_tuners_plan_and_replicas(setup):
+    pipe, plan = setup
+    act = DryRunActuator()
+    clock = Clock()
+    svc = TunerService(pipe, plan, TunerConfig(), act, partitions={"detect": 2, "classify": 4},
+                       settings=ServiceSettings(reorder_s=0.0), clock=clock)
+    doubled = replace(plan, stages=tuple(replace(s, replicas=s.replicas * 2) for s in plan.stages))
+    record = {**planfile.to_dict(doubled, pipe.name), "epoch": 7, "at_ns": 0}
+    record = codec.decode("TunerHandoff", codec.encode("TunerHandoff", record))  # as read from Kafka
+    svc.on_handoff(record)
+    svc.on_handoff({**record, "pipeline": "other", "epoch": 9})  # another pipeline's: ignored
+    clock.ns = 1 * NS_PER_S
+    await svc.tick()
+    assert svc.plan.planned_replicas == {"detect": 4, "classify": 2}
+    assert dict(svc.state.replicas) == {"detect": 4, "classify": 2}
+    assert act.counts == {"detect": 4, "classify": 2}
+    svc.on_handoff({**record, "stages": [{**s, "replicas": 1} for s in record["stages"]]})  # same epoch
+    clock.ns = 2 * NS_PER_S
+    await svc.tick()
+    assert svc.plan.planned_replicas == {"detect": 4, "classify": 2}
