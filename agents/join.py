@@ -3,7 +3,10 @@
 Each fragment carries its share of the request (``fragment``, a fraction) and its fan-out ``path``.
 A request is complete when the shares of its distinct paths add up to 1; duplicates (at-least-once
 redelivery) are recognised by path and ignored. A request still incomplete ``timeout`` after its
-deadline is closed as ``dropped`` with a reason naming the share that is missing.
+deadline is closed as ``dropped`` with a reason naming the share that is missing. Shares adding up to
+more than 1 (fragments of two different fan-outs, e.g. across a variant switch) close the request as
+``error``. A closed request id is remembered for ``remember_closed_ns`` (60 s) after it closed, so a
+fragment of it that arrives late or again is ignored instead of opening a second result.
 
 Combined status: ``error`` if any part erred, else ``dropped`` if any part was dropped, else ``done``.
 The output is JSON: ``{"parts": [{"path": [...], "content_type": ..., "output": ...}]}`` (text
@@ -30,35 +33,64 @@ class _Pending:
 class Joiner:
     timeout_ns: int
     worker: str = "join"
+    remember_closed_ns: int = 60_000_000_000
     _pending: dict[str, _Pending] = field(default_factory=dict)
+    _closed: dict[str, int] = field(default_factory=dict)  # request id -> when it closed
 
     def __len__(self) -> int:
         return len(self._pending)
 
+    def holds(self, request_id: str) -> bool:
+        """Whether ``request_id`` is open here (its fragments are not all in yet)."""
+        return request_id in self._pending
+
     def add(self, frag: Mapping[str, Any], now_ns: int) -> dict | None:
-        """Add one fragment; returns the joined result when its request is complete."""
+        """Add one fragment; returns the joined result when its request is complete (or in error).
+        Raises ValueError, changing nothing, when the fragment's share is not a fraction in (0, 1]."""
         rid = frag["request_id"]
+        share = _share(frag)
+        if rid in self._closed:
+            return None
         p = self._pending.setdefault(rid, _Pending())
         key = tuple(frag.get("path", []))
         if key in p.parts:
             return None
         p.parts[key] = frag
-        p.total += Fraction(frag.get("fragment", "1"))
+        p.total += share
+        if p.total < 1:
+            return None
+        res = self._close(rid, now_ns)
         if p.total > 1:
-            raise ValueError(f"request {rid}: fragments add up to {p.total} > 1 (paths {sorted(p.parts)})")
-        if p.total == 1:
-            del self._pending[rid]
-            return combine(list(p.parts.values()), now_ns, self.worker)
-        return None
+            res["status"] = "error"
+            res["reason"] = "; ".join(x for x in (
+                f"join: fragments add up to {p.total} > 1 (paths {sorted(p.parts)}): parts of different "
+                f"fan-outs", res["reason"]) if x)
+        return res
+
+    def forget(self, request_ids) -> None:
+        """Drop open requests without a result (their fragments' partitions moved to another join)."""
+        for rid in request_ids:
+            self._pending.pop(rid, None)
+
+    def _close(self, rid: str, now_ns: int) -> dict:
+        p = self._pending.pop(rid)
+        self._closed[rid] = now_ns
+        return combine(list(p.parts.values()), now_ns, self.worker)
 
     def expire(self, now_ns: int) -> list[dict]:
-        """Close the requests whose deadline passed more than ``timeout_ns`` ago."""
+        """Close the requests whose deadline passed more than ``timeout_ns`` ago; forget closed ones
+        after ``remember_closed_ns``."""
+        while self._closed:  # in closing order
+            rid, t = next(iter(self._closed.items()))
+            if now_ns <= t + self.remember_closed_ns:
+                break
+            del self._closed[rid]
         out = []
         for rid in [r for r, p in self._pending.items()
                     if now_ns > next(iter(p.parts.values()))["deadline_ns"] + self.timeout_ns]:
-            p = self._pending.pop(rid)
+            p = self._pending[rid]
             missing = 1 - p.total
-            res = combine(list(p.parts.values()), now_ns, self.worker)
+            res = self._close(rid, now_ns)
             res["status"] = "dropped" if res["status"] == "done" else res["status"]
             have = ", ".join("/".join(k) or "(root)" for k in sorted(p.parts))
             res["reason"] = "; ".join(x for x in (
@@ -66,6 +98,17 @@ class Joiner:
                 f"fragment(s): {have})", res["reason"]) if x)
             out.append(res)
         return out
+
+
+def _share(frag: Mapping[str, Any]) -> Fraction:
+    try:
+        share = Fraction(frag.get("fragment", "1"))
+    except (ValueError, ZeroDivisionError) as exc:
+        raise ValueError(f"request {frag['request_id']}: fragment share {frag.get('fragment')!r} is not a "
+                         f"fraction: {exc}") from None
+    if not 0 < share <= 1:
+        raise ValueError(f"request {frag['request_id']}: fragment share {share} is not in (0, 1]")
+    return share
 
 
 def _text(b: bytes) -> str | dict:

@@ -1,15 +1,26 @@
 """The join worker of a fan-out pipeline: fragments from the join topic, whole results to the results
-topic (``agents.join`` does the joining). Run it as ``slipstream worker --pipeline F --stage join``."""
+topic (``agents.join`` does the joining). Run it as ``slipstream worker --pipeline F --stage join``.
+
+Fragments are acked in offset order per partition (``agents.acks``), each once its request is closed
+(joined, in error, timed out, or already closed), so a committed offset never passes a fragment of an
+open request and a restarted join rebuilds its state from Kafka. When partitions are revoked it
+commits what it finished and forgets the open requests of those partitions (fragments are keyed by
+request id, so a request lives on one partition), exactly as the stage worker does. A record that does
+not decode, or a fragment whose share is not a fraction, goes to the dead-letter topic with its
+request id logged; the join keeps running.
+"""
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
 import time
+from typing import Any
 
 import faust
 
 from agents import routing
+from agents.acks import AckTracker
 from agents.join import Joiner
 from agents.metrics import StageMetrics
 from agents.ready import announce_ready
@@ -20,59 +31,130 @@ from streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
 JOIN = "join"
+SWEEP_S = 0.2  # timeouts are points in time, not events: a periodic sweep closes them
+
+
+class JoinWorker:
+    def __init__(self, pipe: Pipeline, kafka: KafkaSettings, joiner: Joiner, metrics: StageMetrics) -> None:
+        self.pipe, self.kafka, self.joiner, self.metrics = pipe, kafka, joiner, metrics
+        self.acks = AckTracker()
+        self.held: dict[str, list[tuple[Any, int]]] = {}  # open request id -> its fragments (tp, offset)
+        self.lock = asyncio.Lock()  # one step at a time: a fragment, a sweep, a revocation
+        self.producer = None
+        self.stream = None
+
+    async def start(self) -> None:
+        self.producer = kclient.producer(self.kafka)
+        await self.producer.start()
+
+    async def stop(self) -> None:
+        if self.producer is not None:
+            await self.producer.stop()
+
+    async def on_event(self, event: Any) -> None:
+        m = event.message
+        async with self.lock:
+            self.acks.read(m.tp, m.offset, event)
+            try:
+                frag = codec.decode("InferenceResult", event.value)
+            except codec.CodecError as exc:
+                await self._dead_letter(event, None, str(exc))
+                await self._ack_done(m.tp, m.offset)
+                return
+            rid = frag["request_id"]
+            self.held.setdefault(rid, []).append((m.tp, m.offset))
+            self.metrics.lab(self.metrics.requests).inc()
+            try:
+                res = self.joiner.add(frag, time.time_ns())
+            except ValueError as exc:  # a share that is not a fraction: the rest of the request may still come
+                await self._dead_letter(event, rid, str(exc))
+                res = None
+            if res is not None:
+                await self._emit(res)
+            await self._release(rid)
+
+    async def sweep(self) -> None:
+        async with self.lock:
+            for res in self.joiner.expire(time.time_ns()):
+                await self._emit(res)
+                await self._release(res["request_id"])
+
+    async def on_revoked(self, revoked: set, commit_offsets) -> None:
+        """Before partitions move: forget their open requests (the new owner re-reads their
+        uncommitted fragments) and commit the finished prefix of each revoked partition."""
+        async with self.lock:
+            moved = [rid for rid, locs in self.held.items() if any(tp in revoked for tp, _ in locs)]
+            self.joiner.forget(moved)
+            for rid in moved:
+                del self.held[rid]
+            offsets = self.acks.committable(revoked)
+            if offsets:
+                await commit_offsets(offsets)
+            self.acks.forget(revoked)
+        log.info("revoked %d partition(s): committed %s; %d open request(s) left to their new owner",
+                 len(revoked), {f"{tp.topic}[{tp.partition}]": o for tp, o in offsets.items()}, len(moved))
+
+    async def _emit(self, res: dict) -> None:
+        await (await kclient.send(self.producer, topics.results(self.pipe.name), "InferenceResult", res,
+                                  key=res["request_id"]))
+        self.metrics.lab(self.metrics.results, status=res["status"]).inc()
+
+    async def _release(self, rid: str) -> None:
+        """Ack a request's fragments once it is no longer open (in offset order, via the tracker)."""
+        if self.joiner.holds(rid):
+            return
+        for tp, offset in self.held.pop(rid, []):
+            await self._ack_done(tp, offset)
+
+    async def _ack_done(self, tp: Any, offset: int) -> None:
+        for event in self.acks.done(tp, offset):
+            await self.stream.ack(event)
+
+    async def _dead_letter(self, event: Any, rid: str | None, error: str) -> None:
+        m = event.message
+        log.error("dead letter %s[%d]@%d (request %s): %s", m.topic, m.partition, m.offset, rid, error)
+        self.metrics.lab(self.metrics.dead_letters).inc()
+        dl = routing.dead_letter(self.pipe, JOIN, event.value, m.topic, m.partition, m.offset, error,
+                                 time.time_ns())
+        await (await kclient.send(self.producer, dl.topic, dl.record, dl.value, key=dl.key))
 
 
 def build_join_app(pipe: Pipeline, kafka: KafkaSettings, timeout_ms: float | None = None,
-                   web_port: int | None = None, metrics_port: int = 0) -> tuple[faust.App, Joiner]:
-    """The join worker: fragments from the join topic, whole results to the results topic."""
+                   web_port: int | None = None, metrics_port: int = 0) -> tuple[faust.App, JoinWorker]:
+    """The join worker's faust app: fragments from the join topic, whole results to the results topic."""
     app = make_app(AppSettings(topics.consumer_group(pipe.name, JOIN), kafka, web_port=web_port))
     metrics = StageMetrics.create(pipe.name, JOIN)
     joiner = Joiner(int((timeout_ms if timeout_ms is not None else pipe.slo_ms) * 1e6),
                     worker=f"join-{os.getpid()}")
-    held: dict[str, list] = {}
-    state = {"producer": None}
+    worker = JoinWorker(pipe, kafka, joiner, metrics)
+    started = asyncio.Event()
     source = app.topic(topics.join(pipe.name), value_serializer="raw", key_serializer="raw")
-
-    async def emit(res: dict, stream) -> None:
-        fut = await kclient.send(state["producer"], topics.results(pipe.name), "InferenceResult", res,
-                                 key=res["request_id"])
-        await fut
-        metrics.lab(metrics.results, status=res["status"]).inc()
-        for ev in held.pop(res["request_id"], []):
-            await stream.ack(ev)
 
     @app.agent(source, concurrency=1, name="join-agent")
     async def join_agent(stream):
-        s = stream.noack()
-        if state["producer"] is None:
-            state["producer"] = kclient.producer(kafka)
-            await state["producer"].start()
-
-        async def expire_loop() -> None:
-            while True:
-                await asyncio.sleep(0.2)  # a periodic sweep: timeouts are points in time, not events
-                for res in joiner.expire(time.time_ns()):
-                    await emit(res, s)
-
-        app.add_future(expire_loop())
+        worker.stream = s = stream.noack()
+        await started.wait()
         async for event in s.events():
-            try:
-                frag = codec.decode("InferenceResult", event.value)
-            except codec.CodecError as exc:
-                m = event.message
-                log.warning("dead letter %s[%d]@%d: %s", m.topic, m.partition, m.offset, exc)
-                metrics.lab(metrics.dead_letters).inc()
-                dl = routing.dead_letter(pipe, JOIN, event.value, m.topic, m.partition, m.offset, str(exc),
-                                         time.time_ns())
-                await (await kclient.send(state["producer"], dl.topic, dl.record, dl.value, key=dl.key))
-                await s.ack(event)
-                continue
-            held.setdefault(frag["request_id"], []).append(event)
-            metrics.lab(metrics.requests).inc()
-            res = joiner.add(frag, time.time_ns())
-            if res is not None:
-                await emit(res, s)
+            await worker.on_event(event)
 
-    announce_ready(JOIN, app, metrics.serve(metrics_port))
-    return app, joiner
+    @app.task
+    async def start_worker() -> None:
+        await worker.start()
+        started.set()
 
+    @app.timer(SWEEP_S)
+    async def sweep() -> None:
+        if started.is_set():
+            await worker.sweep()
+
+    async def on_revoked(sender, revoked, **kwargs) -> None:
+        await worker.on_revoked(set(revoked), app.consumer._commit)  # faust's thread-safe commit
+
+    app.on_partitions_revoked.connect(on_revoked)
+
+    @app.on_before_shutdown.connect
+    async def _stop(sender, **kwargs) -> None:
+        await worker.stop()
+
+    announce_ready(JOIN, app, metrics.serve(metrics_port), started)
+    return app, worker

@@ -1,0 +1,55 @@
+import pytest
+
+from agents.join import Joiner
+
+T = 1_000_000_000  # 1 s in ns
+
+
+def frag(rid: str, share: str, path: list[str], status: str = "done", deadline_ns: int = 10 * T) -> dict:
+    return {"request_id": rid, "pipeline": "p", "status": status, "reason": "", "created_ns": 0,
+            "deadline_ns": deadline_ns, "finished_ns": 1, "content_type": "text/plain", "output": b"x",
+            "hops": [], "accuracy": 1.0, "parts": 1, "fragment": share, "path": path}
+
+
+def test_fragments_join_once_and_duplicates_are_ignored():
+    j = Joiner(timeout_ns=T)
+    assert j.add(frag("r", "1/2", ["a:0/2"]), 2) is None
+    assert j.add(frag("r", "1/2", ["a:0/2"]), 3) is None  # redelivered: same path
+    res = j.add(frag("r", "1/2", ["a:1/2"]), 4)
+    assert res["status"] == "done" and res["parts"] == 2 and not j.holds("r")
+
+
+def test_a_fragment_of_a_closed_request_opens_no_second_result():
+    j = Joiner(timeout_ns=T, remember_closed_ns=5 * T)
+    j.add(frag("r", "1/2", ["a:0/2"]), 0)
+    assert j.add(frag("r", "1/2", ["a:1/2"]), 0) is not None
+    assert j.add(frag("r", "1/2", ["a:1/2"]), 1) is None and not j.holds("r")  # redelivered after close
+    assert j.expire(100 * T) == []  # nothing left open to time out as a second result
+    j.add(frag("r", "1/2", ["a:1/2"]), 101 * T)  # forgotten after remember_closed_ns: opens again
+    assert j.holds("r")
+
+
+def test_shares_over_one_close_the_request_as_error_instead_of_raising():
+    j = Joiner(timeout_ns=T)
+    j.add(frag("r", "1/2", ["a:0/2"]), 0)
+    j.add(frag("r", "1/3", ["a:0/3"]), 0)  # a different fan-out of the same request
+    res = j.add(frag("r", "1/3", ["a:1/3"]), 0)
+    assert res["status"] == "error" and "7/6 > 1" in res["reason"] and not j.holds("r")
+
+
+@pytest.mark.parametrize("share", ["x", "0", "3/2", "1/0"])
+def test_a_share_that_is_no_fraction_in_0_1_raises_and_changes_nothing(share):
+    j = Joiner(timeout_ns=T)
+    with pytest.raises(ValueError, match="request r"):
+        j.add(frag("r", share, ["a:0/2"]), 0)
+    assert not j.holds("r") and j.expire(100 * T) == []
+
+
+def test_incomplete_request_times_out_as_dropped_and_forget_drops_without_result():
+    j = Joiner(timeout_ns=T)
+    j.add(frag("r", "1/2", ["a:0/2"], deadline_ns=T), 0)
+    j.add(frag("s", "1/2", ["a:0/2"], deadline_ns=T), 0)
+    j.forget(["s"])
+    assert j.expire(T + T // 2) == []  # not yet timed out
+    (res,) = j.expire(3 * T)
+    assert res["request_id"] == "r" and res["status"] == "dropped" and "1/2 of the request" in res["reason"]
