@@ -1,8 +1,10 @@
 """Planner modes side by side on one trace: cost and SLO attainment, with cost relative to cg-peak.
 
 ``compare_runs`` takes the mode specs (``MODE`` or ``MODE+tuner``) and a runner that produces each
-mode's :class:`~loadgen.report.Summary` (the CLI's simulated run); a mode that cannot run (not
-implemented yet, infeasible) becomes a row with its error instead of stopping the comparison.
+mode's :class:`~loadgen.report.Summary` (the CLI's simulated run). A mode that does not apply (the
+runner raises :class:`ModeNotApplicable`, e.g. no feasible plan) becomes an "unavailable" row; any
+other exception is a failure: its row says FAILED with the reason, the other modes still run, and the
+commands exit non-zero (:func:`failures`).
 """
 from __future__ import annotations
 
@@ -13,6 +15,11 @@ from typing import Callable, Sequence
 from loadgen.report import Summary
 
 BASELINE = "cg-peak"
+
+
+class ModeNotApplicable(Exception):
+    """This planner mode does not apply to this problem (e.g. it finds no feasible plan): a row, not a
+    failure."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,7 @@ class ComparisonRow:
     cost_vs_baseline: float = math.nan  # cost / cg-peak cost
     predicted_p99_ms: float = math.nan  # the estimator's p99 for the plan (real runs)
     error: str = ""
+    failed: bool = False  # the error is a failure, not ModeNotApplicable
 
     def to_dict(self) -> dict:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in self.__dict__.items()}
@@ -50,8 +58,11 @@ def compare_runs(specs: Sequence[str], runner: Callable[[str, bool], Summary | t
         mode, tuned = parse_mode(spec)
         try:
             out = runner(mode, tuned)
+        except ModeNotApplicable as exc:
+            rows.append(ComparisonRow(spec, mode, tuned, error=str(exc) or "does not apply"))
+            continue
         except Exception as exc:  # noqa: BLE001 - one mode failing must not hide the others
-            rows.append(ComparisonRow(spec, mode, tuned, error=str(exc) or type(exc).__name__))
+            rows.append(ComparisonRow(spec, mode, tuned, error=f"{type(exc).__name__}: {exc}", failed=True))
             continue
         s, predicted = out if isinstance(out, tuple) else (out, None)
         acc = math.nan if s.mean_accuracy is None else s.mean_accuracy
@@ -62,6 +73,11 @@ def compare_runs(specs: Sequence[str], runner: Callable[[str, bool], Summary | t
     if base is not None and base.cost_total_usd > 0:
         rows = [r if r.error else _with_ratio(r, r.cost_total_usd / base.cost_total_usd) for r in rows]
     return rows
+
+
+def failures(rows: Sequence[ComparisonRow]) -> str:
+    """The failed modes and why, one per line ('' when none failed)."""
+    return "\n".join(f"{r.spec}: {r.error}" for r in rows if r.failed)
 
 
 def _with_ratio(row: ComparisonRow, ratio: float) -> ComparisonRow:
@@ -79,7 +95,7 @@ def format_comparison(rows: Sequence[ComparisonRow]) -> str:
     lines = [head]
     for r in rows:
         if r.error:
-            lines.append(f"{r.spec:<18}unavailable: {r.error}")
+            lines.append(f"{r.spec:<18}{'FAILED' if r.failed else 'unavailable'}: {r.error}")
             continue
         ratio = "-" if math.isnan(r.cost_vs_baseline) else f"{r.cost_vs_baseline:.2f}x"
         p99 = "-" if math.isnan(r.p99_ms) else f"{r.p99_ms:.1f}"

@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from loadgen.compare import ModeNotApplicable
 from streams import broker
 from streams.config import KafkaSettings
 
@@ -95,7 +96,7 @@ def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, setting
     problem = local_problem(pipe, store, opts, arrivals_s=sample)
     plan = make_planner(opts.mode).plan(problem)
     if not plan.feasible:
-        raise click.ClickException(f"no feasible {opts.mode} plan: {plan.reason}")
+        raise ModeNotApplicable(f"no feasible {opts.mode} plan: {plan.reason}")
     for sp in plan.stages:
         a = sp.primary
         click.echo(f"plan: {sp.stage}: {a.variant} on {a.hardware}, max batch {a.max_batch}, x{sp.replicas}")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from loadgen.compare import ModeNotApplicable
 from slipstream.live import LiveOptions, ensure_broker, live_run, profile_missing
 from streams import broker
 
@@ -80,6 +81,8 @@ def demo(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, 
                    f"measured p99 {summary.latency.p99_ms:.1f} ms")
         click.echo(f"report and plots in {report_dir}/ (summary.txt, summary.json, *.png); "
                    f"worker logs in {report_dir}/workers/")
+    except ModeNotApplicable as exc:
+        raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:  # Ctrl-C: live_run's finally has stopped workers and tuner
         click.echo("interrupted: shutting down", err=True)
     finally:
@@ -95,7 +98,7 @@ def demo(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, 
 def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, reserve_cores, replan_s,
                  hop_ms, seed, spec, modes, report_dir) -> None:
     """Planner modes on the real broker at small scale: cost, attainment, measured vs estimator p99."""
-    from loadgen.compare import compare_runs, format_comparison
+    from loadgen.compare import compare_runs, failures, format_comparison
 
     started = ensure_broker()
     try:
@@ -113,6 +116,8 @@ def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_re
 
         rows = compare_runs([m.strip() for m in modes.split(",") if m.strip()], runner)
         click.echo("\n" + format_comparison(rows))
+        if failures(rows):
+            raise click.ClickException(f"mode(s) failed:\n{failures(rows)}")
     finally:
         if started:
             broker.down(broker.default_broker(), progress=click.echo)

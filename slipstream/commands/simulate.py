@@ -19,6 +19,7 @@ import click
 from slipstream.options import key_values
 import numpy as np
 
+from loadgen.compare import ModeNotApplicable
 from loadgen.traces import TraceSpecError, load_trace
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "research-data" / "UMass-LIDS+Loki"
@@ -78,7 +79,7 @@ def _run(problem_src, mode: str, trace: str, seed: int, sample_share: float, tun
     problem = problem_src(sample)
     plan = plan_with(mode, problem)
     if not plan.stages:
-        raise click.ClickException(f"{mode}: no plan: {plan.reason}")
+        raise ModeNotApplicable(f"{mode}: no plan: {plan.reason}")
     if not plan.feasible:
         notes = (f"the {mode} plan failed its estimator check on the sample: {plan.reason}",)
     else:
@@ -166,7 +167,10 @@ def simulate(spec, problem_file, preset, data_dir, slo_ms, price, seed, sample_s
     from loadgen.render import format_table, write_report
 
     source = _problem_source(problem_file, preset, data_dir, slo_ms, _prices(price))
-    run, plan = _run(source, mode, spec, seed, sample_share, not no_tuner, tick_s, activation_s)
+    try:
+        run, plan = _run(source, mode, spec, seed, sample_share, not no_tuner, tick_s, activation_s)
+    except ModeNotApplicable as exc:
+        raise click.ClickException(str(exc)) from None
     click.echo(format_table(run.summary))
     if report_dir:
         write_report(run.summary, report_dir)
@@ -181,7 +185,7 @@ def simulate(spec, problem_file, preset, data_dir, slo_ms, price, seed, sample_s
 def compare(spec, problem_file, preset, data_dir, slo_ms, price, seed, sample_share, tick_s, activation_s,
             modes, out_file) -> None:
     """One trace through several planner modes (simulated): cost and SLO attainment side by side."""
-    from loadgen.compare import compare_runs, format_comparison
+    from loadgen.compare import compare_runs, failures, format_comparison
 
     source = _problem_source(problem_file, preset, data_dir, slo_ms, _prices(price))
 
@@ -194,6 +198,8 @@ def compare(spec, problem_file, preset, data_dir, slo_ms, price, seed, sample_sh
     click.echo(format_comparison(rows))
     if out_file:
         Path(out_file).write_text(json.dumps([r.to_dict() for r in rows], indent=1) + "\n")
+    if failures(rows):
+        raise click.ClickException(f"mode(s) failed:\n{failures(rows)}")
 
 
 commands = [simulate, compare]

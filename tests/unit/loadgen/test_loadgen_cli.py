@@ -1,11 +1,12 @@
-"""The CLI commands that need no broker: `loadgen show`, `loadgen report`, `simulate` on a synthetic problem."""
+"""The CLI commands that need no broker: `loadgen show`, `loadgen report`, `simulate` and `compare` on a
+synthetic problem."""
 import json
 
 import numpy as np
 from click.testing import CliRunner
 
 from slipstream.commands.loadgen import loadgen
-from slipstream.commands.simulate import simulate
+from slipstream.commands.simulate import compare, simulate
 
 
 def test_show_prints_stats_and_writes_arrivals(tmp_path):
@@ -33,13 +34,18 @@ def test_report_from_results_jsonl(tmp_path):
     assert (tmp_path / "rep" / "latency.png").stat().st_size > 0
 
 
-def test_simulate_a_problem_file(tmp_path):
-    problem = {"slo_ms": 300, "hardware": {"cpu": {"cost_per_hour": 0.1}},
+def problem_file(tmp_path, slo_ms: float = 300):
+    problem = {"slo_ms": slo_ms, "hardware": {"cpu": {"cost_per_hour": 0.1}},
                "stages": [{"name": "a", "variants": [{"name": "v", "accuracy": 0.9,
                                                       "latency_ms": {"cpu": {"1": 8, "4": 20}}}]}],
                "arrival": {"rate_qps": 50}}
     pf = tmp_path / "p.json"
     pf.write_text(json.dumps(problem))
+    return pf
+
+
+def test_simulate_a_problem_file(tmp_path):
+    pf = problem_file(tmp_path)
     r = CliRunner().invoke(simulate, ["--problem", str(pf), "--trace", "step:rates=50/150,at=40,duration=80",
                                       "--report", str(tmp_path / "sim")])
     assert r.exit_code == 0, r.output
@@ -48,3 +54,20 @@ def test_simulate_a_problem_file(tmp_path):
     assert json.loads((tmp_path / "sim" / "plan.json").read_text())["mode"] == "milp"
     # the tuner reacted to the step from 50 to 150 qps
     assert max(doc["series"]["replicas"]["a"]) > doc["series"]["replicas"]["a"][0]
+
+
+def test_compare_exits_non_zero_when_a_mode_fails_and_says_why(tmp_path):
+    args = ["--problem", str(problem_file(tmp_path)), "--trace", "poisson:rate=50,duration=20"]
+    ok = CliRunner().invoke(compare, [*args, "--modes", "cg-peak,milp"])
+    assert ok.exit_code == 0, ok.output
+    bad = CliRunner().invoke(compare, [*args, "--modes", "cg-peak,nope"])
+    assert bad.exit_code == 1, bad.output
+    assert "nope              FAILED: ValueError: mode: expected one of" in bad.output
+    assert "mode(s) failed:\nnope: ValueError" in bad.output
+
+
+def test_compare_reports_a_mode_without_a_plan_as_unavailable_not_failed(tmp_path):
+    args = ["--problem", str(problem_file(tmp_path, slo_ms=2)), "--trace", "poisson:rate=50,duration=20"]
+    r = CliRunner().invoke(compare, [*args, "--modes", "milp"])
+    assert r.exit_code == 0, r.output
+    assert "milp              unavailable: milp: no plan:" in r.output

@@ -4,7 +4,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadgen.compare import compare_runs, format_comparison, parse_mode
+from loadgen.compare import ModeNotApplicable, compare_runs, failures, format_comparison, parse_mode
 from loadgen.report import summarize
 from loadgen.simulate import config_events, results_from_sim, simulate_run
 from planner.estimator import ReplicaChange
@@ -66,6 +66,8 @@ def test_compare_rows_and_baseline_ratio():
     def runner(mode, tuned):
         if mode == "nope":
             raise ImportError("No module named planner.nope")
+        if mode == "inferline":
+            raise ModeNotApplicable("no feasible inferline plan")
         cost = {"cg-peak": 4.0, "milp": 1.0}[mode]
         res = [{"request_id": "x", "status": "done", "created_ns": 0, "finished_ns": 10**6,
                 "deadline_ns": 10**9}]
@@ -73,13 +75,16 @@ def test_compare_rows_and_baseline_ratio():
         return summarize(res, slo_ms=100, configs=[ConfigEvent(0, "a", 1, cost * 3600 * 1000)],
                          end_ns=10**6, start_ns=0)
 
-    rows = compare_runs(["milp+tuner", "cg-peak", "nope"], runner)
+    rows = compare_runs(["milp+tuner", "cg-peak", "nope", "inferline"], runner)
     assert parse_mode("milp+tuner") == ("milp", True)
     assert rows[0].tuned and rows[0].cost_vs_baseline == pytest.approx(0.25)
     assert rows[1].cost_vs_baseline == pytest.approx(1.0)
-    assert "planner.nope" in rows[2].error
+    assert rows[2].failed and rows[2].error == "ImportError: No module named planner.nope"
+    assert not rows[3].failed and rows[3].error == "no feasible inferline plan"
+    assert failures(rows) == "nope: ImportError: No module named planner.nope"
     table = format_comparison(rows)
-    assert "0.25x" in table and "unavailable" in table
+    assert "0.25x" in table and "nope              FAILED: ImportError" in table
+    assert "inferline         unavailable: no feasible" in table
     with pytest.raises(ValueError):
         parse_mode("milp+oracle")
 
