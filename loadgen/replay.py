@@ -214,8 +214,8 @@ async def _read_control(consumer, out: list[tuple[int, Mapping[str, Any]]], stop
             for rec in records:
                 header = dict(rec.headers or ()).get(kafka.SCHEMA_HEADER, b"").decode()
                 record = header or ("StageConfig" if rec.topic == control_topic else "ScalingAction")
-                if rec.value is None:  # a compaction tombstone
-                    continue
+                if rec.value is None or record not in ("StageConfig", "ScalingAction"):
+                    continue  # a compaction tombstone, or the planner's TunerHandoff
                 try:
                     out.append((rec.timestamp * NS_PER_MS, codec.decode(record, rec.value)))
                 except (codec.CodecError, KeyError) as exc:

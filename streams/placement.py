@@ -37,9 +37,10 @@ def layout(replicas: int, max_instances: int) -> Layout:
 
 
 def cores_left(reserve_cores: float, cpu_count: int | None = None) -> int:
-    """Model threads this host can run without contention: its cores less what the broker, the load
-    generator and the control plane use (``reserve_cores``), at least 1."""
+    """Model threads one stage may run on this host: the cores not wholly taken by what else runs
+    there (``reserve_cores``: the broker, the load generator, the control plane; a fraction of a core
+    is load, not a pinned core), at least 1. 2 cores, 0.5 reserved: 2; 4 cores, 1.5 reserved: 3."""
     n = os.cpu_count() if cpu_count is None else cpu_count
     if reserve_cores < 0:
         raise ValueError(f"reserve_cores must be >= 0, got {reserve_cores}")
-    return max(1, math.floor((n or 1) - reserve_cores + 1e-9))
+    return max(1, math.ceil((n or 1) - reserve_cores - 1e-9))
