@@ -12,9 +12,10 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from loadgen.report import Summary
+from loadgen.report import LATE, Summary
 
 BASELINE = "cg-peak"
+P99_HEAD = f"p99 ms ({LATE})"
 
 
 class ModeNotApplicable(Exception):
@@ -87,7 +88,7 @@ def _with_ratio(row: ComparisonRow, ratio: float) -> ComparisonRow:
 
 
 def format_comparison(rows: Sequence[ComparisonRow]) -> str:
-    head = (f"{'mode':<18}{'$ total':>10}{'$/h':>9}{'vs cg-peak':>11}{'SLO met':>9}{'p99 ms':>9}"
+    head = (f"{'mode':<18}{'$ total':>10}{'$/h':>9}{'vs cg-peak':>11}{'SLO met':>9}{P99_HEAD:>22}"
             f"{'accuracy':>9}{'dropped':>9}")
     predicted = any(not math.isnan(r.predicted_p99_ms) for r in rows)
     if predicted:
@@ -101,7 +102,7 @@ def format_comparison(rows: Sequence[ComparisonRow]) -> str:
         p99 = "-" if math.isnan(r.p99_ms) else f"{r.p99_ms:.1f}"
         acc = "-" if math.isnan(r.mean_accuracy) else f"{r.mean_accuracy:.4f}"
         line = (f"{r.spec:<18}{r.cost_total_usd:>10.4f}{r.cost_mean_per_hour:>9.3f}{ratio:>11}"
-                f"{100 * r.attainment:>8.2f}%{p99:>9}{acc:>9}{r.dropped:>9}")
+                f"{100 * r.attainment:>8.2f}%{p99:>22}{acc:>9}{r.dropped:>9}")
         if predicted:
             line += f"{'-' if math.isnan(r.predicted_p99_ms) else f'{r.predicted_p99_ms:.1f}':>10}"
         lines.append(line)

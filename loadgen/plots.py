@@ -1,8 +1,11 @@
 """PNG plots of a run, drawn from the :class:`~loadgen.report.Summary` alone (matplotlib, Agg backend).
 
 - ``latency.png``  p50/p99 latency per window against the SLO, with SLO attainment per window
+  (requests not done count as infinitely late; a window whose p99 is such a request gets a marker
+  at the top)
 Latency and cost plots mark every scale event (a stage's replicas changing) with a dotted line.
-- ``cdf.png``      latency CDF of done requests, SLO marked
+- ``cdf.png``      end-to-end latency CDF of every request (not done = late: the curve ends below
+  100 %), SLO marked
 - ``cost.png``     replicas per stage and total cost per hour over time
 - ``envelope.png`` live arrival envelope (max rate per window size) against the planned one, if given
 """
@@ -16,7 +19,7 @@ matplotlib.use("Agg")  # no display on servers; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from loadgen.report import Summary  # noqa: E402
+from loadgen.report import LATE, Summary  # noqa: E402
 
 
 def _title(summary: Summary, what: str) -> str:
@@ -52,9 +55,14 @@ def plot_latency(summary: Summary, path: Path) -> Path:
     s = summary.series
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True, height_ratios=(3, 1))
     t = np.asarray(s.t_s)
-    ax.plot(t, s.p99_ms, label="p99", color="tab:red", lw=1.2)
+    p99 = np.asarray(s.p99_ms)
+    ax.plot(t, p99, label=f"p99 ({LATE})", color="tab:red", lw=1.2)
     ax.plot(t, s.p50_ms, label="p50", color="tab:blue", lw=1.0)
     ax.axhline(summary.slo_ms, color="black", ls="--", lw=1, label=f"SLO {summary.slo_ms:g} ms")
+    late = np.isposinf(p99)
+    if late.any():
+        ax.plot(t[late], np.full(late.sum(), ax.get_ylim()[1]), "v", color="tab:red", ms=4, clip_on=False,
+                label="p99 is a request not done")
     ax.set_ylabel("latency (ms)")
     ax.set_title(_title(summary, f"latency per {s.window_s:g} s window"))
     ax.legend(loc="upper right")
@@ -73,8 +81,8 @@ def plot_cdf(summary: Summary, path: Path) -> Path:
     if summary.cdf_ms:
         ax.plot(summary.cdf_ms, np.asarray(summary.cdf_q) * 100, color="tab:blue")
     ax.axvline(summary.slo_ms, color="black", ls="--", lw=1, label=f"SLO {summary.slo_ms:g} ms")
-    ax.set_xlabel("end-to-end latency (ms)")
-    ax.set_ylabel("done requests (%)")
+    ax.set_xlabel(f"end-to-end latency (ms, {LATE})")
+    ax.set_ylabel("requests (%)")
     ax.set_title(_title(summary, f"latency CDF, attainment {100 * summary.attainment:.2f}%"))
     ax.legend(loc="lower right")
     ax.grid(alpha=0.3)

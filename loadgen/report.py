@@ -4,7 +4,12 @@ The same function summarises a Kafka replay and a ``slipstream simulate`` run: b
 with ``request_id, status, reason, created_ns, deadline_ns, finished_ns, hops, accuracy``.
 
 Definitions (docs/loadgen.md repeats them):
-- latency = ``finished_ns - created_ns`` of ``done`` results (one producer-timestamp clock);
+- latency = ``finished_ns - created_ns`` of ``done`` results (one producer-timestamp clock); the
+  end-to-end percentiles (``Summary.latency``, the CDF, the per-window p50/p99) are over every request
+  sent, and a request that did not end ``done`` (dropped, error or missing) counts as infinitely late:
+  the estimator's definition (``planner.results``), so a p99 within the SLO means 99% answered in
+  time. Tables say so with :data:`LATE` in their header. Percentiles are nearest-rank, so infinities
+  stay infinite;
 - a request *attains* the SLO when it is ``done`` by its ``deadline_ns``; attainment divides by every
   request sent, so drops, errors and missing results count as misses;
 - drops are grouped by the reason's text before the first ':' (``deadline: predicted ...`` -> deadline);
@@ -22,12 +27,14 @@ import numpy as np
 
 from loadgen.cost import ConfigEvent, step_values, total_cost_usd
 from loadgen.schedule import LagStats
+from planner.results import nearest_rank
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
 PERCENTILES = (50.0, 95.0, 99.0, 99.9)
 CDF_POINTS = 200
 MAX_SERIES_POINTS = 1200
+LATE = "drops = late"  # the label of every end-to-end percentile: not done counts as infinitely late
 
 
 @dataclass(frozen=True)
@@ -45,8 +52,8 @@ class LatencyStats:
         if len(values_ms) == 0:
             nan = float("nan")
             return cls(0, nan, nan, nan, nan, nan, nan)
-        p = np.percentile(values_ms, PERCENTILES)
-        return cls(len(values_ms), *(float(x) for x in p), float(values_ms.max()), float(values_ms.mean()))
+        p = [nearest_rank(values_ms, q) for q in PERCENTILES]
+        return cls(len(values_ms), *p, float(values_ms.max()), float(values_ms.mean()))
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,7 @@ class Series:
     window_s: float
     t_s: tuple[float, ...]
     sent: tuple[int, ...]  # requests created in the window
-    p50_ms: tuple[float, ...]  # of done requests created in the window (nan when none)
+    p50_ms: tuple[float, ...]  # of the window's requests, not done = inf (nan when none)
     p99_ms: tuple[float, ...]
     attainment: tuple[float, ...]  # of requests created in the window
     cost_per_hour: tuple[float, ...]
@@ -98,7 +105,7 @@ class Summary:
     errors: int
     missing: int
     attainment: float
-    latency: LatencyStats  # done requests
+    latency: LatencyStats  # end to end, every request sent; not done = inf (LATE)
     drops_by_reason: Mapping[str, int]
     errors_by_reason: Mapping[str, int]
     mean_accuracy: float | None
@@ -106,7 +113,7 @@ class Summary:
     cost_total_usd: float
     cost_mean_per_hour: float
     series: Series
-    cdf_ms: tuple[float, ...]  # latency quantiles of done requests at cdf_q
+    cdf_ms: tuple[float, ...]  # end-to-end quantiles at cdf_q, not done = inf (LATE)
     cdf_q: tuple[float, ...]
     envelope: Envelope | None = None
     lag: LagStats | None = None
@@ -144,16 +151,16 @@ def summarize(results: Sequence[Mapping[str, Any]], *, slo_ms: float, pipeline: 
     deadline = np.array([r["deadline_ns"] for r in results], dtype=np.int64)
     is_done = status == "done"
     ok = is_done & (finished <= deadline)
-    lat_ms = (finished - created) / NS_PER_MS
+    lat_ms = np.where(is_done, (finished - created) / NS_PER_MS, np.inf)  # not done: infinitely late
 
     start = int(created.min()) if start_ns is None and n else (start_ns or 0)
     end = int(max(finished.max(), created.max())) if end_ns is None and n else (end_ns or start)
     duration_s = max(end - start, 0) / NS_PER_S
     win = window_s or max(1.0, float(np.ceil(duration_s / MAX_SERIES_POINTS)))
 
-    done_lat = lat_ms[is_done]
+    e2e = np.concatenate([lat_ms, np.full(sent - n, np.inf)])  # missing results are late too
     q = np.linspace(0.0, 1.0, CDF_POINTS)
-    cdf = np.quantile(done_lat, q) if len(done_lat) else np.array([])
+    cdf = np.quantile(e2e, q, method="inverted_cdf") if len(e2e) else np.array([])  # nearest rank
     accs = [float(r.get("accuracy", 1.0)) for r, d in zip(results, is_done) if d]
     cost_total = total_cost_usd(configs, start, end)
     return Summary(
@@ -161,13 +168,13 @@ def summarize(results: Sequence[Mapping[str, Any]], *, slo_ms: float, pipeline: 
         requests=sent, results=n, done=int(is_done.sum()), dropped=int((status == "dropped").sum()),
         errors=int((status == "error").sum()), missing=sent - n,
         attainment=float(ok.sum() / sent) if sent else float("nan"),
-        latency=LatencyStats.of(done_lat),
+        latency=LatencyStats.of(e2e),
         drops_by_reason=_reasons(results, "dropped"), errors_by_reason=_reasons(results, "error"),
         mean_accuracy=float(np.mean(accs)) if accs else None,
         stages=_stage_breakdown(results),
         cost_total_usd=cost_total,
         cost_mean_per_hour=cost_total / (duration_s / 3600.0) if duration_s > 0 else 0.0,
-        series=_series(created, lat_ms, is_done, ok, start, end, win, configs),
+        series=_series(created, lat_ms, ok, start, end, win, configs),
         cdf_ms=tuple(float(x) for x in cdf), cdf_q=tuple(float(x) for x in q) if len(cdf) else (),
         envelope=envelope, lag=lag, duplicates=duplicates, notes=tuple(notes),
     )
@@ -209,14 +216,14 @@ def _stage_breakdown(results: Sequence[Mapping[str, Any]]) -> tuple[StageBreakdo
     )
 
 
-def _series(created: np.ndarray, lat_ms: np.ndarray, is_done: np.ndarray, ok: np.ndarray,
+def _series(created: np.ndarray, lat_ms: np.ndarray, ok: np.ndarray,
             start: int, end: int, window_s: float, configs: Sequence[ConfigEvent]) -> Series:
     win_ns = int(window_s * NS_PER_S)
     nwin = max(int(np.ceil((end - start) / win_ns)), 1) if end > start else 1
     idx = np.clip((created - start) // win_ns, 0, nwin - 1)
     sent = np.bincount(idx, minlength=nwin)
     met = np.bincount(idx, weights=ok.astype(float), minlength=nwin)
-    p50, p99 = _windowed_quantiles(idx[is_done], lat_ms[is_done], nwin, (0.50, 0.99))
+    p50, p99 = _windowed_quantiles(idx, lat_ms, nwin, (0.50, 0.99))
     t_ns = start + np.arange(nwin, dtype=np.int64) * win_ns
     stages = sorted({e.stage for e in configs})
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from loadgen.compare import ModeNotApplicable
+from loadgen.report import LATE
 from slipstream.live import LiveOptions, ensure_broker, live_run, profile_missing
 from streams import broker
 
@@ -78,7 +79,7 @@ def demo(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, 
         plan, summary = live_run(pipe, pipeline_file, arrivals, arrivals[arrivals < (plan_seconds or DEFAULT_PLAN_S)], store,
                                  Path(report_dir), opts, f"demo: {pipe.name}, {mode} + tuner, {spec}")
         click.echo(f"\nplan ({mode}): estimator p99 {plan.predicted_p99_ms:.1f} ms at {plan.rate_qps:.1f} qps; "
-                   f"measured p99 {summary.latency.p99_ms:.1f} ms")
+                   f"measured p99 ({LATE}) {summary.latency.p99_ms:.1f} ms")
         click.echo(f"report and plots in {report_dir}/ (summary.txt, summary.json, *.png); "
                    f"worker logs in {report_dir}/workers/")
     except ModeNotApplicable as exc:

@@ -39,15 +39,17 @@ def known_run():
 def test_percentiles_and_attainment_on_a_known_input():
     s = summarize(known_run(), slo_ms=50, sent=110)
     assert (s.requests, s.results, s.done, s.dropped, s.errors, s.missing) == (110, 106, 100, 5, 1, 4)
-    expected = np.percentile(np.arange(1, 101, dtype=float), [50, 95, 99, 99.9])
-    assert [s.latency.p50_ms, s.latency.p95_ms, s.latency.p99_ms, s.latency.p999_ms] == pytest.approx(expected)
-    assert s.latency.max_ms == 100 and s.latency.p50_ms == pytest.approx(50.5)
+    # end to end over all 110 sent, the 10 not done (dropped, error, missing) infinitely late, nearest rank
+    assert s.latency.count == 110 and s.latency.p50_ms == 55  # the 55th of 110
+    assert s.latency.p95_ms == s.latency.p99_ms == s.latency.max_ms == math.inf  # rank 105 > 100 done
+    assert summarize(known_run()[:100], slo_ms=50).latency.p99_ms == 99  # all done: rank 99 of 100
     # 50 requests finish within 50 ms; drops, errors and missing count as misses
     assert s.attainment == pytest.approx(50 / 110)
     assert s.drops_by_reason == {"deadline": 4, "deadline@b": 1}
     assert s.errors_by_reason == {"model": 1}
     assert s.mean_accuracy == pytest.approx(0.8)
-    assert s.cdf_ms[0] == 1 and s.cdf_ms[-1] == 100 and len(s.cdf_ms) == len(s.cdf_q)
+    assert s.cdf_ms[0] == 1 and s.cdf_ms[-1] == math.inf and len(s.cdf_ms) == len(s.cdf_q)
+    assert max(x for x in s.cdf_ms if x < math.inf) == 100
 
 
 def test_stage_breakdown_splits_queueing_from_service():
@@ -71,6 +73,11 @@ def test_time_series_windows():
     assert s.series.sent[:2] == (100, 100)
     assert s.series.p99_ms[0] == pytest.approx(10) and s.series.p99_ms[1] == pytest.approx(90)
     assert s.series.attainment[0] == 1.0 and s.series.attainment[1] == 0.0
+    # a window where more than 1 % are not done has an infinite p99 (drops = late)
+    res[150] = result(150, 5, "dropped", "deadline: x")
+    res[160] = result(160, 5, "error", "model: x")
+    s = summarize(res, slo_ms=50, window_s=1.0)
+    assert s.series.p99_ms[1] == math.inf and s.series.p50_ms[1] == 90 and s.series.p99_ms[0] == 10
 
 
 def test_long_runs_get_wider_windows():
@@ -118,11 +125,12 @@ def test_summary_renders_as_strict_json_and_text(tmp_path):
     doc = to_jsonable(s)
     text = json.dumps(doc, allow_nan=False)
     assert json.loads(text)["lag"]["kept_up"] is True
-    assert doc["latency"]["p99_ms"] == pytest.approx(s.latency.p99_ms)
+    assert doc["latency"]["p99_ms"] is None and s.latency.p99_ms == math.inf  # strict JSON: no inf
     table = format_table(s)
+    assert "end-to-end (drops = late)       110      55.0      inf      inf" in table
     assert "SLO attainment 45.45%" in table and "deadline 4" in table and "kept up" in table
     files = write_report(s, tmp_path, plots=False)
     assert {f.name for f in files} == {"summary.json", "summary.txt"}
     empty = summarize([], slo_ms=50, sent=3)
-    assert empty.attainment == 0 and math.isnan(empty.latency.p50_ms)
+    assert empty.attainment == 0 and empty.latency.p50_ms == math.inf  # 3 sent, none answered
     json.dumps(to_jsonable(empty), allow_nan=False)
