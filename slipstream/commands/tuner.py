@@ -18,7 +18,8 @@ from streams.spec import Pipeline, SpecError, load_pipeline
 from tuner import planfile
 from tuner.actuators import DryRunActuator
 from tuner.run import run_tuner
-from tuner.k8s import pipeline_configmap, stage_deployment
+from tuner.k8s import pipeline_manifests
+from slipstream.commands.planner_service import MODES
 from tuner.policy import ScaleDecision, TunerConfig, TunerPlan
 from tuner.service import ServiceSettings, TunerService
 
@@ -235,15 +236,14 @@ def tuner_plan_cmd(pipeline_file, sample, mu, replicas, service_time_ms, output)
 @click.option("--image", required=True, help="Container image with slipstream installed.")
 @click.option("--namespace", default="default", show_default=True)
 @click.option("--replicas", multiple=True, help="STAGE=N [default: the spec's].")
-def k8s_manifests_cmd(pipeline_file, image, namespace, replicas) -> None:
-    """Print the ConfigMap and one Deployment per stage (kubectl apply -f -)."""
+@click.option("--planner-mode", type=click.Choice(MODES), default="milp", show_default=True)
+def k8s_manifests_cmd(pipeline_file, image, namespace, replicas, planner_mode) -> None:
+    """Print every process the pipeline needs (kubectl apply -f -): the spec ConfigMap, a Deployment per
+    stage, the join's when the pipeline has one, the planner and the tuner (with its RBAC)."""
     pipe = _pipeline(pipeline_file)
-    reps = key_values(replicas, int, "--replicas", "STAGE=NUMBER")
-    docs = [pipeline_configmap(pipe.name, Path(pipeline_file).read_text(), namespace)]
-    docs += [stage_deployment(pipe.name, s.name, image=image, namespace=namespace,
-                              replicas=reps.get(s.name, s.defaults.replicas),
-                              gpus=1 if pipe.hardware[s.defaults.hardware].kind == "cuda" else 0)
-             for s in pipe.stages]
+    docs = pipeline_manifests(pipe, Path(pipeline_file).read_text(), image=image, namespace=namespace,
+                              replicas=key_values(replicas, int, "--replicas", "STAGE=NUMBER"),
+                              planner_mode=planner_mode)
     click.echo(yaml.safe_dump_all(docs, sort_keys=False), nl=False)
 
 

@@ -11,7 +11,8 @@ import yaml
 
 from streams.procs import worker_argv
 from tuner.actuators import DryRunActuator, LocalProcessActuator
-from tuner.k8s import KubernetesActuator, deployment_name, pipeline_configmap, scale_patch, stage_deployment
+from tuner.k8s import (KubernetesActuator, deployment_name, pipeline_configmap, scale_patch, stage_deployment,
+                       tuner_manifests)
 from tuner.partitions import target_partitions
 from tuner.supervisor import Supervisor
 
@@ -164,6 +165,15 @@ def test_template_file_matches_generated_manifest():
     gen = stage_deployment("p", "s", image="img", replicas=2)
     del gen["metadata"]["namespace"]
     assert filled == gen
+
+
+def test_tuner_template_file_matches_generated_manifests():
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[3] / "deploy/k8s/tuner.yaml").read_text()
+    gen = tuner_manifests("PIPELINE", image="IMAGE")
+    for d in gen:
+        del d["metadata"]["namespace"]
+    assert list(yaml.safe_load_all(text)) == gen
 
 
 def test_scale_patch_and_names():

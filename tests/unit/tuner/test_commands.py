@@ -72,16 +72,52 @@ def test_tuner_needs_a_valid_plan(tmp_path):
     assert r.exit_code == 2 and "missing field" in r.output
 
 
-def test_k8s_manifests_render_configmap_and_a_deployment_per_stage(tmp_path):
+def test_k8s_manifests_render_every_process_of_a_fanout_pipeline_join_included(tmp_path):
     spec, _ = files(tmp_path)
-    r = CliRunner().invoke(k8s_manifests_cmd, ["--pipeline", str(spec), "--image", "img:1", "--replicas", "classify=5"])
+    r = CliRunner().invoke(k8s_manifests_cmd, ["--pipeline", str(spec), "--image", "img:1", "--replicas", "classify=5",
+                                               "--namespace", "ml"])
     assert r.exit_code == 0, r.output
     docs = list(yaml.safe_load_all(r.output))
-    assert [d["kind"] for d in docs] == ["ConfigMap", "Deployment", "Deployment"]
+    deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    # the spec's fan-out edge needs a join: without its Deployment split requests never get a result
+    assert sorted(deployments) == ["slipstream-shop-classify", "slipstream-shop-detect", "slipstream-shop-join",
+                                   "slipstream-shop-planner", "slipstream-shop-tuner"]
+    assert [d["kind"] for d in docs if d["kind"] != "Deployment"] == ["ConfigMap", "ServiceAccount", "Role",
+                                                                      "RoleBinding"]
     assert yaml.safe_load(docs[0]["data"]["pipeline.yaml"])["name"] == "shop"
-    det, cls = docs[1], docs[2]
-    assert det["spec"]["replicas"] == 2 and cls["spec"]["replicas"] == 5
+    assert all(d["metadata"]["namespace"] == "ml" for d in docs)
+    det, cls, join = (deployments[f"slipstream-shop-{r}"] for r in ("detect", "classify", "join"))
+    assert det["spec"]["replicas"] == 2 and cls["spec"]["replicas"] == 5 and join["spec"]["replicas"] == 1
     assert det["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert join["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == ["--stage", "join"]
+    tuner = deployments["slipstream-shop-tuner"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert tuner[:1] == ["tuner"] and tuner[tuner.index("--namespace") + 1] == "ml"
+    assert deployments["slipstream-shop-planner"]["spec"]["template"]["spec"]["containers"][0]["args"][0] == "planner"
+
+
+def test_k8s_manifests_of_a_chain_have_no_join(tmp_path):
+    spec, _ = files(tmp_path)
+    chain = tmp_path / "chain.yaml"
+    chain.write_text(SPEC.replace("fanout: 3.0", "fanout: 1.0"))
+    r = CliRunner().invoke(k8s_manifests_cmd, ["--pipeline", str(chain), "--image", "img:1"])
+    assert r.exit_code == 0, r.output
+    names = [d["metadata"]["name"] for d in yaml.safe_load_all(r.output) if d["kind"] == "Deployment"]
+    assert "slipstream-shop-join" not in names and len(names) == 4
+
+
+def test_k8s_manifests_are_valid_kubernetes_objects(tmp_path):
+    """Against the Kubernetes 1.33 OpenAPI schemas that kubernetes-validate ships (offline), strict:
+    unknown fields fail too."""
+    import kubernetes_validate
+
+    spec, _ = files(tmp_path)
+    r = CliRunner().invoke(k8s_manifests_cmd, ["--pipeline", str(spec), "--image", "img:1"])
+    for doc in yaml.safe_load_all(r.output):
+        kubernetes_validate.validate(doc, "1.33", strict=True)
+    bad = next(d for d in yaml.safe_load_all(r.output) if d["kind"] == "Deployment")
+    bad["spec"]["template"]["spec"]["containers"][0]["argz"] = bad["spec"]["template"]["spec"]["containers"][0]["args"]
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, "1.33", strict=True)
 
 
 def test_bench_reports_ratios_and_activation_of_any_command():
