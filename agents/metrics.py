@@ -24,6 +24,7 @@ class StageMetrics:
     config_rejected: Counter
     queue_depth: Gauge
     instances: Gauge
+    delivery_failures: Counter
 
     @classmethod
     def create(cls, pipeline: str, stage: str) -> "StageMetrics":
@@ -52,6 +53,9 @@ class StageMetrics:
             queue_depth=Gauge("slipstream_queue_depth", "Requests waiting in this worker", L(), registry=reg),
             instances=Gauge("slipstream_instances", "Model instances serving in this worker", L(),
                             registry=reg),
+            delivery_failures=Counter("slipstream_delivery_failures", "Outputs not delivered at first, by what "
+                                      "followed: retried, replaced (error result or dead letter), given-up",
+                                      L("outcome"), registry=reg),
         )
         m._labels = labels
         m._children = {}

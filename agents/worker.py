@@ -27,6 +27,7 @@ from typing import Any
 from agents import routing
 from agents.acks import AckTracker
 from agents.control import ActiveConfig, accept, choose_variant, defaults
+from agents.delivery import Delivery, Sent
 from agents.instances import ExecutorFactory, Fleet, Instance, VariantState, new_instance, warmup_curve
 from agents.metrics import StageMetrics
 from streams.timeline import mark
@@ -83,6 +84,8 @@ class StageWorker:
         mark("model-loaded", instances=len(self.fleet.instances))
         self.producer = kclient.producer(self.kafka)
         await self.producer.start()
+        self.delivery = Delivery(self.producer, self.pipe, self.stage,
+                                 lambda kind: self.metrics.lab(self.metrics.delivery_failures, outcome=kind).inc())
         self.started.set()
 
     async def stop(self) -> None:
@@ -155,9 +158,8 @@ class StageWorker:
                           error: str) -> None:
         log.warning("dead letter %s[%d]@%d: %s", topic, partition, offset, error)
         self.metrics.lab(self.metrics.dead_letters).inc()
-        (fut,) = await self._send([routing.dead_letter(self.pipe, self.stage, data, topic, partition, offset,
-                                                       error, time.time_ns())])
-        await fut
+        dl = routing.dead_letter(self.pipe, self.stage, data, topic, partition, offset, error, time.time_ns())
+        await self.delivery.settle(await self.delivery.send([dl], None))
 
     async def on_revoked(self, revoked: set, commit_offsets) -> None:
         """Before partitions move: forget queued (unprocessed, unacked) items of the revoked ones (Kafka
@@ -253,28 +255,38 @@ class StageWorker:
             log.error("window failed: %r", task.exception(), exc_info=task.exception())
 
     async def _window(self, inst: Instance, window: list[Item], s: batching.BatchSettings) -> None:
-        """Work one window off on ``inst``, free the instance, then await delivery and ack."""
+        """Work one window off on ``inst``, free the instance, then settle its outputs and ack. A
+        window that fails half-way still answers every item (an error result for those without
+        output), so the worker keeps acking and committing."""
+        sent: list[Sent] = []
         try:
-            futures = await self.work_off(inst, self.fleet.variants, window, s)
+            await self.work_off(inst, self.fleet.variants, window, s, sent)
+        except Exception as exc:  # a bug, not a model error (those are error results already)
+            answered = {id(x.item) for x in sent}
+            lost = [it for it in window if id(it) not in answered]
+            log.exception("window of %d failed; error results for %s", len(window),
+                          [it.req["request_id"] for it in lost])
+            for it in lost:
+                sent += await self._send([routing.ended(self.pipe, it.req, "error",
+                                                        f"{self.stage}: internal error: {exc!r}"[:2000],
+                                                        time.time_ns())], it)
         finally:
             inst.release()
             self.queue_changed.set()
-        if futures:
-            await asyncio.gather(*futures)
+        await self.delivery.settle(sent)
         for it in window:
             await self._ack_done(it.tp, it.event.message.offset)
 
     async def work_off(self, inst: Instance, variants: dict[str, VariantState], window: list[Item],
-                       s: batching.BatchSettings) -> list:
-        """Run one window on ``inst``; returns the delivery futures of every output."""
-        futures: list = []
+                       s: batching.BatchSettings, sent: list[Sent]) -> None:
+        """Run one window on ``inst``, adding what it sends to ``sent`` (kept when it fails)."""
         groups: dict[str, list[Item]] = {}
         accuracy = {n: vs.accuracy for n, vs in variants.items()}
         for it in window:
             variant, why = choose_variant(it.req["request_id"], it.req.get("accuracy_floor"), self.config,
                                           accuracy)
             if variant is None:
-                futures += await self._send([routing.ended(self.pipe, it.req, "dropped", why, time.time_ns())])
+                sent += await self._send([routing.ended(self.pipe, it.req, "dropped", why, time.time_ns())], it)
                 self.metrics.lab(self.metrics.drops, reason="accuracy-floor").inc()
                 continue
             groups.setdefault(variant, []).append(it)
@@ -285,14 +297,13 @@ class StageWorker:
                                              [it.req["payload"] for it in items])
             for it, why in zip(items, bad):
                 if why:
-                    futures += await self._send([routing.ended(self.pipe, it.req, "error", f"bad input: {why}",
-                                                               time.time_ns())])
+                    sent += await self._send([routing.ended(self.pipe, it.req, "error", f"bad input: {why}",
+                                                               time.time_ns())], it)
                     self.metrics.lab(self.metrics.results, status="error").inc()
             groups[variant] = [it for it, why in zip(items, bad) if not why]
         for variant, items in groups.items():
             if items:
-                futures += await self._work_variant(inst, variant, variants[variant], items, s)
-        return futures
+                await self._work_variant(inst, variant, variants[variant], items, s, sent)
 
     async def _ack_done(self, tp: Any, offset: int) -> None:
         for event in self.acks.done(tp, offset):
@@ -304,21 +315,19 @@ class StageWorker:
             await asyncio.gather(*list(self._inflight), return_exceptions=True)
 
     async def _work_variant(self, inst: Instance, variant: str, vs: VariantState, pending: list[Item],
-                            s: batching.BatchSettings) -> list:
+                            s: batching.BatchSettings, sent: list[Sent]) -> None:
         predict = vs.predictor.predict_ns
-        futures: list = []
         while pending:
             now = time.time_ns()
             d = batching.decide([it.req["deadline_ns"] for it in pending], now, predict, s)
             for i in d.drop:
                 it = pending[i]
                 reason = batching.drop_reason(it.req["deadline_ns"], now, predict(1))
-                futures += await self._send([routing.ended(self.pipe, it.req, "dropped", reason, now)])
+                sent += await self._send([routing.ended(self.pipe, it.req, "dropped", reason, now)], it)
                 self.metrics.lab(self.metrics.drops, reason="deadline").inc()
             if d.run:
-                futures += await self._run(inst, variant, vs, [pending[i] for i in d.run])
+                sent += await self._run(inst, variant, vs, [pending[i] for i in d.run])
             pending = [pending[i] for i in d.defer]
-        return futures
 
     async def _run(self, inst: Instance, variant: str, vs: VariantState, batch: list[Item]) -> list:
         started = time.time_ns()
@@ -338,22 +347,23 @@ class StageWorker:
         vs.predictor.observe(len(batch), finished - started)
         self.metrics.lab(self.metrics.batch_size, variant=variant).observe(len(batch))
         self.metrics.lab(self.metrics.inference, variant=variant).observe((finished - started) / 1e9)
-        records = []
+        sent: list[Sent] = []
         for k, it in enumerate(batch):
             h = routing.hop(self.stage, variant, len(batch), routing.enqueued_ns(it.req), started,
                             finished, f"{self.worker_id}/{inst.index}")
             if error:
-                records.append(routing.ended(self.pipe, it.req, "error", error, finished, h))
+                sent += await self._send([routing.ended(self.pipe, it.req, "error", error, finished, h)], it)
                 continue
             try:
-                records += routing.forward(self.pipe, self.stage, it.req, outs[k], h, vs.accuracy)
+                records = routing.forward(self.pipe, self.stage, it.req, outs[k], h, vs.accuracy)
             except ValueError as exc:
-                records.append(routing.ended(self.pipe, it.req, "error", str(exc), finished, h))
+                records = [routing.ended(self.pipe, it.req, "error", str(exc), finished, h)]
+            sent += await self._send(records, it)
         self.metrics.lab(self.metrics.results, status="error" if error else "done").inc(len(batch))
-        return await self._send(records)
+        return sent
 
-    async def _send(self, records: list[routing.Out]) -> list:
-        return [await kclient.send(self.producer, r.topic, r.record, r.value, key=r.key) for r in records]
+    async def _send(self, records: list[routing.Out], item: Item) -> list[Sent]:
+        return await self.delivery.send(records, item)
 
 
 def check_all(ex: Executor, payloads: list[bytes]) -> list[str | None]:

@@ -57,3 +57,11 @@ async def topic_partitions(consumer, topic: str) -> list:
     if not parts:
         raise LookupError(f"topic {topic} does not exist: create the pipeline's topics first")
     return [TopicPartition(topic, p) for p in sorted(parts)]
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Will sending again help? Broker-side retriable errors, timeouts and lost connections: yes; a
+    record too large, an unknown topic or an encode error: no."""
+    from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
+
+    return bool(getattr(exc, "retriable", False)) or isinstance(exc, (KafkaTimeoutError, KafkaConnectionError))

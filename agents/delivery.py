@@ -1,0 +1,104 @@
+"""Delivery of a window's outputs: every input ends in Kafka as its output, or as an error result
+naming why the output could not be written, or as a dead letter of the input itself, and the worker
+keeps running either way.
+
+- A transient failure (broker away, leader moving, a timeout) sends the same record again, backing
+  off up to ``max_backoff_s``, until it is in Kafka: nothing is acked before, so nothing is lost.
+- A permanent one (the record too large, an unknown topic, a value the schema refuses) replaces the
+  output by an ``error`` result for the request it belonged to; if even that cannot be written, the
+  input is dead-lettered (its original bytes, topic, partition, offset and the reason).
+Each step is logged with the request id.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from agents import routing
+from streams import kafka as kclient
+from streams.spec import Pipeline
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Sent:
+    out: routing.Out
+    item: Any  # the queued input it answers (``agents.worker.Item``); None for a dead letter of a bad record
+    fut: Any = None  # the producer's delivery future
+    error: BaseException | None = None  # raised before a future existed (encode, record too large)
+
+
+class Delivery:
+    def __init__(self, producer, pipe: Pipeline, stage: str, on_failure=lambda kind: None,
+                 max_backoff_s: float = 5.0) -> None:
+        self.producer, self.pipe, self.stage = producer, pipe, stage
+        self.on_failure = on_failure  # a metric: called with "retried", "replaced" or "given-up"
+        self.max_backoff_s = max_backoff_s
+
+    async def send(self, outs: list[routing.Out], item: Any) -> list[Sent]:
+        return [await self._send_one(o, item) for o in outs]
+
+    async def _send_one(self, out: routing.Out, item: Any) -> Sent:
+        try:
+            fut = await kclient.send(self.producer, out.topic, out.record, out.value, key=out.key)
+            return Sent(out, item, fut)
+        except Exception as exc:  # encode errors and records over the size limit raise here
+            return Sent(out, item, error=exc)
+
+    async def settle(self, sent: list[Sent]) -> None:
+        """Wait until each output, or what replaced it, is in Kafka; never raises."""
+        for s in sent:
+            await self._settle_one(s)
+
+    async def _settle_one(self, s: Sent) -> None:
+        backoff = 0.1
+        while True:
+            exc = s.error
+            if exc is None:
+                try:
+                    await s.fut
+                    return
+                except Exception as e:  # noqa: BLE001 - every failure is handled below
+                    exc = e
+            if kclient.is_transient(exc):
+                log.warning("request %s: %s to %s not delivered (%s): sending again in %.1f s", _rid(s),
+                            s.out.record, s.out.topic, exc, backoff)
+                self.on_failure("retried")
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.max_backoff_s)
+                s = await self._send_one(s.out, s.item)
+                continue
+            nxt = self.replacement(s, exc)
+            if nxt is None:
+                log.error("request %s: cannot deliver %s to %s (%s), nor anything in its place: given up",
+                          _rid(s), s.out.record, s.out.topic, exc)
+                self.on_failure("given-up")
+                return
+            log.error("request %s: cannot deliver %s to %s (%s): sending %s instead", _rid(s), s.out.record,
+                      s.out.topic, exc, nxt.record)
+            self.on_failure("replaced")
+            s = await self._send_one(nxt, s.item)
+
+    def replacement(self, s: Sent, exc: BaseException) -> routing.Out | None:
+        """What goes in place of an output that cannot be written: an error result for its request,
+        then a dead letter of the input, then nothing."""
+        reason = f"{self.stage}: cannot deliver {s.out.record} to {s.out.topic}: {type(exc).__name__}: {exc}"
+        is_error = s.out.record == "InferenceResult" and s.out.value.get("status") == "error"
+        if s.item is not None and s.out.record != "DeadLetter" and not is_error:
+            return routing.ended(self.pipe, s.item.req, "error", reason[:2000], time.time_ns())
+        if s.item is not None and s.out.record != "DeadLetter":
+            m = s.item.event.message
+            return routing.dead_letter(self.pipe, self.stage, s.item.event.value, m.topic, m.partition,
+                                       m.offset, reason[:2000], time.time_ns())
+        return None
+
+
+def _rid(s: Sent) -> str:
+    if s.item is not None:
+        return str(s.item.req.get("request_id"))
+    return str(s.out.value.get("request_id", "-"))
+

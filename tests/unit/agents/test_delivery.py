@@ -1,0 +1,27 @@
+"""What replaces an output that cannot be written: an error result, then a dead letter, then nothing."""
+from types import SimpleNamespace
+
+from agents import routing
+from agents.delivery import Delivery, Sent
+from streams.spec import parse_pipeline
+
+PIPE = parse_pipeline({
+    "name": "p", "slo_ms": 100, "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},
+    "stages": [{"name": "s", "variants": [{"name": "v", "model": "noop", "accuracy": 1.0}]}], "edges": []})
+REQ = {"request_id": "r1", "pipeline": "p", "created_ns": 1, "deadline_ns": 2, "content_type": "x",
+       "payload": b"in", "hops": [], "fragment": "1", "path": [], "accuracy": 1.0}
+ITEM = SimpleNamespace(req=REQ, event=SimpleNamespace(value=b"raw-input", message=SimpleNamespace(
+    topic="t", partition=3, offset=42)))
+
+
+def test_replacement_chain():
+    d = Delivery(None, PIPE, "s")
+    out = routing.ended(PIPE, REQ, "done", "", 5)
+    err = d.replacement(Sent(out, ITEM), ValueError("too large"))
+    assert err.record == "InferenceResult" and err.value["status"] == "error"
+    assert err.value["request_id"] == "r1" and "too large" in err.value["reason"]
+    dl = d.replacement(Sent(err, ITEM), ValueError("still"))
+    assert dl.record == "DeadLetter" and dl.value["original"] == b"raw-input"
+    assert (dl.value["topic"], dl.value["partition"], dl.value["offset"]) == ("t", 3, 42)
+    assert d.replacement(Sent(dl, ITEM), ValueError("broker refuses all")) is None
+    assert d.replacement(Sent(dl, None), ValueError("a bad record's dead letter")) is None
