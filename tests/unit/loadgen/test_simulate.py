@@ -10,8 +10,9 @@ from loadgen.simulate import config_events, results_from_sim, simulate_run
 from planner.estimator import ReplicaChange
 from planner.milp import MilpOptions, solve
 from planner.synthetic import random_problem
+from tests.paths import RESEARCH_DATA
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "research-data" / "UMass-LIDS+Loki"
+DATA = RESEARCH_DATA / "UMass-LIDS+Loki"
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import pytest
 
 from loadgen import workloads as w
 from loadgen.traces import TraceSpecError, load_trace, parse_trace_spec, read_azure_counts
+from tests.paths import RESEARCH_DATA as DATA
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "research-data"
 TWITTER = DATA / "reconfigurable-ml-pipeline+ipa" / "twitter_workload_per_second.tbz2"
 AZURE = DATA / "vhive-serverless+invitro" / "azure2019_top10_invocations.csv"
 

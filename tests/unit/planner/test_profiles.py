@@ -12,8 +12,9 @@ from planner.profiles import (FORMAT_VERSION, BatchPoint, Profile, ProfileError,
                               problem_from_pipeline)
 from streams.executor import Emit, ItemOutput
 from streams.spec import Hardware, Variant, parse_pipeline
+from tests.paths import RESEARCH_DATA
 
-PUBLISHED = Path("/work/shared/research-data/UMass-LIDS+Loki/aggregate_profiled.csv")
+PUBLISHED = RESEARCH_DATA / "UMass-LIDS+Loki" / "aggregate_profiled.csv"
 
 
 class MatmulExecutor:
