@@ -1,6 +1,4 @@
 """Simulated runs feed the same report: estimator output -> result dicts -> Summary, and comparisons."""
-from pathlib import Path
-
 import numpy as np
 import pytest
 

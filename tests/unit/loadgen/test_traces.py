@@ -2,7 +2,6 @@
 when ../shared/research-data is present (skipped cleanly otherwise)."""
 import io
 import tarfile
-from pathlib import Path
 
 import numpy as np
 import pytest
