@@ -48,7 +48,7 @@ def _mark_scale_events(summary: Summary, *axes) -> None:
         top = axes[0]
         top.annotate(f"{stage} {a}\u2192{b}", (t, 1.0), xycoords=("data", "axes fraction"), rotation=90,
                      fontsize="x-small", va="top", ha="right", color="tab:gray",
-                     xytext=(-2, -2 - 40 * (k % 2)), textcoords="offset points")
+                     xytext=(-2 - 9 * (k % 3), -2), textcoords="offset points")
 
 
 def plot_latency(summary: Summary, path: Path) -> Path:

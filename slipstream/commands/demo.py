@@ -21,7 +21,9 @@ from slipstream.live import LiveOptions, ensure_broker, live_run, profile_missin
 from streams import broker
 
 # (trace, seconds before its first step: the sample the planner plans from)
-DEFAULT_TRACE, DEFAULT_PLAN_S = "step:rates=6/18/6,at=45/105,cv2=4,transition=5,duration=180", 45.0
+# the low tail is long enough for the tuner to scale back down: the longest envelope window (the 45 s
+# planning sample) must forget the step, then the 30 s scale-down horizon pass
+DEFAULT_TRACE, DEFAULT_PLAN_S = "step:rates=6/18/6,at=45/105,cv2=4,transition=5,duration=240", 45.0
 COMPARE_TRACE, COMPARE_PLAN_S = "step:rates=6/18/6,at=20/50,cv2=4,transition=5,duration=70", 20.0
 
 common = [
