@@ -5,11 +5,14 @@ keeps the first result of each request id it sent, counts duplicates (and duplic
 which would break "nothing lost, nothing doubled"), and ignores other runs' results.
 It is a plain state holder fed with result dicts (InferenceResult fields); the Kafka loop around it
 only decodes records and calls :meth:`Collector.offer`.
+
+:func:`check_exactly_once` is the after-the-fact check the tests run on every result record read
+back from a topic: missing, duplicate, conflicting and unexpected results, each by request id.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 NEW, DUPLICATE, FOREIGN = "new", "duplicate", "foreign"
 
@@ -71,3 +74,44 @@ class Collector:
     def collected(self) -> list[Mapping[str, Any]]:
         """The first result of every request of this run, in request-id (= schedule) order."""
         return [self.results[rid] for rid in sorted(self.results)]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What a set of results says about "exactly one result per request, nothing lost"."""
+
+    sent: int
+    missing: tuple[str, ...]  # sent, but no result
+    duplicates: tuple[str, ...]  # one entry per result beyond a request's first
+    conflicting: tuple[str, ...]  # requests whose results disagree on status
+    unexpected: tuple[str, ...]  # results of requests that were not sent
+
+    @property
+    def exactly_once(self) -> bool:
+        return not (self.missing or self.duplicates or self.conflicting or self.unexpected)
+
+    def __str__(self) -> str:
+        def few(ids: tuple[str, ...]) -> str:
+            return ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
+        return (f"{self.sent} sent: {len(self.missing)} missing [{few(self.missing)}], {len(self.duplicates)} "
+                f"duplicate [{few(self.duplicates)}], {len(self.conflicting)} conflicting "
+                f"[{few(self.conflicting)}], {len(self.unexpected)} unexpected [{few(self.unexpected)}]")
+
+
+def check_exactly_once(results: Iterable[Mapping[str, Any]], sent: Iterable[str]) -> Delivery:
+    """Check every result record read back (duplicates included) against the request ids sent."""
+    sent = set(sent)
+    first: dict[str, str] = {}  # request id -> status of its first result
+    duplicates, conflicting, unexpected = [], set(), []
+    for r in results:
+        rid, status = r["request_id"], r["status"]
+        if rid not in sent:
+            unexpected.append(rid)
+        elif rid in first:
+            duplicates.append(rid)
+            if first[rid] != status:
+                conflicting.add(rid)
+        else:
+            first[rid] = status
+    return Delivery(len(sent), tuple(sorted(sent - first.keys())), tuple(sorted(duplicates)),
+                    tuple(sorted(conflicting)), tuple(sorted(unexpected)))

@@ -8,11 +8,17 @@
         result = c.call(payload, timeout_s=5)
 
 The client reads the results topic from its end at start-up, so it sees only results of requests
-sent after it started; duplicates (at-least-once redelivery) are counted and ignored.
+sent after it started. It keeps only its own requests' results (those it sent, awaits or
+``expect``s);
+other clients' results on the shared topic are skipped, and so are duplicates (at-least-once
+redelivery), counted in ``duplicates``. A record that does not decode is logged with its
+topic/partition/offset, counted in ``undecodable`` and skipped. If the reader stops for any other
+reason, every waiting ``result()`` raises at once instead of timing out.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 import uuid
@@ -22,6 +28,7 @@ from streams import codec, kafka as kclient, topics
 from streams.config import KafkaSettings
 from streams.spec import Pipeline
 
+log = logging.getLogger(__name__)
 NS_PER_MS = 1_000_000
 
 
@@ -59,9 +66,10 @@ class PipelineClient:
         self._producer = None
         self._consumer = None
         self._reader: asyncio.Task | None = None
-        self._waiters: dict[str, asyncio.Future] = {}
-        self.results: dict[str, dict] = {}
+        self._waiters: dict[str, asyncio.Future] = {}  # own requests without a result yet
+        self.results: dict[str, dict] = {}  # own requests' first results
         self.duplicates = 0
+        self.undecodable = 0
 
     async def __aenter__(self) -> "PipelineClient":
         await self.start()
@@ -81,6 +89,7 @@ class PipelineClient:
         for tp in tps:  # resolve the end offsets now, before any request is sent
             await self._consumer.position(tp)
         self._reader = asyncio.create_task(self._read())
+        self._reader.add_done_callback(self._reader_stopped)
 
     async def stop(self) -> None:
         if self._reader is not None:
@@ -97,6 +106,7 @@ class PipelineClient:
     async def send(self, request: dict, wait: bool = True):
         """Produce a prepared request (see :func:`make_request`); returns the delivery future when
         ``wait`` is False, so open-loop senders can keep going."""
+        self.expect(request["request_id"])
         fut = await kclient.send(self._producer, self.input_topic, "InferenceRequest", request,
                                  key=request["request_id"], timestamp_ns=request["created_ns"])
         if wait:
@@ -105,31 +115,61 @@ class PipelineClient:
 
     async def submit(self, payload: bytes, **kw: Any) -> str:
         req = make_request(self.pipe, payload, **kw)
-        self._waiters.setdefault(req["request_id"], asyncio.get_running_loop().create_future())
         await self.send(req)
         return req["request_id"]
 
     async def result(self, request_id: str, timeout_s: float = 30.0) -> dict:
         if request_id in self.results:
             return self.results[request_id]
-        fut = self._waiters.setdefault(request_id, asyncio.get_running_loop().create_future())
+        fut = self.expect(request_id)
         try:
             return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
         except TimeoutError:
             raise TimeoutError(f"no result for request {request_id} within {timeout_s} s "
                                f"(it may still be in Kafka)") from None
 
+    def expect(self, request_id: str) -> asyncio.Future:
+        """Keep the result of ``request_id`` when it comes (``send`` and ``result`` call this; call it
+        yourself for a request someone else sends before its result can arrive)."""
+        if self._reader is not None and self._reader.done():
+            raise RuntimeError("the results reader has stopped") from _reader_error(self._reader)
+        return self._waiters.setdefault(request_id, asyncio.get_running_loop().create_future())
+
     async def _read(self) -> None:
         async for msg in self._consumer:
-            res = codec.decode("InferenceResult", msg.value)
-            rid = res["request_id"]
-            if rid in self.results:
-                self.duplicates += 1
+            try:
+                res = codec.decode("InferenceResult", msg.value)
+            except codec.CodecError as exc:
+                self.undecodable += 1
+                log.warning("undecodable record on %s[%d]@%d skipped: %s", msg.topic, msg.partition,
+                            msg.offset, exc)
                 continue
-            self.results[rid] = res
-            fut = self._waiters.pop(rid, None)
-            if fut is not None and not fut.done():
-                fut.set_result(res)
+            self.offer(res)
+
+    def offer(self, res: dict) -> None:
+        """Take one decoded result: keep it if it answers one of this client's requests."""
+        rid = res["request_id"]
+        if rid in self.results:
+            self.duplicates += 1
+            return
+        fut = self._waiters.pop(rid, None)
+        if fut is None:
+            return  # another client's request
+        self.results[rid] = res
+        if not fut.done():
+            fut.set_result(res)
+
+    def _reader_stopped(self, task: asyncio.Task) -> None:
+        if task.cancelled():
+            return
+        exc = RuntimeError(f"the results reader stopped: {_reader_error(task)!r}")
+        for fut in self._waiters.values():
+            if not fut.done():
+                fut.set_exception(exc)
+
+
+def _reader_error(task: asyncio.Task) -> BaseException | None:
+    return None if task.cancelled() else task.exception()
 
 
 class SyncClient:

@@ -1,9 +1,12 @@
-"""Reading topics back in the integration tests."""
+"""Reading topics back in the integration tests, and the exactly-once check every results test runs."""
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import Iterable
 
-from streams import kafka as kclient
+from loadgen.collect import Delivery, check_exactly_once
+from streams import codec, kafka as kclient, topics
 
 
 async def drain(settings, topic: str, n: int, timeout_s: float = 30.0) -> list:
@@ -19,3 +22,51 @@ async def drain(settings, topic: str, n: int, timeout_s: float = 30.0) -> list:
     finally:
         await cons.stop()
     return got
+
+
+async def read_topic(kafka, topic: str, min_count: int, record: str = "InferenceResult",
+                     idle_s: float = 2.0, give_up_s: float = 60.0, short_ok: bool = False) -> list[dict]:
+    """Every record of ``topic``, decoded: at least ``min_count``, then until it is quiet for
+    ``idle_s`` (so late duplicates are read too). Still short of ``min_count`` after ``give_up_s`` of
+    quiet: TimeoutError, or what there is if ``short_ok``."""
+    cons = kclient.consumer(kafka, topic, group_id=None)
+    await cons.start()
+    out = []
+    try:
+        quiet_since = time.monotonic()
+        while len(out) < min_count or time.monotonic() - quiet_since < idle_s:
+            batch = await cons.getmany(timeout_ms=300)
+            got = [codec.decode(record, m.value) for ms in batch.values() for m in ms]
+            if got:
+                out += got
+                quiet_since = time.monotonic()
+            elif len(out) < min_count and time.monotonic() - quiet_since > give_up_s:
+                if short_ok:
+                    break
+                raise TimeoutError(f"{topic}: {len(out)} of {min_count} records")
+    finally:
+        await cons.stop()
+    return out
+
+
+async def assert_exactly_once(kafka, pipeline: str, sent: Iterable[str]) -> list[dict]:
+    """Read the pipeline's whole results topic back and assert one result per request sent: none
+    missing, none duplicated, none foreign. Returns the records read."""
+    sent = list(sent)
+    raw = await read_topic(kafka, topics.results(pipeline), min_count=len(sent), short_ok=True)
+    delivery: Delivery = check_exactly_once(raw, sent)
+    assert delivery.exactly_once, str(delivery)
+    return raw
+
+
+async def committed_offsets(kafka, group: str, topic: str) -> dict[int, int | None]:
+    """Per partition of ``topic``: (the group's committed offset or None, the end offset)."""
+    cons = kclient.consumer(kafka, group_id=group, enable_auto_commit=False)
+    await cons.start()
+    try:
+        tps = await kclient.topic_partitions(cons, topic)
+        cons.assign(tps)
+        ends = await cons.end_offsets(tps)
+        return {tp.partition: (await cons.committed(tp), ends[tp]) for tp in tps}
+    finally:
+        await cons.stop()

@@ -1,6 +1,7 @@
-"""The data plane against the real broker, with real worker processes: exactly-once results after
-dedupe, hop timings that add up, a mid-stream variant switch, early drops under overload, and dead
-letters that do not stop good records."""
+"""The data plane against the real broker, with real worker processes: exactly one result per
+request on the results topic (none missing, none duplicated), hop timings that add up, a mid-stream
+variant switch, early drops under overload, dead letters that do not stop good records, a bad
+fragment that does not stop the join, and a bad result record that does not stop the client."""
 from __future__ import annotations
 
 import asyncio
@@ -9,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.collect import check_exactly_once
 from streams import admin, codec, kafka as kclient, topics
 from streams.client import PipelineClient, make_request
 from streams.spec import load_pipeline
 
+from .helpers import assert_exactly_once, committed_offsets, read_topic
 from .workers import Workers, unique_pipeline
 
 HERE = Path(__file__).parent
@@ -76,32 +79,13 @@ async def test_fanout_pipeline_delivers_every_request_once_with_hops_adding_up(k
         assert r["hops"][-1]["finished_ns"] == r["finished_ns"]
         assert chain_sum_ns(r) == r["finished_ns"] - r["created_ns"]
     assert any(r["parts"] > 1 for r in results.values())  # the fan-out did happen
-    # exactly once after dedupe: re-read the whole results topic and count
-    raw = await read_topic(kafka, topics.results(pipe.name), min_count=len(ids))
-    seen = {}
-    for v in raw:
-        seen[v["request_id"]] = seen.get(v["request_id"], 0) + 1
-    assert set(seen) == set(ids)
-
-
-async def read_topic(kafka, topic: str, min_count: int, record: str = "InferenceResult",
-                     idle_s: float = 2.0) -> list[dict]:
-    cons = kclient.consumer(kafka, topic, group_id=None)
-    await cons.start()
-    out = []
-    try:
-        quiet_since = time.monotonic()
-        while len(out) < min_count or time.monotonic() - quiet_since < idle_s:
-            batch = await cons.getmany(timeout_ms=300)
-            got = [codec.decode(record, m.value) for ms in batch.values() for m in ms]
-            if got:
-                out += got
-                quiet_since = time.monotonic()
-            elif len(out) < min_count and time.monotonic() - quiet_since > 60:
-                raise TimeoutError(f"{topic}: {len(out)} of {min_count} records")
-    finally:
-        await cons.stop()
-    return out
+    assert client.duplicates == 0 and client.undecodable == 0
+    raw = await assert_exactly_once(kafka, pipe.name, ids)  # the whole results topic, read back
+    # the check notices: this real run's results with one duplicated and one removed
+    doctored = raw[1:] + [raw[-1]]
+    d = check_exactly_once(doctored, ids)
+    assert (d.missing, d.duplicates, d.conflicting, d.unexpected) == (
+        (raw[0]["request_id"],), (raw[-1]["request_id"],), (), ())
 
 
 async def publish_config(kafka, pipe, stage: str, **fields) -> None:
@@ -145,9 +129,7 @@ async def test_variant_switch_mid_stream_loses_and_duplicates_nothing(kafka, pip
     assert all(r["status"] == "done" for r in results.values())
     variants = [classify_variants(results[i]) for i in third]
     assert all(v == {"big"} for v in variants if v), variants  # the rejected configs changed nothing
-    # raw topic: each request exactly once
-    raw = await read_topic(kafka, topics.results(pipe.name), min_count=len(ids))
-    assert sorted(v["request_id"] for v in raw) == sorted(ids)
+    await assert_exactly_once(kafka, pipe.name, ids)
 
 
 async def test_overload_drops_doomed_requests_with_a_reason_instead_of_late(kafka, unique, tmp_path):
@@ -171,6 +153,7 @@ async def test_overload_drops_doomed_requests_with_a_reason_instead_of_late(kafk
             results = await collect(client, ids, timeout_s=120)
     finally:
         workers.stop()
+    await assert_exactly_once(kafka, pipe.name, ids)
     statuses = [r["status"] for r in results.values()]
     dropped = [r for r in results.values() if r["status"] == "dropped"]
     assert set(results) == set(ids) and "error" not in statuses
@@ -198,8 +181,78 @@ async def test_garbage_goes_to_dead_letters_while_good_records_flow(kafka, pipel
         after = await send_all(client, pipe, 10)
         results = await collect(client, before + after)
     assert all(r["status"] == "done" for r in results.values())
+    await assert_exactly_once(kafka, pipe.name, before + after)
     dead = await read_topic(kafka, topics.dead_letters(pipe.name), min_count=2, record="DeadLetter")
-    assert len(dead) == 2
-    assert dead[0]["original"] == b"this is not avro" and dead[0]["topic"] == src
-    assert "single-object header" in dead[0]["error"] and dead[0]["stage"] == "pre"
-    assert dead[1]["error"]  # a record of another type is named as undecodable, not swallowed
+    assert len(dead) == 2  # on different partitions (different keys): in no particular order
+    (junk,) = [d for d in dead if d["original"] == b"this is not avro"]
+    (other,) = [d for d in dead if d is not junk]
+    assert junk["topic"] == src and "single-object header" in junk["error"] and junk["stage"] == "pre"
+    assert other["error"] and other["stage"] == "pre"  # a record of another type is named, not swallowed
+
+
+def fragment(pipe, rid: str, share: str, path: list[str]) -> dict:
+    now = time.time_ns()
+    return {"request_id": rid, "pipeline": pipe.name, "status": "done", "reason": "", "created_ns": now,
+            "deadline_ns": now + 10**9 * 60, "finished_ns": now, "content_type": "text/plain",
+            "output": b"x", "hops": [], "accuracy": 1.0, "parts": 1, "fragment": share, "path": path}
+
+
+async def test_bad_fragments_at_the_join_end_as_dead_letters_or_errors_and_the_join_keeps_committing(
+        kafka, pipeline):
+    pipe, workers = pipeline
+    join_topic = topics.join(pipe.name)
+    async with PipelineClient(pipe, kafka) as client:
+        prod = kclient.producer(kafka)
+        await prod.start()
+        try:
+            await (await prod.send(join_topic, b"not a fragment", key=b"junk"))
+            for rec in (fragment(pipe, "bad-share", "one half", ["d:0/2"]),  # not a fraction
+                        fragment(pipe, "over", "2/3", ["d:0/3"]),  # two fan-outs of one request
+                        fragment(pipe, "over", "2/3", ["d:1/3"])):
+                await (await kclient.send(prod, join_topic, "InferenceResult", rec, key=rec["request_id"]))
+        finally:
+            await prod.stop()
+        over = await client.result("over", 60)
+        ids = await send_all(client, pipe, 30)  # the join still joins
+        results = await collect(client, ids)
+    assert over["status"] == "error" and "4/3 > 1" in over["reason"], over
+    assert all(r["status"] == "done" for r in results.values())
+    assert any(r["parts"] > 1 for r in results.values())
+    await assert_exactly_once(kafka, pipe.name, ids + ["over"])  # none for "bad-share"
+    dead = await read_topic(kafka, topics.dead_letters(pipe.name), min_count=2, record="DeadLetter")
+    assert sorted(d["stage"] for d in dead) == ["join", "join"]
+    assert {d["original"] for d in dead} >= {b"not a fragment"}
+    assert any("request bad-share" in d["error"] and "not a fraction" in d["error"] for d in dead), dead
+    # and it commits: every fragment on the join topic is acked and committed, bad ones included
+    group = topics.consumer_group(pipe.name, "join")
+    async with asyncio.timeout(30):
+        while True:
+            offsets = await committed_offsets(kafka, group, join_topic)
+            if all(c == end for c, end in offsets.values()):
+                break
+            await asyncio.sleep(0.5)  # faust commits on its own timer: poll the broker
+
+
+async def test_client_skips_an_undecodable_result_record_and_other_clients_results(kafka, pipeline):
+    pipe, workers = pipeline
+    res_topic = topics.results(pipe.name)
+    (parts,) = (await admin.partition_counts(kafka, [res_topic])).values()
+    async with PipelineClient(pipe, kafka) as client:
+        probes = [client.expect(f"probe-{p}") for p in range(parts)]
+        prod = kclient.producer(kafka)
+        await prod.start()
+        try:  # per partition: garbage, another client's result, then a result this client waits for
+            for p in range(parts):
+                await (await prod.send(res_topic, b"garbage", partition=p))
+                for rid in (f"someone-elses-{p}", f"probe-{p}"):
+                    await (await prod.send(res_topic, codec.encode("InferenceResult", fragment(pipe, rid, "1", [])),
+                                           key=rid.encode(), partition=p))
+        finally:
+            await prod.stop()
+        async with asyncio.timeout(30):  # each probe comes after its partition's garbage
+            assert all(r["status"] == "done" for r in await asyncio.gather(*probes))
+        assert client.undecodable == parts
+        ids = await send_all(client, pipe, 10)
+        results = await collect(client, ids)
+        assert set(client.results) == set(ids) | {f"probe-{p}" for p in range(parts)}  # only its own
+    assert all(r["status"] == "done" for r in results.values())

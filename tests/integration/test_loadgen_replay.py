@@ -14,6 +14,7 @@ from loadgen.traces import load_trace
 from streams import admin, kafka as kclient, topics
 from streams.spec import load_pipeline
 
+from .helpers import assert_exactly_once
 from .workers import Workers
 
 pytestmark = pytest.mark.broker
@@ -61,6 +62,8 @@ async def test_replay_collects_every_request_once_with_lag_and_cost(kafka, relay
                        ReplayOptions(run_id="itest", drain_s=30.0))
     c = out.collector
     assert len(c.sent) == len(schedule) and c.complete and c.missing() == []
+    assert (c.duplicates, c.conflicting_duplicates) == (0, 0)
+    await assert_exactly_once(kafka, pipe.name, c.sent)  # the results topic itself, read back
     assert all(r["status"] == "done" for r in c.collected())
     # open loop: actual sends follow the schedule (not one result at a time)
     lag_ms = (out.actual_ns - out.scheduled_ns) / 1e6

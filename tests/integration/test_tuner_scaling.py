@@ -20,6 +20,8 @@ from tuner.envelope import doubling_windows
 from tuner.policy import StagePlan, TunerConfig, TunerPlan
 from tuner.run import run_tuner
 
+from .helpers import assert_exactly_once
+
 
 def step_pipeline(name: str, folder: Path) -> Path:
     doc = {"name": name, "slo_ms": 20000,
@@ -99,5 +101,6 @@ async def test_rate_step_scales_bottleneck_up_fast_and_down_after_quiet(kafka, u
         await asyncio.to_thread(actuator.close)
     # nothing lost: every request ended on the results topic, exactly once, none in error
     assert set(results) == set(ids)
+    await assert_exactly_once(kafka, pipe.name, ids)
     assert all(r["status"] in ("done", "dropped") for r in results.values())
     assert sum(r["status"] == "done" for r in results.values()) >= 0.9 * len(ids)

@@ -1,5 +1,5 @@
 """The result collector: first result wins, duplicates and other runs are counted, not double-counted."""
-from loadgen.collect import DUPLICATE, FOREIGN, NEW, Collector
+from loadgen.collect import DUPLICATE, FOREIGN, NEW, Collector, check_exactly_once
 
 
 def res(rid, status="done"):
@@ -33,3 +33,35 @@ def test_result_before_send_is_recorded():
     c.expect("r-00000003")  # recorded twice: still one request
     c.finish_sending()
     assert c.complete and len(c.sent) == 1
+
+
+def captured_run():
+    import json
+    from pathlib import Path
+    doc = json.loads((Path(__file__).parent / "data" / "fanout3_results.json").read_text())
+    return doc["results"], doc["sent"]
+
+
+def test_a_real_run_is_exactly_once():
+    results, sent = captured_run()
+    d = check_exactly_once(results, sent)
+    assert d.exactly_once and d.sent == 40 and any(r["parts"] > 1 for r in results)  # joined ones too
+
+
+def test_the_check_notices_a_duplicate_and_a_lost_result_in_a_real_run():
+    results, sent = captured_run()
+    dup, lost = results[7], results[12]
+    doctored = [r for r in results if r is not lost] + [dup]
+    d = check_exactly_once(doctored, sent)
+    assert not d.exactly_once
+    assert (d.missing, d.duplicates, d.conflicting, d.unexpected) == (
+        (lost["request_id"],), (dup["request_id"],), (), ())
+    assert "1 missing" in str(d) and "1 duplicate" in str(d)
+
+
+def test_the_check_names_conflicting_and_unexpected_results():
+    results, sent = captured_run()
+    other = dict(results[3], status="dropped")
+    d = check_exactly_once(results + [other, res("stranger")], sent)
+    assert d.duplicates == (other["request_id"],) and d.conflicting == (other["request_id"],)
+    assert d.unexpected == ("stranger",) and d.missing == ()
