@@ -2,7 +2,12 @@
 
 1. added latency per hop of a 3-stage no-op pipeline (stage workers) against a plain aiokafka
    consume -> produce relay chain of the same length (``agents.bench_relay``), p50/p99, same open-loop
-   request stream (Poisson, fixed seed);
+   request stream (Poisson, fixed seed). Measured per hop, not divided: a hop is from the moment the
+   previous hop produced (the client's send for the first) to the moment this one produces, i.e. one
+   Kafka transit plus the worker's time; stage workers report these in their ``HopTiming``s
+   (``enqueued_ns`` -> ``finished_ns``), relays stamp their produce time in a header. The path has 4
+   transits: the 4th, from the last hop to the client's consumer, is reported on its own
+   (``delivery``), as is the end-to-end time;
 2. msgs/s of one no-op stage worker against one relay, draining the same backlog;
 3. the executor's throughput against onnxruntime called directly (``agents.bench_executor``).
 
@@ -12,6 +17,7 @@ own overhead: decode, queue, batch decision, hop record, encode, produce, delive
 from __future__ import annotations
 
 import asyncio
+import re
 import statistics
 import sys
 import tempfile
@@ -23,14 +29,13 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from agents.bench_relay import RELAY_HEADER
 from streams import admin, codec, kafka as kclient, topics
 from streams.client import make_request
 from streams.config import KafkaSettings
 from streams.procs import ReadyProcess, worker_argv
 from streams.spec import load_pipeline
 from streams.topics import TopicSpec
-
-import re
 
 RELAY_READY = re.compile(r"relay ready")
 
@@ -51,14 +56,38 @@ def noop_pipeline(name: str, stages: int, folder: Path, partitions: int = 1) -> 
 
 @dataclass(frozen=True)
 class LatencyFigures:
-    p50_ms: float
-    p99_ms: float
-    n: int
+    hop_ms: np.ndarray  # every hop of every request: previous produce -> this produce
+    delivery_ms: np.ndarray  # last produce -> receipt by the client's consumer
+    e2e_ms: np.ndarray  # creation -> receipt
+
+    @property
+    def n(self) -> int:
+        return len(self.e2e_ms)
+
+
+def stage_hop_ends(msg) -> tuple[str, int, list[int]]:
+    """(request id, created, each hop's produce time) of a result: its HopTimings' finishes."""
+    res = codec.decode("InferenceResult", msg.value)
+    return res["request_id"], res["created_ns"], [h["finished_ns"] for h in res["hops"]]
+
+
+def relay_hop_ends(msg) -> tuple[str, int, list[int]]:
+    """The same for a request relayed by ``agents.bench_relay``: the produce times in its headers."""
+    req = codec.decode("InferenceRequest", msg.value)
+    ends = [int(v) for k, v in (msg.headers or ()) if k == RELAY_HEADER]
+    return req["request_id"], req["created_ns"], ends
+
+
+def split_hops(created_ns: int, ends: list[int], received_ns: int) -> tuple[list[int], int, int]:
+    """(each hop's time, the delivery transit, end to end) in ns: hop k runs from the previous
+    produce (the client's send for the first) to hop k's produce."""
+    return np.diff([created_ns, *ends]).tolist(), received_ns - ends[-1], received_ns - created_ns
 
 
 async def _open_loop(settings: KafkaSettings, pipe, src_topic: str, out_topic: str, n: int,
-                     rate_qps: float, seed: int, record: str) -> LatencyFigures:
-    """Send n requests at Poisson times to src_topic; latency = receipt on out_topic - creation."""
+                     rate_qps: float, seed: int, hop_ends) -> LatencyFigures:
+    """Send n requests at Poisson times to src_topic; per request read back from out_topic the hops'
+    produce times (``hop_ends``) and the receipt time."""
     rng = np.random.default_rng(seed)
     offsets = np.cumsum(rng.exponential(1.0 / rate_qps, n))
     cons = kclient.consumer(settings, out_topic, group_id=None, auto_offset_reset="latest")
@@ -67,17 +96,23 @@ async def _open_loop(settings: KafkaSettings, pipe, src_topic: str, out_topic: s
     prod = kclient.producer(settings)
     await prod.start()
     created: dict[str, int] = {}
-    latencies: list[float] = []
+    hops: list[int] = []
+    delivery: list[int] = []
+    e2e: list[int] = []
 
     async def receive() -> None:
-        while len(latencies) < n:
+        while len(e2e) < n:
             batch = await cons.getmany(timeout_ms=200)
             now = time.time_ns()
             for ms in batch.values():
                 for m in ms:
-                    rid = codec.decode(record, m.value)["request_id"]
-                    if rid in created:
-                        latencies.append((now - created.pop(rid)) / 1e6)
+                    rid, t0_ns, ends = hop_ends(m)
+                    if created.pop(rid, None) is None:
+                        continue
+                    h, d, e = split_hops(t0_ns, ends, now)
+                    hops.extend(h)
+                    delivery.append(d)
+                    e2e.append(e)
 
     reader = asyncio.create_task(receive())
     t0 = time.monotonic()
@@ -94,8 +129,8 @@ async def _open_loop(settings: KafkaSettings, pipe, src_topic: str, out_topic: s
     await asyncio.wait_for(reader, 120)
     await prod.stop()
     await cons.stop()
-    a = np.array(latencies)
-    return LatencyFigures(float(np.percentile(a, 50)), float(np.percentile(a, 99)), len(a))
+    ms = lambda xs: np.asarray(xs, dtype=float) / 1e6  # noqa: E731
+    return LatencyFigures(ms(hops), ms(delivery), ms(e2e))
 
 
 async def _fill(settings: KafkaSettings, pipe, topic: str, n: int) -> None:
@@ -160,19 +195,16 @@ def run(settings: KafkaSettings, n_latency: int = 400, rate_qps: float = 100.0, 
                 progress(f"latency round {r + 1}/{repeats}: {n_latency} requests at {rate_qps:g}/s")
                 res_w.append(asyncio.run(_open_loop(settings, pipe, topics.stage_input(pipe.name, "s0"),
                                                     topics.results(pipe.name), n_latency, rate_qps,
-                                                    seed + r, "InferenceResult")))
+                                                    seed + r, stage_hop_ends)))
                 res_r.append(asyncio.run(_open_loop(settings, pipe, relay_topics[0], relay_topics[3],
-                                                    n_latency, rate_qps, seed + r, "InferenceRequest")))
+                                                    n_latency, rate_qps, seed + r, relay_hop_ends)))
         finally:
             for p in workers + relays:
                 p.stop()
-        med = lambda xs: statistics.median(xs)  # noqa: E731
-        out["latency"] = {
-            "stage_p50_ms_per_hop": med([x.p50_ms for x in res_w]) / 3,
-            "stage_p99_ms_per_hop": med([x.p99_ms for x in res_w]) / 3,
-            "relay_p50_ms_per_hop": med([x.p50_ms for x in res_r]) / 3,
-            "relay_p99_ms_per_hop": med([x.p99_ms for x in res_r]) / 3,
-        }
+        out["latency"] = {f"{who}_{q}_ms_{what}": statistics.median(
+                              float(np.percentile(getattr(x, f"{what}_ms"), int(q[1:]))) for x in res)
+                          for who, res in (("stage", res_w), ("relay", res_r)) for q in ("p50", "p99")
+                          for what in ("hop", "delivery", "e2e")}
         # --- 2. throughput of one stage vs one relay, draining a backlog
         tput_w, tput_r = [], []
         for r in range(repeats):
@@ -195,12 +227,11 @@ def run(settings: KafkaSettings, n_latency: int = 400, rate_qps: float = 100.0, 
 
 def format_report(fig: dict) -> str:
     lat, tp = fig["latency"], fig["throughput"]
-    rows = [
-        ("added latency per hop, p50 (ms)", lat["stage_p50_ms_per_hop"], lat["relay_p50_ms_per_hop"]),
-        ("added latency per hop, p99 (ms)", lat["stage_p99_ms_per_hop"], lat["relay_p99_ms_per_hop"]),
-        ("one stage worker, msgs/s", tp["stage_msgs_per_s"], tp["relay_msgs_per_s"]),
-    ]
-    lines = [f"{'figure':34} {'slipstream':>11} {'aiokafka relay':>15} {'ratio':>7}"]
+    what = {"hop": "latency per hop", "delivery": "last transit to client", "e2e": "end to end, 3 hops"}
+    rows = [(f"{label}, {q} (ms)", lat[f"stage_{q}_ms_{k}"], lat[f"relay_{q}_ms_{k}"])
+            for k, label in what.items() for q in ("p50", "p99")]
+    rows.append(("one stage worker, msgs/s", tp["stage_msgs_per_s"], tp["relay_msgs_per_s"]))
+    lines = [f"{'figure':38} {'slipstream':>11} {'aiokafka relay':>15} {'ratio':>7}"]
     for name, a, b in rows:
-        lines.append(f"{name:34} {a:11.2f} {b:15.2f} {a / b:7.2f}")
+        lines.append(f"{name:38} {a:11.2f} {b:15.2f} {a / b:7.2f}")
     return "\n".join(lines)

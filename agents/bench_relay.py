@@ -1,5 +1,7 @@
 """The baseline of the data-plane benchmark: a plain consume -> produce relay with aiokafka (through
 ``streams.kafka``'s thin wrappers), committing after the produce is delivered, as a stage worker does.
+Each relay appends its produce time (epoch ns) as a ``RELAY_HEADER`` header, so the benchmark can time
+every hop as a stage worker's ``HopTiming`` does.
 
     python -m agents.bench_relay SRC DST GROUP
 """
@@ -7,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 
 from streams import kafka as kclient
 from streams.config import KafkaSettings
+
+RELAY_HEADER = "relay-produced-ns"
 
 
 async def relay(settings: KafkaSettings, src: str, dst: str, group: str) -> None:
@@ -21,7 +26,9 @@ async def relay(settings: KafkaSettings, src: str, dst: str, group: str) -> None
     try:
         while True:
             batch = await cons.getmany(timeout_ms=100, max_records=500)
-            futs = [await prod.send(dst, m.value, key=m.key) for ms in batch.values() for m in ms]
+            futs = [await prod.send(dst, m.value, key=m.key,
+                                    headers=[*m.headers, (RELAY_HEADER, str(time.time_ns()).encode())])
+                    for ms in batch.values() for m in ms]
             if futs:
                 await asyncio.gather(*futs)
                 await cons.commit()
