@@ -59,7 +59,7 @@ async def assert_exactly_once(kafka, pipeline: str, sent: Iterable[str]) -> list
     return raw
 
 
-async def committed_offsets(kafka, group: str, topic: str) -> dict[int, int | None]:
+async def committed_offsets(kafka, group: str, topic: str) -> dict[int, tuple[int | None, int]]:
     """Per partition of ``topic``: (the group's committed offset or None, the end offset)."""
     cons = kclient.consumer(kafka, group_id=group, enable_auto_commit=False)
     await cons.start()
