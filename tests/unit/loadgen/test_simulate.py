@@ -61,6 +61,19 @@ def test_dropped_requests_carry_the_estimator_reason(planned):
     assert summarize(res, slo_ms=problem.slo_ms).dropped == run.summary.dropped
 
 
+def test_report_and_estimator_count_drops_as_late_alike(planned):
+    problem, plan = planned
+    # the planned traffic plus a short burst: a few drops (under 1 %), so the p99 stays finite
+    arr = np.sort(np.concatenate([problem.arrivals_s, 10 + np.random.default_rng(1).uniform(0, 0.3, 20)]))
+    run = simulate_run(problem, plan, arr)
+    s = run.summary
+    assert 0 < s.dropped < 0.01 * s.requests
+    done_only = np.percentile(run.sim.latency_ms[~run.sim.dropped], 99, method="inverted_cdf")
+    assert s.latency.p99_ms == pytest.approx(run.sim.p99_ms, rel=1e-9) and s.latency.p99_ms > done_only
+    for q, p in ((50, s.latency.p50_ms), (95, s.latency.p95_ms), (99.9, s.latency.p999_ms)):
+        assert p == pytest.approx(run.sim.percentile_ms(q), rel=1e-9)
+
+
 def test_compare_rows_and_baseline_ratio():
     def runner(mode, tuned):
         if mode == "nope":
