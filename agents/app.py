@@ -27,6 +27,7 @@ from agents.worker import ExecutorFactory, StageWorker
 from streams import codec, kafka as kclient, topics
 from streams.app import AppSettings, make_app
 from streams.config import KafkaSettings
+from streams.profile_store import ProfileStore
 from streams.spec import Pipeline, load_pipeline
 
 log = logging.getLogger(__name__)
@@ -34,10 +35,11 @@ log = logging.getLogger(__name__)
 
 def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: ExecutorFactory,
                     web_port: int | None = None, metrics_port: int = 0,
-                    max_instances: int | None = None) -> tuple[faust.App, StageWorker]:
+                    max_instances: int | None = None, profiles: ProfileStore | None = None
+                    ) -> tuple[faust.App, StageWorker]:
     app = make_app(AppSettings(topics.consumer_group(pipe.name, stage), kafka, web_port=web_port))
     metrics = StageMetrics.create(pipe.name, stage)
-    worker = StageWorker(pipe, stage, kafka, factory, metrics, max_instances=max_instances)
+    worker = StageWorker(pipe, stage, kafka, factory, metrics, max_instances=max_instances, profiles=profiles)
     source = app.topic(topics.stage_input(pipe.name, stage), value_serializer="raw", key_serializer="raw")
 
     @app.agent(source, concurrency=1, name=f"{stage}-agent")

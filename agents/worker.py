@@ -36,6 +36,7 @@ from streams.codec import CodecError
 from streams.config import KafkaSettings
 from streams.executor import Executor
 from streams.latency import RecentLatency
+from streams.profile_store import ProfileStore, lookup
 from streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
@@ -55,12 +56,14 @@ class Item:
 class StageWorker:
     def __init__(self, pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: ExecutorFactory,
                  metrics: StageMetrics | None = None, worker_id: str | None = None,
-                 warmup_batches: tuple[int, ...] = (), max_instances: int | None = None) -> None:
+                 warmup_batches: tuple[int, ...] = (), max_instances: int | None = None,
+                 profiles: ProfileStore | None = None) -> None:
         self.pipe, self.stage, self.kafka, self.factory = pipe, stage, kafka, factory
         self.spec = pipe.stage(stage)
         self.metrics = metrics or StageMetrics.create(pipe.name, stage)
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.max_instances = max_instances or placement.cores_left(0)
+        self.profiles = profiles  # the planner's profile store: predictors start from its numbers
         self.config: ActiveConfig = defaults(pipe, stage)
         self.fleet = Fleet()
         self._pending: tuple[ActiveConfig, Fleet] | None = None
@@ -120,10 +123,12 @@ class StageWorker:
                                               self.stage, len(fleet.instances))
             t1 = time.time_ns()
             sizes = self.warmup_batches or (1, cfg.max_batch)
-            for v in variants:  # warm every copy; the first copy's warm-up seeds the predictor
+            for v in variants:  # warm every copy; without a profile the first warm-up seeds the predictor
                 curve = await loop.run_in_executor(self.loader, warmup_curve, inst.executors[v.name], sizes)
                 if v.name not in fleet.variants:
-                    fleet.variants[v.name] = VariantState(v.accuracy, RecentLatency(curve))
+                    profile = lookup(self.profiles, v, cfg.hardware) if self.profiles is not None else None
+                    seed = profile.curve() if profile is not None else curve
+                    fleet.variants[v.name] = VariantState(v.accuracy, RecentLatency(seed))
             fleet.instances.append(inst)
             load_ns, warm_ns = load_ns + t1 - t0, warm_ns + time.time_ns() - t1
         if cfg.epoch >= 0:

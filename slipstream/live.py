@@ -165,7 +165,8 @@ class Workers:
         self.log_dir = log_dir
         capacity = LocalCapacity(opts.reserve_cores)
         supervisor = local_supervisor(pipe, pipeline_file, published.tuner_plan.planned_replicas, capacity,
-                                      log_dir=log_dir, env={"SLIPSTREAM_BOOTSTRAP": settings.bootstrap})
+                                      log_dir=log_dir, env={"SLIPSTREAM_BOOTSTRAP": settings.bootstrap},
+                                      profiles=str(store.root))
         self.stages = list(supervisor.initial)
 
         def on_decision(d) -> None:

@@ -14,11 +14,12 @@ from typing import Mapping, Sequence
 WORKER_READY = re.compile(r"slipstream-worker ready stage=(\S+) partitions=(\d+)")
 
 
-def worker_argv(pipeline_file: str, stage: str, loglevel: str = "info",
-                max_instances: int | None = None) -> list[str]:
+def worker_argv(pipeline_file: str, stage: str, loglevel: str = "info", max_instances: int | None = None,
+                profiles: str | None = None) -> list[str]:
     argv = [sys.executable, "-m", "slipstream.cli", "worker", "--pipeline", str(pipeline_file),
             "--stage", stage, "--loglevel", loglevel]
-    return argv + (["--max-instances", str(max_instances)] if max_instances else [])
+    argv += ["--max-instances", str(max_instances)] if max_instances else []
+    return argv + (["--profiles", str(profiles)] if profiles else [])
 
 
 class ReadyProcess:

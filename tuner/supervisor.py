@@ -83,10 +83,10 @@ class LocalCapacity:
 
 def local_supervisor(pipe, pipeline_file: str, replicas: Mapping[str, int], capacity: LocalCapacity, *,
                      log_dir: Path | None, env: Mapping[str, str] | None = None,
-                     loglevel: str = "info") -> Supervisor:
+                     loglevel: str = "info", profiles: str | None = None) -> Supervisor:
     """The supervisor of ``slipstream up`` and the live runs: the pipeline's worker roles as local
-    processes holding ``capacity.max_instances`` instances each."""
+    processes holding ``capacity.max_instances`` instances each (predictors seeded from ``profiles``)."""
     cap = capacity.max_instances
-    actuator = LocalProcessActuator(lambda stage: worker_argv(pipeline_file, stage, loglevel, cap),
+    actuator = LocalProcessActuator(lambda stage: worker_argv(pipeline_file, stage, loglevel, cap, profiles),
                                     log_dir=log_dir, env=env, max_instances=cap, max_replicas=cap)
     return Supervisor(actuator, pipe.worker_roles(replicas))

@@ -119,13 +119,13 @@ def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, l
     asyncio.run(main())
 
 
-def _up(pipe, pipeline_file, replicas, log_dir, reserve_cores: float, control) -> None:
+def _up(pipe, pipeline_file, replicas, log_dir, reserve_cores: float, control, profiles: str | None = None) -> None:
     """Run the workers as local processes with ``control(actuator, max_instances)(stop)`` on top."""
     from tuner.supervisor import LocalCapacity, local_supervisor
 
     capacity = LocalCapacity(reserve_cores)
     supervisor = local_supervisor(pipe, pipeline_file, replicas, capacity,
-                                  log_dir=Path(log_dir) if log_dir else None, loglevel="warn")
+                                  log_dir=Path(log_dir) if log_dir else None, loglevel="warn", profiles=profiles)
     task = control(supervisor.actuator, capacity.max_instances)
 
     async def main() -> None:
@@ -186,7 +186,8 @@ def up_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, look
                            reserve_cores=reserve_cores, replan_s=replan_s)
         published = plan_and_publish(pipe, store, _trace(trace_spec, 0), opts, settings)
         _up(pipe, pipeline_file, published.tuner_plan.planned_replicas, log_dir, reserve_cores,
-            lambda actuator, cap: control_plane(pipe, published, store, opts, settings, actuator, cap))
+            lambda actuator, cap: control_plane(pipe, published, store, opts, settings, actuator, cap),
+            profiles=profiles_dir)
         return
     if plan_file:
         plan = _plan(plan_file, pipe)

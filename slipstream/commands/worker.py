@@ -20,10 +20,14 @@ from streams.spec import SpecError, load_pipeline
 @click.option("--max-instances", type=click.IntRange(min=1), default=None, envvar="SLIPSTREAM_MAX_INSTANCES",
               help="Model instances this worker may hold (replicas beyond it need more workers) "
                    "[default: this host's cores].")
+@click.option("--profiles", "profiles_dir", default=None, envvar="SLIPSTREAM_PROFILES",
+              type=click.Path(file_okay=False),
+              help="The planner's profile store: latency predictors start from its numbers [default: from "
+                   "the model's warm-up].")
 @click.option("--loglevel", default="warn", show_default=True,
               type=click.Choice(["crit", "error", "warn", "info", "debug"]))
 def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_port: int, max_instances: int | None,
-           loglevel: str) -> None:
+           profiles_dir: str | None, loglevel: str) -> None:
     """Run one stage worker: consume the stage's input topic, batch, infer, route."""
     from agents.app import JOIN, build_join_app, build_stage_app
     from streams.timeline import mark
@@ -41,8 +45,11 @@ def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_port: i
     else:
         cache = os.environ.get("SLIPSTREAM_CACHE")
         factory = (lambda v, h: load_executor(v, h, cache_dir=cache)) if cache else load_executor
+        from streams.profile_store import ProfileStore
+
         app = build_stage_app(pipe, stage, kafka, factory, web_port=web_port, metrics_port=metrics_port,
-                              max_instances=max_instances)[0]
+                              max_instances=max_instances,
+                              profiles=ProfileStore(profiles_dir) if profiles_dir else None)[0]
     argv = ["faust", "worker", "--loglevel", loglevel]
     argv += ["--without-web"] if web_port is None else ["--web-port", str(web_port)]
     sys.argv = argv
