@@ -132,6 +132,7 @@ class TunerService:
             return
         if tracker_windows(plan, self.config) != tracker_windows(self.plan, self.config):
             self.tracker = self._tracker(plan)
+            self._counted = (0, 0)  # the new tracker counts from zero
         self.plan = plan
         self.state = TunerState.initial(plan, now_ns)
         for stage, n in plan.planned_replicas.items():

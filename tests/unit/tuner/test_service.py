@@ -163,12 +163,19 @@ def test_plan_from_the_planners_handoff_reproduces_its_rho(setup):
 
 
 async def test_a_new_plan_on_the_control_topic_replaces_the_tuners_plan_and_replicas(setup):
+    from prometheus_client import CollectorRegistry
+
     pipe, plan = setup
     act = DryRunActuator()
     clock = Clock()
     svc = TunerService(pipe, plan, TunerConfig(), act, partitions={"detect": 2, "classify": 4},
-                       settings=ServiceSettings(reorder_s=0.0), clock=clock)
-    doubled = replace(plan, stages=tuple(replace(s, replicas=s.replicas * 2) for s in plan.stages))
+                       settings=ServiceSettings(reorder_s=0.0), clock=clock,
+                       metrics=TunerMetrics(pipe.name, CollectorRegistry()))
+    svc.feed(poisson_ns(50, 0, 1, seed=3))
+    await svc.tick()  # the old tracker has counted arrivals
+    shorter = replace(plan.envelope, windows_s=plan.envelope.windows_s[1:], rates_qps=plan.envelope.rates_qps[1:])
+    doubled = replace(plan, envelope=shorter,  # other windows: a new tracker
+                      stages=tuple(replace(s, replicas=s.replicas * 2) for s in plan.stages))
     record = {**planfile.to_dict(doubled, pipe.name), "epoch": 7, "at_ns": 0}
     record = codec.decode("TunerHandoff", codec.encode("TunerHandoff", record))  # as read from Kafka
     svc.on_handoff(record)
