@@ -36,7 +36,7 @@ class ComparisonRow:
     dropped: int = 0
     requests: int = 0
     cost_vs_baseline: float = math.nan  # cost / cg-peak cost
-    predicted_p99_ms: float = math.nan  # the estimator's p99 for the plan (real runs)
+    predicted_p99_ms: float = math.nan  # real runs: the estimator on the run's own arrivals and scale events
     error: str = ""
     failed: bool = False  # the error is a failure, not ModeNotApplicable
 
@@ -92,7 +92,7 @@ def format_comparison(rows: Sequence[ComparisonRow]) -> str:
             f"{'accuracy':>9}{'dropped':>9}")
     predicted = any(not math.isnan(r.predicted_p99_ms) for r in rows)
     if predicted:
-        head += f"{'est. p99':>10}"
+        head += f"{'est. p99':>10}{'est/meas':>9}"
     lines = [head]
     for r in rows:
         if r.error:
@@ -104,6 +104,8 @@ def format_comparison(rows: Sequence[ComparisonRow]) -> str:
         line = (f"{r.spec:<18}{r.cost_total_usd:>10.4f}{r.cost_mean_per_hour:>9.3f}{ratio:>11}"
                 f"{100 * r.attainment:>8.2f}%{p99:>22}{acc:>9}{r.dropped:>9}")
         if predicted:
-            line += f"{'-' if math.isnan(r.predicted_p99_ms) else f'{r.predicted_p99_ms:.1f}':>10}"
+            est = r.predicted_p99_ms
+            ratio = est / r.p99_ms if r.p99_ms > 0 and math.isfinite(r.p99_ms) else math.nan
+            line += f"{'-' if math.isnan(est) else f'{est:.1f}':>10}{'-' if math.isnan(ratio) else f'{ratio:.2f}':>9}"
         lines.append(line)
     return "\n".join(lines)

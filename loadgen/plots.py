@@ -19,7 +19,7 @@ matplotlib.use("Agg")  # no display on servers; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from loadgen.report import LATE, Summary  # noqa: E402
+from loadgen.report import LATE, Summary, scale_events  # noqa: E402,F401
 
 
 def _title(summary: Summary, what: str) -> str:
@@ -27,17 +27,6 @@ def _title(summary: Summary, what: str) -> str:
 
     name = summary.label or summary.pipeline or "run"
     return "\n".join(textwrap.wrap(f"{what}: {name} ({summary.source})", 90))
-
-
-def scale_events(summary: Summary) -> list[tuple[float, str, int, int]]:
-    """(time s, stage, replicas before, after) wherever a stage's replica count changes."""
-    s = summary.series
-    out = []
-    for stage, reps in s.replicas.items():
-        for i in range(1, len(reps)):
-            if reps[i] != reps[i - 1]:
-                out.append((float(s.t_s[i]), stage, int(reps[i - 1]), int(reps[i])))
-    return sorted(out)
 
 
 def _mark_scale_events(summary: Summary, *axes) -> None:

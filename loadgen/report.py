@@ -255,3 +255,14 @@ def _windowed_quantiles(idx: np.ndarray, values: np.ndarray, nwin: int, qs: Sequ
         pos = starts + np.ceil(q * counts).astype(np.int64) - 1
         o[has] = v[np.clip(pos[has], starts[has], starts[has] + counts[has] - 1)]
     return out
+
+
+def scale_events(summary: Summary) -> list[tuple[float, str, int, int]]:
+    """(time s, stage, replicas before, after) wherever a stage's replica count changes."""
+    s = summary.series
+    out = []
+    for stage, reps in s.replicas.items():
+        for i in range(1, len(reps)):
+            if reps[i] != reps[i - 1]:
+                out.append((float(s.t_s[i]), stage, int(reps[i - 1]), int(reps[i])))
+    return sorted(out)

@@ -207,9 +207,16 @@ class Workers:
         self.thread.join(60)
 
 
+@dataclass(frozen=True)
+class LiveResult:
+    plan: object
+    summary: object
+    estimate: object  # loadgen.replay_estimate.LikeForLike: the estimator on this run's own arrivals
+
+
 def live_run(pipe, pipeline_file: str, arrivals: np.ndarray, sample: np.ndarray, store, report_dir: Path,
-             opts: LiveOptions, label: str):
-    """Plan, publish, run the workers, replay, report; returns (plan, summary)."""
+             opts: LiveOptions, label: str) -> LiveResult:
+    """Plan, publish, run the workers, replay, report, and replay the run through the estimator."""
     from slipstream.commands.loadgen import _payload_factory, replay_report
     from streams import admin, topics
 
@@ -226,4 +233,17 @@ def live_run(pipe, pipeline_file: str, arrivals: np.ndarray, sample: np.ndarray,
                                 planned_arrivals=problem.arrivals_s, label=label)
     finally:
         workers.stop()
-    return plan, summary
+    return LiveResult(plan, summary, estimate_live(problem, plan, summary, report_dir, opts))
+
+
+def estimate_live(problem, plan, summary, report_dir: Path, opts: LiveOptions):
+    """The estimator on the run's own arrivals and replica changes (``loadgen.replay_estimate``),
+    written next to the report as ``estimate.txt``."""
+    import json
+
+    from loadgen.replay_estimate import estimate_run, format_like_for_like
+
+    results = [json.loads(line) for line in (report_dir / "results.jsonl").read_text().splitlines() if line]
+    est = estimate_run(problem, plan, summary, results, seed=opts.seed, activation_s=opts.activation_s)
+    (report_dir / "estimate.txt").write_text(format_like_for_like(est) + "\n")
+    return est

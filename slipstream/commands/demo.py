@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from loadgen.compare import ModeNotApplicable
-from loadgen.report import LATE
+from loadgen.replay_estimate import format_like_for_like
 from slipstream.live import LiveOptions, ensure_broker, live_run, profile_missing
 from streams import broker
 
@@ -78,10 +78,13 @@ def demo(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, 
     try:
         pipe, store, arrivals = _setup(pipeline_file, spec, seed, profiles_dir)
         opts = LiveOptions(mode, True, activation_s, max_replicas, hop_ms, seed, reserve_cores, replan_s)
-        plan, summary = live_run(pipe, pipeline_file, arrivals, arrivals[arrivals < (plan_seconds or DEFAULT_PLAN_S)], store,
-                                 Path(report_dir), opts, f"demo: {pipe.name}, {mode} + tuner, {spec}")
-        click.echo(f"\nplan ({mode}): estimator p99 {plan.predicted_p99_ms:.1f} ms at {plan.rate_qps:.1f} qps; "
-                   f"measured p99 ({LATE}) {summary.latency.p99_ms:.1f} ms")
+        run = live_run(pipe, pipeline_file, arrivals, arrivals[arrivals < (plan_seconds or DEFAULT_PLAN_S)], store,
+                       Path(report_dir), opts, f"demo: {pipe.name}, {mode} + tuner, {spec}")
+        plan, summary = run.plan, run.summary
+        click.echo(f"\nplan ({mode}): planner's estimate for its sample: p99 {plan.predicted_p99_ms:.1f} ms at "
+                   f"{plan.rate_qps:.1f} qps")
+        click.echo("the estimator on this run's own arrivals and replica changes, against the measured run:")
+        click.echo(format_like_for_like(run.estimate))
         click.echo(f"report and plots in {report_dir}/ (summary.txt, summary.json, *.png); "
                    f"worker logs in {report_dir}/workers/")
     except ModeNotApplicable as exc:
@@ -113,9 +116,9 @@ def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_re
             click.echo(f"\n== {name}")
             opts = LiveOptions(mode, tuned, activation_s, max_replicas, hop_ms, seed, reserve_cores,
                                replan_s if tuned else 0.0)
-            plan, summary = live_run(pipe, pipeline_file, arrivals, sample, store, Path(report_dir) / name, opts,
-                                     f"{pipe.name} {name} {spec}")
-            return summary, plan.predicted_p99_ms
+            run = live_run(pipe, pipeline_file, arrivals, sample, store, Path(report_dir) / name, opts,
+                           f"{pipe.name} {name} {spec}")
+            return run.summary, run.estimate.estimated_p99_ms
 
         rows = compare_runs([m.strip() for m in modes.split(",") if m.strip()], runner)
         click.echo("\n" + format_comparison(rows))

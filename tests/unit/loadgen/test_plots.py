@@ -2,7 +2,8 @@
 import numpy as np
 
 from loadgen.cost import ConfigEvent
-from loadgen.plots import scale_events, write_plots
+from loadgen.plots import write_plots
+from loadgen.report import scale_events
 from loadgen.render import write_report
 from loadgen.report import Envelope, summarize
 
