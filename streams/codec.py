@@ -1,9 +1,12 @@
 """The Avro codec: every record on every Slipstream topic, encoded with fastavro.
 
 Wire format: Avro *single-object encoding* (Avro spec 1.8+): the two bytes ``C3 01``, the 8-byte
-little-endian CRC-64-AVRO fingerprint of the writer schema's parsing canonical form, then the
-schemaless Avro body. Any Avro library (Java ``BinaryMessageEncoder``, Rust ``apache-avro``...) writes
-and reads it from the ``.avsc`` files in ``schemas/``.
+little-endian CRC-64-AVRO fingerprint of the writer schema's Parsing Canonical Form (nested named types
+expanded at their first use), then the schemaless Avro body. Any Avro library (Java
+``BinaryMessageEncoder``, Rust ``apache-avro``, Python ``avro``...) writes and reads it from the
+``.avsc`` files in ``schemas/`` (``tests/unit/streams/test_wire_avro.py`` checks both directions with
+Apache's ``avro``). Records written before the codec followed the specification carry the fingerprints
+of ``schemas.LEGACY_FINGERPRINTS``; they are still read, never written.
 
 Decoding is strict: a missing header, an unknown record type, a truncated body or trailing bytes raise
 :class:`CodecError` naming the problem; nothing half-read is returned.
@@ -38,8 +41,8 @@ class CodecError(ValueError):
 
 
 def schema_fingerprint(parsed: Mapping[str, Any]) -> bytes:
-    hex_fp = fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO")
-    return struct.pack("<Q", int(hex_fp, 16))
+    """The single-object header's 8 fingerprint bytes: fastavro's hex is already little-endian."""
+    return bytes.fromhex(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"))
 
 
 @dataclass
@@ -101,12 +104,15 @@ _CODECS: dict[str, RecordCodec] = {}
 
 
 def codec(record: str) -> RecordCodec:
-    """The shared codec of a record type, with every schema generation in ``schemas/history``."""
+    """The shared codec of a record type, with every schema generation in ``schemas/history`` and
+    every legacy fingerprint."""
     c = _CODECS.get(record)
     if c is None:
         c = RecordCodec(record, schemas.load(record))
         for old in schemas.history(record):
             c.add_writer(old)
+        for fp, old in schemas.legacy(record):
+            c.known_writers[fp] = old
         _CODECS[record] = c
     return c
 

@@ -43,3 +43,57 @@ def test_faust_codec_registered_round_trip():
     codec.register_with_faust()
     c = fc.get_codec("avro-inferencerequest")
     assert c.loads(c.dumps(REQ))["payload"] == b"hi"
+
+
+# ----------------------------------------------------------------------------------------------
+# Legacy fingerprints: what the codec wrote before it followed the specification stays readable.
+
+import json  # noqa: E402
+import logging  # noqa: E402
+import struct  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import schemas  # noqa: E402
+from tests.wire_samples import SAMPLES  # noqa: E402
+
+LEGACY = json.loads((Path(__file__).parents[2] / "data" / "legacy_records.json").read_text())["records"]
+
+
+def old_fingerprint(file: str) -> str:
+    """The pre-spec algorithm: fastavro's canonical form with HopTiming by name, packed big-endian."""
+    import fastavro
+    from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+    named: dict = {}
+    if not file.startswith("HopTiming"):
+        fastavro.parse_schema(schemas.raw("HopTiming"), named_schemas=named)
+    parsed = fastavro.parse_schema(schemas.read(file), named_schemas=named)
+    return struct.pack("<Q", int(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"), 16)).hex()
+
+
+def test_legacy_table_holds_the_old_fingerprint_of_the_file_it_names():
+    """Fails when a schema listed here is edited in place: move the old one to schemas/history/ and
+    point its entry there."""
+    assert {old_fingerprint(file): file for file in schemas.LEGACY_FINGERPRINTS.values()} \
+        == schemas.LEGACY_FINGERPRINTS
+    assert {f.rsplit("/", 1)[-1].split(".")[0] for f in schemas.LEGACY_FINGERPRINTS.values()} \
+        == set(schemas.NAMES)
+
+
+@pytest.mark.parametrize("name", sorted(LEGACY))
+def test_records_written_with_legacy_fingerprints_decode_exactly(name, caplog):
+    record, _, generation = name.partition(".")
+    expected = SAMPLES[record]
+    if generation:  # InferenceResult.v1: no fragment/path, the reader fills their defaults
+        expected = {**expected, "fragment": "1", "path": []}
+    data = bytes.fromhex(LEGACY[name])
+    with caplog.at_level(logging.WARNING, logger="streams.codec"):
+        assert codec.decode(record, data) == expected
+        with pytest.raises(CodecError, match="trailing bytes"):  # read as a known writer, exactly
+            codec.decode(record, data + b"\x00")
+    assert not caplog.records
+
+
+def test_new_records_carry_the_standard_fingerprint_not_a_legacy_one():
+    for record, value in SAMPLES.items():
+        assert codec.encode(record, value)[2:10].hex() not in schemas.LEGACY_FINGERPRINTS
