@@ -35,9 +35,10 @@ log = logging.getLogger(__name__)
 
 def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: ExecutorFactory,
                     web_port: int | None = None, metrics_port: int = 0,
-                    max_instances: int | None = None, profiles: ProfileStore | None = None
-                    ) -> tuple[faust.App, StageWorker]:
-    app = make_app(AppSettings(topics.consumer_group(pipe.name, stage), kafka, web_port=web_port))
+                    max_instances: int | None = None, profiles: ProfileStore | None = None,
+                    commit_interval_s: float = AppSettings.commit_interval_s) -> tuple[faust.App, StageWorker]:
+    app = make_app(AppSettings(topics.consumer_group(pipe.name, stage), kafka, web_port=web_port,
+                               commit_interval_s=commit_interval_s))
     metrics = StageMetrics.create(pipe.name, stage)
     worker = StageWorker(pipe, stage, kafka, factory, metrics, max_instances=max_instances, profiles=profiles)
     source = app.topic(topics.stage_input(pipe.name, stage), value_serializer="raw", key_serializer="raw")

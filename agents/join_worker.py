@@ -120,9 +120,11 @@ class JoinWorker:
 
 
 def build_join_app(pipe: Pipeline, kafka: KafkaSettings, timeout_ms: float | None = None,
-                   web_port: int | None = None, metrics_port: int = 0) -> tuple[faust.App, JoinWorker]:
+                   web_port: int | None = None, metrics_port: int = 0,
+                   commit_interval_s: float = AppSettings.commit_interval_s) -> tuple[faust.App, JoinWorker]:
     """The join worker's faust app: fragments from the join topic, whole results to the results topic."""
-    app = make_app(AppSettings(topics.consumer_group(pipe.name, JOIN), kafka, web_port=web_port))
+    app = make_app(AppSettings(topics.consumer_group(pipe.name, JOIN), kafka, web_port=web_port,
+                               commit_interval_s=commit_interval_s))
     metrics = StageMetrics.create(pipe.name, JOIN)
     joiner = Joiner(int((timeout_ms if timeout_ms is not None else pipe.slo_ms) * 1e6),
                     worker=f"join-{os.getpid()}")

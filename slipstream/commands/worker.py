@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from streams.app import AppSettings
 from streams.config import KafkaSettings
 from streams.spec import SpecError, load_pipeline
 
@@ -24,10 +25,13 @@ from streams.spec import SpecError, load_pipeline
               type=click.Path(file_okay=False),
               help="The planner's profile store: latency predictors start from its numbers [default: from "
                    "the model's warm-up].")
+@click.option("--commit-interval-s", type=click.FloatRange(min=0, min_open=True), default=AppSettings.commit_interval_s,
+              show_default=True, envvar="SLIPSTREAM_COMMIT_INTERVAL_S",
+              help="Seconds between faust's periodic offset commits (besides the commit at revocation).")
 @click.option("--loglevel", default="warn", show_default=True,
               type=click.Choice(["crit", "error", "warn", "info", "debug"]))
 def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_port: int, max_instances: int | None,
-           profiles_dir: str | None, loglevel: str) -> None:
+           profiles_dir: str | None, commit_interval_s: float, loglevel: str) -> None:
     """Run one stage worker: consume the stage's input topic, batch, infer, route."""
     from agents.app import JOIN, build_join_app, build_stage_app
     from streams.timeline import mark
@@ -41,7 +45,8 @@ def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_port: i
         raise click.UsageError(str(exc)) from None
     kafka = KafkaSettings.from_env()
     if stage == JOIN:
-        app = build_join_app(pipe, kafka, web_port=web_port, metrics_port=metrics_port)[0]
+        app = build_join_app(pipe, kafka, web_port=web_port, metrics_port=metrics_port,
+                             commit_interval_s=commit_interval_s)[0]
     else:
         cache = os.environ.get("SLIPSTREAM_CACHE")
         factory = (lambda v, h: load_executor(v, h, cache_dir=cache)) if cache else load_executor
@@ -49,7 +54,8 @@ def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_port: i
 
         app = build_stage_app(pipe, stage, kafka, factory, web_port=web_port, metrics_port=metrics_port,
                               max_instances=max_instances,
-                              profiles=ProfileStore(profiles_dir) if profiles_dir else None)[0]
+                              profiles=ProfileStore(profiles_dir) if profiles_dir else None,
+                              commit_interval_s=commit_interval_s)[0]
     argv = ["faust", "worker", "--loglevel", loglevel]
     argv += ["--without-web"] if web_port is None else ["--web-port", str(web_port)]
     sys.argv = argv

@@ -22,18 +22,23 @@ HERE = Path(__file__).parent
 FANOUT3 = HERE / "pipelines" / "fanout3.yaml"
 
 
-@pytest.fixture
-def pipeline(kafka, unique, tmp_path):
-    """A fresh copy of fanout3 with its topics, and its workers (pre, detect, classify, join)."""
-    path = unique_pipeline(FANOUT3, unique, tmp_path)
+def fanout3_with_workers(kafka, name: str, tmp_path, env: dict[str, str] | None = None):
+    """A fresh copy of fanout3 with its topics, and its workers (pre, detect, classify, join), started
+    with ``env`` added to theirs; yields (pipeline, workers) and stops them."""
+    path = unique_pipeline(FANOUT3, name, tmp_path)
     pipe = load_pipeline(path)
     asyncio.run(admin.ensure_topics(kafka, topics.all_topics(pipe)))
-    workers = Workers(path, kafka.bootstrap)
+    workers = Workers(path, kafka.bootstrap, env)
     try:
         workers.start("pre", "detect", "classify", "join")
         yield pipe, workers
     finally:
         workers.stop()
+
+
+@pytest.fixture
+def pipeline(kafka, unique, tmp_path):
+    yield from fanout3_with_workers(kafka, unique, tmp_path)
 
 
 async def send_all(client: PipelineClient, pipe, n: int, **kw) -> list[str]:

@@ -1,16 +1,27 @@
 """Rebalances under load lose and duplicate nothing: while requests flow, a second worker of a stage
 and a second join worker join their consumer groups (partitions move to them), then the first ones
-leave (their partitions move back). Every request must end on the results topic exactly once."""
+leave (their partitions move back). Every request must end on the results topic exactly once.
+
+The workers' periodic commit is made longer than the test (``--commit-interval-s``), so only the
+workers' own commits at revocation (stage worker and join) keep the new owners from redoing work:
+without either, requests finished before a rebalance are redone and their results duplicated."""
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from streams.client import PipelineClient, make_request
 
 from .helpers import assert_exactly_once
-from .test_data_plane import collect, pipeline  # noqa: F401 - the fixture: fanout3 with its workers
+from .test_data_plane import collect, fanout3_with_workers
 
 RATE_QPS = 25.0
+
+
+@pytest.fixture
+def pipeline(kafka, unique, tmp_path):
+    yield from fanout3_with_workers(kafka, unique, tmp_path, env={"SLIPSTREAM_COMMIT_INTERVAL_S": "3600"})
 
 
 async def send_until(client: PipelineClient, pipe, ids: list[str], stop: asyncio.Event) -> None:
@@ -28,7 +39,7 @@ async def send_until(client: PipelineClient, pipe, ids: list[str], stop: asyncio
     await asyncio.gather(*futs)
 
 
-async def test_rebalances_of_a_stage_and_the_join_under_load_lose_and_duplicate_nothing(kafka, pipeline):  # noqa: F811
+async def test_rebalances_of_a_stage_and_the_join_under_load_lose_and_duplicate_nothing(kafka, pipeline):
     pipe, workers = pipeline
     first_classify, first_join = workers.running[2], workers.running[3]
     async with PipelineClient(pipe, kafka) as client:

@@ -19,9 +19,9 @@ def unique_pipeline(src: Path, name: str, tmp: Path, **overrides) -> Path:
 
 
 class Workers:
-    def __init__(self, pipeline: Path, bootstrap: str) -> None:
+    def __init__(self, pipeline: Path, bootstrap: str, env: dict[str, str] | None = None) -> None:
         self.pipeline = pipeline
-        self.env = {"SLIPSTREAM_BOOTSTRAP": bootstrap}
+        self.env = {"SLIPSTREAM_BOOTSTRAP": bootstrap, **(env or {})}
         self.running: list[ReadyProcess] = []
 
     def start(self, *stages: str, wait: bool = True) -> list[ReadyProcess]:
