@@ -137,29 +137,70 @@ async def stage_partitions(settings: KafkaSettings, pipeline: str, stages: list[
     return {names[t]: n for t, n in counts.items()}
 
 
-async def latest_epoch(settings: KafkaSettings, pipeline: str, timeout_s: float = 10.0) -> int:
-    """The highest StageConfig epoch on the pipeline's control topic (0 when it is empty)."""
+def control_records(records, kind: str) -> list[dict]:
+    """The ``kind`` records (StageConfig, TunerHandoff) among control-topic records, by their schema
+    header, decoded; undecodable ones are logged and skipped."""
+    out = []
+    for r in records:
+        if record_type(r) != kind:
+            continue
+        try:
+            out.append(codec.decode(kind, r.value))
+        except codec.CodecError as exc:
+            log.warning("control topic offset %d: %s", r.offset, exc)
+    return out
+
+
+async def read_control(settings: KafkaSettings, pipeline: str, kind: str, *, timeout_s: float = 10.0,
+                       wait_s: float = 0.0, on_wait: Callable[[str, float], None] | None = None) -> list[dict]:
+    """Every ``kind`` record on the pipeline's control topic, read to its end (within ``timeout_s``).
+    When there is none and ``wait_s`` > 0: ``on_wait(topic, wait_s)``, then follow the topic until one
+    arrives or ``wait_s`` has passed (an empty list)."""
     topic = topics.control(pipeline)
     cons = kclient.consumer(settings, group_id=None, enable_auto_commit=False)
     await cons.start()
+    found: list[dict] = []
+
+    def take(batch) -> None:
+        found.extend(control_records([r for records in batch.values() for r in records], kind))
+
     try:
         tps = await kclient.topic_partitions(cons, topic)
         cons.assign(tps)
         ends = await cons.end_offsets(tps)
         await cons.seek_to_beginning(*tps)
-        best = 0
         async with asyncio.timeout(timeout_s):
-            while True:
-                behind = [tp for tp in tps if await cons.position(tp) < ends[tp]]
-                if not behind:
-                    return best
-                for records in (await cons.getmany(*behind, timeout_ms=200)).values():
-                    for r in records:
-                        if record_type(r) != "StageConfig":
-                            continue
-                        try:
-                            best = max(best, int(codec.decode("StageConfig", r.value)["epoch"]))
-                        except codec.CodecError:
-                            continue
+            while behind := [tp for tp in tps if await cons.position(tp) < ends[tp]]:
+                take(await cons.getmany(*behind, timeout_ms=200))
+        if found or wait_s <= 0:
+            return found
+        (on_wait or (lambda t, w: log.info("no %s on %s yet: waiting up to %.0f s", kind, t, w)))(topic, wait_s)
+        try:
+            async with asyncio.timeout(wait_s):
+                while not found:
+                    take(await cons.getmany(*tps, timeout_ms=1000))
+        except TimeoutError:
+            pass
+        return found
     finally:
         await cons.stop()
+
+
+async def latest_epoch(settings: KafkaSettings, pipeline: str, timeout_s: float = 10.0) -> int:
+    """The highest StageConfig epoch on the pipeline's control topic (0 when it is empty)."""
+    records = await read_control(settings, pipeline, "StageConfig", timeout_s=timeout_s)
+    return max((int(r["epoch"]) for r in records), default=0)
+
+
+def newest_handoff(records: list[dict], pipeline: str) -> dict | None:
+    """The pipeline's TunerHandoff of the highest epoch (None when there is none)."""
+    mine = [r for r in records if r.get("pipeline") == pipeline]
+    return max(mine, key=lambda r: int(r["epoch"]), default=None)
+
+
+async def latest_handoff(settings: KafkaSettings, pipeline: str, *, wait_s: float = 0.0,
+                         on_wait: Callable[[str, float], None] | None = None) -> dict | None:
+    """The planner's latest TunerHandoff on the pipeline's control topic, waiting up to ``wait_s`` for
+    one when there is none yet (None after that)."""
+    records = await read_control(settings, pipeline, "TunerHandoff", wait_s=wait_s, on_wait=on_wait)
+    return newest_handoff(records, pipeline)

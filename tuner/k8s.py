@@ -9,9 +9,9 @@ Each worker Deployment runs ``slipstream worker --pipeline /etc/slipstream/pipel
 broker address in ``SLIPSTREAM_BOOTSTRAP`` (from the ``slipstream-kafka`` ConfigMap,
 ``deploy/k8s/kafka-configmap.yaml``) and Prometheus scrape annotations on the pod. Two inputs come
 from the operator: the planner's profile store on the PersistentVolumeClaim
-``slipstream-<pipeline>-profiles`` (``slipstream profile --out``) and the tuner's first plan in the
-ConfigMap ``slipstream-<pipeline>-tuner-plan`` (key ``tuner-plan.json``, from ``slipstream
-tuner-plan``); later plans reach the tuner from the planner on the control topic.
+``slipstream-<pipeline>-profiles`` (``slipstream profile --out``) and the broker address. The tuner
+takes its plans from the planner on the control topic (the latest ``TunerHandoff`` at start, waiting
+for the first, then every later one), so it mounts no plan file.
 
 :class:`KubernetesActuator` patches the Deployment's ``scale`` subresource. The ``kubernetes`` client
 (``pip install slipstream[k8s]``, kubernetes==37.0.2) is imported only when the actuator is built.
@@ -28,7 +28,6 @@ TUNER_METRICS_PORT = 9101
 SPEC_DIR = "/etc/slipstream"
 SPEC_PATH = f"{SPEC_DIR}/pipeline.yaml"
 PROFILES_DIR = "/var/lib/slipstream/profiles"
-TUNER_PLAN_DIR = "/etc/slipstream-tuner"
 
 
 def deployment_name(pipeline: str, role: str) -> str:
@@ -131,16 +130,13 @@ def tuner_manifests(pipeline: str, *, image: str, namespace: str = "default") ->
     labels = {f"{LABEL}/pipeline": pipeline, f"{LABEL}/role": "tuner"}
     container = {
         "name": "tuner", "image": image,
-        "args": ["tuner", "--pipeline", SPEC_PATH, "--plan", f"{TUNER_PLAN_DIR}/tuner-plan.json",
-                 "--actuator", "k8s", "--namespace", namespace, "--metrics-port", str(TUNER_METRICS_PORT)],
+        "args": ["tuner", "--pipeline", SPEC_PATH, "--actuator", "k8s", "--namespace", namespace, "--metrics-port", str(TUNER_METRICS_PORT)],
         "env": [_bootstrap_env()],
         "ports": [{"name": "metrics", "containerPort": TUNER_METRICS_PORT}],
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
-        "volumeMounts": [_spec_mount(), {"name": "tuner-plan", "mountPath": TUNER_PLAN_DIR, "readOnly": True}],
+        "volumeMounts": [_spec_mount()],
     }
-    pod = {"serviceAccountName": name, "containers": [container], "volumes": [
-        _spec_volume(pipeline),
-        {"name": "tuner-plan", "configMap": {"name": f"slipstream-{pipeline}-tuner-plan"}}]}
+    pod = {"serviceAccountName": name, "containers": [container], "volumes": [_spec_volume(pipeline)]}
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta()},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta(),

@@ -11,9 +11,12 @@ from tuner.service import ServiceSettings, TunerService
 
 async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuator, *, dry_run: bool,
                     settings: KafkaSettings, interval_s: float, lookback_s: float, stop: asyncio.Event,
-                    metrics_port: int | None, on_decision=None, max_instances: int | None = None) -> None:
+                    metrics_port: int | None, on_decision=None, max_instances: int | None = None,
+                    plan_epoch: int | None = None) -> None:
     """Run the tuner service on Kafka until ``stop`` is set: arrivals from the input topic, configs
-    from the control topic, decisions applied through ``actuator`` and published (unless dry-run)."""
+    from the control topic, decisions applied through ``actuator`` and published (unless dry-run).
+    ``plan_epoch``: ``plan`` is the planner's hand-off of that epoch (read from the control topic), so
+    only later hand-offs replace it."""
     from streams import control_io as kafka_io
     from tuner.metrics import TunerMetrics
 
@@ -29,6 +32,8 @@ async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuat
                            grow=None if dry_run else kafka_io.grower(settings),
                            metrics=TunerMetrics(pipe.name, registry),
                            settings=ServiceSettings(interval_s=interval_s, max_instances=max_instances))
+    if plan_epoch is not None:
+        service.handoff_epoch = plan_epoch
     arrivals = kafka_io.KafkaArrivals(settings, pipe.name, pipe.source, on_stage_config=service.on_stage_config,
                                       on_handoff=service.on_handoff, lookback_s=lookback_s)
     if publisher:

@@ -83,22 +83,26 @@ def _with_common(fn):
 
 @click.command("tuner")
 @_with_common
-@click.option("--plan", "plan_file", required=True, type=click.Path(dir_okay=False),
-              help="Tuner plan JSON (planned envelope, mu, visit ratios): see `slipstream tuner-plan`.")
+@click.option("--plan", "plan_file", default=None, type=click.Path(dir_okay=False),
+              help="Tuner plan JSON (planned envelope, mu, visit ratios): see `slipstream tuner-plan` "
+                   "[default: the planner's latest hand-off on the control topic].")
+@click.option("--wait-plan-s", default=300.0, show_default=True,
+              help="Without --plan: how long to wait for the planner's first hand-off.")
 @click.option("--dry-run", is_flag=True, help="Print decisions; start, stop and publish nothing.")
 @click.option("--actuator", type=click.Choice(["local", "k8s"]), default="local", show_default=True,
               help="local: run the workers as processes here (like `up`); k8s: scale stage Deployments.")
 @click.option("--namespace", default="default", show_default=True, help="Kubernetes namespace.")
 def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, lookback_s, metrics_port,
-              reserve_cores, plan_file, dry_run, actuator, namespace) -> None:
-    """Scale stage replicas from the live traffic envelope (InferLine's tuner)."""
+              reserve_cores, plan_file, wait_plan_s, dry_run, actuator, namespace) -> None:
+    """Scale stage replicas from the live traffic envelope (InferLine's tuner). The plan comes from
+    --plan, else from the planner's latest hand-off on the control topic; later hand-offs are followed."""
     pipe = _pipeline(pipeline_file)
-    plan = _plan(plan_file, pipe)
     config = _config(activation_s, max_replicas, rho_mode)
     settings = KafkaSettings.from_env()
+    plan, epoch = (_plan(plan_file, pipe), None) if plan_file else _plan_from_topic(pipe, settings, wait_plan_s)
     if not dry_run and actuator == "local":
         _up(pipe, pipeline_file, plan.planned_replicas, None, reserve_cores,
-            _tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_port))
+            _tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_port, epoch))
         return
 
     async def main() -> None:
@@ -114,7 +118,7 @@ def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, l
                 raise click.ClickException(str(exc)) from None
         await run_tuner(pipe, plan, config, act, dry_run=dry_run, settings=settings, interval_s=interval_s,
                         lookback_s=lookback_s, stop=stop, metrics_port=metrics_port,
-                        on_decision=_print_decision if dry_run else None)
+                        on_decision=_print_decision if dry_run else None, plan_epoch=epoch)
 
     asyncio.run(main())
 
@@ -136,14 +140,33 @@ def _up(pipe, pipeline_file, replicas, log_dir, reserve_cores: float, control, p
     asyncio.run(main())
 
 
-def _tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_port):
+def _plan_from_topic(pipe: Pipeline, settings: KafkaSettings, wait_s: float) -> tuple[TunerPlan, int]:
+    """The planner's latest hand-off on the control topic and its epoch, waiting up to ``wait_s``."""
+    from streams.control_io import latest_handoff
+
+    def waiting(topic: str, w: float) -> None:
+        click.echo(f"tuner: no planner hand-off on {topic} yet; waiting up to {w:g} s (--wait-plan-s)", err=True)
+
+    rec = asyncio.run(latest_handoff(settings, pipe.name, wait_s=wait_s, on_wait=waiting))
+    if rec is None:
+        raise click.ClickException(
+            f"no planner hand-off (TunerHandoff) for pipeline {pipe.name!r} on its control topic within "
+            f"{wait_s:g} s: start the planner (`slipstream planner`) or give --plan FILE")
+    try:
+        return planfile.from_dict(rec, pipeline=pipe), int(rec["epoch"])
+    except planfile.PlanFileError as exc:
+        raise click.ClickException(f"the planner's hand-off of epoch {rec['epoch']}: {exc}") from None
+
+
+def _tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_port, plan_epoch=None):
     from dataclasses import replace
 
     def control(actuator, max_instances):
         cfg = replace(config, max_replicas=min(config.max_replicas, max_instances))
         return lambda stop: run_tuner(pipe, plan, cfg, actuator, dry_run=False, settings=settings,
                                       interval_s=interval_s, lookback_s=lookback_s, stop=stop,
-                                      metrics_port=metrics_port, max_instances=max_instances)
+                                      metrics_port=metrics_port, max_instances=max_instances,
+                                      plan_epoch=plan_epoch)
 
     return control
 

@@ -95,6 +95,24 @@ def test_k8s_manifests_render_every_process_of_a_fanout_pipeline_join_included(t
     assert deployments["slipstream-shop-planner"]["spec"]["template"]["spec"]["containers"][0]["args"][0] == "planner"
 
 
+def test_k8s_manifests_reference_no_configmap_they_do_not_write_but_the_broker_address(tmp_path):
+    """The tuner takes its plan from the control topic: no plan file, no ConfigMap nobody generates."""
+    spec, _ = files(tmp_path)
+    r = CliRunner().invoke(k8s_manifests_cmd, ["--pipeline", str(spec), "--image", "img:1"])
+    docs = list(yaml.safe_load_all(r.output))
+    written = {d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"}
+    referenced = set()
+    for d in docs:
+        if d["kind"] == "Deployment":
+            pod = d["spec"]["template"]["spec"]
+            referenced |= {v["configMap"]["name"] for v in pod.get("volumes", []) if "configMap" in v}
+            referenced |= {e["valueFrom"]["configMapKeyRef"]["name"] for c in pod["containers"]
+                           for e in c.get("env", []) if "configMapKeyRef" in e.get("valueFrom", {})}
+    assert referenced - written == {"slipstream-kafka"}  # deploy/k8s/kafka-configmap.yaml, the operator's
+    tuner = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "slipstream-shop-tuner")
+    assert "--plan" not in tuner["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
 def test_k8s_manifests_of_a_chain_have_no_join(tmp_path):
     spec, _ = files(tmp_path)
     chain = tmp_path / "chain.yaml"
