@@ -27,14 +27,13 @@ import numpy as np
 
 from loadgen.cost import ConfigEvent, step_values, total_cost_usd
 from loadgen.schedule import LagStats
-from planner.results import nearest_rank
+from planner.results import LATE, nearest_rank
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
 PERCENTILES = (50.0, 95.0, 99.0, 99.9)
 CDF_POINTS = 200
 MAX_SERIES_POINTS = 1200
-LATE = "drops = late"  # the label of every end-to-end percentile: not done counts as infinitely late
 
 
 @dataclass(frozen=True)

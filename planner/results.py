@@ -85,6 +85,9 @@ class SimResult:
                                     if not np.isnan(v)})
 
 
+LATE = "drops = late"  # the label of every end-to-end percentile: not done counts as infinitely late
+
+
 def nearest_rank(values: np.ndarray, q: float) -> float:
     """The q-th percentile by nearest rank (no interpolation, so infinities stay infinite)."""
     if values.size == 0:

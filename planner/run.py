@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Callable
 
 import numpy as np
 
+from planner.results import nearest_rank
 from planner.service import ReplanOutput, Replanner, ReplanState, TunerHandoff, handoff_record
 from streams import codec, kafka as kclient, topics
 from streams.config import KafkaSettings
@@ -41,12 +43,13 @@ class ArrivalWindow:
 
 
 class MeasuredLatency:
-    """End-to-end latencies of ``done`` results finished in the last ``horizon_s`` (for --explain's
-    predicted-vs-measured p99), read from the results topic."""
+    """The end-to-end p99 of the requests that ended on the results topic in the last ``horizon_s``
+    (for the planner's predicted-vs-measured p99): a result not ``done`` counts as infinitely late,
+    nearest rank (``planner.results``: the estimator's and the run report's definition, ``LATE``)."""
 
     def __init__(self, settings: KafkaSettings, pipeline: str, horizon_s: float) -> None:
         self.settings, self.topic, self.horizon_ns = settings, topics.results(pipeline), int(horizon_s * 1e9)
-        self._seen: list[tuple[int, float]] = []  # (finished_ns, latency_ms)
+        self._seen: list[tuple[int, float]] = []  # (finished_ns, latency_ms; inf when not done)
 
     async def follow(self) -> None:
         cons = kclient.consumer(self.settings, self.topic, group_id=None, auto_offset_reset="latest")
@@ -54,17 +57,20 @@ class MeasuredLatency:
         try:
             async for msg in cons:
                 try:
-                    r = codec.decode("InferenceResult", msg.value)
+                    self.add(codec.decode("InferenceResult", msg.value))
                 except codec.CodecError:
                     continue
-                if r["status"] == "done":
-                    self._seen.append((r["finished_ns"], (r["finished_ns"] - r["created_ns"]) / 1e6))
         finally:
             await cons.stop()
 
+    def add(self, result: dict) -> None:
+        done = result["status"] == "done"
+        self._seen.append((result["finished_ns"],
+                           (result["finished_ns"] - result["created_ns"]) / 1e6 if done else math.inf))
+
     def p99_ms(self, now_ns: int) -> float | None:
         self._seen = [x for x in self._seen if x[0] >= now_ns - self.horizon_ns]
-        return float(np.percentile([ms for _, ms in self._seen], 99)) if self._seen else None
+        return nearest_rank(np.array([ms for _, ms in self._seen]), 99) if self._seen else None
 
 
 async def publish_plan(publisher: KafkaPublisher, pipeline: str, configs, handoff: TunerHandoff | None,

@@ -19,10 +19,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from planner import milp
 from planner.forecast import ForecastSettings, forecast_peak
 from planner.modes import make_planner
 from planner.plan import Plan, config_of
 from planner.problem import Problem, peak_rate
+from planner.results import LATE
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class ReplanOutput:
     forecast_qps: float
     configs: tuple[dict[str, Any], ...]  # StageConfig records to publish (empty when unchanged)
     handoff: TunerHandoff | None
+    problem: Problem  # the problem ``plan`` was made for: the base at the forecast rate, with the sample
 
 
 def sample_for(arrivals_s: np.ndarray, now_s: float, rate_qps: float, sample_s: float,
@@ -163,13 +166,20 @@ class Replanner:
         plan = planner.plan(problem)
         changed = plan.feasible and (state.plan is None or plan.key() != state.plan.key())
         if not plan.feasible:
-            out = ReplanOutput(plan, False, rate, (), None)
+            out = ReplanOutput(plan, False, rate, (), None, problem)
             return out, replace(state, last_step_ns=now_ns)
         epoch = state.epoch + 1 if changed else state.epoch
         configs = stage_configs(self.pipeline, plan, problem, epoch) if changed else ()
-        out = ReplanOutput(plan, changed, rate, configs, handoff(problem, plan, self.envelope))
+        out = ReplanOutput(plan, changed, rate, configs, handoff(problem, plan, self.envelope), problem)
         new_state = ReplanState(epoch, plan if changed else state.plan, now_ns)
         return out, new_state
+
+    def runner_up(self, out: ReplanOutput) -> Plan | None:
+        """For ``--explain``: the MILP's best other plan for the problem ``out.plan`` was made for (not
+        the base problem); None unless the mode is milp and the plan feasible."""
+        if self.settings.mode != "milp" or not out.plan.feasible:
+            return None
+        return milp.runner_up(out.problem, out.plan, milp.MilpOptions(self.settings.solver, self.settings.time_limit_s))
 
 
 def explain(plan: Plan, runner_up: Plan | None = None, measured_p99_ms: float | None = None) -> list[str]:
@@ -188,6 +198,6 @@ def explain(plan: Plan, runner_up: Plan | None = None, measured_p99_ms: float | 
         else:
             lines.append(f"runner-up: none ({runner_up.reason})")
     if measured_p99_ms is not None and plan.predicted_p99_ms is not None:
-        lines.append(f"p99 predicted {plan.predicted_p99_ms:.1f} ms vs measured {measured_p99_ms:.1f} ms "
+        lines.append(f"p99 ({LATE}) predicted {plan.predicted_p99_ms:.1f} ms vs measured {measured_p99_ms:.1f} ms "
                      f"(ratio {plan.predicted_p99_ms / measured_p99_ms:.2f})")
     return lines

@@ -26,8 +26,8 @@ MODES = ("milp", "inferline", "loki", "cg-mean", "cg-peak")
 @click.option("--explain", is_flag=True, help="Print why: binding constraints, rounds, runner-up.")
 def planner_cmd(pipeline_file, profiles_dir, mode, interval_s, lookback_s, once, handoff, explain) -> None:
     """Re-plan from recent arrivals (forecast peak) and publish one StageConfig per stage on change."""
-    from planner import milp
     from planner.profiles import ProfileStore, problem_from_pipeline
+    from planner.results import LATE
     from planner.run import run_planner
     from planner.service import ReplanSettings, Replanner, explain as explain_lines, handoff_record
     from streams.spec import load_pipeline
@@ -43,13 +43,12 @@ def planner_cmd(pipeline_file, profiles_dir, mode, interval_s, lookback_s, once,
         status = "changed, published" if out.changed else ("unchanged" if p.feasible else f"infeasible: {p.reason}")
         measured = "no results yet" if measured_p99_ms is None else f"{measured_p99_ms:.1f} ms"
         click.echo(f"forecast {out.forecast_qps:.1f} qps -> {p.mode} plan {status}; cost "
-                   f"{p.cost_per_hour:.3f} $/h, predicted p99 {p.predicted_p99_ms}, measured p99 {measured}")
+                   f"{p.cost_per_hour:.3f} $/h, p99 ({LATE}) predicted {p.predicted_p99_ms}, measured {measured}")
         for rec in out.configs:
             click.echo("  " + json.dumps({k: rec[k] for k in ("stage", "variant", "hardware", "max_batch",
                                                                "replicas", "epoch")}))
         if explain:
-            runner = milp.runner_up(base, p, milp.MilpOptions()) if mode == "milp" and p.feasible else None
-            for line in explain_lines(p, runner, measured_p99_ms):
+            for line in explain_lines(p, replanner.runner_up(out), measured_p99_ms):
                 click.echo(f"    {line}")
         if handoff and out.changed and out.handoff is not None:
             planfile.save(planfile.from_dict(handoff_record(out.handoff, pipe.name, out.configs[0]["epoch"])),

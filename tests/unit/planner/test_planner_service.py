@@ -65,3 +65,18 @@ def test_replanner_publishes_only_on_change_and_handoff_reproduces_replicas():
     out3, st3 = rp.step(st2, arr3, 60 * 10**9)
     assert out3.changed and st3.epoch == 2
     assert sum(r["replicas"] for r in out3.configs) > sum(r["replicas"] for r in out.configs)
+
+
+def test_explain_runner_up_is_for_the_problem_the_plan_was_made_for():
+    """The service's base problem is a placeholder (rate 1); the runner-up must be sized for the
+    forecast rate and sample the plan was made for, even for a plan that does not carry its rate."""
+    from dataclasses import replace
+
+    base = random_problem(3, stages=2, variants=3, hardware=2, batch_sizes=(1, 2, 4), rate_qps=1, slo_ms=400)
+    rp = Replanner(base, "demo", ReplanSettings(mode="milp", validate=False, sample_s=30))
+    out, _ = rp.step(ReplanState(), np.arange(0, 60, 1 / 40.0), 60 * 10**9)
+    assert out.problem.rate_qps == out.forecast_qps > 40 and out.problem.arrivals_s.size > 0
+    runner = rp.runner_up(replace(out, plan=replace(out.plan, rate_qps=0.0)))  # e.g. a plan read back from a file
+    assert runner.feasible and runner.rate_qps == out.forecast_qps
+    assert runner.key() != out.plan.key() and runner.cost_per_hour >= out.plan.cost_per_hour
+    assert rp.runner_up(replace(out, plan=replace(out.plan, feasible=False))) is None

@@ -1,4 +1,6 @@
 """The pure parts of the planner service loop: the arrival window and the measured p99."""
+import math
+
 import numpy as np
 
 from planner.run import ArrivalWindow, MeasuredLatency
@@ -13,9 +15,27 @@ def test_arrival_window_keeps_only_the_horizon_sorted():
     assert list(w.snapshot(now_s=45.0)) == []
 
 
+def result(finished_s: float, latency_ms: float, status: str = "done") -> dict:
+    s = 1_000_000_000
+    return {"status": status, "finished_ns": int(finished_s * s), "created_ns": int(finished_s * s - latency_ms * 1e6)}
+
+
 def test_measured_p99_over_the_recent_horizon_only():
     m = MeasuredLatency(KafkaSettings(), "p", horizon_s=10.0)
-    s = 1_000_000_000
-    m._seen = [(1 * s, 500.0)] + [(20 * s + i, float(i)) for i in range(100)]
-    assert m.p99_ms(now_ns=25 * s) == float(np.percentile(np.arange(100.0), 99))
+    m.add(result(1, 500.0))  # older than the horizon at 25 s
+    for i in range(100):
+        m.add(result(20, float(i + 1)))
+    assert m.p99_ms(now_ns=25 * 1_000_000_000) == 99.0  # nearest rank: the 99th of 1..100
     assert MeasuredLatency(KafkaSettings(), "p", 10.0).p99_ms(0) is None
+
+
+def test_measured_p99_counts_results_not_done_as_infinitely_late():
+    """The report's and the estimator's p99 (planner.results.nearest_rank over every request that
+    ended, not done = late): one drop in 100 leaves the p99 at the 99th latency, two make it infinite."""
+    m = MeasuredLatency(KafkaSettings(), "p", horizon_s=10.0)
+    for i in range(99):
+        m.add(result(20, float(i + 1)))
+    m.add(result(20, 0.0, "dropped"))  # a drop is quick, and still late
+    assert m.p99_ms(25 * 1_000_000_000) == 99.0  # done-only would be np.percentile(1..99, 99) = 98.02
+    m.add(result(20, 1.0, "error"))
+    assert m.p99_ms(25 * 1_000_000_000) == math.inf
