@@ -120,6 +120,15 @@ def parse_trace_spec(text: str) -> TraceSpec:
     return TraceSpec(kind=kind, path=path, params=params, text=text)
 
 
+def first_step_s(text: str) -> float | None:
+    """When a ``step:`` trace's rate starts to change (its first ``at=``, after ``speedup=``): the end
+    of its first phase. None for the other kinds, which have no steps."""
+    spec = parse_trace_spec(text)
+    if spec.kind != "step":
+        return None
+    return spec.numbers("at")[0] / spec.number("speedup", 1.0)
+
+
 # ----------------------------------------------------------------------------------------------
 # Readers of trace files
 

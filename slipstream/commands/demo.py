@@ -17,21 +17,23 @@ import click
 
 from loadgen.compare import ModeNotApplicable
 from loadgen.replay_estimate import format_like_for_like
+from loadgen.traces import first_step_s
 from slipstream.live import LiveOptions, ensure_broker, live_run, profile_missing
 from streams import broker
 
-# (trace, seconds before its first step: the sample the planner plans from)
-# the low tail is long enough for the tuner to scale back down: the longest envelope window (the 45 s
-# planning sample) must forget the step, then the 30 s scale-down horizon pass
-DEFAULT_TRACE, DEFAULT_PLAN_S = "step:rates=6/18/6,at=45/105,cv2=4,transition=5,duration=240", 45.0
-COMPARE_TRACE, COMPARE_PLAN_S = "step:rates=6/18/6,at=20/50,cv2=4,transition=5,duration=70", 20.0
+# the planner plans from the quiet phase before the first step (--plan-seconds); the low tail is long
+# enough for the tuner to scale back down: the longest envelope window (the 45 s planning sample)
+# must forget the step, then the 30 s scale-down horizon pass
+DEFAULT_TRACE = "step:rates=6/18/6,at=45/105,cv2=4,transition=5,duration=240"
+COMPARE_TRACE = "step:rates=6/18/6,at=20/50,cv2=4,transition=5,duration=70"
 
 common = [
     click.option("--pipeline", "pipeline_file", default="deploy/pipelines/image-classify.yaml", show_default=True,
                  type=click.Path(exists=True, dir_okay=False)),
     click.option("--plan-seconds", default=None, type=float,
                  help="The planner plans from this first part of the trace, the quiet phase before the "
-                      "step (the tuner handles the rest) [default: up to the trace's first step]."),
+                      "step (the tuner handles the rest) [default: a step trace's first at=; other "
+                      "traces need it]."),
     click.option("--profiles", "profiles_dir", default=".state/profiles", show_default=True),
     click.option("--activation-s", default=1.0, show_default=True,
                  help="Replica activation time for the tuner and estimator: a new model instance loads and "
@@ -43,7 +45,9 @@ common = [
     click.option("--replan-s", default=30.0, show_default=True,
                  help="The planner service re-plans from live arrivals this often during the run (0: never)."),
     click.option("--hop-ms", default=6.0, show_default=True,
-                 help="Kafka transit per hop for the estimator (p50 per hop of `slipstream bench dataplane`)."),
+                 help="Kafka transit from one stage to the next (produce to consume) that the estimator "
+                      "adds; the default is above the p99 of one transit that `slipstream bench dataplane` "
+                      "measured on the 2-core VM (its 'last transit to client' row: p50 2.5 ms, p99 5.4 ms)."),
     click.option("--seed", default=0, show_default=True),
 ]
 
@@ -54,15 +58,20 @@ def _with(fn):
     return fn
 
 
-def _setup(pipeline_file: str, spec: str, seed: int, profiles_dir: str):
+def _setup(pipeline_file: str, spec: str, seed: int, profiles_dir: str, plan_seconds: float | None):
+    """The pipeline, its profiles, the trace and the planning sample (its first ``plan_seconds``)."""
     from planner.profiles import ProfileStore
     from slipstream.commands.loadgen import _trace
     from streams.spec import load_pipeline
 
+    arrivals = _trace(spec, seed)
+    plan_s = plan_seconds or first_step_s(spec)
+    if plan_s is None:
+        raise click.UsageError(f"--plan-seconds: trace {spec!r} has no step to plan before; say how much to plan on")
     pipe = load_pipeline(pipeline_file)
     store = ProfileStore(profiles_dir)
     profile_missing(pipe, store)
-    return pipe, store, _trace(spec, seed)
+    return pipe, store, arrivals, arrivals[arrivals < plan_s]
 
 
 @click.command()
@@ -76,9 +85,9 @@ def demo(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, 
     """Run the example pipeline end to end: broker, profile, plan, workers + tuner, replay, report."""
     started = ensure_broker()
     try:
-        pipe, store, arrivals = _setup(pipeline_file, spec, seed, profiles_dir)
+        pipe, store, arrivals, sample = _setup(pipeline_file, spec, seed, profiles_dir, plan_seconds)
         opts = LiveOptions(mode, True, activation_s, max_replicas, hop_ms, seed, reserve_cores, replan_s)
-        run = live_run(pipe, pipeline_file, arrivals, arrivals[arrivals < (plan_seconds or DEFAULT_PLAN_S)], store,
+        run = live_run(pipe, pipeline_file, arrivals, sample, store,
                        Path(report_dir), opts, f"demo: {pipe.name}, {mode} + tuner, {spec}")
         plan, summary = run.plan, run.summary
         click.echo(f"\nplan ({mode}): planner's estimate for its sample: p99 {plan.predicted_p99_ms:.1f} ms at "
@@ -108,8 +117,7 @@ def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_re
 
     started = ensure_broker()
     try:
-        pipe, store, arrivals = _setup(pipeline_file, spec, seed, profiles_dir)
-        sample = arrivals[arrivals < (plan_seconds or COMPARE_PLAN_S)]
+        pipe, store, arrivals, sample = _setup(pipeline_file, spec, seed, profiles_dir, plan_seconds)
 
         def runner(mode: str, tuned: bool):
             name = f"{mode}{'+tuner' if tuned else ''}"

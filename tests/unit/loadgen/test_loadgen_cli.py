@@ -71,3 +71,12 @@ def test_compare_reports_a_mode_without_a_plan_as_unavailable_not_failed(tmp_pat
     r = CliRunner().invoke(compare, [*args, "--modes", "milp"])
     assert r.exit_code == 0, r.output
     assert "milp              unavailable: milp: no plan:" in r.output
+
+
+def test_demo_without_a_step_in_the_trace_asks_for_plan_seconds(monkeypatch):
+    """--plan-seconds defaults to a step trace's first step; for any other trace it must be given."""
+    from slipstream.commands.demo import demo
+
+    monkeypatch.setenv("SLIPSTREAM_BOOTSTRAP", "127.0.0.1:1")  # named, so the demo starts no broker
+    r = CliRunner().invoke(demo, ["--trace", "gamma:rate=5,cv2=4,duration=30"])
+    assert r.exit_code == 2 and "--plan-seconds" in r.output and "no step" in r.output

@@ -127,3 +127,19 @@ def test_published_azure_trace_peak():
     a = load_trace(f"azure:{AZURE},row=8,start=0,duration=3600,peak=50", seed=0)
     per_min = np.bincount((a // 60).astype(int), minlength=60) / 60
     assert per_min.max() == pytest.approx(50, abs=0.05)
+
+
+def test_first_step_is_where_a_step_trace_starts_to_change():
+    """The demo's default planning sample: the quiet phase before the first step."""
+    from loadgen.traces import first_step_s, load_trace
+
+    spec = "step:rates=6/18/6,at=45/105,cv2=4,transition=5,duration=240"
+    assert first_step_s(spec) == 45.0
+    assert first_step_s(spec.replace("duration=240", "duration=240,speedup=3")) == 15.0
+    assert first_step_s("gamma:rate=5,cv2=4,duration=60") is None
+    for speedup in (1, 2):  # the trace itself steps there: ~5 qps until the step, far more after it
+        step = f"step:rates=5/50,at=60,transition=5,duration=120,speedup={speedup}"
+        a, t = load_trace(step, seed=0), first_step_s(step)
+        before = np.sum(a < t) / t
+        after = np.sum((a >= t + 10 / speedup) & (a < t + 20 / speedup)) / (10 / speedup)
+        assert before < 6 * speedup and after > 30 * speedup  # speedup compresses time, so rates rise
