@@ -9,6 +9,9 @@ Devices are checked, not assumed: onnxruntime silently falls back to the CPU whe
 cannot load (missing CUDA/cuDNN), so the backend reads ``session.get_providers()`` after creating
 the session, sets ``device`` from what it actually got, and logs a warning on a fallback.
 
+Every executor carries ``digest``, the short sha256 of what it runs: the ONNX file, or a torch module's
+weights ("" for a model-free stage), so configs, hop timings and metrics can name the model version.
+
 Threads: ``Hardware.threads`` becomes onnxruntime's ``intra_op_num_threads`` (``inter_op`` stays 1:
 one batch at a time). torch has only a process-wide setting (``torch.set_num_threads``), so a torch
 backend sets it for the whole worker process; one worker process runs one stage replica, which is
@@ -16,6 +19,7 @@ what makes that acceptable.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,8 +83,27 @@ def select_torch_device(kind: str, cuda_available: bool, device_index: int = 0) 
 # Backends: a batch in (numpy arrays), a numpy array out.
 
 
+def file_digest(path: str | Path, length: int = 12) -> str:
+    """The first ``length`` hex digits of a file's sha256."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:length]
+
+
+def module_digest(module: Any, length: int = 12) -> str:
+    """The first ``length`` hex digits of the sha256 of a torch module's weights (names and values)."""
+    h = hashlib.sha256()
+    for name, tensor in module.state_dict().items():
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:length]
+
+
 class Backend(Protocol):
     device: str
+    digest: str
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> np.ndarray: ...
 
@@ -112,7 +135,8 @@ class OrtBackend:
                         choice.reason or f"session providers are {list(self.providers)} "
                         "(CUDA provider failed to load; check CUDA/cuDNN libraries)")
         self.input_names = tuple(i.name for i in self.session.get_inputs())
-        self.output_name = self.session.get_outputs()[0].name
+        self.output_name = self.session.get_outputs()[0].name  # the onnx kind may pick another
+        self.digest = file_digest(onnx_path)
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
         return self.session.run([self.output_name], inputs)[0]
@@ -138,6 +162,7 @@ class TorchBackend:
         # Process-wide (see module docstring): one worker process = one stage replica.
         torch.set_num_threads(hardware.threads)
         self.module = module.eval().to(self.device)
+        self.digest = module_digest(self.module)
         self._torch = torch
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
@@ -194,6 +219,7 @@ class ModelExecutor:
         self.codec = codec
         self.backend = backend
         self.device = backend.device
+        self.digest = backend.digest
 
     def check(self, payload: bytes) -> str | None:
         return check_with(self.codec.decode, payload)
@@ -219,6 +245,7 @@ class FunctionExecutor:
     """A model-free stage (noop, image-resize, tokenize): a pure per-item function on the CPU."""
 
     device = "cpu"
+    digest = ""  # no model
 
     def __init__(self, variant: str, fn: Callable[[bytes], Emit], example: Callable[[], bytes],
                  validate: Callable[[bytes], Any] | None = None) -> None:

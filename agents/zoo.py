@@ -8,18 +8,27 @@ Synthetic entries have no accuracy of their own (``accuracy=None``): the pipelin
 ``Variant.accuracy`` is the only number the planner sees for them. For the real models the spec
 should carry the published number listed here (see docs/models.md).
 
+Beyond the zoo: ``model: onnx`` serves your own ONNX file (``agents.models.onnx_file``), and a
+third-party package registers more model kinds as Python entry points in the group
+``slipstream.executors``: the entry point's name is the ``model:`` it serves, its object a loader
+``(variant, hardware, params, cache_dir) -> Executor`` given the variant's params as written (it
+validates them itself). A built-in name cannot be taken by a plugin.
+
+Every executor carries ``digest`` (the short sha256 of its ONNX file or weights).
+
 The model cache directory is a parameter: only the CLI reads ``SLIPSTREAM_CACHE``.
 """
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from agents.executors import FunctionExecutor, ModelExecutor, OrtBackend, TorchBackend
-from agents.models import efficientnet, minilm, synthetic
+from agents.models import efficientnet, minilm, onnx_file, synthetic
 from agents.models.export import DEFAULT_CACHE_DIR, cache_key, cached_onnx
 from agents.preprocess import (RAW_IMAGE_TYPE, TEXT_TYPE, TOKEN_IDS_TYPE, ImageResize, Tokenize,
                                decode_image, decode_text)
@@ -28,6 +37,7 @@ from streams.spec import Hardware, Variant
 
 IMAGE_TYPES = "image/png | image/jpeg | image/x-raw-uint8;shape=S,S,3"
 ANY_TYPE = "*/*"
+PLUGIN_GROUP = "slipstream.executors"
 SYNTHETIC_PARAMS = {"kind": "mlp", "width": 256, "depth": 4, "size": 32, "classes": 10, "seed": 0,
                     "backend": "torch"}
 
@@ -77,6 +87,11 @@ ZOO: dict[str, ZooEntry] = {
     "tokenize": ZooEntry(
         "tokenize", "WordPiece tokeniser of all-MiniLM-L6-v2", TEXT_TYPE, TOKEN_IDS_TYPE, None,
         {"max_length": minilm.MAX_TOKENS}, "int32 little-endian ids with [CLS]/[SEP]"),
+    "onnx": ZooEntry(
+        "onnx", "your own ONNX file (params.path), on onnxruntime",
+        " | ".join(onnx_file.CONTENT_TYPES) + " (params.content_type)",
+        f"{onnx_file.NPY_TYPE} | {efficientnet.JSON_TYPE} (params.emit)", None, onnx_file.PARAMS,
+        "the item's output row as .npy, or its softmax top-5 JSON"),
 }
 
 
@@ -84,7 +99,31 @@ def entry(model: str) -> ZooEntry:
     try:
         return ZOO[model]
     except KeyError:
-        raise ValueError(f"unknown model {model!r}: the zoo has {sorted(ZOO)}") from None
+        raise ValueError(f"unknown model {model!r}: the zoo has {sorted(ZOO)}, plugins (entry points "
+                         f"{PLUGIN_GROUP!r}) have {sorted(plugins())}") from None
+
+
+def plugins() -> dict[str, importlib.metadata.EntryPoint]:
+    """The model kinds installed packages register in the entry-point group ``slipstream.executors``."""
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP)}
+
+
+def _load_plugin(variant: Variant, hardware: Hardware, cache: Path) -> Executor | None:
+    """The executor of a plugin's model kind, or None when no plugin serves ``variant.model``."""
+    ep = plugins().get(variant.model)
+    if ep is None:
+        return None
+    where = f"plugin {ep.value!r} (entry point {variant.model!r} in {PLUGIN_GROUP!r})"
+    if variant.model in ZOO:
+        raise ValueError(f"model {variant.model!r} is built in, yet {where} claims it: rename the "
+                         f"entry point")
+    ex = ep.load()(variant, hardware, dict(variant.params), cache)
+    missing = [a for a in ("variant", "device", "digest", "run", "example_payload", "close")
+               if not hasattr(ex, a)]
+    if missing:
+        raise TypeError(f"{where} returned {type(ex).__name__}, which lacks {missing} of the "
+                        f"Executor protocol (streams.executor)")
+    return ex
 
 
 def resolve_params(variant: Variant) -> dict[str, Any]:
@@ -99,9 +138,14 @@ def resolve_params(variant: Variant) -> dict[str, Any]:
 
 def load_executor(variant: Variant, hardware: Hardware, *,
                   cache_dir: str | Path = DEFAULT_CACHE_DIR) -> Executor:
-    """Build the executor of ``variant`` on ``hardware``; ONNX files are cached under cache_dir."""
+    """Build the executor of ``variant`` on ``hardware`` (a zoo entry, else an installed plugin);
+    exported ONNX files are cached under cache_dir."""
+    cache = Path(cache_dir).expanduser()
+    plugged = _load_plugin(variant, hardware, cache)
+    if plugged is not None:
+        return plugged
     params = resolve_params(variant)
-    return _LOADERS[variant.model](variant, hardware, params, Path(cache_dir).expanduser())
+    return _LOADERS[variant.model](variant, hardware, params, cache)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -212,6 +256,28 @@ def _load_tokenize(variant: Variant, hw: Hardware, params: dict, cache: Path) ->
     return FunctionExecutor(variant.name, tok, tok.example, validate=decode_text)
 
 
+def _load_onnx_file(variant: Variant, hw: Hardware, params: dict, cache: Path) -> Executor:
+    path = onnx_file.model_path(params)
+    try:
+        backend = OrtBackend(path, hw)
+    except Exception as exc:  # onnxruntime raises its own types (InvalidProtobuf, Fail, ...)
+        raise ValueError(f"onnx: params.path {params['path']!r}: onnxruntime cannot load it: "
+                         f"{type(exc).__name__}: {exc}") from None
+    inputs = {i.name: i for i in backend.session.get_inputs()}
+    name = onnx_file.pick(list(inputs), params["input"], "input")
+    backend.output_name = onnx_file.pick([o.name for o in backend.session.get_outputs()],
+                                         params["output"], "output")
+    model_input = inputs[name]
+    if model_input.type not in onnx_file.DTYPES:
+        raise ValueError(f"onnx: the model input {name!r} is {model_input.type}; supported: "
+                         f"{sorted(onnx_file.DTYPES)}")
+    codec = onnx_file.OnnxFileCodec(
+        name, onnx_file.item_shape(params["shape"], list(model_input.shape)),
+        onnx_file.DTYPES[model_input.type], params["content_type"], params["emit"],
+        onnx_file.channel_values(params["mean"], "mean"), onnx_file.channel_values(params["std"], "std"))
+    return ModelExecutor(variant.name, codec, backend)
+
+
 _LOADERS: dict[str, Callable[[Variant, Hardware, dict, Path], Executor]] = {
     **{name: _load_efficientnet for name in efficientnet.LITE},
     "all-minilm-l6-v2": _load_minilm,
@@ -222,4 +288,5 @@ _LOADERS: dict[str, Callable[[Variant, Hardware, dict, Path], Executor]] = {
     "noop": _load_noop,
     "image-resize": _load_image_resize,
     "tokenize": _load_tokenize,
+    "onnx": _load_onnx_file,
 }

@@ -28,6 +28,7 @@ class ItemOutput:
 class Executor(Protocol):
     variant: str  # the pipeline variant name it runs
     device: str  # what it actually runs on ("cpu", "cuda:0"): checked, not assumed
+    digest: str  # short sha256 of the model it runs (ONNX file or weights); "" without a model
 
     def run(self, payloads: Sequence[bytes]) -> list[ItemOutput]:
         """Run one batch; one ItemOutput per payload, in order. Raises on a model error (the

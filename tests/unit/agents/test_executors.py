@@ -158,6 +158,7 @@ def test_bad_payload_is_caught_per_item_and_fails_the_batch_when_run(tiny_onnx):
 def test_model_returning_wrong_row_count_raises():
     class Broken:
         device = "cpu"
+        digest = ""
 
         def __call__(self, inputs):
             return np.zeros((1, 3), dtype=np.float32)
