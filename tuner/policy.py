@@ -23,8 +23,9 @@ envelope at window w_i, r_i = the live envelope):
   lets traffic that returns after a scale-down scale back up, which the paper's fixed test misses.
 - **scale down** (slowly): only after ``quiet_factor x activation_s`` since the last change (up or
   down). ``lambda_new`` = peak ``down_window_s`` (5 s) rate over the last ``down_horizon_s`` (30 s),
-  ``k_m = ceil(lambda_new * s_m / (mu_m * rho_m))`` with the stage's own ``rho_m``, so traffic back at
-  the planned rate gives back the planned count ``R_m`` (InferLine's ``rho_min = min_m rho_m`` keeps
+  ``k_m = max(R_m, ceil(lambda_new * s_m / (mu_m * rho_m)))`` with the stage's own ``rho_m``, so
+  traffic back at the planned rate gives back the planned count ``R_m``, and never less: going below
+  the plan is the planner's call, made on its re-planning interval (InferLine's ``rho_min = min_m rho_m`` keeps
   every stage but the tightest above its plan for good: the demo's replicas never came down), raised
   to what the envelope of the last ``down_horizon_s`` would scale straight back up to from ``k_m`` (no
   flapping), and never above ``n_m``.
@@ -218,11 +219,12 @@ def stage_up_target(plan: TunerPlan, stage: StagePlan, running: int, live: Envel
 
 def down_target(plan: TunerPlan, stage: StagePlan, running: int, live: "LiveTraffic", rho_mode: str,
                 slack_sigma: float) -> int:
-    """min(running, max(k at the stage's rho, what the recent envelope would scale straight back up to)).
+    """min(running, max(k at the stage's rho, the planned count, what the recent envelope would scale
+    straight back up to)). Below the planned count is the planner's call (it re-plans on its interval).
     "Would scale back up" is judged by the scale-up test itself, noise margin included: with no
     margin, the max of a bursty process's shortest windows over 30 s almost always exceeds the
     sample's, and replicas would never come down."""
-    k = replicas_for_rate(live.down_rate_qps, stage, plan.rho(stage))
+    k = max(replicas_for_rate(live.down_rate_qps, stage, plan.rho(stage)), stage.replicas)
     floor, _ = stage_up_target(plan, stage, k, live.recent, slack_sigma, rho_mode)
     return min(running, floor)
 
