@@ -55,9 +55,12 @@ def ensure_broker() -> bool:
 
 
 def has_cuda() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
+    """A CUDA device onnxruntime can use (torch is an optional extra: not needed to ask)."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return False
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
 
 
 def profile_missing(pipe, store, batch_sizes=(1, 2, 4, 8), reps: int = 20) -> None:
