@@ -6,16 +6,6 @@ import pytest
 from loadgen.replay_estimate import estimate_run, format_like_for_like, run_arrivals, run_changes
 from loadgen.simulate import simulate_run
 from planner.estimator import ReplicaChange
-from planner.milp import MilpOptions, solve
-from planner.synthetic import random_problem
-
-
-@pytest.fixture(scope="module")
-def planned():
-    problem = random_problem(3, stages=2, rate_qps=40.0, sim_seconds=20.0)
-    plan = solve(problem, MilpOptions(solver="highs", time_limit_s=5.0))
-    assert plan.feasible
-    return problem, plan
 
 
 def test_the_estimator_replaying_its_own_run_gives_back_that_run(planned):

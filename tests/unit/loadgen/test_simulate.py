@@ -6,19 +6,9 @@ from loadgen.compare import ModeNotApplicable, compare_runs, failures, format_co
 from loadgen.report import summarize
 from loadgen.simulate import config_events, results_from_sim, simulate_run
 from planner.estimator import ReplicaChange
-from planner.milp import MilpOptions, solve
-from planner.synthetic import random_problem
 from tests.paths import RESEARCH_DATA
 
 DATA = RESEARCH_DATA / "UMass-LIDS+Loki"
-
-
-@pytest.fixture(scope="module")
-def planned():
-    problem = random_problem(3, stages=2, rate_qps=40.0, sim_seconds=20.0)
-    plan = solve(problem, MilpOptions(solver="highs", time_limit_s=5.0))
-    assert plan.feasible
-    return problem, plan
 
 
 def test_simulated_results_have_the_result_fields(planned):
