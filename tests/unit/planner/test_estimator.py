@@ -1,4 +1,4 @@
-"""The estimator against closed forms and hand-checked schedules."""
+"""The estimator on hand-checked schedules (queueing theory: test_estimator_queueing.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,33 +9,6 @@ from planner.plan import Assignment
 from planner.problem import parse_problem
 
 from planner_builders import one_stage, single_plan
-
-
-def test_md1_mean_wait_matches_closed_form():
-    # M/D/1: Wq = rho / (2 mu (1 - rho)); one replica owns every partition, so its FIFO is the queue
-    d_ms, lam = 10.0, 70.0
-    p = one_stage({1: d_ms}, slo_ms=1e6, rate=lam, seconds=1500)
-    plan = single_plan({"a": [Assignment("v", "cpu", 1, 1, 1.0, 0.0)]})
-    res = simulate(p, plan, drop_late=False)
-    rho, mu = lam * d_ms / 1000, 1000 / d_ms
-    wq_ms = rho / (2 * mu * (1 - rho)) * 1000
-    measured = float(np.mean(res.latency_ms)) - d_ms
-    assert measured == pytest.approx(wq_ms, rel=0.05)
-    assert res.batches == res.requests  # max_batch 1
-
-
-def test_partition_queues_are_not_a_central_queue():
-    # 2 replicas: an M/D/1 per replica at half the rate (round-robin partitions) waits longer than
-    # the M/D/2 central queue would; check against the per-replica closed form instead
-    d_ms, lam = 10.0, 140.0
-    p = one_stage({1: d_ms}, slo_ms=1e6, rate=lam, seconds=800)
-    res = simulate(p, single_plan({"a": [Assignment("v", "cpu", 1, 2, 1.0, 0.0)]}), drop_late=False)
-    # round-robin over partitions makes each replica's arrivals every 2nd Poisson arrival (Erlang-2),
-    # which waits less than M/D/1 at rate 70 but more than zero
-    rho, mu = 0.7, 100.0
-    md1 = rho / (2 * mu * (1 - rho)) * 1000
-    wait = float(np.mean(res.latency_ms)) - d_ms
-    assert 0.2 * md1 < wait < md1
 
 
 def test_range_assignor_uneven():
@@ -107,7 +80,7 @@ def test_rebalance_pauses_consumption():
     p = one_stage({1: 1.0}, slo_ms=10_000, rate=10)
     plan = single_plan({"a": [Assignment("v", "cpu", 1, 1, 1.0, 0.0)]})
     arr = np.array([0.0, 1.0, 1.1, 3.0])
-    res = simulate(p, plan, arr, schedule=[ReplicaChange(0.5, "a", 2)], activation_s=1.0)
+    res = simulate(p, plan, arr, schedule=[ReplicaChange(0.5, "a", 2)], activation_s=1.0, scaling="rebalance")
     # arrivals at 1.0 and 1.1 wait until the group resumes at 1.5 s
     assert res.latency_ms[0] == pytest.approx(1.0)
     assert res.latency_ms[1] == pytest.approx(501.0)

@@ -1,0 +1,227 @@
+"""What the estimator can be told about the world around the agents: frozen, validated parameters.
+
+- :class:`ReplicaChange`: one step of a tuner schedule (a replica group's new count at a time).
+- :data:`SCALING_MODES` and :func:`scaling_modes`: how a stage's replica change takes effect.
+- :class:`Transit` and :class:`Network`: Kafka transit per hop (a distribution) and consumer fetches.
+- :class:`HostModel`: the cores the pipeline's model threads share (processor sharing).
+- :class:`ServiceTime`: how a batch's run time varies around the profiled latency.
+
+Every check names the bad value; the simulator itself never validates again.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+SCALING_MODES = ("instances", "rebalance")
+TRANSIT_KINDS = ("constant", "shifted-exponential", "lognormal", "empirical")
+SERVICE_KINDS = ("deterministic", "exponential", "lognormal")
+NS_PER_MS = 1_000_000
+
+
+def _finite_at_least(name: str, value: float, lo: float = 0.0) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < lo:
+        raise ValueError(f"{name} must be a finite number >= {lo}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ReplicaChange:
+    """At ``time_s`` the assignment ``index`` of ``stage`` runs ``replicas`` replicas."""
+
+    time_s: float
+    stage: str
+    replicas: int
+    index: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.replicas, bool) or not isinstance(self.replicas, int) or self.replicas < 1:
+            raise ValueError(f"ReplicaChange.replicas must be an integer >= 1, got {self.replicas!r}")
+        if not isinstance(self.index, int) or self.index < 0:
+            raise ValueError(f"ReplicaChange.index must be an integer >= 0, got {self.index!r}")
+        if not math.isfinite(self.time_s):
+            raise ValueError(f"ReplicaChange.time_s must be finite, got {self.time_s!r}")
+
+
+def scaling_modes(scaling: str | Mapping[str, str], stages: Sequence[str]) -> dict[str, str]:
+    """Each stage's scaling mode from one mode for all, or a mapping (stages not named: instances)."""
+    per = {s: scaling for s in stages} if isinstance(scaling, str) else {s: "instances" for s in stages}
+    if not isinstance(scaling, str):
+        unknown = sorted(set(scaling) - set(stages))
+        if unknown:
+            raise ValueError(f"scaling names unknown stages {unknown}; stages are {list(stages)}")
+        per.update(scaling)
+    for stage, mode in per.items():
+        if mode not in SCALING_MODES:
+            raise ValueError(f"scaling of stage {stage!r} must be one of {SCALING_MODES}, got {mode!r}")
+    return per
+
+
+@dataclass(frozen=True)
+class Transit:
+    """Kafka transit of one hop: from the producer's send to the record being fetchable, in ms.
+
+    ``constant``: always ``shift_ms``. ``shifted-exponential``: ``shift_ms`` + an exponential of mean
+    ``scale_ms``. ``lognormal``: ``shift_ms`` + a lognormal of median ``scale_ms`` and log-sd ``sigma``.
+    ``empirical``: a uniform draw from ``samples_ms`` (measured transits, e.g. ``bench dataplane``'s).
+    """
+
+    kind: str = "constant"
+    shift_ms: float = 0.0
+    scale_ms: float = 0.0
+    sigma: float = 0.0
+    samples_ms: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in TRANSIT_KINDS:
+            raise ValueError(f"Transit.kind must be one of {TRANSIT_KINDS}, got {self.kind!r}")
+        _finite_at_least("Transit.shift_ms", self.shift_ms)
+        _finite_at_least("Transit.scale_ms", self.scale_ms)
+        _finite_at_least("Transit.sigma", self.sigma)
+        if self.kind == "lognormal" and self.scale_ms <= 0:
+            raise ValueError(f"Transit.scale_ms (the lognormal's median) must be > 0, got {self.scale_ms!r}")
+        if (self.kind == "empirical") != bool(self.samples_ms):
+            raise ValueError(f"Transit.samples_ms must be given exactly for kind 'empirical' "
+                             f"(kind {self.kind!r}, {len(self.samples_ms)} samples)")
+        for i, v in enumerate(self.samples_ms):
+            _finite_at_least(f"Transit.samples_ms[{i}]", v)
+
+    @classmethod
+    def constant(cls, ms: float) -> "Transit":
+        return cls("constant", shift_ms=ms)
+
+    @classmethod
+    def shifted_exponential(cls, shift_ms: float, mean_ms: float) -> "Transit":
+        return cls("shifted-exponential", shift_ms=shift_ms, scale_ms=mean_ms)
+
+    @classmethod
+    def lognormal(cls, median_ms: float, sigma: float, shift_ms: float = 0.0) -> "Transit":
+        return cls("lognormal", shift_ms=shift_ms, scale_ms=median_ms, sigma=sigma)
+
+    @classmethod
+    def empirical(cls, samples_ms: Sequence[float]) -> "Transit":
+        return cls("empirical", samples_ms=tuple(float(v) for v in samples_ms))
+
+    @classmethod
+    def fit_shifted_exponential(cls, samples_ms: Sequence[float]) -> "Transit":
+        """Moment fit to measured transits: shift = the minimum, exponential mean = mean - minimum."""
+        a = np.asarray(samples_ms, dtype=float)
+        if a.size == 0:
+            raise ValueError("Transit.fit_shifted_exponential needs at least one sample, got none")
+        return cls.shifted_exponential(float(a.min()), float(a.mean() - a.min()))
+
+    @property
+    def is_constant(self) -> bool:
+        return self.kind == "constant" or (self.kind == "shifted-exponential" and self.scale_ms == 0) or \
+            (self.kind == "lognormal" and self.sigma == 0)
+
+    @property
+    def mean_ms(self) -> float:
+        if self.kind == "empirical":
+            return float(np.mean(self.samples_ms))
+        if self.kind == "lognormal":
+            return self.shift_ms + self.scale_ms * math.exp(self.sigma ** 2 / 2)
+        return self.shift_ms + self.scale_ms
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` transits in ms."""
+        if self.kind == "empirical":
+            return rng.choice(np.asarray(self.samples_ms, dtype=float), size=n)
+        if self.is_constant:
+            return np.full(n, self.mean_ms)
+        if self.kind == "lognormal":
+            return self.shift_ms + self.scale_ms * np.exp(self.sigma * rng.standard_normal(n))
+        return self.shift_ms + rng.exponential(self.scale_ms, n)
+
+    def sample_ns(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return np.round(self.sample(rng, n) * NS_PER_MS).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Network:
+    """Kafka between the agents: a :class:`Transit` per kind of hop, and the consumers' fetch cadence.
+
+    ``fetch_interval_ms`` > 0: a record becomes visible to a consumer (a worker, the join, the client)
+    only at that consumer's next fetch, every ``fetch_interval_ms`` from a random phase of its own.
+    """
+
+    ingress: Transit = Transit()  # client -> first stage
+    between: Transit = Transit()  # stage -> stage
+    to_join: Transit = Transit()  # stage -> join (fragments of a request that fanned out)
+    to_results: Transit = Transit()  # last stage (or the join) -> the client's results consumer
+    fetch_interval_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("ingress", "between", "to_join", "to_results"):
+            if not isinstance(getattr(self, name), Transit):
+                raise ValueError(f"Network.{name} must be a Transit, got {getattr(self, name)!r}")
+        _finite_at_least("Network.fetch_interval_ms", self.fetch_interval_ms)
+
+    @classmethod
+    def every_hop(cls, transit: Transit, fetch_interval_ms: float = 0.0) -> "Network":
+        return cls(transit, transit, transit, transit, fetch_interval_ms)
+
+    @property
+    def fetch_interval_ns(self) -> int:
+        return int(round(self.fetch_interval_ms * NS_PER_MS))
+
+
+@dataclass(frozen=True)
+class HostModel:
+    """The host all stages' model threads share: ``cores``, of which ``background_cores`` are busy
+    with other work (the broker, the load generator). k running batches each progress at
+    ``rate(k) = min(1, (cores - background_cores) / k)`` (processor sharing)."""
+
+    cores: float
+    background_cores: float = 0.0
+
+    def __post_init__(self) -> None:
+        _finite_at_least("HostModel.cores", self.cores)
+        if self.cores <= 0:
+            raise ValueError(f"HostModel.cores must be > 0, got {self.cores!r}")
+        _finite_at_least("HostModel.background_cores", self.background_cores)
+        if self.background_cores >= self.cores:
+            raise ValueError(f"HostModel.background_cores must be < cores ({self.cores!r}), "
+                             f"got {self.background_cores!r}")
+
+    @property
+    def free_cores(self) -> float:
+        return self.cores - self.background_cores
+
+    def rate(self, running: int) -> float:
+        return min(1.0, self.free_cores / running) if running > 0 else 1.0
+
+
+@dataclass(frozen=True)
+class ServiceTime:
+    """A batch's run time: the profiled l(b) times a random factor of mean 1.
+
+    ``deterministic``: exactly l(b) (the profile's high percentile, what the agents predict with).
+    ``exponential``: an exponential of mean l(b). ``lognormal``: mean l(b), coefficient of variation
+    ``cv``. Drop decisions still use l(b): the agents cannot know the draw.
+    """
+
+    kind: str = "deterministic"
+    cv: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in SERVICE_KINDS:
+            raise ValueError(f"ServiceTime.kind must be one of {SERVICE_KINDS}, got {self.kind!r}")
+        _finite_at_least("ServiceTime.cv", self.cv)
+        if (self.kind == "lognormal") != (self.cv > 0):
+            raise ValueError(f"ServiceTime.cv must be > 0 exactly for kind 'lognormal' "
+                             f"(kind {self.kind!r}, cv {self.cv!r})")
+
+    @property
+    def is_deterministic(self) -> bool:
+        return self.kind == "deterministic"
+
+    def factors(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.kind == "exponential":
+            return rng.exponential(1.0, n)
+        if self.kind == "lognormal":
+            s2 = math.log1p(self.cv ** 2)
+            return np.exp(rng.normal(-s2 / 2, math.sqrt(s2), n))
+        return np.ones(n)

@@ -1,0 +1,59 @@
+"""The estimator's parameters refuse bad values, and the message names the value."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.estimator import HostModel, Network, ReplicaChange, ServiceTime, Transit, simulate
+from planner.plan import Assignment
+
+from planner_builders import one_stage, single_plan
+
+
+@pytest.mark.parametrize("make, names", [
+    (lambda: Transit("gamma"), "'gamma'"),
+    (lambda: Transit.constant(-1.5), "-1.5"),
+    (lambda: Transit.shifted_exponential(1.0, float("nan")), "nan"),
+    (lambda: Transit.lognormal(median_ms=0.0, sigma=1.0), "0.0"),
+    (lambda: Transit("constant", samples_ms=(1.0,)), "1 samples"),
+    (lambda: Transit.empirical([1.0, -3.0]), "-3.0"),
+    (lambda: Transit.fit_shifted_exponential([]), "none"),
+    (lambda: Network(fetch_interval_ms=-5.0), "-5.0"),
+    (lambda: Network(between=2.0), "2.0"),
+    (lambda: HostModel(cores=0.0), "0.0"),
+    (lambda: HostModel(cores=2.0, background_cores=2.5), "2.5"),
+    (lambda: HostModel(cores=2.0, background_cores=-1.0), "-1.0"),
+    (lambda: ServiceTime("uniform"), "'uniform'"),
+    (lambda: ServiceTime("lognormal"), "cv 0.0"),
+    (lambda: ServiceTime("exponential", cv=0.3), "cv 0.3"),
+    (lambda: ReplicaChange(1.0, "a", 0), "0"),
+    (lambda: ReplicaChange(1.0, "a", 2, index=-1), "-1"),
+])
+def test_bad_parameters_are_refused_by_name(make, names):
+    with pytest.raises(ValueError, match=names.replace("(", r"\(").replace(".", r"\.")):
+        make()
+
+
+P = one_stage({1: 1.0})
+PLAN = single_plan({"a": [Assignment("v", "cpu", 1, 1, 1.0, 0.0)]})
+
+
+@pytest.mark.parametrize("options, names", [
+    ({"scaling": "elastic"}, "'elastic'"),
+    ({"scaling": {"b": "instances"}}, "'b'"),
+    ({"scaling": {"a": "pods"}}, "'pods'"),
+    ({"method": "magic"}, "'magic'"),
+    ({"fanout_dist": "binomial"}, "'binomial'"),
+    ({"pause_s": -1.0}, "-1.0"),
+    ({"activation_s": -2.0}, "-2.0"),
+    ({"hop_ms": 1.0, "network": Network()}, "1.0"),
+    ({"schedule": [ReplicaChange(1.0, "zz", 2)]}, "'zz'"),
+])
+def test_bad_simulate_options_are_refused_by_name(options, names):
+    with pytest.raises(ValueError, match=names.replace(".", r"\.")):
+        simulate(P, PLAN, np.array([0.0]), **options)
+
+
+def test_host_rate_is_processor_sharing():
+    h = HostModel(cores=2.0, background_cores=0.5)
+    assert [h.rate(k) for k in (0, 1, 2, 3)] == pytest.approx([1.0, 1.0, 0.75, 0.5])

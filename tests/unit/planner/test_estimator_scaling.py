@@ -1,0 +1,83 @@
+"""Replica changes in the estimator: instances (no pause for running servers) against rebalance."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.estimator import ReplicaChange, simulate
+from planner.plan import Assignment
+from planner.problem import poisson_trace
+
+from planner_builders import one_stage, single_plan
+
+D_MS = 10.0
+
+
+def run(arr, replicas: int, schedule=(), max_batch: int = 1, **options):
+    p = one_stage({1: D_MS, 4: 16.0}, slo_ms=1e6)
+    plan = single_plan({"a": [Assignment("v", "cpu", max_batch, replicas, 1.0, 0.0)]})
+    return simulate(p, plan, np.asarray(arr, dtype=float), schedule=schedule, drop_late=False, **options)
+
+
+def test_instances_start_serving_activation_after_the_change():
+    # 2 -> 3 instances at 1.0 s, 0.5 s activation. A burst of 6 at 1.2 s finds 2 instances, one at
+    # 1.6 s finds 3; the request at 1.0 s is served at once (nothing pauses)
+    burst1, burst2 = [1.2] * 6, [1.6] * 6
+    res = run([1.0, *burst1, *burst2], 2, [ReplicaChange(1.0, "a", 3)], activation_s=0.5)
+    assert res.latency_ms[0] == pytest.approx(D_MS)
+    assert sorted(res.latency_ms[1:7]) == pytest.approx([10, 10, 20, 20, 30, 30])
+    assert sorted(res.latency_ms[7:]) == pytest.approx([10, 10, 10, 20, 20, 20])
+
+
+def test_instances_scale_up_delays_nobody():
+    # Poisson at rho 0.75 on 2 instances; a third joins at 20 s (activation 2 s). Every request is
+    # served no later than without the change, exactly as before until the new one is up, and
+    # sooner on average after
+    arr = poisson_trace(150.0, 60.0, 3)
+    change = [ReplicaChange(20.0, "a", 3)]
+    base, scaled = run(arr, 2, activation_s=2.0), run(arr, 2, change, activation_s=2.0)
+    before = arr + base.latency_ms / 1000 < 22.0  # done before the new instance is up
+    assert np.array_equal(base.latency_ms[before], scaled.latency_ms[before])
+    assert np.all(scaled.latency_ms <= base.latency_ms + 1e-9)
+    assert scaled.latency_ms[~before].mean() < 0.8 * base.latency_ms[~before].mean()
+
+
+def test_rebalance_pauses_every_replica_and_new_ones_wait_for_activation():
+    # 1 -> 2 replicas at 0.5 s, pause 0.3 s, activation 1.0 s. Items go round-robin over 4 partitions,
+    # the range assignor gives partitions 0, 1 to the old replica and 2, 3 to the new one
+    arr = [0.0, 0.6, 0.65, 0.9, 2.0]  # partitions 0, 1, 2, 3, 0; the new replica serves 2, then 3
+    res = run(arr, 1, [ReplicaChange(0.5, "a", 2)], scaling="rebalance", pause_s=0.3, activation_s=1.0)
+    assert res.latency_ms == pytest.approx([10.0, 210.0, 860.0, 620.0, 10.0])
+    same = run(arr, 1, [ReplicaChange(0.5, "a", 2)], activation_s=1.0)  # instances: the old one serves on
+    assert same.latency_ms == pytest.approx([10.0] * 5)
+
+
+def test_rebalance_scale_up_delays_by_about_the_pause():
+    arr = poisson_trace(150.0, 60.0, 3)
+    change = [ReplicaChange(20.0, "a", 3)]
+    options = dict(scaling="rebalance", pause_s=0.5, activation_s=0.5)
+    base, scaled = run(arr, 2, **options), run(arr, 2, change, **options)
+    done = arr + base.latency_ms / 1000 < 20.0  # done before the change
+    assert np.array_equal(base.latency_ms[done], scaled.latency_ms[done])
+    first = np.flatnonzero(arr >= 20.0)[0]  # the first request after the change waits out the pause
+    assert scaled.latency_ms[first] - base.latency_ms[first] == pytest.approx(500.0 - 1000 * (arr[first] - 20), abs=3 * D_MS)
+    assert float(np.max(scaled.latency_ms - base.latency_ms)) == pytest.approx(500.0, abs=3 * D_MS)
+
+
+def test_removed_instance_finishes_its_window_and_stops():
+    # 2 instances, max batch 4: a burst of 8 at 0 gives each a window of 4 (16 ms); 2 -> 1 at 5 ms does
+    # not cut them short; a burst of 8 at 1 s then runs on one instance: 16 ms, then 32 ms
+    arr = [0.0] * 8 + [1.0] * 8
+    res = run(arr, 2, [ReplicaChange(0.005, "a", 1)], max_batch=4)
+    assert res.latency_ms[:8] == pytest.approx([16.0] * 8)
+    assert sorted(res.latency_ms[8:]) == pytest.approx([16.0] * 4 + [32.0] * 4)
+
+
+def test_scale_down_then_up_before_activation():
+    # 1 -> 2 -> 1 -> 2: the instance removed before it was ever up never serves; the last one is up at
+    # 0.1 + 0.5 s
+    sched = [ReplicaChange(0.0, "a", 2), ReplicaChange(0.05, "a", 1), ReplicaChange(0.1, "a", 2)]
+    res = run([0.7, 0.7], 1, sched, activation_s=0.5)
+    assert res.latency_ms == pytest.approx([10.0, 10.0])
+    res = run([0.55, 0.55], 1, sched, activation_s=0.5)
+    assert sorted(res.latency_ms) == pytest.approx([10.0, 20.0])
