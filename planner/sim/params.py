@@ -2,7 +2,8 @@
 
 - :class:`ReplicaChange`: one step of a tuner schedule (a replica group's new count at a time).
 - :data:`SCALING_MODES` and :func:`scaling_modes`: how a stage's replica change takes effect.
-- :class:`Transit` and :class:`Network`: Kafka transit per hop (a distribution) and consumer fetches.
+- :class:`Transit`, :class:`Network`, :func:`next_fetch`: Kafka transit per hop (a distribution) and
+  consumer fetches.
 - :class:`HostModel`: the cores the pipeline's model threads share (processor sharing).
 - :class:`ServiceTime`: how a batch's run time varies around the profiled latency.
 
@@ -166,6 +167,13 @@ class Network:
     @property
     def fetch_interval_ns(self) -> int:
         return int(round(self.fetch_interval_ms * NS_PER_MS))
+
+
+def next_fetch(t, cadence: tuple[int, int]):
+    """When an item fetchable at ``t`` (ns; an int or a numpy array) is in the hands of a consumer that
+    fetches every ``interval`` ns from ``phase``: at its next fetch."""
+    interval, phase = cadence
+    return t + (phase - t) % interval
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.results import SimResult
-from planner.sim.params import Network, Transit
+from planner.sim.params import Network, Transit, next_fetch
 
 NS_PER_MS = 1_000_000
 
@@ -104,10 +104,7 @@ def _hop(t: np.ndarray, transit: Transit, fetch: tuple[int, int] | None, rng: np
     """Times ``t`` plus a transit each, then the consumer's next fetch."""
     if not (transit.is_constant and transit.mean_ms == 0):
         t = t + transit.sample_ns(rng, t.size)
-    if fetch is not None:
-        interval, phase = fetch
-        t = t + (phase - t) % interval
-    return t
+    return t if fetch is None else next_fetch(t, fetch)
 
 
 def finish_ns(log: Log, n: int, network: Network, fetch: list, rng: np.random.Generator) -> np.ndarray:

@@ -25,6 +25,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from planner.sim.engine import WAKE
+from planner.sim.params import next_fetch
 from streams.batching import BatchSettings, decide, flush_due_ns, ready, window_size
 
 if TYPE_CHECKING:
@@ -82,10 +83,7 @@ class Queue:
 
     def visible(self, t: int) -> int:
         """When an item fetchable at ``t`` is in this consumer's hands: its next fetch."""
-        if self.fetch is None:
-            return t
-        interval, phase = self.fetch
-        return t + (phase - t) % interval
+        return t if self.fetch is None else next_fetch(t, self.fetch)
 
     def put(self, vis: list[int], reqs: list[int], sent: list[int]) -> None:
         """Items fetchable at ``vis`` (sorted), in visible order after this consumer's fetch cadence."""
@@ -125,11 +123,15 @@ class Queue:
         if self.wake_at != due:
             self.version += 1
             self.wake_at = due
-            self.group.engine.at(due, WAKE, self, self.version)
+            engine = self.group.engine
+            engine.at(due, WAKE, self, None if due == engine.now else self.version)
 
     def fire(self, now: int, version: object) -> None:
-        if version == self.version:
-            self.wake_at = -1
+        """A wake-up: a version from the heap (stale when the queue slept again since), None from
+        ``Engine.soon``."""
+        if version is None or version == self.version:
+            if self.wake_at == now:
+                self.wake_at = -1
             self.dispatch(now)
 
     def dispatch(self, now: int) -> None:

@@ -58,9 +58,7 @@ class World:
     def seed_queue(self, q: Queue, reqs: np.ndarray, vis: np.ndarray, sent: np.ndarray,
                    parts: np.ndarray | None = None) -> None:
         """Fill a queue with items known up front (the source's arrivals) and wake it at the first."""
-        if q.fetch is not None:
-            interval, phase = q.fetch
-            vis = vis + (phase - vis) % interval
+        vis = q.visible(vis)
         order = np.argsort(vis, kind="stable")
         q.times, q.reqs, q.sent = vis[order].tolist(), reqs[order].tolist(), sent[order].tolist()
         q.parts = [] if parts is None else parts[order].tolist()

@@ -65,12 +65,17 @@ def test_rebalance_scale_up_delays_by_about_the_pause():
 
 
 def test_removed_instance_finishes_its_window_and_stops():
-    # 2 instances, max batch 4: a burst of 8 at 0 gives each a window of 4 (16 ms); 2 -> 1 at 5 ms does
-    # not cut them short; a burst of 8 at 1 s then runs on one instance: 16 ms, then 32 ms
-    arr = [0.0] * 8 + [1.0] * 8
-    res = run(arr, 2, [ReplicaChange(0.005, "a", 1)], max_batch=4)
-    assert res.latency_ms[:8] == pytest.approx([16.0] * 8)
-    assert sorted(res.latency_ms[8:]) == pytest.approx([16.0] * 4 + [32.0] * 4)
+    # 2 instances, max batch 4, 5 ms timeout, SLO 45 ms, l = 10, 11, 30, 44 ms for 1..4. Four requests
+    # at 0 keep the first instance busy until 44 ms; b, c, d, e (1-4 ms) fill the second one's window
+    # at 4 ms, which runs b, c, d (44 ms would miss b's deadline, 30 ms does not) and defers e to
+    # 34 ms. The second instance is removed at 5 ms: it still finishes its window (e done at 44 ms),
+    # then stops: of 8 requests at 1 s the one left runs 4, the other 4 would end too late (dropped)
+    p = one_stage({1: 10.0, 2: 11.0, 3: 30.0, 4: 44.0}, slo_ms=45.0)
+    plan = single_plan({"a": [Assignment("v", "cpu", 4, 2, 1.0, 5.0)]})
+    arr = np.array([0.0] * 4 + [0.001, 0.002, 0.003, 0.004] + [1.0] * 8)
+    res = simulate(p, plan, arr, schedule=[ReplicaChange(0.005, "a", 1)])
+    assert res.latency_ms[:8] == pytest.approx([44.0] * 4 + [33.0, 32.0, 31.0, 40.0])
+    assert res.latency_ms[8:12] == pytest.approx([44.0] * 4) and res.dropped[12:].all()
 
 
 def test_scale_down_then_up_before_activation():
