@@ -17,6 +17,7 @@ problems); ``planner.estimator.simulate`` picks this path whenever :func:`applie
 from __future__ import annotations
 
 import heapq
+from array import array
 from typing import Sequence
 
 import numpy as np
@@ -46,9 +47,7 @@ class QueueRun:
     __slots__ = ("fin", "off", "n", "part_fin", "part_key", "part_n", "part_pos", "windows")
 
     def __init__(self) -> None:
-        self.fin: list[int] = []
-        self.off: list[int] = []
-        self.n: list[int] = []
+        self.fin, self.off, self.n = array("q"), array("q"), array("q")  # numpy reads them without a copy
         self.part_fin: list[int] = []
         self.part_key: list[int] = []
         self.part_n: list[int] = []
@@ -57,10 +56,10 @@ class QueueRun:
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(end, key, size) per batch and the queue positions of all their items, batch after batch."""
-        n = np.asarray(self.n, dtype=np.int64)
-        off = np.asarray(self.off, dtype=np.int64)
+        n = np.frombuffer(self.n, dtype=np.int64)
+        off = np.frombuffer(self.off, dtype=np.int64)
         pos = np.repeat(off - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
-        return (np.concatenate([np.asarray(self.fin, dtype=np.int64), np.asarray(self.part_fin, dtype=np.int64)]),
+        return (np.concatenate([np.frombuffer(self.fin, dtype=np.int64), np.asarray(self.part_fin, dtype=np.int64)]),
                 np.concatenate([off << SUB_BITS, np.asarray(self.part_key, dtype=np.int64)]),
                 np.concatenate([n, np.asarray(self.part_n, dtype=np.int64)]),
                 np.concatenate([pos, np.asarray(self.part_pos, dtype=np.int64)]))
