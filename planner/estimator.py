@@ -33,7 +33,7 @@ from planner.sim.engine import CHANGE
 from planner.sim.groups import range_assign  # noqa: F401  (re-exported)
 from planner.sim.params import (HostModel, Network, ReplicaChange, ServiceTime, Transit,  # noqa: F401
                                 scaling_modes)
-from planner.sim.record import finish_ns, to_result
+from planner.sim.record import after_hop, finish_ns, to_result
 from planner.sim import stagewise
 from planner.sim.stages import Stage
 from planner.sim.world import World, build
@@ -98,11 +98,9 @@ def simulate(problem: Problem, plan: Plan, arrivals_s: np.ndarray | None = None,
 
 
 def _ingress(world: World, arr_ns: np.ndarray) -> np.ndarray:
-    """The client's requests, produced at their arrival: when each is fetchable at the source."""
-    ingress = world.network.ingress
-    if ingress.is_constant and ingress.mean_ms == 0:
-        return arr_ns
-    return arr_ns + ingress.sample_ns(world.net_rng, int(arr_ns.size))
+    """The client's requests, produced at their arrival: when each is fetchable at the source (the
+    source's consumers apply their own fetch cadence)."""
+    return after_hop(arr_ns, world.network.ingress, None, world.net_rng)
 
 
 def _seed_source(source: Stage, vis: np.ndarray, arr_ns: np.ndarray) -> None:

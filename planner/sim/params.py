@@ -17,10 +17,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from streams.batching import NS_PER_MS
+
 SCALING_MODES = ("instances", "rebalance")
 TRANSIT_KINDS = ("constant", "shifted-exponential", "lognormal", "empirical")
 SERVICE_KINDS = ("deterministic", "exponential", "lognormal")
-NS_PER_MS = 1_000_000
 
 
 def _finite_at_least(name: str, value: float, lo: float = 0.0) -> None:

@@ -19,8 +19,8 @@ import numpy as np
 
 from planner.results import SimResult
 from planner.sim.params import Network, Transit, next_fetch
+from streams.batching import NS_PER_MS
 
-NS_PER_MS = 1_000_000
 
 
 class Log:
@@ -100,8 +100,9 @@ def residence_ms(log: Log, n: int, stages: int) -> np.ndarray:
     return np.where(res < 0, np.nan, res / NS_PER_MS)
 
 
-def _hop(t: np.ndarray, transit: Transit, fetch: tuple[int, int] | None, rng: np.random.Generator) -> np.ndarray:
-    """Times ``t`` plus a transit each, then the consumer's next fetch."""
+def after_hop(t: np.ndarray, transit: Transit, fetch: tuple[int, int] | None,
+              rng: np.random.Generator) -> np.ndarray:
+    """Times ``t`` (ns) plus a transit each, then the consumer's next fetch (None: none)."""
     if not (transit.is_constant and transit.mean_ms == 0):
         t = t + transit.sample_ns(rng, t.size)
     return t if fetch is None else next_fetch(t, fetch)
@@ -114,11 +115,11 @@ def finish_ns(log: Log, n: int, network: Network, fetch: list, rng: np.random.Ge
         split = np.zeros(n, dtype=bool)
         split[np.asarray(log.split, dtype=np.int64)] = True
         joined = split[er]
-        et[joined] = _hop(et[joined], network.to_join, fetch[0], rng)
+        et[joined] = after_hop(et[joined], network.to_join, fetch[0], rng)
     fin = np.full(n, -1, dtype=np.int64)
     np.maximum.at(fin, er, et)
     done = fin >= 0
-    fin[done] = _hop(fin[done], network.to_results, fetch[1], rng)
+    fin[done] = after_hop(fin[done], network.to_results, fetch[1], rng)
     return fin
 
 

@@ -21,10 +21,12 @@ from planner.sim.params import HostModel, Network, ServiceTime, Transit
 from planner.sim.record import Log
 from planner.sim.servers import Queue
 from planner.sim.stages import Stage
-from streams.batching import BatchSettings
+from streams.batching import NS_PER_MS, BatchSettings
 
 
 class World:
+    """The shared context of one run (see the module docstring)."""
+
     def __init__(self, *, seed: int, deadline: list[int], host: HostModel | None, network: Network,
                  service: ServiceTime, activation_ns: int, pause_ns: int, fanout_dist: str) -> None:
         self._seeds = np.random.SeedSequence(seed)
@@ -72,7 +74,7 @@ class _HopTimes:
     __slots__ = ("const", "draws")
 
     def __init__(self, transit: Transit, rng: np.random.Generator) -> None:
-        self.const = int(round(transit.mean_ms * 1_000_000)) if transit.is_constant else None
+        self.const = int(round(transit.mean_ms * NS_PER_MS)) if transit.is_constant else None
         self.draws = None if transit.is_constant else Draws(lambda n: transit.sample_ns(rng, n))
 
     def after(self, now: int, reqs: list[int]) -> tuple[list[int], list[int]]:
