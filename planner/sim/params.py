@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -39,9 +40,9 @@ class ReplicaChange:
     index: int = 0
 
     def __post_init__(self) -> None:
-        if isinstance(self.replicas, bool) or not isinstance(self.replicas, int) or self.replicas < 1:
+        if isinstance(self.replicas, bool) or not isinstance(self.replicas, Integral) or self.replicas < 1:
             raise ValueError(f"ReplicaChange.replicas must be an integer >= 1, got {self.replicas!r}")
-        if not isinstance(self.index, int) or self.index < 0:
+        if not isinstance(self.index, Integral) or self.index < 0:
             raise ValueError(f"ReplicaChange.index must be an integer >= 0, got {self.index!r}")
         if not math.isfinite(self.time_s):
             raise ValueError(f"ReplicaChange.time_s must be finite, got {self.time_s!r}")
