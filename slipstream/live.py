@@ -125,8 +125,6 @@ def control_plane(pipe, published: Published, store, opts: LiveOptions, settings
     """``control(stop)``: the tuner on ``actuator`` and, with ``opts.replan_s``, the planner service
     re-planning from live arrivals every ``replan_s`` (its plans reach the tuner as hand-offs on the
     control topic); both until ``stop``."""
-    from dataclasses import replace
-
     from planner.run import run_planner
     from planner.service import ReplanSettings, Replanner, ReplanState
     from tuner.envelope import envelope
@@ -134,7 +132,7 @@ def control_plane(pipe, published: Published, store, opts: LiveOptions, settings
     from tuner.run import run_tuner
 
     config = TunerConfig(activation_s=opts.activation_s, max_replicas=min(opts.max_replicas, max_instances))
-    replanner = Replanner(replace(local_problem(pipe, store, opts, rate_qps=1.0)), pipe.name,
+    replanner = Replanner(local_problem(pipe, store, opts, rate_qps=1.0), pipe.name,
                           ReplanSettings(mode=opts.mode), envelope=envelope)
 
     def on_step(out, measured_p99_ms) -> None:

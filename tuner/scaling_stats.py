@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -122,25 +122,4 @@ def breakdown(marks: Sequence[Mark], at_ns: int, first_serve_ns: int | None) -> 
         ready = max((m.at_ns for m in marks if m.event in ("assigned", "config-in-force")), default=None)
         if ready is not None and first_serve_ns >= ready:
             out["fetch restart (until first request)"] = ms(ready, first_serve_ns)
-    return out
-
-
-def median_costs(rounds: Iterable[Sequence[EventCost]]) -> list[EventCost]:
-    """Per event label, the median of each figure over rounds (events in the same order each round)."""
-    rounds = [list(r) for r in rounds]
-    out = []
-    for i, ev in enumerate(rounds[0]):
-        same = [r[i] for r in rounds if len(r) > i]
-
-        def med(values):
-            v = [x for x in values if x is not None and not math.isnan(x)]
-            return float(np.median(v)) if v else math.nan
-
-        keys = sorted({k for e in same for k in e.breakdown_ms})
-        out.append(EventCost(
-            ev.label, int(med([e.requests for e in same])),
-            tuple(med([e.wait_before_ms[j] for e in same]) for j in range(3)),
-            tuple(med([e.wait_after_ms[j] for e in same]) for j in range(3)),
-            None if all(e.first_serve_s is None for e in same) else med([e.first_serve_s for e in same]),
-            {k: med([e.breakdown_ms.get(k) for e in same]) for k in keys}))
     return out
