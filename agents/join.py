@@ -132,7 +132,8 @@ def combine(parts: list[Mapping[str, Any]], now_ns: int, worker: str) -> dict:
     hops.sort(key=lambda h: (h["finished_ns"], h["stage"]))
     last = max(p["finished_ns"] for p in parts)
     hops.append({"stage": "join", "variant": "join", "batch_size": len(parts), "enqueued_ns": last,
-                 "started_ns": now_ns, "finished_ns": now_ns, "worker": worker})
+                 "started_ns": now_ns, "finished_ns": now_ns, "worker": worker,
+                 "received_ns": now_ns})  # combined as the last part is taken
     done = [p for p in parts if p["status"] == "done" and p.get("output")]
     output = json.dumps({"parts": [{"path": list(p.get("path", [])), "content_type": p["content_type"],
                                     "output": _text(p["output"])} for p in done]}).encode()

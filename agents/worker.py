@@ -355,7 +355,7 @@ class StageWorker:
         sent: list[Sent] = []
         for k, it in enumerate(batch):
             h = routing.hop(self.stage, variant, len(batch), routing.enqueued_ns(it.req), started,
-                            finished, f"{self.worker_id}/{inst.index}")
+                            finished, f"{self.worker_id}/{inst.index}", it.arrival_ns)
             if error:
                 sent += await self._send([routing.ended(self.pipe, it.req, "error", error, finished, h)], it)
                 continue

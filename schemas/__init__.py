@@ -9,6 +9,9 @@ Parsing Canonical Form does, so fingerprints are the ones any Avro library compu
 
 Evolution rule: a new field is added with a default (and, for a union, ``null`` first), so old readers
 skip it and new readers fill it in for old records. Never rename or retype a field; add a new one.
+An earlier generation is kept in ``schemas/history/<name>.v<N>.avsc``; one that nests a record that has
+changed since names the generation it was written with in ``"x-nested": {"HopTiming":
+"history/HopTiming.v1.avsc"}`` (an extra attribute, which Parsing Canonical Form leaves out).
 """
 from __future__ import annotations
 
@@ -25,9 +28,9 @@ NAMESPACE = "slipstream"
 # CRC-64-AVRO of fastavro's canonical form with HopTiming left as a name, packed big-endian. Header
 # bytes (hex) -> the schema file (under schemas/) the record was written with. Still read, never written.
 LEGACY_FINGERPRINTS = {
-    "ab181e7d59cd33f5": "HopTiming.avsc",
-    "2e02056cb88f632a": "InferenceRequest.avsc",
-    "1112bdf977d703ad": "InferenceResult.avsc",
+    "ab181e7d59cd33f5": "history/HopTiming.v1.avsc",
+    "2e02056cb88f632a": "history/InferenceRequest.v1.avsc",
+    "1112bdf977d703ad": "history/InferenceResult.v2.avsc",
     "2fda2be9f049a49e": "history/InferenceResult.v1.avsc",
     "9eeec2d31542aa40": "StageConfig.avsc",
     "9d738d07f259d9d5": "DeadLetter.avsc",
@@ -46,18 +49,23 @@ def read(file: str) -> dict:
     return json.loads(resources.files(__package__).joinpath(file).read_text())
 
 
-def expanded(doc: Any, namespace: str = NAMESPACE, seen: set[str] | None = None) -> Any:
+def expanded(doc: Any, namespace: str = NAMESPACE, seen: set[str] | None = None,
+             nested: dict[str, str] | None = None) -> Any:
     """``doc`` with every reference to another schema of this package replaced by its definition at
-    the first use (later uses stay names), as Parsing Canonical Form expands named types."""
+    the first use (later uses stay names), as Parsing Canonical Form expands named types. A history
+    file's ``x-nested`` picks the generation of a nested record (default: the current one)."""
     seen = set() if seen is None else seen
+    if isinstance(doc, dict) and "x-nested" in doc:
+        nested = {**(nested or {}), **doc["x-nested"]}
     if isinstance(doc, str):
         full = doc if "." in doc else f"{namespace}.{doc}"
         short = full.rsplit(".", 1)[-1]
         if full.startswith(f"{NAMESPACE}.") and short in NAMES and full not in seen:
-            return expanded(raw(short), namespace, seen)
+            target = read(nested[short]) if nested and short in nested else raw(short)
+            return expanded(target, namespace, seen, nested)
         return doc
     if isinstance(doc, list):
-        return [expanded(d, namespace, seen) for d in doc]
+        return [expanded(d, namespace, seen, nested) for d in doc]
     if not isinstance(doc, dict):
         return doc
     if doc.get("type") in ("record", "error", "enum", "fixed"):
@@ -66,12 +74,12 @@ def expanded(doc: Any, namespace: str = NAMESPACE, seen: set[str] | None = None)
         seen.add(name if "." in name else f"{namespace}.{name}")
     out = dict(doc)
     if "fields" in doc:
-        out["fields"] = [{**f, "type": expanded(f["type"], namespace, seen)} for f in doc["fields"]]
+        out["fields"] = [{**f, "type": expanded(f["type"], namespace, seen, nested)} for f in doc["fields"]]
     for key in ("items", "values"):
         if key in doc:
-            out[key] = expanded(doc[key], namespace, seen)
+            out[key] = expanded(doc[key], namespace, seen, nested)
     if isinstance(doc.get("type"), (dict, list)):
-        out["type"] = expanded(doc["type"], namespace, seen)
+        out["type"] = expanded(doc["type"], namespace, seen, nested)
     return out
 
 

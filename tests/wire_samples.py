@@ -4,7 +4,7 @@ from __future__ import annotations
 
 HOP = {"stage": "classify", "variant": "lite0", "batch_size": 4, "enqueued_ns": 1_700_000_000_000_000_000,
        "started_ns": 1_700_000_000_001_000_000, "finished_ns": 1_700_000_000_007_500_000,
-       "worker": "host-1/1234"}
+       "worker": "host-1/1234", "received_ns": 1_700_000_000_000_600_000}
 
 SAMPLES: dict[str, dict] = {
     "HopTiming": HOP,
