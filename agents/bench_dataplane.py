@@ -11,8 +11,9 @@
 2. msgs/s of one no-op stage worker against one relay, draining the same backlog;
 3. the executor's throughput against onnxruntime called directly (``agents.bench_executor``).
 
-The no-op stages run with max batch 8 and a 0 ms batch timeout, so what is measured is the agent's
-own overhead: decode, queue, batch decision, hop record, encode, produce, delivery, ack.
+The no-op stages of the latency rounds run with max batch 8 and a 0 ms batch timeout, the throughput
+rounds with max batch 64 (``THROUGHPUT_BATCH``, the batch a GPU stage runs), so what is measured is the
+agent's own overhead: decode, queue, batch decision, hop record, encode, produce, delivery, ack.
 """
 from __future__ import annotations
 
@@ -38,14 +39,16 @@ from streams.spec import load_pipeline
 from streams.topics import TopicSpec
 
 RELAY_READY = re.compile(r"relay ready")
+LATENCY_BATCH, THROUGHPUT_BATCH = 8, 64
 
 
-def noop_pipeline(name: str, stages: int, folder: Path, partitions: int = 1) -> Path:
+def noop_pipeline(name: str, stages: int, folder: Path, partitions: int = 1,
+                  max_batch: int = LATENCY_BATCH) -> Path:
     doc = {
         "name": name, "slo_ms": 60000,
         "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},
         "stages": [{"name": f"s{i}", "variants": [{"name": "noop", "model": "noop", "accuracy": 1.0}],
-                    "defaults": {"max_batch": 8, "batch_timeout_ms": 0, "partitions": partitions}}
+                    "defaults": {"max_batch": max_batch, "batch_timeout_ms": 0, "partitions": partitions}}
                    for i in range(stages)],
         "edges": [{"from": f"s{i}", "to": f"s{i + 1}"} for i in range(stages - 1)],
     }
@@ -201,14 +204,16 @@ def run(settings: KafkaSettings, n_latency: int = 400, rate_qps: float = 100.0, 
         finally:
             for p in workers + relays:
                 p.stop()
-        out["latency"] = {f"{who}_{q}_ms_{what}": statistics.median(
-                              float(np.percentile(getattr(x, f"{what}_ms"), int(q[1:]))) for x in res)
-                          for who, res in (("stage", res_w), ("relay", res_r)) for q in ("p50", "p99")
-                          for what in ("hop", "delivery", "e2e")}
+        runs = {f"{who}_{q}_ms_{what}": [float(np.percentile(getattr(x, f"{what}_ms"), int(q[1:])))
+                                          for x in res]
+                for who, res in (("stage", res_w), ("relay", res_r)) for q in ("p50", "p99")
+                for what in ("hop", "delivery", "e2e")}
+        out["latency"] = {k: statistics.median(v) for k, v in runs.items()}
+        out["runs"] = dict(runs)
         # --- 2. throughput of one stage vs one relay, draining a backlog
         tput_w, tput_r = [], []
         for r in range(repeats):
-            path1 = noop_pipeline(f"tput-{tag}-{r}", 1, Path(tmp))
+            path1 = noop_pipeline(f"tput-{tag}-{r}", 1, Path(tmp), max_batch=THROUGHPUT_BATCH)
             p1 = load_pipeline(path1)
             asyncio.run(admin.ensure_topics(settings, topics.all_topics(p1)))
             progress(f"throughput round {r + 1}/{repeats}: {n_throughput} records")
@@ -222,6 +227,7 @@ def run(settings: KafkaSettings, n_latency: int = 400, rate_qps: float = 100.0, 
                 RELAY_READY, env, "relay")))
         out["throughput"] = {"stage_msgs_per_s": statistics.median(tput_w),
                              "relay_msgs_per_s": statistics.median(tput_r)}
+        out["runs"].update(stage_msgs_per_s=tput_w, relay_msgs_per_s=tput_r)
     return out
 
 
@@ -230,8 +236,53 @@ def format_report(fig: dict) -> str:
     what = {"hop": "latency per hop", "delivery": "last transit to client", "e2e": "end to end, 3 hops"}
     rows = [(f"{label}, {q} (ms)", lat[f"stage_{q}_ms_{k}"], lat[f"relay_{q}_ms_{k}"])
             for k, label in what.items() for q in ("p50", "p99")]
-    rows.append(("one stage worker, msgs/s", tp["stage_msgs_per_s"], tp["relay_msgs_per_s"]))
+    rows.append((f"one stage worker, msgs/s (batch {THROUGHPUT_BATCH})", tp["stage_msgs_per_s"],
+                 tp["relay_msgs_per_s"]))
     lines = [f"{'figure':38} {'slipstream':>11} {'aiokafka relay':>15} {'ratio':>7}"]
     for name, a, b in rows:
         lines.append(f"{name:38} {a:11.2f} {b:15.2f} {a / b:7.2f}")
+    if "runs" in fig:  # every round, not only the medians
+        lines.append("every round (slipstream | relay):")
+        for k in (k for k in fig["runs"] if k.startswith("stage_")):
+            rk = "relay_" + k[len("stage_"):]
+            lines.append(f"  {k[len('stage_'):]:22} " + " ".join(f"{v:9.2f}" for v in fig["runs"][k])
+                         + " | " + " ".join(f"{v:9.2f}" for v in fig["runs"].get(rk, [])))
     return "\n".join(lines)
+
+
+def profile(settings: KafkaSettings, out: str, n: int = 30000, max_batch: int = THROUGHPUT_BATCH,
+            py_spy: str = "py-spy", rate_hz: int = 250) -> float:
+    """Where a no-op worker's time goes while it drains a backlog of ``n`` records: py-spy (a
+    sampling profiler, no instrumentation of the worker) attached to the ready worker for the drain,
+    writing collapsed stacks (``py-spy record -f raw``) to ``out``. Returns the drain's msgs/s."""
+    import signal
+    import subprocess
+
+    env = {"SLIPSTREAM_BOOTSTRAP": settings.bootstrap}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = noop_pipeline(f"prof-{uuid.uuid4().hex[:6]}", 1, Path(tmp), max_batch=max_batch)
+        pipe = load_pipeline(path)
+        asyncio.run(admin.ensure_topics(settings, topics.all_topics(pipe)))
+        asyncio.run(_fill(settings, pipe, topics.stage_input(pipe.name, "s0"), n))
+        worker = ReadyProcess(worker_argv(path, "s0", "warn"), env=env, name="s0")
+        try:
+            worker.wait_ready()
+            spy = subprocess.Popen([py_spy, "record", "-r", str(rate_hz), "-f", "raw", "-o", out,
+                                    "--pid", str(worker.proc.pid)])
+            t0 = time.monotonic()
+            asyncio.run(_count_until(settings, topics.results(pipe.name), n))
+            rate = n / (time.monotonic() - t0)
+            spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            spy.wait(60)
+            return rate
+        finally:
+            worker.stop()
+
+
+if __name__ == "__main__":  # python -m agents.bench_dataplane profile OUT [N] [PY_SPY]
+    if sys.argv[1:2] != ["profile"] or len(sys.argv) < 3:
+        sys.exit("usage: python -m agents.bench_dataplane profile OUT [N] [PY_SPY]")
+    a = sys.argv[2:]
+    r = profile(KafkaSettings.from_env(), a[0], int(a[1]) if len(a) > 1 else 30000,
+                py_spy=a[2] if len(a) > 2 else "py-spy")
+    print(f"drained at {r:.0f} msgs/s under py-spy; collapsed stacks in {a[0]}")
