@@ -49,7 +49,7 @@ def simulate(problem: Problem, plan: Plan, arrivals_s: np.ndarray | None = None,
              activation_s: float | None = None, hop_ms: float | None = None, fanout_dist: str = "round",
              drop_late: bool = True, scaling: str | Mapping[str, str] = "instances",
              pause_s: float | None = None, host: HostModel | None = None, network: Network | None = None,
-             service: ServiceTime = ServiceTime(), method: str = "auto") -> SimResult:
+             service: ServiceTime | None = None, method: str = "auto") -> SimResult:
     """Replay ``arrivals_s`` (seconds; the problem's sample when None) through ``plan``.
 
     ``seed`` (default: the problem's) seeds every draw; ``schedule`` is the tuner's replica changes;
@@ -57,7 +57,8 @@ def simulate(problem: Problem, plan: Plan, arrivals_s: np.ndarray | None = None,
     the problem's) a constant Kafka transit on every hop, or give ``network`` instead; ``scaling`` is
     ``instances`` or ``rebalance``, for all stages or per stage; ``pause_s`` the rebalance pause
     (default: ``activation_s``); ``host`` shares the cores among running batches (default: none);
-    ``service`` how a batch's run time varies around its profiled latency (default: not at all);
+    ``service`` how a batch's run time varies around its profiled latency (default: the problem's);
+    without ``hop_ms`` or ``network``, the problem's ``network`` (a calibration's), else its ``hop_ms``;
     ``method`` ``auto`` runs stage by stage when nothing couples the stages in time
     (``planner.sim.stagewise``, same result, faster), ``events`` always runs the event loop.
     """
@@ -72,7 +73,9 @@ def simulate(problem: Problem, plan: Plan, arrivals_s: np.ndarray | None = None,
         if v is not None and not v >= 0:
             raise ValueError(f"{name} must be >= 0, got {v!r}")
     if network is None:
-        network = Network.every_hop(Transit.constant(problem.hop_ms if hop_ms is None else hop_ms))
+        network = problem.network if hop_ms is None and problem.network is not None else \
+            Network.every_hop(Transit.constant(problem.hop_ms if hop_ms is None else hop_ms))
+    service = problem.service if service is None else service
     names = problem.topo_order
     modes = scaling_modes(scaling, names)
     arr = np.sort(np.asarray(problem.arrivals_s if arrivals_s is None else arrivals_s, dtype=float))

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from planner.sim.params import Network, ServiceTime
 from streams.graph import StageGraph
 from streams.latency import LatencyCurve
 
@@ -81,6 +82,8 @@ class Problem(StageGraph):
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     activation_s: float = 5.0  # replica activation (consumer rebalance pause) time
     hop_ms: float = 0.0  # Kafka transit per hop (produce -> consume), added by the estimator
+    network: Network | None = None  # measured transits (a calibration); None: hop_ms on every hop
+    service: ServiceTime = ServiceTime()  # a batch's run time around its (calibrated) profile
     min_partitions: int = 4
     mix: bool = False  # let a stage combine several configs (INFaaS's "2B + 1C"); slower MILP
     seed: int = 0

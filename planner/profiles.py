@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from planner import calibrate
 from planner.problem import (EdgeOption, HardwareOption, Problem, StageOption, VariantOption,
                              peak_rate, poisson_trace)
 from streams.profile_store import (FORMAT_VERSION, BatchPoint, Profile, ProfileError, ProfileStore,  # noqa: F401
@@ -89,5 +90,8 @@ def problem_from_pipeline(pipe: Pipeline, store: ProfileStore, *, arrivals_s: np
     edges = tuple(EdgeOption(e.src, e.dst, e.fanout, e.probability) for e in pipe.edges)
     parts = min(s.defaults.partitions for s in pipe.stages)
     options.setdefault("min_partitions", parts)
+    if store.calibration and "hop_ms" not in options:  # the store's curves are scaled by it already
+        options.setdefault("network", calibrate.network(store.calibration))
+        options.setdefault("service", calibrate.service_time(store.calibration))
     return Problem(slo_ms=pipe.slo_ms, rate_qps=rate, hardware=hw, stages=tuple(stages), edges=edges,
                    arrivals_s=np.asarray(arrivals_s, dtype=float), name=pipe.name, **options)

@@ -4,11 +4,12 @@ top, or not), replay a trace open-loop, and return the plan and the run's Summar
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
@@ -225,6 +226,8 @@ def live_run(pipe, pipeline_file: str, arrivals: np.ndarray, sample: np.ndarray,
     asyncio.run(admin.ensure_topics(settings, topics.all_topics(pipe)))
     published = plan_and_publish(pipe, store, sample, opts, settings)
     plan, problem = published.plan, published.problem
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=1) + "\n")  # for calibrate
     workers = Workers(pipe, pipeline_file, published, store, settings, report_dir / "workers", opts)
     try:
         workers.wait_ready()
@@ -240,15 +243,14 @@ def live_run(pipe, pipeline_file: str, arrivals: np.ndarray, sample: np.ndarray,
 def estimate_live(problem, plan, summary, report_dir: Path, opts: LiveOptions):
     """The estimator on the run's own arrivals and replica changes (``loadgen.replay_estimate``),
     written next to the report as ``estimate.txt``."""
-    import json
-
     from loadgen.replay_estimate import estimate_run, format_like_for_like
     from planner.estimator import Network, Transit
 
     results = [json.loads(line) for line in (report_dir / "results.jsonl").read_text().splitlines() if line]
     # a result's finished_ns is stamped before the hop to the results topic: leave that hop out
     hop = Transit.constant(problem.hop_ms)
+    net = problem.network or Network(hop, hop, hop, Transit.constant(0.0))  # a calibration's, if any
     est = estimate_run(problem, plan, summary, results, seed=opts.seed, activation_s=opts.activation_s,
-                       network=Network(hop, hop, hop, Transit.constant(0.0)))
+                       network=replace(net, to_results=Transit.constant(0.0)))
     (report_dir / "estimate.txt").write_text(format_like_for_like(est) + "\n")
     return est

@@ -10,7 +10,9 @@ Layout: ``<dir>/<variant>@<hardware>.json``::
      "points": {"1": {"p50_ms": 4.1, "p99_ms": 5.0, "reps": 200}, ...}}
 
 ``Profile.curve()`` fits ``streams.latency.LatencyCurve`` to the ``percentile`` column (IPA:
-quadratic, linear fallback). :func:`lookup` finds a variant's profile by its name, then by its model.
+quadratic, linear fallback), times the service ``scale`` of the calibration in force
+(``streams.calibration``: what a live run measured against the profile; 1 without one).
+:func:`lookup` finds a variant's profile by its name, then by its model.
 """
 from __future__ import annotations
 
@@ -19,11 +21,12 @@ import os
 import platform
 import re
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping
 
+from streams.calibration import CalibrationStore, service_scale
 from streams.latency import LatencyCurve
 from streams.spec import Variant
 
@@ -52,11 +55,12 @@ class Profile:
     source: str = "measured"
     percentile: str = "p99"
     accuracy: float | None = None
+    scale: float = 1.0  # the calibration's service scale (not stored in the profile file)
 
     def curve(self) -> LatencyCurve:
         key = f"{self.percentile}_ms"
         pts = {b: getattr(p, key) if getattr(p, key) is not None else p.p99_ms for b, p in self.points.items()}
-        return LatencyCurve.fit(pts)
+        return LatencyCurve.fit({b: v * self.scale for b, v in pts.items()})
 
     def to_json(self) -> dict:
         return {"format": FORMAT_VERSION, "variant": self.variant, "hardware": self.hardware,
@@ -80,10 +84,15 @@ def slug(name: str) -> str:
 
 
 class ProfileStore:
-    """A directory of profile files. Reads validate the format version; writes are atomic."""
+    """A directory of profile files. Reads validate the format version; writes are atomic.
 
-    def __init__(self, root: str | Path) -> None:
+    ``calibration``: ``off``, ``latest`` or a version (default: ``$SLIPSTREAM_CALIBRATION``, else the
+    newest); :meth:`get` returns profiles scaled by it."""
+
+    def __init__(self, root: str | Path, calibration: str | None = None) -> None:
         self.root = Path(root)
+        self.calibrations = CalibrationStore(self.root)
+        self.calibration = self.calibrations.in_force(calibration)
 
     def path(self, variant: str, hardware: str) -> Path:
         return self.root / f"{variant}@{hardware}.json"
@@ -113,7 +122,11 @@ class ProfileStore:
 
     def get(self, variant: str, hardware: str) -> Profile | None:
         p = self.path(variant, hardware)
-        return self.load_file(p) if p.exists() else None
+        if not p.exists():
+            return None
+        prof = self.load_file(p)
+        scale = service_scale(self.calibration, prof.variant, prof.hardware)
+        return replace(prof, scale=scale) if scale != 1.0 else prof
 
     def all(self) -> list[Profile]:
         return [self.load_file(p) for p in sorted(self.root.glob("*@*.json"))]

@@ -1,0 +1,74 @@
+"""`slipstream calibrate --report DIR`: fit service scale, service spread and Kafka transits from a live
+run's hop timings (``planner.calibrate``) and store them as the next calibration version next to the
+profiles (``streams.calibration``), where the planner, the planner service and the workers read them.
+
+``DIR`` is a report a live run wrote (``make demo``, ``slipstream compare-live``, ``loadgen replay``):
+its ``results.jsonl``, and its ``plan.json`` to know which hardware ran each variant (without it a
+variant must have a profile on one hardware only).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+def hardware_of(pipe, store, plan_doc: dict | None) -> dict[tuple[str, str], str]:
+    """(stage, variant) -> hardware: the plan's assignment, else the one hardware with a profile."""
+    from streams.profile_store import lookup
+
+    out: dict[tuple[str, str], str] = {}
+    if plan_doc:
+        for sp in plan_doc.get("stages", []):
+            for a in sp["assignments"]:
+                out[(sp["stage"], a["variant"])] = a["hardware"]
+    for st in pipe.stages:
+        for v in st.variants:
+            have = [h for h in pipe.hardware if lookup(store, v, h) is not None]
+            if (st.name, v.name) not in out and len(have) == 1:
+                out[(st.name, v.name)] = have[0]
+    return out
+
+
+def uncalibrated_curves(pipe, store) -> dict[tuple[str, str], object]:
+    from streams.profile_store import lookup
+
+    return {(v.name, h): prof.curve() for st in pipe.stages for v in st.variants for h in pipe.hardware
+            if (prof := lookup(store, v, h)) is not None}
+
+
+@click.command("calibrate")
+@click.option("--report", "report_dir", required=True, type=click.Path(exists=True, file_okay=False),
+              help="A live run's report folder (results.jsonl, plan.json).")
+@click.option("--pipeline", "pipeline_file", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="The pipeline spec the run served.")
+@click.option("--profiles", "profiles_dir", default=".state/profiles", show_default=True,
+              type=click.Path(file_okay=False), help="Profile store; the calibration is stored in its calibration/.")
+@click.option("--dry-run", is_flag=True, help="Print the fit, store nothing.")
+def calibrate_cmd(report_dir: str, pipeline_file: str, profiles_dir: str, dry_run: bool) -> None:
+    """Fit the estimator's service and transit parameters from a live run and store them, versioned."""
+    from planner.calibrate import CalibrationFitError, fit, summary_lines
+    from streams.profile_store import ProfileStore
+    from streams.spec import load_pipeline
+
+    report = Path(report_dir)
+    results_file, plan_file = report / "results.jsonl", report / "plan.json"
+    if not results_file.exists():
+        raise click.ClickException(f"{results_file}: no results in this report")
+    results = [json.loads(line) for line in results_file.read_text().splitlines() if line.strip()]
+    pipe = load_pipeline(pipeline_file)
+    raw = ProfileStore(profiles_dir, calibration="off")  # fit against the profiles as measured
+    plan_doc = json.loads(plan_file.read_text()) if plan_file.exists() else None
+    try:
+        doc = fit(results, uncalibrated_curves(pipe, raw), hardware_of(pipe, raw, plan_doc), source=str(report))
+    except CalibrationFitError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not dry_run:
+        doc = raw.calibrations.save(doc)
+        click.echo(f"stored {raw.calibrations.path(doc['version'])}")
+    for line in summary_lines(doc):
+        click.echo(line)
+
+
+commands = [calibrate_cmd]

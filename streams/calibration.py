@@ -1,0 +1,95 @@
+"""Calibrations: what a live run measured that the profiles alone do not say, stored versioned next to
+the profiles and read by the planner (to plan and to estimate) and the stage workers (to seed their
+latency predictors), so both use the same numbers.
+
+Layout: ``<profiles>/calibration/v<NNNN>.json``, one file per fit, never rewritten::
+
+    {"format": 1, "version": 3, "fitted_at": "2026-11-23T14:00:00Z", "source": "reports/demo",
+     "machine": {...},
+     "service": {"lite0@cpu-1": {"scale": 2.4, "samples": 812}},  # measured / profiled batch time
+     "service_cv": 0.35,                     # spread of a batch's time around its scaled profile
+     "transit_ms": {"ingress": [q0, q1, ..., q100], "between": [...], "to_join": [...]},
+     "samples": {"hops": 5230, "results": 2400}}
+
+``transit_ms`` holds quantiles of produce -> worker receipt per kind of hop (the consumer's fetch
+wait included). Which calibration is in force: the newest, unless ``SLIPSTREAM_CALIBRATION`` says
+``off`` or a version number. Fitting lives in ``planner.calibrate``; this module only stores.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+FORMAT_VERSION = 1
+ENV = "SLIPSTREAM_CALIBRATION"
+
+
+class CalibrationError(ValueError):
+    """A calibration file that cannot be used; the message names the file and field."""
+
+
+def key(variant: str, hardware: str) -> str:
+    return f"{variant}@{hardware}"
+
+
+class CalibrationStore:
+    """The ``calibration/`` folder of a profile store."""
+
+    def __init__(self, profiles_root: str | Path) -> None:
+        self.root = Path(profiles_root) / "calibration"
+
+    def versions(self) -> list[int]:
+        out = []
+        for p in self.root.glob("v*.json"):
+            try:
+                out.append(int(p.stem[1:]))
+            except ValueError:
+                continue
+        return sorted(out)
+
+    def path(self, version: int) -> Path:
+        return self.root / f"v{version:04d}.json"
+
+    def save(self, doc: Mapping[str, Any]) -> dict:
+        """Store ``doc`` as the next version; returns it with ``format`` and ``version`` set."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        version = (self.versions() or [0])[-1] + 1
+        out = {**doc, "format": FORMAT_VERSION, "version": version}
+        tmp = self.path(version).with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+        tmp.replace(self.path(version))
+        return out
+
+    def get(self, version: int) -> dict:
+        p = self.path(version)
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise CalibrationError(f"{p}: unreadable calibration: {exc}") from None
+        if doc.get("format") != FORMAT_VERSION:
+            raise CalibrationError(f"{p}: format: expected {FORMAT_VERSION}, got {doc.get('format')!r}")
+        return doc
+
+    def in_force(self, choice: str | None = None) -> dict | None:
+        """The calibration to use: ``choice`` (default ``$SLIPSTREAM_CALIBRATION``) is ``off``, a
+        version number, or ``latest`` / unset (the newest, if any)."""
+        choice = (os.environ.get(ENV, "latest") if choice is None else choice).strip().lower()
+        if choice == "off":
+            return None
+        if choice in ("", "latest"):
+            versions = self.versions()
+            return self.get(versions[-1]) if versions else None
+        try:
+            return self.get(int(choice.lstrip("v")))
+        except ValueError:
+            raise CalibrationError(f"{ENV}: expected off, latest or a version number, got {choice!r}") from None
+
+
+def service_scale(doc: Mapping[str, Any] | None, variant: str, hardware: str) -> float:
+    """How much longer than its profile a batch of ``variant`` on ``hardware`` runs (1: as profiled)."""
+    if not doc:
+        return 1.0
+    entry = doc.get("service", {}).get(key(variant, hardware))
+    return float(entry["scale"]) if entry else 1.0

@@ -1,0 +1,95 @@
+"""Calibration: the fit recovers known service scales and transits from hop timings; the store keeps
+versions and picks the one in force; the profile store, the problem and the estimator all use it."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from planner.calibrate import CalibrationFitError, fit, network, service_time
+from planner.estimator import simulate
+from planner.plan import Assignment, Plan, StagePlan
+from planner.profiles import BatchPoint, Profile, ProfileStore, problem_from_pipeline
+from streams.calibration import CalibrationError, CalibrationStore
+from streams.latency import LatencyCurve
+from streams.spec import parse_pipeline
+
+MS = 1_000_000
+CURVE = LatencyCurve.fit({1: 4.0, 4: 10.0})
+
+
+def result(i: int, *, transit_in: float, transit_between: float, scale: float, batch: int = 4) -> dict:
+    """A two-stage request whose hops took ``scale`` x the profile and the given transits (ms)."""
+    created = 1_000 * MS * i
+    hops, t = [], created
+    for k, (stage, transit) in enumerate((("a", transit_in), ("b", transit_between))):
+        received = t + int(transit * MS)
+        started = received + 2 * MS
+        finished = started + int(scale * CURVE.ms(batch) * MS)
+        hops.append({"stage": stage, "variant": f"v{stage}", "batch_size": batch, "enqueued_ns": t,
+                     "received_ns": received, "started_ns": started, "finished_ns": finished, "worker": "w"})
+        t = finished
+    return {"created_ns": created, "hops": hops}
+
+
+CURVES = {("va", "cpu"): CURVE, ("vb", "cpu"): CURVE}
+HW = {("a", "va"): "cpu", ("b", "vb"): "cpu"}
+
+
+def test_fit_recovers_scale_and_transits():
+    rs = [result(i, transit_in=5.0 + (i % 3), transit_between=2.0, scale=2.5) for i in range(300)]
+    doc = fit(rs, CURVES, HW, source="r")
+    assert doc["service"]["va@cpu"]["scale"] == pytest.approx(2.5, rel=1e-3)
+    assert doc["service"]["vb@cpu"]["samples"] == 300
+    assert doc["service_cv"] < 0.01
+    assert doc["transit_ms"]["ingress"][0] == pytest.approx(5.0) and doc["transit_ms"]["ingress"][-1] == pytest.approx(7.0)
+    assert doc["transit_ms"]["between"][100] == pytest.approx(2.0)
+    assert service_time(doc).is_deterministic
+    net = network(doc)
+    assert net.ingress.mean_ms == pytest.approx(6.0, abs=0.05) and net.to_results.mean_ms == 0.0
+
+
+def test_fit_measures_spread_and_refuses_runs_without_receipt_times():
+    rs = [result(i, transit_in=1, transit_between=1, scale=s) for i, s in enumerate([1.0, 3.0] * 50)]
+    doc = fit(rs, CURVES, HW)
+    assert doc["service"]["va@cpu"]["scale"] == pytest.approx(2.0, rel=1e-3)
+    assert doc["service_cv"] == pytest.approx(0.5, rel=1e-3)
+    assert service_time(doc).kind == "lognormal"
+    old = [{**r, "hops": [{k: v for k, v in h.items() if k != "received_ns"} for h in r["hops"]]} for r in rs]
+    with pytest.raises(CalibrationFitError, match="received_ns"):
+        fit(old, CURVES, HW)
+    with pytest.raises(CalibrationFitError, match="no hop's variant has a profile"):
+        fit(rs, {}, HW)
+
+
+def test_store_keeps_versions_and_picks_the_one_in_force(tmp_path, monkeypatch):
+    cs = CalibrationStore(tmp_path)
+    assert cs.in_force("latest") is None
+    assert [cs.save({"n": n})["version"] for n in (1, 2)] == [1, 2]
+    assert cs.in_force("latest")["n"] == 2 and cs.in_force("1")["n"] == 1 and cs.in_force("off") is None
+    monkeypatch.setenv("SLIPSTREAM_CALIBRATION", "v1")
+    assert cs.in_force()["n"] == 1
+    with pytest.raises(CalibrationError, match="expected off, latest or a version"):
+        cs.in_force("newest")
+
+
+PIPE = parse_pipeline({
+    "name": "one", "slo_ms": 300, "hardware": {"cpu": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},
+    "stages": [{"name": "a", "variants": [{"name": "va", "model": "m", "accuracy": 0.7}]}]})
+
+
+def test_profiles_problem_and_estimator_plan_with_the_calibration(tmp_path):
+    ProfileStore(tmp_path).save(Profile("va", "cpu", {1: BatchPoint(3, 4), 4: BatchPoint(8, 10)}))
+    plain = problem_from_pipeline(PIPE, ProfileStore(tmp_path), rate_qps=5, sim_seconds=20)
+    CalibrationStore(tmp_path).save({"service": {"va@cpu": {"scale": 3.0, "samples": 1}}, "service_cv": 0.0,
+                                     "transit_ms": {"ingress": [40.0] * 201}})
+    store = ProfileStore(tmp_path)
+    assert store.get("va", "cpu").curve().ms(4) == pytest.approx(30.0)
+    assert ProfileStore(tmp_path, calibration="off").get("va", "cpu").curve().ms(4) == pytest.approx(10.0)
+    cal = problem_from_pipeline(PIPE, store, rate_qps=5, sim_seconds=20)
+    assert cal.stage("a").variant("va").latency["cpu"].ms(1) == pytest.approx(12.0)
+    plan = Plan("milp", (StagePlan("a", (Assignment("va", "cpu", 1, 2),)),), feasible=True)
+    p_plain, p_cal = simulate(plain, plan).p99_ms, simulate(cal, plan).p99_ms
+    p_scaled = simulate(replace(cal, network=None), plan).p99_ms
+    assert p_plain < 12.0 <= p_scaled  # the scaled service
+    assert p_cal == pytest.approx(p_scaled + 40.0)  # plus the measured transit
