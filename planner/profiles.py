@@ -90,7 +90,7 @@ def problem_from_pipeline(pipe: Pipeline, store: ProfileStore, *, arrivals_s: np
     edges = tuple(EdgeOption(e.src, e.dst, e.fanout, e.probability) for e in pipe.edges)
     parts = min(s.defaults.partitions for s in pipe.stages)
     options.setdefault("min_partitions", parts)
-    if store.calibration and "hop_ms" not in options:  # the store's curves are scaled by it already
+    if store.calibration:  # its measured transits replace hop_ms; the store's curves are scaled already
         options.setdefault("network", calibrate.network(store.calibration))
         options.setdefault("service", calibrate.service_time(store.calibration))
     return Problem(slo_ms=pipe.slo_ms, rate_qps=rate, hardware=hw, stages=tuple(stages), edges=edges,
