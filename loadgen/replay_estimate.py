@@ -9,18 +9,24 @@ and per stage (the same definition on both sides: drops count as infinitely late
 - replica changes: where the run's replica series changes (``loadgen.report.scale_events``), as
   the estimator's ``ReplicaChange`` of the stage's primary assignment;
 - per stage, measured residence is a hop's ``finished_ns - enqueued_ns`` (Kafka transit in, queue,
-  batch and service), the longest over the request's items at that stage, as the estimator reports it.
+  batch and service), the longest over the request's items at that stage, as the estimator reports it;
+- per stage, the components of a hop (:class:`Component`): transit (``received - enqueued``), queue
+  and batch formation (``started - received``) and service (``finished - started``), measured, beside
+  what the estimator was given for them: its transit distribution for that hop and the (calibrated)
+  profile at the batch sizes the run used, times its service spread. Queue and batch formation are
+  what the estimator computes; its residence row is the check on them.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from loadgen.report import Summary, scale_events
 from planner.estimator import ReplicaChange, SimResult, simulate
+from planner.sim.params import Network, ServiceTime, Transit
 from planner.plan import Plan
 from planner.problem import Problem
 from planner.results import nearest_rank
@@ -36,12 +42,21 @@ class StageCompare:
 
 
 @dataclass(frozen=True)
+class Component:
+    stage: str
+    name: str  # transit | queue+batch | service
+    measured_ms: tuple[float, float]  # p50, p99
+    estimated_ms: tuple[float, float] | None  # None: the estimator computes it, no input to compare
+
+
+@dataclass(frozen=True)
 class LikeForLike:
     measured_p99_ms: float
     estimated_p99_ms: float
     measured_attainment: float
     estimated_attainment: float
     stages: tuple[StageCompare, ...]
+    components: tuple[Component, ...] = ()
 
     @property
     def ratio(self) -> float:
@@ -81,6 +96,40 @@ def measured_residence_ms(results: Sequence[Mapping[str, Any]], stage: str) -> n
     return np.asarray(out, dtype=float)
 
 
+def _p(a, q: float) -> float:
+    return nearest_rank(np.asarray(a, dtype=float), q) if len(a) else math.nan
+
+
+def components(problem: Problem, plan: Plan, results: Sequence[Mapping[str, Any]], network: Network,
+               service: ServiceTime, seed: int = 0) -> tuple[Component, ...]:
+    """Per stage, each hop component measured, beside the estimator's input for it (see the module
+    docstring); hops without ``received_ns`` (older records) give no components."""
+    from planner.calibrate import components as hop_parts
+
+    rng = np.random.default_rng(seed)
+    by_stage: dict[str, list[tuple]] = {}
+    for kind, stage, variant, batch, t, w, sv in hop_parts(results):
+        by_stage.setdefault(stage, []).append((kind, variant, batch, t / 1e6, w / 1e6, sv / 1e6))
+    out = []
+    for stage, rows in by_stage.items():
+        kinds = {r[0] for r in rows}
+        transit = {"ingress": network.ingress, "between": network.between, "to_join": network.to_join}
+        model_t = np.concatenate([transit[k].sample(rng, 2000) for k in sorted(kinds)])
+        est_s = None
+        if stage in {sp.stage for sp in plan.stages}:
+            sp = plan.stage(stage)
+            curves = {a.variant: problem.stage(stage).variant(a.variant).latency[a.hardware] for a in sp.assignments}
+            base = np.array([curves[r[1]].ms(r[2]) for r in rows if r[1] in curves])
+            if base.size:
+                f = base * service.factors(rng, base.size)
+                est_s = (_p(f, 50), _p(f, 99))
+        col = list(zip(*rows))
+        out += [Component(stage, "transit", (_p(col[3], 50), _p(col[3], 99)), (_p(model_t, 50), _p(model_t, 99))),
+                Component(stage, "queue+batch", (_p(col[4], 50), _p(col[4], 99)), None),
+                Component(stage, "service", (_p(col[5], 50), _p(col[5], 99)), est_s)]
+    return tuple(out)
+
+
 def compare(summary: Summary, results: Sequence[Mapping[str, Any]], sim: SimResult) -> LikeForLike:
     stages = []
     for i, name in enumerate(sim.stage_names):
@@ -98,7 +147,11 @@ def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequen
     """The estimator on this run's arrivals and replica changes, against what was measured."""
     sim = simulate(problem, plan, run_arrivals(results), seed=seed, schedule=tuple(run_changes(summary, plan)),
                    **sim_options)
-    return compare(summary, results, sim)
+    network = sim_options.get("network") or problem.network or \
+        Network.every_hop(Transit.constant(sim_options.get("hop_ms", problem.hop_ms)))
+    service = sim_options.get("service") or problem.service
+    return replace(compare(summary, results, sim),
+                   components=components(problem, plan, results, network, service, seed))
 
 
 def format_like_for_like(x: LikeForLike) -> str:
@@ -110,4 +163,10 @@ def format_like_for_like(x: LikeForLike) -> str:
             m, e = s.measured_ms[k], s.estimated_ms[k]
             r = e / m if m > 0 and math.isfinite(m) else math.nan
             lines.append(f"{s.stage + ' residence ' + q:<22}{m:>12.1f}{e:>12.1f}{r:>8.2f}")
+    if x.components:
+        lines.append(f"{'hop components (ms)':<22}{'measured':>12}{'est. input':>12}")
+    for c in x.components:
+        for k, q in ((0, "p50"), (1, "p99")):
+            e = "computed" if c.estimated_ms is None else f"{c.estimated_ms[k]:.1f}"
+            lines.append(f"{f'{c.stage} {c.name} {q}':<22}{c.measured_ms[k]:>12.1f}{e:>12}")
     return "\n".join(lines)

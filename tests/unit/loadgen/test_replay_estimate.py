@@ -26,3 +26,26 @@ def test_the_estimator_replaying_its_own_run_gives_back_that_run(planned):
     assert est.estimated_p99_ms == pytest.approx(est.measured_p99_ms, rel=0.02)
     assert est.estimated_attainment == pytest.approx(est.measured_attainment, abs=0.005)
     assert "end-to-end p99 ms" in format_like_for_like(est)
+
+
+def test_components_set_each_measured_part_of_a_hop_beside_the_estimators_input(planned):
+    from loadgen.replay_estimate import components
+    from planner.sim.params import Network, ServiceTime, Transit
+
+    problem, plan = planned
+    sp = plan.stages[0]
+    a = sp.primary
+    curve = problem.stage(sp.stage).variant(a.variant).latency[a.hardware]
+    ms = 1_000_000
+    results = []
+    for i in range(100):
+        t0 = i * 10**9
+        hop = {"stage": sp.stage, "variant": a.variant, "batch_size": 1, "enqueued_ns": t0,
+               "received_ns": t0 + 7 * ms, "started_ns": t0 + 9 * ms,
+               "finished_ns": t0 + 9 * ms + int(2 * curve.ms(1) * ms), "worker": "w"}
+        results.append({"created_ns": t0, "hops": [hop]})
+    got = {c.name: c for c in components(problem, plan, results, Network.every_hop(Transit.constant(3.0)),
+                                         ServiceTime())}
+    assert got["transit"].measured_ms == pytest.approx((7.0, 7.0)) and got["transit"].estimated_ms == (3.0, 3.0)
+    assert got["queue+batch"].measured_ms == pytest.approx((2.0, 2.0)) and got["queue+batch"].estimated_ms is None
+    assert got["service"].measured_ms[1] == pytest.approx(2 * got["service"].estimated_ms[1], rel=0.01)
