@@ -5,8 +5,8 @@ Format (every field is checked; an error names the file, the field path and what
     name: image-classify          # [a-z0-9-], used in topic names
     slo_ms: 400                   # end-to-end latency SLO; deadline = created + slo
     input_content_type: image/raw # what clients put in InferenceRequest.payload
-    hardware:                     # the catalog: name -> kind (cpu|cuda), threads, price
-      cpu-1: {kind: cpu, threads: 1, cost_per_hour: 0.05}
+    hardware:                     # the catalog: name -> kind (cpu|cuda), threads, price,
+      cpu-1: {kind: cpu, threads: 1, cost_per_hour: 0.05}   # memory_gib (default 2: a pod's memory)
     stages:
       - name: classify
         variants:                 # model variants this stage may run
@@ -47,6 +47,7 @@ class Hardware:
     kind: str  # cpu | cuda
     cost_per_hour: float
     threads: int = 1
+    memory_gib: float = 2.0  # what a replica may use (Kubernetes requests and limits)
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,7 @@ def parse_pipeline(doc: Any, *, source_file: str = "<memory>") -> Pipeline:
             name=hname, kind=kind,
             cost_per_hour=r.number(h, "cost_per_hour", path, lo=0),
             threads=r.number(h, "threads", path, lo=1, default=1, integer=True),
+            memory_gib=r.number(h, "memory_gib", path, lo=0.125, default=2.0),
         )
     if not hardware:
         raise r.fail("hardware", "at least one hardware type", {})

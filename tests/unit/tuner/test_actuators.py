@@ -1,4 +1,4 @@
-"""Actuators: real child processes (a tiny python loop), partition growth rule, Kubernetes manifests."""
+"""Actuators: real child processes (a tiny python loop), partition growth rule (Kubernetes: test_k8s.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -11,8 +11,6 @@ import yaml
 
 from streams.procs import worker_argv
 from tuner.actuators import DryRunActuator, LocalProcessActuator
-from tuner.k8s import (KubernetesActuator, deployment_name, pipeline_configmap, scale_patch, stage_deployment,
-                       tuner_manifests)
 from tuner.partitions import target_partitions
 from tuner.supervisor import Supervisor
 
@@ -141,58 +139,9 @@ def test_partitions_never_shrink_and_validate():
         target_partitions(3, 0)
 
 
-def test_stage_deployment_manifest():
-    m = stage_deployment("image-classify", "detect", image="slipstream:0.1", replicas=3)
-    assert m["kind"] == "Deployment" and m["metadata"]["name"] == "slipstream-image-classify-detect"
-    assert m["spec"]["replicas"] == 3
-    pod = m["spec"]["template"]
-    assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
-    c = pod["spec"]["containers"][0]
-    assert c["args"] == ["worker", "--pipeline", "/etc/slipstream/pipeline.yaml", "--stage", "detect"]
-    env = {e["name"]: e for e in c["env"]}
-    assert env["SLIPSTREAM_BOOTSTRAP"]["valueFrom"]["configMapKeyRef"]["name"] == "slipstream-kafka"
-    assert m["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
-    assert yaml.safe_load(yaml.safe_dump(m)) == m
-    gpu = stage_deployment("p", "s", image="i", replicas=1, gpus=1)
-    assert gpu["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
 
 
-def test_template_file_matches_generated_manifest():
-    from pathlib import Path
-    text = (Path(__file__).resolve().parents[3] / "deploy/k8s/stage-deployment.yaml").read_text()
-    filled = yaml.safe_load(text.replace("PIPELINE", "p").replace("STAGE", "s").replace("IMAGE", "img")
-                            .replace("REPLICAS", "2"))
-    gen = stage_deployment("p", "s", image="img", replicas=2)
-    del gen["metadata"]["namespace"]
-    assert filled == gen
 
-
-def test_tuner_template_file_matches_generated_manifests():
-    from pathlib import Path
-    text = (Path(__file__).resolve().parents[3] / "deploy/k8s/tuner.yaml").read_text()
-    gen = tuner_manifests("PIPELINE", image="IMAGE")
-    for d in gen:
-        del d["metadata"]["namespace"]
-    assert list(yaml.safe_load_all(text)) == gen
-
-
-def test_scale_patch_and_names():
-    assert scale_patch(5) == {"spec": {"replicas": 5}}
-    with pytest.raises(ValueError):
-        scale_patch(-1)
-    assert len(deployment_name("x" * 40, "y" * 40)) <= 63
-    cm = pipeline_configmap("p", "name: p\n")
-    assert cm["data"]["pipeline.yaml"] == "name: p\n"
-
-
-def test_kubernetes_actuator_explains_missing_client():
-    try:
-        import kubernetes  # noqa: F401
-    except ImportError:
-        with pytest.raises(RuntimeError, match=r"slipstream\[k8s\]"):
-            KubernetesActuator("p")
-    else:
-        pytest.skip("kubernetes client installed: the missing-client message cannot be shown")
 
 
 def test_crash_loop_restarts_back_off():

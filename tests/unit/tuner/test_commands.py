@@ -10,7 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 from slipstream.commands.bench_tuner import tuner_bench
-from slipstream.commands.tuner import k8s_manifests_cmd, tuner_cmd, tuner_plan_cmd
+from slipstream.commands.tuner import tuner_cmd, tuner_plan_cmd
 
 SPEC = """
 name: shop
@@ -72,70 +72,8 @@ def test_tuner_needs_a_valid_plan(tmp_path):
     assert r.exit_code == 2 and "missing field" in r.output
 
 
-def test_k8s_manifests_render_every_process_of_a_fanout_pipeline_join_included(tmp_path):
-    spec, _ = files(tmp_path)
-    r = CliRunner().invoke(k8s_manifests_cmd, ["--pipeline", str(spec), "--image", "img:1", "--replicas", "classify=5",
-                                               "--namespace", "ml"])
-    assert r.exit_code == 0, r.output
-    docs = list(yaml.safe_load_all(r.output))
-    deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
-    # the spec's fan-out edge needs a join: without its Deployment split requests never get a result
-    assert sorted(deployments) == ["slipstream-shop-classify", "slipstream-shop-detect", "slipstream-shop-join",
-                                   "slipstream-shop-planner", "slipstream-shop-tuner"]
-    assert [d["kind"] for d in docs if d["kind"] != "Deployment"] == ["ConfigMap", "ServiceAccount", "Role",
-                                                                      "RoleBinding"]
-    assert yaml.safe_load(docs[0]["data"]["pipeline.yaml"])["name"] == "shop"
-    assert all(d["metadata"]["namespace"] == "ml" for d in docs)
-    det, cls, join = (deployments[f"slipstream-shop-{r}"] for r in ("detect", "classify", "join"))
-    assert det["spec"]["replicas"] == 2 and cls["spec"]["replicas"] == 5 and join["spec"]["replicas"] == 1
-    assert det["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
-    assert join["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == ["--stage", "join"]
-    tuner = deployments["slipstream-shop-tuner"]["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert tuner[:1] == ["tuner"] and tuner[tuner.index("--namespace") + 1] == "ml"
-    assert deployments["slipstream-shop-planner"]["spec"]["template"]["spec"]["containers"][0]["args"][0] == "planner"
 
 
-def test_k8s_manifests_reference_no_configmap_they_do_not_write_but_the_broker_address(tmp_path):
-    """The tuner takes its plan from the control topic: no plan file, no ConfigMap nobody generates."""
-    spec, _ = files(tmp_path)
-    r = CliRunner().invoke(k8s_manifests_cmd, ["--pipeline", str(spec), "--image", "img:1"])
-    docs = list(yaml.safe_load_all(r.output))
-    written = {d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"}
-    referenced = set()
-    for d in docs:
-        if d["kind"] == "Deployment":
-            pod = d["spec"]["template"]["spec"]
-            referenced |= {v["configMap"]["name"] for v in pod.get("volumes", []) if "configMap" in v}
-            referenced |= {e["valueFrom"]["configMapKeyRef"]["name"] for c in pod["containers"]
-                           for e in c.get("env", []) if "configMapKeyRef" in e.get("valueFrom", {})}
-    assert referenced - written == {"slipstream-kafka"}  # deploy/k8s/kafka-configmap.yaml, the operator's
-    tuner = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "slipstream-shop-tuner")
-    assert "--plan" not in tuner["spec"]["template"]["spec"]["containers"][0]["args"]
-
-
-def test_k8s_manifests_of_a_chain_have_no_join(tmp_path):
-    spec, _ = files(tmp_path)
-    chain = tmp_path / "chain.yaml"
-    chain.write_text(SPEC.replace("fanout: 3.0", "fanout: 1.0"))
-    r = CliRunner().invoke(k8s_manifests_cmd, ["--pipeline", str(chain), "--image", "img:1"])
-    assert r.exit_code == 0, r.output
-    names = [d["metadata"]["name"] for d in yaml.safe_load_all(r.output) if d["kind"] == "Deployment"]
-    assert "slipstream-shop-join" not in names and len(names) == 4
-
-
-def test_k8s_manifests_are_valid_kubernetes_objects(tmp_path):
-    """Against the Kubernetes 1.33 OpenAPI schemas that kubernetes-validate ships (offline), strict:
-    unknown fields fail too."""
-    import kubernetes_validate
-
-    spec, _ = files(tmp_path)
-    r = CliRunner().invoke(k8s_manifests_cmd, ["--pipeline", str(spec), "--image", "img:1"])
-    for doc in yaml.safe_load_all(r.output):
-        kubernetes_validate.validate(doc, "1.33", strict=True)
-    bad = next(d for d in yaml.safe_load_all(r.output) if d["kind"] == "Deployment")
-    bad["spec"]["template"]["spec"]["containers"][0]["argz"] = bad["spec"]["template"]["spec"]["containers"][0]["args"]
-    with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(bad, "1.33", strict=True)
 
 
 def test_bench_reports_ratios_and_activation_of_any_command():
