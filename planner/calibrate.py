@@ -14,6 +14,14 @@ From every hop of every result (``HopTiming``: enqueued, received, started, fini
   scale is the estimator's lognormal ``service_cv``. The scale takes in whatever made batches slower
   than profiled in that run: cores shared with other replicas, the broker and the load generator.
 
+- **host**: batches of every stage run on the same cores. Each batch's mean concurrency ``k`` over
+  its run (how many batches, its own included, ran meanwhile) comes from the hop timings; the fit
+  picks the free cores ``F`` for which ``service = scale * l(b) * max(1, k / F)`` explains the
+  measured times best (least squares in log), and the estimator then shares ``F`` cores among running
+  batches (``HostModel``, processor sharing), so a burst that keeps both stages busy slows them both,
+  as it did in the run. The scale is then what is left once sharing is accounted for. ``F`` at the
+  machine's core count or more (sharing explains nothing) leaves the host out.
+
 Queue and batch formation (``started - received``) are what the estimator computes, not inputs.
 """
 from __future__ import annotations
@@ -23,7 +31,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from planner.sim.params import Network, ServiceTime, Transit
+from planner.sim.params import HostModel, Network, ServiceTime, Transit
 from streams.calibration import key
 from streams.latency import LatencyCurve
 from streams.profile_store import machine_info, now_iso
@@ -55,35 +63,100 @@ def components(results: Iterable[Mapping[str, Any]]):
                    h["finished_ns"] - h["started_ns"])
 
 
+def batches(results: Iterable[Mapping[str, Any]]) -> dict[tuple, tuple[str, str, int]]:
+    """Every batch run once: (worker, started, finished) -> (stage, variant, batch size)."""
+    out = {}
+    for r in results:
+        for h in r.get("hops", ()):
+            if h["stage"] != "join" and h.get("received_ns"):
+                out[(h["worker"], h["started_ns"], h["finished_ns"])] = (h["stage"], h["variant"], h["batch_size"])
+    return out
+
+
+def mean_concurrency(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each interval, the time-average number of intervals (itself included) running during it."""
+    t = np.concatenate([starts, ends])
+    step = np.concatenate([np.ones_like(starts), -np.ones_like(ends)])
+    order = np.lexsort((step, t))  # at a tie, ends (-1) before starts
+    t, count = t[order], np.cumsum(step[order])
+    area = np.concatenate([[0.0], np.cumsum(count[:-1] * np.diff(t).astype(float))])  # integral up to t[i]
+
+    def integral(x: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(t, x, side="right") - 1
+        return area[i] + count[i] * (x - t[i])
+
+    width = np.maximum(ends - starts, 1).astype(float)
+    return np.maximum((integral(ends) - integral(starts)) / width, 1.0)
+
+
+def fit_host(ratio: np.ndarray, k: np.ndarray, group: np.ndarray, cores: float) -> tuple[float, np.ndarray]:
+    """Free cores F and per-group scale minimising the squared log error of
+    ``ratio = scale[group] * max(1, k / F)`` (``F`` on a 0.05 grid from ``cores`` down; a tie keeps
+    the larger F, i.e. less sharing)."""
+    best = (np.inf, cores, None)
+    logr = np.log(np.maximum(ratio, 1e-9))
+    for free in np.arange(cores, 0.25 - 1e-9, -0.05):
+        resid = logr - np.log(np.maximum(1.0, k / free))
+        scale = np.array([resid[group == g].mean() for g in range(group.max() + 1)])
+        err = float(((resid - scale[group]) ** 2).sum())
+        if err < best[0] - 1e-9:
+            best = (err, float(free), np.exp(scale))
+    return best[1], best[2]
+
+
 def fit(results: Iterable[Mapping[str, Any]], curves: Mapping[tuple[str, str], LatencyCurve],
-        hardware_of: Mapping[tuple[str, str], str], source: str = "") -> dict:
+        hardware_of: Mapping[tuple[str, str], str], source: str = "", cores: float | None = None) -> dict:
     """The calibration document of a run. ``curves``: (variant, hardware) -> uncalibrated curve;
-    ``hardware_of``: (stage, variant) -> the hardware that ran it."""
+    ``hardware_of``: (stage, variant) -> the hardware that ran it; ``cores``: the host's (default:
+    this machine's)."""
+    import os
+
     results = list(results)
     transit: dict[str, list[float]] = defaultdict(list)
-    ratios: dict[str, list[float]] = defaultdict(list)
     hops = 0
-    for kind, stage, variant, batch, t_ns, _w, s_ns in components(results):
+    for kind, _stage, _variant, _batch, t_ns, _w, _s in components(results):
         hops += 1
         transit[kind].append(max(t_ns, 0) / 1e6)
-        if kind == "to_join":
-            continue
-        hw = hardware_of.get((stage, variant))
-        curve = curves.get((variant, hw)) if hw else None
-        if curve is not None:
-            ratios[key(variant, hw)].append(s_ns / 1e6 / curve.ms(batch))
     if not hops:
         raise CalibrationFitError("no hop carries received_ns: the run was made before hop timings recorded "
                                   "it; run it again with this version")
-    if not ratios:
+    runs = [(w, s, f, *info) for (w, s, f), info in batches(results).items()]
+    keys = {}
+    ratio, group, spans = [], [], []
+    for _w, s, f, stage, variant, b in runs:
+        hw = hardware_of.get((stage, variant))
+        curve = curves.get((variant, hw)) if hw else None
+        spans.append((s, f))
+        if curve is None:
+            group.append(-1)
+            ratio.append(np.nan)
+            continue
+        group.append(keys.setdefault(key(variant, hw), len(keys)))
+        ratio.append((f - s) / 1e6 / curve.ms(b))
+    if not keys:
         raise CalibrationFitError(f"no hop's variant has a profile: hops ran {sorted(hardware_of)}, "
                                   f"profiles are {sorted(curves)}")
-    service = {k: {"scale": float(np.mean(v)), "samples": len(v)} for k, v in sorted(ratios.items())}
-    spread = np.concatenate([np.asarray(v) / service[k]["scale"] for k, v in ratios.items()])
+    span = np.array(spans, dtype=np.int64)
+    k = mean_concurrency(span[:, 0], span[:, 1])
+    group, ratio = np.array(group), np.array(ratio)
+    ok = group >= 0
+    cores = float(cores or os.cpu_count() or 1)
+    free, scale = fit_host(ratio[ok], k[ok], group[ok], cores)
+    left = ratio[ok] / (scale[group[ok]] * np.maximum(1.0, k[ok] / free))
+    names = sorted(keys, key=keys.get)
+    service = {n: {"scale": float(scale[i] * left[group[ok] == i].mean()), "samples": int((group == i).sum())}
+               for i, n in enumerate(names)}
+    host = {"cores": cores, "free_cores": free, "mean_concurrency": float(k[ok].mean())} if free < cores else None
     return {"fitted_at": now_iso(), "source": source, "machine": machine_info(), "service": service,
-            "service_cv": float(np.std(spread)),
+            "service_cv": float(np.std(left / left.mean())), "host": host,
             "transit_ms": {k: [float(x) for x in np.percentile(v, QUANTILES)] for k, v in sorted(transit.items())},
-            "samples": {"hops": hops, "results": len(results)}}
+            "samples": {"hops": hops, "batches": len(runs), "results": len(results)}}
+
+
+def host_model(doc: Mapping[str, Any] | None) -> HostModel | None:
+    """The cores the calibrated run's batches shared (None: sharing explained nothing)."""
+    h = doc.get("host") if doc else None
+    return HostModel(h["cores"], h["cores"] - h["free_cores"]) if h else None
 
 
 def network(doc: Mapping[str, Any] | None) -> Network | None:
@@ -106,8 +179,11 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     """A person's view of a calibration."""
     lines = [f"calibration v{doc.get('version', '?')} from {doc.get('source') or '?'} "
              f"({doc['samples']['hops']} hops of {doc['samples']['results']} results)"]
+    h = doc.get("host")
+    lines.append(f"  host: batches share {h['free_cores']:.2f} of {h['cores']:.0f} cores (mean concurrency "
+                 f"{h['mean_concurrency']:.2f})" if h else "  host: core sharing explains nothing; left out")
     for k, v in doc["service"].items():
-        lines.append(f"  service {k:<24} x{v['scale']:.2f} of the profile ({v['samples']} items)")
+        lines.append(f"  service {k:<24} x{v['scale']:.2f} of the profile ({v['samples']} batches)")
     lines.append(f"  service spread (cv)            {doc['service_cv']:.2f}")
     for kind, q in doc["transit_ms"].items():
         lines.append(f"  transit {kind:<10} p50 {q[100]:6.1f} ms  p99 {q[198]:6.1f} ms  "

@@ -56,7 +56,7 @@ def simulate(problem: Problem, plan: Plan, arrivals_s: np.ndarray | None = None,
     ``activation_s`` (default: the problem's) is a new replica's load and warm-up; ``hop_ms`` (default:
     the problem's) a constant Kafka transit on every hop, or give ``network`` instead; ``scaling`` is
     ``instances`` or ``rebalance``, for all stages or per stage; ``pause_s`` the rebalance pause
-    (default: ``activation_s``); ``host`` shares the cores among running batches (default: none);
+    (default: ``activation_s``); ``host`` shares the cores among running batches (default: the problem's);
     ``service`` how a batch's run time varies around its profiled latency (default: the problem's);
     without ``hop_ms`` or ``network``, the problem's ``network`` (a calibration's), else its ``hop_ms``;
     ``method`` ``auto`` runs stage by stage when nothing couples the stages in time
@@ -76,6 +76,7 @@ def simulate(problem: Problem, plan: Plan, arrivals_s: np.ndarray | None = None,
         network = problem.network if hop_ms is None and problem.network is not None else \
             Network.every_hop(Transit.constant(problem.hop_ms if hop_ms is None else hop_ms))
     service = problem.service if service is None else service
+    host = problem.host if host is None else host
     names = problem.topo_order
     modes = scaling_modes(scaling, names)
     arr = np.sort(np.asarray(problem.arrivals_s if arrivals_s is None else arrivals_s, dtype=float))

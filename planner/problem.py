@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from planner.sim.params import Network, ServiceTime
+from planner.sim.params import HostModel, Network, ServiceTime
 from streams.graph import StageGraph
 from streams.latency import LatencyCurve
 
@@ -84,6 +84,7 @@ class Problem(StageGraph):
     hop_ms: float = 0.0  # Kafka transit per hop (produce -> consume), added by the estimator
     network: Network | None = None  # measured transits (a calibration); None: hop_ms on every hop
     service: ServiceTime = ServiceTime()  # a batch's run time around its (calibrated) profile
+    host: HostModel | None = None  # cores the stages' batches share (a calibration's); None: no sharing
     min_partitions: int = 4
     mix: bool = False  # let a stage combine several configs (INFaaS's "2B + 1C"); slower MILP
     seed: int = 0

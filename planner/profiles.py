@@ -93,5 +93,6 @@ def problem_from_pipeline(pipe: Pipeline, store: ProfileStore, *, arrivals_s: np
     if store.calibration:  # its measured transits replace hop_ms; the store's curves are scaled already
         options.setdefault("network", calibrate.network(store.calibration))
         options.setdefault("service", calibrate.service_time(store.calibration))
+        options.setdefault("host", calibrate.host_model(store.calibration))
     return Problem(slo_ms=pipe.slo_ms, rate_qps=rate, hardware=hw, stages=tuple(stages), edges=edges,
                    arrivals_s=np.asarray(arrivals_s, dtype=float), name=pipe.name, **options)

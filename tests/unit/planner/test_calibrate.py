@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from planner.calibrate import CalibrationFitError, fit, network, service_time
@@ -93,3 +94,23 @@ def test_profiles_problem_and_estimator_plan_with_the_calibration(tmp_path):
     p_scaled = simulate(replace(cal, network=None), plan).p99_ms
     assert p_plain < 12.0 <= p_scaled  # the scaled service
     assert p_cal == pytest.approx(p_scaled + 40.0)  # plus the measured transit
+
+
+def test_mean_concurrency_is_the_time_average_of_running_batches():
+    from planner.calibrate import mean_concurrency
+
+    s, e = np.array([0, 0, 10, 100, 105]), np.array([10, 10, 20, 110, 115])
+    assert mean_concurrency(s, e).tolist() == pytest.approx([2, 2, 1, 1.5, 1.5])
+
+
+def test_host_fit_recovers_the_shared_cores_and_leaves_the_host_out_when_nothing_overlaps():
+    from planner.calibrate import fit_host
+
+    rng = np.random.default_rng(1)
+    k = rng.uniform(1, 3, 500)
+    group = rng.integers(0, 2, 500)
+    ratio = np.array([2.0, 3.0])[group] * np.maximum(1, k / 1.5) * rng.lognormal(0, 0.05, 500)
+    free, scale = fit_host(ratio, k, group, cores=2.0)
+    assert free == pytest.approx(1.5, abs=0.051) and scale == pytest.approx([2.0, 3.0], rel=0.05)
+    doc = fit([result(i, transit_in=1, transit_between=1, scale=2.0) for i in range(50)], CURVES, HW, cores=2)
+    assert doc["host"] is None  # batches never overlap: sharing explains nothing
