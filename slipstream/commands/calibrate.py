@@ -38,6 +38,22 @@ def uncalibrated_curves(pipe, store) -> dict[tuple[str, str], object]:
             if (prof := lookup(store, v, h)) is not None}
 
 
+def fit_report(report_dir: str | Path, pipe, profiles_dir: str | Path, *, store: bool = True) -> dict:
+    """Fit a live run's report against the uncalibrated profiles; store it as the next version."""
+    from planner.calibrate import fit
+    from streams.profile_store import ProfileStore
+
+    report = Path(report_dir)
+    results_file, plan_file = report / "results.jsonl", report / "plan.json"
+    if not results_file.exists():
+        raise click.ClickException(f"{results_file}: no results in this report")
+    results = [json.loads(line) for line in results_file.read_text().splitlines() if line.strip()]
+    raw = ProfileStore(profiles_dir, calibration="off")  # fit against the profiles as measured
+    plan_doc = json.loads(plan_file.read_text()) if plan_file.exists() else None
+    doc = fit(results, uncalibrated_curves(pipe, raw), hardware_of(pipe, raw, plan_doc), source=str(report))
+    return raw.calibrations.save(doc) if store else doc
+
+
 @click.command("calibrate")
 @click.option("--report", "report_dir", required=True, type=click.Path(exists=True, file_okay=False),
               help="A live run's report folder (results.jsonl, plan.json).")
@@ -47,26 +63,17 @@ def uncalibrated_curves(pipe, store) -> dict[tuple[str, str], object]:
               type=click.Path(file_okay=False), help="Profile store; the calibration is stored in its calibration/.")
 @click.option("--dry-run", is_flag=True, help="Print the fit, store nothing.")
 def calibrate_cmd(report_dir: str, pipeline_file: str, profiles_dir: str, dry_run: bool) -> None:
-    """Fit the estimator's service and transit parameters from a live run and store them, versioned."""
-    from planner.calibrate import CalibrationFitError, fit, summary_lines
-    from streams.profile_store import ProfileStore
+    """Fit the estimator's service, host and transit parameters from a live run and store them, versioned."""
+    from planner.calibrate import CalibrationFitError, summary_lines
+    from streams.calibration import CalibrationStore
     from streams.spec import load_pipeline
 
-    report = Path(report_dir)
-    results_file, plan_file = report / "results.jsonl", report / "plan.json"
-    if not results_file.exists():
-        raise click.ClickException(f"{results_file}: no results in this report")
-    results = [json.loads(line) for line in results_file.read_text().splitlines() if line.strip()]
-    pipe = load_pipeline(pipeline_file)
-    raw = ProfileStore(profiles_dir, calibration="off")  # fit against the profiles as measured
-    plan_doc = json.loads(plan_file.read_text()) if plan_file.exists() else None
     try:
-        doc = fit(results, uncalibrated_curves(pipe, raw), hardware_of(pipe, raw, plan_doc), source=str(report))
+        doc = fit_report(report_dir, load_pipeline(pipeline_file), profiles_dir, store=not dry_run)
     except CalibrationFitError as exc:
         raise click.ClickException(str(exc)) from None
     if not dry_run:
-        doc = raw.calibrations.save(doc)
-        click.echo(f"stored {raw.calibrations.path(doc['version'])}")
+        click.echo(f"stored {CalibrationStore(profiles_dir).path(doc['version'])}")
     for line in summary_lines(doc):
         click.echo(line)
 
