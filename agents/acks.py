@@ -23,19 +23,28 @@ class AckTracker:
 
     def done(self, tp: Hashable, offset: int) -> list:
         """Mark one offset done; return the events now safe to ack, in offset order."""
-        part = self._pending.get(tp)
-        if part is None or offset not in part:
-            return []  # revoked meanwhile: its new owner handles it
-        part[offset][1] = True
+        return self.done_many(((tp, offset),))
+
+    def done_many(self, offsets) -> list:
+        """Mark every (tp, offset) of a window done; return the events now safe to ack, per partition
+        in offset order (each partition's prefix is swept once, not once per offset)."""
+        touched = []
+        for tp, offset in offsets:
+            part = self._pending.get(tp)
+            if part is not None and offset in part:  # else revoked meanwhile
+                part[offset][1] = True
+                touched.append(tp)
         out = []
-        while part:
-            first = next(iter(part))
-            event, is_done = part[first]
-            if not is_done:
-                break
-            part.popitem(last=False)
-            out.append(event)
-            self._next[tp] = first + 1
+        for tp in dict.fromkeys(touched):
+            part = self._pending[tp]
+            while part:
+                first = next(iter(part))
+                event, is_done = part[first]
+                if not is_done:
+                    break
+                part.popitem(last=False)
+                out.append(event)
+                self._next[tp] = first + 1
         return out
 
     def committable(self, tps: set) -> dict:

@@ -42,6 +42,11 @@ class Delivery:
     async def send(self, outs: list[routing.Out], item: Any) -> list[Sent]:
         return [await self._send_one(o, item) for o in outs]
 
+    async def send_all(self, pairs: list[tuple[routing.Out, Any]]) -> list[Sent]:
+        """Send a window's records, each with the input it answers, back to back (into the
+        producer's batches, one produce request per partition and linger)."""
+        return [await self._send_one(o, item) for o, item in pairs]
+
     async def _send_one(self, out: routing.Out, item: Any) -> Sent:
         try:
             fut = await kclient.send(self.producer, out.topic, out.record, out.value, key=out.key)

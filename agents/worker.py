@@ -1,12 +1,14 @@
-"""One stage worker: the Faust agent body, its batch loop, and its control-topic follower.
+"""One stage worker: the faust shell around the window planner (``agents.window``).
 
-The agent only reads: each event is decoded (undecodable or oversize records go to the dead-letter
-topic), stamped with its arrival time and put on this worker's FIFO queue. The batch loop hands the
-next window to a free model instance (``agents.instances``: c instances behind one queue) and works
-it off exactly as ``streams.batching`` describes (the estimator runs the same steps), on that
-instance's own thread. Every output of a window (results, children's inputs, drops, errors) is
-produced and its delivery awaited before the window's input events are acked, in offset order per
-partition (``agents.acks``), so offsets are committed only past work whose outputs are in Kafka.
+The agent's body only appends each record to an intake list. The batch loop reads everything that
+arrived at once (decodes it; undecodable or oversize records go to the dead-letter topic), hands it to
+the :class:`~agents.window.WindowPlanner`, and takes windows when the planner says so (the decision is
+``streams.batching``, which the estimator runs too). A window goes to a free model instance
+(``agents.instances``: c instances behind one queue) and is worked off on that instance's thread as
+``streams.batching`` describes. Then, in one place (:meth:`StageWorker._finish`), its outputs (results,
+children's inputs, drops, errors) are produced together, their delivery is awaited, and the window's
+input offsets are acked together, in offset order per partition (``agents.acks``), so offsets are
+committed only past work whose outputs are in Kafka.
 
 Replica changes from the control topic are instance changes (``streams.placement``): new instances
 load and warm on the loader thread while the others serve and join at a window boundary; removed
@@ -19,17 +21,16 @@ import logging
 import os
 import socket
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from agents import routing
 from agents.acks import AckTracker
-from agents.control import ActiveConfig, accept, choose_variant, defaults
-from agents.delivery import Delivery, Sent
+from agents.control import ActiveConfig, accept, defaults
+from agents.delivery import Delivery
 from agents.instances import ExecutorFactory, Fleet, Instance, VariantState, new_instance, warmup_curve
 from agents.metrics import StageMetrics
+from agents.window import Item, Take, WindowPlanner, batch_outputs, split_variants, sub_batch
 from streams.timeline import mark
 from streams import batching, codec, kafka as kclient, placement
 from streams.codec import CodecError
@@ -43,14 +44,6 @@ log = logging.getLogger(__name__)
 
 MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
 __all__ = ["ExecutorFactory", "StageWorker", "check_all"]
-
-
-@dataclass
-class Item:
-    event: Any  # the faust event, acked when the window is done
-    req: dict
-    arrival_ns: int
-    tp: Any
 
 
 class StageWorker:
@@ -67,8 +60,9 @@ class StageWorker:
         self.config: ActiveConfig = defaults(pipe, stage)
         self.fleet = Fleet()
         self._pending: tuple[ActiveConfig, Fleet] | None = None
-        self.queue: deque[Item] = deque()
-        self.queue_changed = asyncio.Event()
+        self._intake: list = []  # (faust event, received_ns) read since the batch loop last looked
+        self.planner = WindowPlanner()
+        self._wake = asyncio.Event()  # an arrival, a free instance or a new config
         # loads and warm-ups of new instances run beside serving, so no batch waits on a load
         self.loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"load-{stage}")
         self.producer = None
@@ -76,7 +70,7 @@ class StageWorker:
         self.warmup_batches = warmup_batches
         self.started = asyncio.Event()
         self.acks = AckTracker()
-        self._inflight: set[asyncio.Future] = set()  # windows being worked off, delivered and acked
+        self._inflight: set[asyncio.Future] = set()  # windows (and dead letters) being delivered and acked
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -140,39 +134,61 @@ class StageWorker:
     # ------------------------------------------------------------------ reading
 
     async def on_event(self, event: Any) -> None:
-        """Decode one event onto the queue, or dead-letter it."""
-        msg = event.message
-        data = event.value
-        self.acks.read(msg.tp, msg.offset, event)
-        try:
-            if data is not None and len(data) > MAX_PAYLOAD_BYTES:
-                raise CodecError(f"oversize record: {len(data)} bytes > {MAX_PAYLOAD_BYTES}")
-            req = codec.decode("InferenceRequest", data)
-            if req["pipeline"] != self.pipe.name:
-                raise CodecError(f"request for pipeline {req['pipeline']!r} on {self.pipe.name!r}'s topic")
-        except CodecError as exc:
-            await self.dead_letter(data, msg.topic, msg.partition, msg.offset, str(exc))
-            await self._ack_done(msg.tp, msg.offset)
-            return
-        self.metrics.lab(self.metrics.requests).inc()
-        self.queue.append(Item(event, req, time.time_ns(), msg.tp))
-        self.metrics.lab(self.metrics.queue_depth).set(len(self.queue))
-        self.queue_changed.set()
+        """The agent's body, per record: only put it on the intake list. Decoding, checks, metrics
+        and the ack tracker work on everything read so far at once (:meth:`_read_intake`)."""
+        self._intake.append((event, time.time_ns()))
+        if not self._wake.is_set():
+            self._wake.set()
 
-    async def dead_letter(self, data: bytes | None, topic: str, partition: int, offset: int,
-                          error: str) -> None:
-        log.warning("dead letter %s[%d]@%d: %s", topic, partition, offset, error)
-        self.metrics.lab(self.metrics.dead_letters).inc()
-        dl = routing.dead_letter(self.pipe, self.stage, data, topic, partition, offset, error, time.time_ns())
-        await self.delivery.settle(await self.delivery.send([dl], None))
+    def _read_intake(self) -> None:
+        """Decode every record read since the last call onto the window planner's queue; undecodable
+        or oversize ones, and requests for another pipeline, go to the dead-letter topic."""
+        if not self._intake:
+            return
+        events, self._intake = self._intake, []
+        good: list[Item] = []
+        bad: list[tuple[Any, str]] = []
+        decode = codec.codec("InferenceRequest").decode
+        for event, received_ns in events:
+            msg, data = event.message, event.value
+            self.acks.read(msg.tp, msg.offset, event)
+            try:
+                if data is not None and len(data) > MAX_PAYLOAD_BYTES:
+                    raise CodecError(f"oversize record: {len(data)} bytes > {MAX_PAYLOAD_BYTES}")
+                req = decode(data)
+                if req["pipeline"] != self.pipe.name:
+                    raise CodecError(f"request for pipeline {req['pipeline']!r} on {self.pipe.name!r}'s topic")
+            except CodecError as exc:
+                bad.append((event, str(exc)))
+                continue
+            good.append(Item(event, req, received_ns, msg.tp, msg.offset))
+        if good:
+            self.metrics.lab(self.metrics.requests).inc(len(good))
+            self.planner.add(good)
+            self.metrics.lab(self.metrics.queue_depth).set(len(self.planner))
+        if bad:
+            self._track(self._dead_letters(bad))
+
+    async def _dead_letters(self, bad: list[tuple[Any, str]]) -> None:
+        now = time.time_ns()
+        records = []
+        for event, error in bad:
+            m = event.message
+            log.warning("dead letter %s[%d]@%d: %s", m.topic, m.partition, m.offset, error)
+            records.append((routing.dead_letter(self.pipe, self.stage, event.value, m.topic, m.partition,
+                                                m.offset, error, now), None))
+        self.metrics.lab(self.metrics.dead_letters).inc(len(bad))
+        await self.delivery.settle(await self.delivery.send_all(records))
+        await self._ack([(e.message.tp, e.message.offset) for e, _ in bad])
 
     async def on_revoked(self, revoked: set, commit_offsets) -> None:
-        """Before partitions move: forget queued (unprocessed, unacked) items of the revoked ones (Kafka
-        redelivers them to their new owner), let the windows in progress finish, wait until every
-        processed window is delivered and acked, and commit their offsets, so the new owner starts
+        """Before partitions move: forget read and queued (unprocessed, unacked) items of the revoked
+        ones (Kafka redelivers them to their new owner), let the windows in progress finish, wait until
+        every processed window is delivered and acked, and commit their offsets, so the new owner starts
         right after the work done here (see ``agents.acks`` for why faust's own commit cannot)."""
         mark("revoked", partitions=len(revoked))
-        self.queue = deque(i for i in self.queue if i.tp not in revoked)
+        self._intake = [(e, t) for e, t in self._intake if e.message.tp not in revoked]
+        self.planner.forget(revoked)
         await self.drain()
         offsets = self.acks.committable(revoked)
         if offsets:
@@ -202,7 +218,7 @@ class StageWorker:
         if self._pending is not None:  # superseded before it took effect: close what only it held
             self._retire_unused(self._pending[1], fleet, self.fleet)
         self._pending = (cfg, fleet)
-        self.queue_changed.set()
+        self._wake.set()
         return True
 
     def _apply_pending_config(self) -> None:
@@ -227,32 +243,38 @@ class StageWorker:
     def _set_instance_gauge(self) -> None:
         self.metrics.lab(self.metrics.instances).set(len(self.fleet.instances))
 
-    # ------------------------------------------------------------------ batching
+    # ------------------------------------------------------------------ windows
 
     async def run_batches(self) -> None:
+        """The shell around :class:`agents.window.WindowPlanner`: read what arrived, apply a pending
+        config (a window boundary), take a window when the planner says so, else sleep until it is due
+        or something changes (an arrival, a free instance, a config)."""
         while True:
+            self._read_intake()
             self._apply_pending_config()  # window boundary
-            inst = self.fleet.idle()
-            if inst is None or not self.queue:
-                self.queue_changed.clear()
-                await self.queue_changed.wait()
-                continue
             s = batching.BatchSettings.from_ms(self.config.max_batch, self.config.batch_timeout_ms)
-            now = time.time_ns()
-            if not batching.ready(len(self.queue), self.queue[0].arrival_ns, now, s):
-                self.queue_changed.clear()
-                due = batching.flush_due_ns(self.queue[0].arrival_ns, s)
-                try:
-                    await asyncio.wait_for(self.queue_changed.wait(), max(due - now, 0) / 1e9)
-                except TimeoutError:
-                    pass
+            inst = self.fleet.idle()
+            step = self.planner.poll(time.time_ns(), s, inst is not None)
+            if isinstance(step, Take):
+                self.metrics.lab(self.metrics.queue_depth).set(len(self.planner))
+                inst.busy = True
+                self._track(self._window(inst, step.items, s))
                 continue
-            window = [self.queue.popleft() for _ in range(batching.window_size(len(self.queue), s))]
-            self.metrics.lab(self.metrics.queue_depth).set(len(self.queue))
-            inst.busy = True
-            task = asyncio.ensure_future(self._window(inst, window, s))
-            self._inflight.add(task)
-            task.add_done_callback(self._window_done)
+            self._wake.clear()
+            if self._intake:
+                continue
+            if step.until_ns is None:
+                await self._wake.wait()
+                continue
+            try:
+                await asyncio.wait_for(self._wake.wait(), max(step.until_ns - time.time_ns(), 0) / 1e9)
+            except TimeoutError:
+                pass
+
+    def _track(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._inflight.add(task)
+        task.add_done_callback(self._window_done)
 
     def _window_done(self, task: asyncio.Future) -> None:
         self._inflight.discard(task)
@@ -260,84 +282,81 @@ class StageWorker:
             log.error("window failed: %r", task.exception(), exc_info=task.exception())
 
     async def _window(self, inst: Instance, window: list[Item], s: batching.BatchSettings) -> None:
-        """Work one window off on ``inst``, free the instance, then settle its outputs and ack. A
+        """Work one window off on ``inst``, free the instance, then produce its outputs and ack it. A
         window that fails half-way still answers every item (an error result for those without
         output), so the worker keeps acking and committing."""
-        sent: list[Sent] = []
+        answers: list[tuple[list[routing.Out], Item]] = []
         try:
-            await self.work_off(inst, self.fleet.variants, window, s, sent)
+            await self.work_off(inst, self.fleet.variants, window, s, answers)
         except Exception as exc:  # a bug, not a model error (those are error results already)
-            answered = {id(x.item) for x in sent}
+            answered = {id(it) for _, it in answers}
             lost = [it for it in window if id(it) not in answered]
             log.exception("window of %d failed; error results for %s", len(window),
                           [it.req["request_id"] for it in lost])
-            for it in lost:
-                sent += await self._send([routing.ended(self.pipe, it.req, "error",
-                                                        f"{self.stage}: internal error: {exc!r}"[:2000],
-                                                        time.time_ns())], it)
+            now = time.time_ns()
+            answers += [([routing.ended(self.pipe, it.req, "error",
+                                        f"{self.stage}: internal error: {exc!r}"[:2000], now)], it)
+                        for it in lost]
         finally:
             inst.release()
-            self.queue_changed.set()
-        await self.delivery.settle(sent)
-        for it in window:
-            await self._ack_done(it.tp, it.event.message.offset)
+            self._wake.set()
+        await self._finish(window, answers)
+
+    async def _finish(self, window: list[Item], answers: list[tuple[list[routing.Out], Item]]) -> None:
+        """Produce a window's outputs together, await their delivery, then ack its input offsets
+        together (in offset order per partition): the one place a window's "produce + commit" happens,
+        so it can become one Kafka transaction."""
+        records = [(o, it) for outs, it in answers for o in outs]
+        await self.delivery.settle(await self.delivery.send_all(records))
+        await self._ack([(it.tp, it.offset) for it in window])
+
+    async def _ack(self, offsets: list) -> None:
+        for event in self.acks.done_many(offsets):
+            await self.stream.ack(event)
 
     async def work_off(self, inst: Instance, variants: dict[str, VariantState], window: list[Item],
-                       s: batching.BatchSettings, sent: list[Sent]) -> None:
-        """Run one window on ``inst``, adding what it sends to ``sent`` (kept when it fails)."""
-        groups: dict[str, list[Item]] = {}
-        accuracy = {n: vs.accuracy for n, vs in variants.items()}
-        for it in window:
-            variant, why = choose_variant(it.req["request_id"], it.req.get("accuracy_floor"), self.config,
-                                          accuracy)
-            if variant is None:
-                sent += await self._send([routing.ended(self.pipe, it.req, "dropped", why, time.time_ns())], it)
-                self.metrics.lab(self.metrics.drops, reason="accuracy-floor").inc()
-                continue
-            groups.setdefault(variant, []).append(it)
+                       s: batching.BatchSettings, answers: list) -> None:
+        """Run one window on ``inst``, adding (records, item) to ``answers`` (kept when it fails)."""
+        groups, floor = split_variants(window, self.config, {n: vs.accuracy for n, vs in variants.items()})
+        if floor:
+            now = time.time_ns()
+            answers += [([routing.ended(self.pipe, it.req, "dropped", why, now)], it) for it, why in floor]
+            self.metrics.lab(self.metrics.drops, reason="accuracy-floor").inc(len(floor))
         loop = asyncio.get_running_loop()
         for variant, items in list(groups.items()):
             # input checks decode (images: milliseconds), so they run on the model thread, not the loop
             bad = await loop.run_in_executor(inst.pool, check_all, inst.executors[variant],
                                              [it.req["payload"] for it in items])
-            for it, why in zip(items, bad):
-                if why:
-                    sent += await self._send([routing.ended(self.pipe, it.req, "error", f"bad input: {why}",
-                                                               time.time_ns())], it)
-                    self.metrics.lab(self.metrics.results, status="error").inc()
-            groups[variant] = [it for it, why in zip(items, bad) if not why]
-        for variant, items in groups.items():
-            if items:
-                await self._work_variant(inst, variant, variants[variant], items, s, sent)
-
-    async def _ack_done(self, tp: Any, offset: int) -> None:
-        for event in self.acks.done(tp, offset):
-            await self.stream.ack(event)
+            if any(bad):
+                now = time.time_ns()
+                answers += [([routing.ended(self.pipe, it.req, "error", f"bad input: {why}", now)], it)
+                            for it, why in zip(items, bad) if why]
+                self.metrics.lab(self.metrics.results, status="error").inc(sum(1 for why in bad if why))
+                groups[variant] = [it for it, why in zip(items, bad) if not why]
+        for variant, pending in groups.items():
+            vs = variants[variant]
+            while pending:
+                now = time.time_ns()
+                step = sub_batch(pending, now, vs.predictor.predict_ns, s)
+                if step.dropped:
+                    answers += [([routing.ended(self.pipe, it.req, "dropped", why, now)], it)
+                                for it, why in step.dropped]
+                    self.metrics.lab(self.metrics.drops, reason="deadline").inc(len(step.dropped))
+                if step.run:
+                    answers += await self._run(inst, variant, vs, step.run)
+                pending = step.deferred
 
     async def drain(self) -> None:
         """Wait until every window taken so far has been delivered and acked."""
         while self._inflight:
             await asyncio.gather(*list(self._inflight), return_exceptions=True)
 
-    async def _work_variant(self, inst: Instance, variant: str, vs: VariantState, pending: list[Item],
-                            s: batching.BatchSettings, sent: list[Sent]) -> None:
-        predict = vs.predictor.predict_ns
-        while pending:
-            now = time.time_ns()
-            d = batching.decide([it.req["deadline_ns"] for it in pending], now, predict, s)
-            for i in d.drop:
-                it = pending[i]
-                reason = batching.drop_reason(it.req["deadline_ns"], now, predict(1))
-                sent += await self._send([routing.ended(self.pipe, it.req, "dropped", reason, now)], it)
-                self.metrics.lab(self.metrics.drops, reason="deadline").inc()
-            if d.run:
-                sent += await self._run(inst, variant, vs, [pending[i] for i in d.run])
-            pending = [pending[i] for i in d.defer]
-
-    async def _run(self, inst: Instance, variant: str, vs: VariantState, batch: list[Item]) -> list:
+    async def _run(self, inst: Instance, variant: str, vs: VariantState, batch: list[Item]
+                   ) -> list[tuple[list[routing.Out], Item]]:
         started = time.time_ns()
+        queueing = self.metrics.lab(self.metrics.queueing)
         for it in batch:
-            self.metrics.lab(self.metrics.queueing).observe((started - it.arrival_ns) / 1e9)
+            queueing.observe((started - it.arrival_ns) / 1e9)
         ex = inst.executors[variant]
         try:
             outs = await asyncio.get_running_loop().run_in_executor(
@@ -352,23 +371,10 @@ class StageWorker:
         vs.predictor.observe(len(batch), finished - started)
         self.metrics.lab(self.metrics.batch_size, variant=variant).observe(len(batch))
         self.metrics.lab(self.metrics.inference, variant=variant).observe((finished - started) / 1e9)
-        sent: list[Sent] = []
-        for k, it in enumerate(batch):
-            h = routing.hop(self.stage, variant, len(batch), routing.enqueued_ns(it.req), started,
-                            finished, f"{self.worker_id}/{inst.index}", it.arrival_ns)
-            if error:
-                sent += await self._send([routing.ended(self.pipe, it.req, "error", error, finished, h)], it)
-                continue
-            try:
-                records = routing.forward(self.pipe, self.stage, it.req, outs[k], h, vs.accuracy)
-            except ValueError as exc:
-                records = [routing.ended(self.pipe, it.req, "error", str(exc), finished, h)]
-            sent += await self._send(records, it)
+        records = batch_outputs(self.pipe, self.stage, variant, vs.accuracy, batch, outs, error, started,
+                                finished, f"{self.worker_id}/{inst.index}")
         self.metrics.lab(self.metrics.results, status="error" if error else "done").inc(len(batch))
-        return sent
-
-    async def _send(self, records: list[routing.Out], item: Item) -> list[Sent]:
-        return await self.delivery.send(records, item)
+        return list(zip(records, batch))
 
 
 def check_all(ex: Executor, payloads: list[bytes]) -> list[str | None]:
