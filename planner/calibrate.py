@@ -189,3 +189,29 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
         lines.append(f"  transit {kind:<10} p50 {q[100]:6.1f} ms  p99 {q[198]:6.1f} ms  "
                      f"max {q[-1]:6.1f} ms")
     return lines
+
+
+def _scaled(curve: LatencyCurve, factor: float) -> LatencyCurve:
+    return curve if factor == 1.0 else LatencyCurve.fit({b: v * factor for b, v in curve.points_ms.items()})
+
+
+def recalibrated(problem, new: Mapping[str, Any], old: Mapping[str, Any] | None):
+    """``problem``, whose curves are scaled by calibration ``old`` (None: as profiled), planned with
+    ``new`` instead: its service scales, network, service spread and host."""
+    from dataclasses import replace
+
+    from streams.calibration import service_scale
+
+    stages = tuple(replace(st, variants=tuple(
+        replace(v, latency={hw: _scaled(c, service_scale(new, v.name, hw) / service_scale(old, v.name, hw))
+                            for hw, c in v.latency.items()}) for v in st.variants)) for st in problem.stages)
+    return replace(problem, stages=stages, network=network(new) or problem.network, service=service_time(new),
+                   host=host_model(new))
+
+
+def profiled_curves(problem, calibration: Mapping[str, Any] | None) -> dict[tuple[str, str], LatencyCurve]:
+    """(variant, hardware) -> the curve as profiled, from a problem scaled by ``calibration``."""
+    from streams.calibration import service_scale
+
+    return {(v.name, hw): _scaled(c, 1.0 / service_scale(calibration, v.name, hw))
+            for st in problem.stages for v in st.variants for hw, c in v.latency.items()}

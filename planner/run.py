@@ -10,6 +10,7 @@ import asyncio
 import logging
 import math
 import time
+from collections import deque
 from typing import Callable
 
 import numpy as np
@@ -47,9 +48,11 @@ class MeasuredLatency:
     (for the planner's predicted-vs-measured p99): a result not ``done`` counts as infinitely late,
     nearest rank (``planner.results``: the estimator's and the run report's definition, ``LATE``)."""
 
-    def __init__(self, settings: KafkaSettings, pipeline: str, horizon_s: float) -> None:
+    def __init__(self, settings: KafkaSettings, pipeline: str, horizon_s: float, keep_s: float = 120.0) -> None:
         self.settings, self.topic, self.horizon_ns = settings, topics.results(pipeline), int(horizon_s * 1e9)
         self._seen: list[tuple[int, float]] = []  # (finished_ns, latency_ms; inf when not done)
+        self.keep_ns = int(keep_s * 1e9)
+        self._recent: deque[dict] = deque(maxlen=20_000)  # results without outputs, for the online refit
 
     async def follow(self) -> None:
         cons = kclient.consumer(self.settings, self.topic, group_id=None, auto_offset_reset="latest")
@@ -67,6 +70,13 @@ class MeasuredLatency:
         done = result["status"] == "done"
         self._seen.append((result["finished_ns"],
                            (result["finished_ns"] - result["created_ns"]) / 1e6 if done else math.inf))
+        self._recent.append({k: v for k, v in result.items() if k != "output"})
+
+    def recent(self, now_ns: int) -> list[dict]:
+        """The results that ended in the last ``keep_s`` (hop timings for the calibration refit)."""
+        while self._recent and self._recent[0]["finished_ns"] < now_ns - self.keep_ns:
+            self._recent.popleft()
+        return list(self._recent)
 
     def p99_ms(self, now_ns: int) -> float | None:
         self._seen = [x for x in self._seen if x[0] >= now_ns - self.horizon_ns]
@@ -117,10 +127,15 @@ async def run_planner(pipe: Pipeline, replanner: Replanner, settings: KafkaSetti
     state = initial or ReplanState()
 
     async def step() -> None:
-        nonlocal state
+        nonlocal state, replanner
         now_ns = time.time_ns()
         state = ReplanState(max(state.epoch, latest_epoch["epoch"]), state.plan, state.last_step_ns)
         sample = window.snapshot(now_ns / 1e9)
+        refitted = await asyncio.to_thread(replanner.refit, measured.recent(now_ns), state.plan)
+        if refitted is not replanner:
+            replanner = refitted
+            log.info("calibration refitted on %d recent results: %s", refitted.calibration["samples"]["results"],
+                     ", ".join(f"{k} x{v['scale']:.2f}" for k, v in refitted.calibration["service"].items()))
         # MILP and estimator are CPU work: off the event loop, so arrivals keep flowing
         out, state = await asyncio.to_thread(replanner.step, state, sample, now_ns)
         if out.configs:

@@ -1,7 +1,8 @@
 """The planner service's pure step: forecast, build the problem, plan, decide whether to publish.
 
-The lead's Kafka loop (streams/kafka.py) calls :meth:`Replanner.step` with the recent arrival
-timestamps (record timestamps of the input topic, epoch seconds) and ``now_ns``, publishes
+The Kafka loop (``planner.run``) calls :meth:`Replanner.step` with the recent arrival timestamps
+(epoch seconds, from the input topic's offsets by ``streams.control_io.KafkaArrivals``: payloads are
+never fetched) and ``now_ns``, publishes
 ``output.configs`` (StageConfig dicts, schemas/StageConfig.avsc) when ``output.changed``, and hands
 ``output.handoff`` to the tuner. Nothing here touches Kafka or a clock.
 
@@ -19,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from planner import milp
+from planner import calibrate, milp
 from planner.forecast import ForecastSettings, forecast_peak
 from planner.modes import make_planner
 from planner.plan import Plan, config_of
@@ -35,6 +36,7 @@ class ReplanSettings:
     validate: bool = True
     sample_s: float = 60.0  # how much recent history the estimator replays
     forecast: ForecastSettings = field(default_factory=ForecastSettings)
+    refit_min_batches: int = 200  # refit the calibration from recent results once this many batches ran (0: never)
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,23 @@ class Replanner:
     pipeline: str
     settings: ReplanSettings = ReplanSettings()
     envelope: EnvelopeFn | None = None  # tuner.envelope.envelope, injected by the CLI
+    calibration: Mapping[str, Any] | None = None  # the one ``base`` is scaled by (None: as profiled)
+
+    def refit(self, results: Sequence[Mapping[str, Any]], plan: Plan | None) -> "Replanner":
+        """This replanner with a calibration fitted on ``results`` (recent ones from the results
+        topic; ``plan`` says which hardware ran each variant); unchanged when there is too little to
+        fit (``refit_min_batches``) or nothing fits."""
+        if not self.settings.refit_min_batches or plan is None:
+            return self
+        if len(calibrate.batches(results)) < self.settings.refit_min_batches:
+            return self
+        hardware_of = {(sp.stage, a.variant): a.hardware for sp in plan.stages for a in sp.assignments}
+        try:
+            doc = calibrate.fit(results, calibrate.profiled_curves(self.base, self.calibration), hardware_of,
+                                source="results topic")
+        except calibrate.CalibrationFitError:
+            return self
+        return replace(self, base=calibrate.recalibrated(self.base, doc, self.calibration), calibration=doc)
 
     def step(self, state: ReplanState, arrivals_s: np.ndarray, now_ns: int) -> tuple[ReplanOutput, ReplanState]:
         s = self.settings

@@ -134,7 +134,7 @@ def control_plane(pipe, published: Published, store, opts: LiveOptions, settings
 
     config = TunerConfig(activation_s=opts.activation_s, max_replicas=min(opts.max_replicas, max_instances))
     replanner = Replanner(local_problem(pipe, store, opts, rate_qps=1.0), pipe.name,
-                          ReplanSettings(mode=opts.mode), envelope=envelope)
+                          ReplanSettings(mode=opts.mode), envelope=envelope, calibration=store.calibration)
 
     def on_step(out, measured_p99_ms) -> None:
         if out.changed:

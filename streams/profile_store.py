@@ -87,7 +87,7 @@ class ProfileStore:
     """A directory of profile files. Reads validate the format version; writes are atomic.
 
     ``calibration``: ``off``, ``latest`` or a version (default: ``$SLIPSTREAM_CALIBRATION``, else the
-    newest); :meth:`get` returns profiles scaled by it."""
+    newest), read once here; :func:`lookup` returns profiles scaled by it."""
 
     def __init__(self, root: str | Path, calibration: str | None = None) -> None:
         self.root = Path(root)
@@ -121,17 +121,17 @@ class ProfileStore:
             raise ProfileError(f"{p}: points: {exc}") from None
 
     def get(self, variant: str, hardware: str) -> Profile | None:
+        """The profile file as measured (not scaled: :func:`lookup` applies the calibration)."""
         p = self.path(variant, hardware)
-        if not p.exists():
-            return None
-        prof = self.load_file(p)
-        scale = service_scale(self.calibration, prof.variant, prof.hardware)
-        return replace(prof, scale=scale) if scale != 1.0 else prof
+        return self.load_file(p) if p.exists() else None
 
     def all(self) -> list[Profile]:
         return [self.load_file(p) for p in sorted(self.root.glob("*@*.json"))]
 
 
 def lookup(store: ProfileStore, variant: Variant, hardware: str) -> Profile | None:
-    """A variant's profile on ``hardware``: by its name, else by its model's name."""
-    return store.get(variant.name, hardware) or store.get(slug(variant.model), hardware)
+    """A variant's profile on ``hardware`` (by its name, else by its model's name), scaled by the
+    store's calibration for this variant (calibrations key by the pipeline's variant names)."""
+    prof = store.get(variant.name, hardware) or store.get(slug(variant.model), hardware)
+    scale = service_scale(store.calibration, variant.name, hardware)
+    return replace(prof, scale=scale) if prof is not None and scale != 1.0 else prof

@@ -35,8 +35,10 @@ def planner_cmd(pipeline_file, profiles_dir, mode, interval_s, lookback_s, once,
     from tuner.envelope import envelope
 
     pipe = load_pipeline(pipeline_file)
-    base = problem_from_pipeline(pipe, ProfileStore(profiles_dir), rate_qps=1.0)
-    replanner = Replanner(base, pipe.name, ReplanSettings(mode=mode), envelope=envelope)
+    store = ProfileStore(profiles_dir)
+    base = problem_from_pipeline(pipe, store, rate_qps=1.0)
+    replanner = Replanner(base, pipe.name, ReplanSettings(mode=mode), envelope=envelope,
+                          calibration=store.calibration)
 
     def on_step(out, measured_p99_ms) -> None:
         p = out.plan

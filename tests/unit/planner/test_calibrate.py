@@ -11,6 +11,7 @@ from planner.calibrate import CalibrationFitError, fit, network, service_time
 from planner.estimator import simulate
 from planner.plan import Assignment, Plan, StagePlan
 from planner.profiles import BatchPoint, Profile, ProfileStore, problem_from_pipeline
+from streams.profile_store import lookup
 from streams.calibration import CalibrationError, CalibrationStore
 from streams.latency import LatencyCurve
 from streams.spec import parse_pipeline
@@ -84,9 +85,10 @@ def test_profiles_problem_and_estimator_plan_with_the_calibration(tmp_path):
     plain = problem_from_pipeline(PIPE, ProfileStore(tmp_path), rate_qps=5, sim_seconds=20)
     CalibrationStore(tmp_path).save({"service": {"va@cpu": {"scale": 3.0, "samples": 1}}, "service_cv": 0.0,
                                      "transit_ms": {"ingress": [40.0] * 201}})
-    store = ProfileStore(tmp_path)
-    assert store.get("va", "cpu").curve().ms(4) == pytest.approx(30.0)
-    assert ProfileStore(tmp_path, calibration="off").get("va", "cpu").curve().ms(4) == pytest.approx(10.0)
+    store, va = ProfileStore(tmp_path), PIPE.stage("a").variant("va")
+    assert lookup(store, va, "cpu").curve().ms(4) == pytest.approx(30.0)
+    assert store.get("va", "cpu").curve().ms(4) == pytest.approx(10.0)  # the file as measured
+    assert lookup(ProfileStore(tmp_path, calibration="off"), va, "cpu").curve().ms(4) == pytest.approx(10.0)
     cal = problem_from_pipeline(PIPE, store, rate_qps=5, sim_seconds=20)
     assert cal.stage("a").variant("va").latency["cpu"].ms(1) == pytest.approx(12.0)
     plan = Plan("milp", (StagePlan("a", (Assignment("va", "cpu", 1, 2),)),), feasible=True)
@@ -114,3 +116,30 @@ def test_host_fit_recovers_the_shared_cores_and_leaves_the_host_out_when_nothing
     assert free == pytest.approx(1.5, abs=0.051) and scale == pytest.approx([2.0, 3.0], rel=0.05)
     doc = fit([result(i, transit_in=1, transit_between=1, scale=2.0) for i in range(50)], CURVES, HW, cores=2)
     assert doc["host"] is None  # batches never overlap: sharing explains nothing
+
+
+def test_planner_service_refits_from_recent_results_against_the_profiled_curves(tmp_path):
+    from planner.service import ReplanSettings, Replanner
+
+    ProfileStore(tmp_path).save(Profile("va", "cpu", {1: BatchPoint(3, 4), 4: BatchPoint(8, 10)}))
+    CalibrationStore(tmp_path).save({"service": {"va@cpu": {"scale": 3.0, "samples": 1}}, "service_cv": 0.0,
+                                     "transit_ms": {"ingress": [40.0] * 201}})
+    store = ProfileStore(tmp_path)
+    base = problem_from_pipeline(PIPE, store, rate_qps=5, sim_seconds=20)
+    plan = Plan("milp", (StagePlan("a", (Assignment("va", "cpu", 4, 1),)),), feasible=True)
+    rp = Replanner(base, "one", ReplanSettings(refit_min_batches=50), calibration=store.calibration)
+    ms = 1_000_000
+
+    def res(i: int) -> dict:  # batches of 4 that took 2x the profiled 10 ms, 5 ms in transit
+        t0 = i * 10**9
+        return {"created_ns": t0, "finished_ns": t0 + 27 * ms, "hops": [
+            {"stage": "a", "variant": "va", "batch_size": 4, "enqueued_ns": t0, "received_ns": t0 + 5 * ms,
+             "started_ns": t0 + 7 * ms, "finished_ns": t0 + 27 * ms, "worker": "w"}]}
+
+    assert rp.refit([res(i) for i in range(49)], plan) is rp  # too few batches: unchanged
+    new = rp.refit([res(i) for i in range(60)], plan)
+    assert new.calibration["service"]["va@cpu"]["scale"] == pytest.approx(2.0)
+    assert new.base.stage("a").variant("va").latency["cpu"].ms(4) == pytest.approx(20.0)  # 2x, not 3x2x
+    assert new.base.network.ingress.mean_ms == pytest.approx(5.0)
+    assert new.refit([res(i) for i in range(60)], plan).base.stage("a").variant("va").latency["cpu"].ms(4) \
+        == pytest.approx(20.0)  # refitting again does not compound
