@@ -9,7 +9,7 @@ Run it either way:
 Each stage is its own consumer group (app id ``slipstream-<pipeline>-<stage>``) reading the stage's
 input topic with ``concurrency=1`` (faust issue #606); parallelism comes from partitions x workers.
 When the worker has its partitions it prints ``slipstream-worker ready stage=<s> partitions=<n>
-metrics=<port>`` on stdout, which the supervisor and the activation-time benchmark wait for.
+metrics=<host:port>`` on stdout, which the supervisor and the activation-time benchmark wait for.
 """
 from __future__ import annotations
 
@@ -21,12 +21,13 @@ import faust
 
 from agents.join_worker import JOIN, build_join_app
 from agents.metrics import StageMetrics
-from agents.ready import announce_ready
+from agents.ready import serve_worker
 from streams.timeline import mark
 from agents.worker import ExecutorFactory, StageWorker
 from streams import codec, kafka as kclient, topics
 from streams.app import AppSettings, make_app
 from streams.config import KafkaSettings
+from streams.metrics_http import LOCAL, MetricsAddr
 from streams.profile_store import ProfileStore
 from streams.spec import Pipeline, load_pipeline
 
@@ -34,12 +35,12 @@ log = logging.getLogger(__name__)
 
 
 def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: ExecutorFactory,
-                    web_port: int | None = None, metrics_port: int = 0,
+                    web_port: int | None = None, metrics_addr: MetricsAddr = LOCAL,
                     max_instances: int | None = None, profiles: ProfileStore | None = None,
                     commit_interval_s: float = AppSettings.commit_interval_s) -> tuple[faust.App, StageWorker]:
     app = make_app(AppSettings(topics.consumer_group(pipe.name, stage), kafka, web_port=web_port,
                                commit_interval_s=commit_interval_s))
-    metrics = StageMetrics.create(pipe.name, stage)
+    metrics = StageMetrics.create(pipe.name, stage, pipe.slo_ms)
     worker = StageWorker(pipe, stage, kafka, factory, metrics, max_instances=max_instances, profiles=profiles)
     source = app.topic(topics.stage_input(pipe.name, stage), value_serializer="raw", key_serializer="raw")
 
@@ -68,7 +69,7 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
     async def _stop(sender, **kwargs) -> None:
         await worker.stop()
 
-    announce_ready(stage, app, metrics.serve(metrics_port), worker.started)
+    serve_worker(stage, app, metrics, metrics_addr, worker.started)
     return app, worker
 
 

@@ -23,10 +23,11 @@ from agents import routing
 from agents.acks import AckTracker
 from agents.join import Joiner
 from agents.metrics import StageMetrics
-from agents.ready import announce_ready
+from agents.ready import serve_worker
 from streams import codec, kafka as kclient, topics
 from streams.app import AppSettings, make_app
 from streams.config import KafkaSettings
+from streams.metrics_http import LOCAL, MetricsAddr
 from streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,7 @@ class JoinWorker:
         await (await kclient.send(self.producer, topics.results(self.pipe.name), "InferenceResult", res,
                                   key=res["request_id"]))
         self.metrics.lab(self.metrics.results, status=res["status"]).inc()
+        self.metrics.observe_result(res)
 
     async def _release(self, rid: str) -> None:
         """Ack a request's fragments once it is no longer open (in offset order, via the tracker)."""
@@ -120,12 +122,12 @@ class JoinWorker:
 
 
 def build_join_app(pipe: Pipeline, kafka: KafkaSettings, timeout_ms: float | None = None,
-                   web_port: int | None = None, metrics_port: int = 0,
+                   web_port: int | None = None, metrics_addr: MetricsAddr = LOCAL,
                    commit_interval_s: float = AppSettings.commit_interval_s) -> tuple[faust.App, JoinWorker]:
     """The join worker's faust app: fragments from the join topic, whole results to the results topic."""
     app = make_app(AppSettings(topics.consumer_group(pipe.name, JOIN), kafka, web_port=web_port,
                                commit_interval_s=commit_interval_s))
-    metrics = StageMetrics.create(pipe.name, JOIN)
+    metrics = StageMetrics.create(pipe.name, JOIN, pipe.slo_ms)
     joiner = Joiner(int((timeout_ms if timeout_ms is not None else pipe.slo_ms) * 1e6),
                     worker=f"join-{os.getpid()}")
     worker = JoinWorker(pipe, kafka, joiner, metrics)
@@ -158,5 +160,5 @@ def build_join_app(pipe: Pipeline, kafka: KafkaSettings, timeout_ms: float | Non
     async def _stop(sender, **kwargs) -> None:
         await worker.stop()
 
-    announce_ready(JOIN, app, metrics.serve(metrics_port), started)
+    serve_worker(JOIN, app, metrics, metrics_addr, started)
     return app, worker

@@ -1,18 +1,40 @@
-"""Prometheus metrics of one stage worker (``slipstream_*``), on a registry of its own so several
-workers can share a process in tests. Served on 127.0.0.1 at the worker's metrics port."""
+"""Prometheus metrics of one stage worker or join worker (``slipstream_*``, all labelled ``pipeline``,
+``stage``), on a registry of its own so several workers can share a process in tests. Served with
+``/healthz`` and ``/readyz`` by ``streams.metrics_http`` (see ``agents.ready``); the names and what
+they count are listed in docs/observability.md.
+
+Every result a worker produces to the pipeline's results topic (a sink's result, a request dropped
+or failed on the way, a join's whole result) is observed once here: its end-to-end latency
+(``finished_ns - created_ns``, done results) and whether it met its deadline (``done`` and
+``finished_ns <= deadline_ns``: loadgen's definition of attainment, so Prometheus and the loadgen
+report agree).
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from streams import topics
+from streams.metrics_http import Endpoint, MetricsAddr, Ready, serve, standard_collectors
 
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+E2E_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+STATUSES = ("done", "dropped", "error")
+NS_PER_S = 1e9
+
+
+def e2e_buckets(slo_s: float | None) -> tuple[float, ...]:
+    """End-to-end buckets with the SLO itself as a bound, so "within the SLO" is read exactly."""
+    return tuple(sorted(set(E2E_BUCKETS) | ({round(slo_s, 6)} if slo_s else set())))
 
 
 @dataclass
 class StageMetrics:
     registry: CollectorRegistry
+    pipeline: str
     requests: Counter
     results: Counter
     batch_size: Histogram
@@ -25,23 +47,35 @@ class StageMetrics:
     queue_depth: Gauge
     instances: Gauge
     delivery_failures: Counter
+    e2e: Histogram
+    slo_met: Counter
+    slo_missed: Counter
+    slo: Gauge
+    lag: Gauge
+    model: Gauge
+    _labels: dict = field(default_factory=dict)
+    _children: dict = field(default_factory=dict)
+    _models: set = field(default_factory=set)
+    _lag_tps: set = field(default_factory=set)
 
     @classmethod
-    def create(cls, pipeline: str, stage: str) -> "StageMetrics":
+    def create(cls, pipeline: str, stage: str, slo_ms: float | None = None) -> "StageMetrics":
         reg = CollectorRegistry()
+        standard_collectors(reg)
         labels = {"pipeline": pipeline, "stage": stage}
 
         def L(*names: str) -> list[str]:  # noqa: N802 - short local helper
             return [*labels, *names]
 
         m = cls(
-            registry=reg,
+            registry=reg, pipeline=pipeline,
             requests=Counter("slipstream_requests", "Requests taken from the stage input", L(), registry=reg),
             results=Counter("slipstream_results", "Items finished by status", L("status"), registry=reg),
-            batch_size=Histogram("slipstream_batch_size", "Batch size run", L("variant"),
+            batch_size=Histogram("slipstream_batch_size_requests", "Requests per batch run", L("variant"),
                                  buckets=BATCH_BUCKETS, registry=reg),
             inference=Histogram("slipstream_inference_seconds", "Batch inference latency (batch sizes: "
-                                "slipstream_batch_size)", L("variant"), buckets=LATENCY_BUCKETS, registry=reg),
+                                "slipstream_batch_size_requests)", L("variant"), buckets=LATENCY_BUCKETS,
+                                registry=reg),
             queueing=Histogram("slipstream_queueing_seconds", "Enqueue to batch start",
                                L(), buckets=LATENCY_BUCKETS, registry=reg),
             drops=Counter("slipstream_drops", "Requests dropped by reason", L("reason"), registry=reg),
@@ -50,15 +84,31 @@ class StageMetrics:
             config_epoch=Gauge("slipstream_config_epoch", "Epoch of the config in force", L(), registry=reg),
             config_rejected=Counter("slipstream_config_rejected", "Control records rejected", L(),
                                     registry=reg),
-            queue_depth=Gauge("slipstream_queue_depth", "Requests waiting in this worker", L(), registry=reg),
+            queue_depth=Gauge("slipstream_queued_requests", "Requests waiting in this worker", L(), registry=reg),
             instances=Gauge("slipstream_instances", "Model instances serving in this worker", L(),
                             registry=reg),
             delivery_failures=Counter("slipstream_delivery_failures", "Outputs not delivered at first, by what "
                                       "followed: retried, replaced (error result or dead letter), given-up",
                                       L("outcome"), registry=reg),
+            e2e=Histogram("slipstream_request_duration_seconds", "End to end, request created to result "
+                          "(done results produced to the results topic here)", L(),
+                          buckets=e2e_buckets(slo_ms / 1e3 if slo_ms else None), registry=reg),
+            slo_met=Counter("slipstream_slo_met", "Results produced here that were done by their deadline",
+                            L(), registry=reg),
+            slo_missed=Counter("slipstream_slo_missed", "Results produced here that missed their deadline, "
+                               "by status (done = late)", L("status"), registry=reg),
+            slo=Gauge("slipstream_slo_seconds", "The pipeline's end-to-end latency SLO", L(), registry=reg),
+            lag=Gauge("slipstream_consumer_lag_records", "High watermark minus committed offset, per "
+                      "assigned input partition", L("topic", "partition"), registry=reg),
+            model=Gauge("slipstream_model_info", "Model variants loaded here (always 1)", L("variant", "digest"),
+                        registry=reg),
         )
         m._labels = labels
-        m._children = {}
+        m.lab(m.slo_met)  # every series exists from the start (at 0), so rates and ratios are defined
+        for status in STATUSES:
+            m.lab(m.slo_missed, status=status)
+        if slo_ms:
+            m.lab(m.slo).set(slo_ms / 1e3)
         return m
 
     def lab(self, metric, **extra):
@@ -69,7 +119,42 @@ class StageMetrics:
             child = self._children[key] = metric.labels(**self._labels, **extra)
         return child
 
-    def serve(self, port: int = 0) -> int:
-        """Start the HTTP endpoint; returns the bound port (0 picks a free one)."""
-        server, _thread = start_http_server(port, addr="127.0.0.1", registry=self.registry)
-        return server.server_port
+    def observe_outputs(self, outs: Iterable[Any]) -> None:
+        """Observe the results among a worker's outputs (``agents.routing.Out``)."""
+        results = topics.results(self.pipeline)
+        for o in outs:
+            if o.topic == results and o.record == "InferenceResult":
+                self.observe_result(o.value)
+
+    def observe_result(self, r: Mapping[str, Any]) -> None:
+        """One result on the results topic: end-to-end latency and SLO met/missed."""
+        done = r["status"] == "done"
+        if done:
+            self.lab(self.e2e).observe((r["finished_ns"] - r["created_ns"]) / NS_PER_S)
+        if done and r["finished_ns"] <= r["deadline_ns"]:
+            self.lab(self.slo_met).inc()
+        else:
+            self.lab(self.slo_missed, status=r["status"]).inc()
+
+    def observe_fleet(self, fleet: Any) -> None:
+        """The worker's model instances (``agents.instances.Fleet``): their count, and one info series
+        per (variant, digest) loaded."""
+        self.lab(self.instances).set(len(fleet.instances))
+        now = {(v, getattr(ex, "digest", "")) for inst in fleet.instances for v, ex in inst.executors.items()}
+        for v, d in self._models - now:
+            self.model.remove(*self._labels.values(), v, d)
+        for v, d in now:
+            self.model.labels(**self._labels, variant=v, digest=d).set(1)
+        self._models = now
+
+    def observe_lag(self, lags: Mapping[tuple[str, int], int]) -> None:
+        """Lag per assigned (topic, partition); partitions no longer assigned are removed."""
+        for topic, part in self._lag_tps - set(lags):
+            self.lag.remove(*self._labels.values(), topic, str(part))
+        for (topic, part), n in lags.items():
+            self.lag.labels(**self._labels, topic=topic, partition=str(part)).set(n)
+        self._lag_tps = set(lags)
+
+    def serve(self, addr: MetricsAddr, ready: Ready = lambda: None) -> Endpoint:
+        """Start the HTTP endpoint (``/metrics``, ``/healthz``, ``/readyz``) on ``addr``."""
+        return serve(addr, self.registry, ready)

@@ -1,6 +1,17 @@
-"""The ready line a worker prints on stdout once it has its partitions and its model is warm:
-``slipstream-worker ready stage=<s> partitions=<n> metrics=<port> at_ns=<t>``. The supervisor, the
-tests and the activation-time benchmark wait for it."""
+"""A worker's readiness, its HTTP endpoint and its consumer-lag gauge.
+
+Ready = the model is loaded and warm (``started``) and the consumer has partitions. It shows twice:
+
+- ``/readyz`` on the metrics address answers 200, else 503 with the reason (``model not warm``, ``no
+  partitions assigned``); ``/healthz`` answers 200 while the process runs (``streams.metrics_http``);
+- a line on stdout after each rebalance, once warm: ``slipstream-worker ready stage=<s>
+  partitions=<n> metrics=<host:port> at_ns=<t>``. The supervisor, the tests and the activation-time
+  benchmark wait for it.
+
+Lag (``slipstream_consumer_lag_records``) is read once a second from the consumer's own state: the
+partition's high watermark from the last fetch minus the group's committed offset, for each assigned
+partition; no request goes to the broker for it.
+"""
 from __future__ import annotations
 
 import asyncio
@@ -8,18 +19,69 @@ import time
 
 import faust
 
+from agents.metrics import StageMetrics
+from streams.metrics_http import MetricsAddr
 
-def announce_ready(role: str, app: faust.App, metrics_port: int, started: asyncio.Event | None = None) -> None:
-    """Print the ready line after each rebalance, once the worker's model is loaded and warm (in a
-    task of its own: the rebalance must not wait for it)."""
+LAG_INTERVAL_S = 1.0
+
+
+class Readiness:
+    def __init__(self, started: asyncio.Event | None) -> None:
+        self.started = started
+        self.partitions = 0  # as of the last completed rebalance (set on the event loop)
+
+    def reason(self) -> str | None:
+        """None when ready, else why not (called from the HTTP thread: reads two plain values)."""
+        if self.started is not None and not self.started.is_set():
+            return "model not warm"
+        if self.partitions == 0:
+            return "no partitions assigned"
+        return None
+
+
+def consumer_lag(consumer) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> high watermark minus committed offset, for the assigned partitions whose
+    high watermark is known (after the first fetch). faust's ``_committed_offset`` holds the offsets
+    committed (the next to read) and, after assignment, the group's committed position."""
+    out = {}
+    for tp in consumer.assignment():
+        high = consumer.highwater(tp)
+        if high is None:
+            continue
+        committed = consumer._committed_offset.get(tp) or 0
+        out[(tp.topic, tp.partition)] = max(int(high) - int(committed), 0)
+    return out
+
+
+def serve_worker(role: str, app: faust.App, metrics: StageMetrics, addr: MetricsAddr,
+                 started: asyncio.Event | None = None) -> Readiness:
+    """Serve the worker's metrics, health and readiness on ``addr``; print the ready line after each
+    rebalance once warm (in a task of its own: the rebalance must not wait for it); keep the lag gauge."""
+    ready = Readiness(started)
+    bound = metrics.serve(addr, ready.reason).addr
+
     async def announce() -> None:
         if started is not None:
             await started.wait()
-        parts = sorted(tp.partition for tp in app.consumer.assignment())
-        print(f"slipstream-worker ready stage={role} partitions={len(parts)} "
-              f"metrics={metrics_port} at_ns={time.time_ns()}", flush=True)
+        ready.partitions = len(app.consumer.assignment())
+        print(f"slipstream-worker ready stage={role} partitions={ready.partitions} "
+              f"metrics={bound} at_ns={time.time_ns()}", flush=True)
 
     async def on_rebalance_complete(sender, **kwargs) -> None:
         asyncio.ensure_future(announce())
 
+    async def on_revoked(sender, revoked, **kwargs) -> None:
+        ready.partitions = 0  # rebalancing: back when it completes
+
     app.on_rebalance_complete.connect(on_rebalance_complete)
+    app.on_partitions_revoked.connect(on_revoked)
+
+    @app.timer(LAG_INTERVAL_S)
+    async def observe_lag() -> None:
+        try:
+            lags = consumer_lag(app.consumer)
+        except Exception:  # the consumer not started yet, or between generations: next second
+            return
+        metrics.observe_lag(lags)
+
+    return ready

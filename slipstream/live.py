@@ -144,7 +144,7 @@ def control_plane(pipe, published: Published, store, opts: LiveOptions, settings
 
     async def control(stop: asyncio.Event) -> None:
         tasks = [run_tuner(pipe, published.tuner_plan, config, actuator, dry_run=False, settings=settings,
-                           interval_s=0.5, lookback_s=0.0, stop=stop, metrics_port=None,
+                           interval_s=0.5, lookback_s=0.0, stop=stop, metrics_addr=None,
                            on_decision=on_decision, max_instances=max_instances)]
         if opts.replan_s > 0:
             tasks.append(run_planner(pipe, replanner, settings, interval_s=opts.replan_s, lookback_s=0.0,

@@ -16,3 +16,27 @@ def key_values(values: tuple[str, ...], cast, name: str, what: str = "KEY=NUMBER
         if not sep or not key:
             raise click.BadParameter(f"expected {what}, got {v!r}", param_hint=name)
     return out
+
+
+class MetricsAddrType(click.ParamType):
+    name = "HOST:PORT"
+
+    def convert(self, value, param, ctx):
+        from streams.metrics_http import MetricsAddr
+
+        if isinstance(value, MetricsAddr):
+            return value
+        try:
+            return MetricsAddr.parse(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def metrics_addr_option(default: str | None = "127.0.0.1:0"):
+    """``--metrics-addr`` (env SLIPSTREAM_METRICS_ADDR): where /metrics, /healthz and /readyz are served
+    (docs/observability.md)."""
+    off = "" if default else " [default: off]"
+    return click.option("--metrics-addr", type=MetricsAddrType(), default=default, envvar="SLIPSTREAM_METRICS_ADDR",
+                        show_default=bool(default),
+                        help="Serve /metrics, /healthz and /readyz here (port 0: any free port; containers: "
+                             f"0.0.0.0:9100){off}.")

@@ -1,4 +1,5 @@
-"""Prometheus metrics of the tuner (``slipstream_tuner_*``): what each decision saw and what it did."""
+"""Prometheus metrics of the tuner (``slipstream_tuner_*``): what each decision saw and what it did,
+and what the pipeline costs (docs/observability.md lists them)."""
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -13,11 +14,11 @@ class TunerMetrics:
         self.arrivals = Counter("slipstream_tuner_arrivals", "Arrival timestamps counted", ["pipeline"], **kw)
         self.late = Counter("slipstream_tuner_late_arrivals", "Arrivals older than the reorder hold-back",
                             ["pipeline"], **kw)
-        self.live_rate = Gauge("slipstream_tuner_live_rate_qps", "Live envelope rate per window (scale-up view)",
+        self.live_rate = Gauge("slipstream_tuner_live_rate_requests_per_second", "Live envelope rate per window (scale-up view)",
                                ["pipeline", "window_s"], **kw)
-        self.planned_rate = Gauge("slipstream_tuner_planned_rate_qps", "Planned (sample) envelope rate per window",
+        self.planned_rate = Gauge("slipstream_tuner_planned_rate_requests_per_second", "Planned (sample) envelope rate per window",
                                   ["pipeline", "window_s"], **kw)
-        self.down_rate = Gauge("slipstream_tuner_down_rate_qps", "Peak 5 s rate over the last 30 s",
+        self.down_rate = Gauge("slipstream_tuner_down_rate_requests_per_second", "Peak 5 s rate over the last 30 s",
                                ["pipeline"], **kw)
         self.replicas = Gauge("slipstream_tuner_replicas", "Replicas the tuner wants per stage",
                               ["pipeline", "stage"], **kw)
@@ -25,9 +26,16 @@ class TunerMetrics:
                                 ["pipeline", "stage"], **kw)
         self.actions = Counter("slipstream_tuner_scaling_actions", "Scaling actions taken",
                                ["pipeline", "stage", "direction"], **kw)
+        self.cost = Gauge("slipstream_tuner_cost_dollars_per_hour", "Cost per hour of each stage's replicas "
+                          "(the latest StageConfig on the control topic)", ["pipeline", "stage"], **kw)
         self.decide_seconds = Histogram("slipstream_tuner_decide_seconds", "Run time of one decision",
                                         ["pipeline"], buckets=(1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2),
                                         **kw)
+
+    def observe_config(self, record) -> None:
+        """A StageConfig read from the control topic (the planner's or the tuner's own)."""
+        if record.get("pipeline") == self.pipeline and record.get("cost_per_hour") is not None:
+            self.cost.labels(self.pipeline, record["stage"]).set(float(record["cost_per_hour"]))
 
     def observe_plan(self, plan: TunerPlan) -> None:
         for w, r in zip(plan.envelope.windows_s, plan.envelope.rates_qps):

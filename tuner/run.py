@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 
 from streams.config import KafkaSettings
+from streams.metrics_http import MetricsAddr
 from streams.spec import Pipeline
 from tuner.policy import TunerConfig, TunerPlan
 from tuner.service import ServiceSettings, TunerService
@@ -11,7 +12,7 @@ from tuner.service import ServiceSettings, TunerService
 
 async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuator, *, dry_run: bool,
                     settings: KafkaSettings, interval_s: float, lookback_s: float, stop: asyncio.Event,
-                    metrics_port: int | None, on_decision=None, max_instances: int | None = None,
+                    metrics_addr: MetricsAddr | None, on_decision=None, max_instances: int | None = None,
                     plan_epoch: int | None = None) -> None:
     """Run the tuner service on Kafka until ``stop`` is set: arrivals from the input topic, configs
     from the control topic, decisions applied through ``actuator`` and published (unless dry-run).
@@ -20,28 +21,42 @@ async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuat
     from streams import control_io as kafka_io
     from tuner.metrics import TunerMetrics
 
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import CollectorRegistry
+
+    from streams.metrics_http import serve, standard_collectors
 
     registry = CollectorRegistry()  # one per service run: several runs may share a process
-    if metrics_port:
-        start_http_server(metrics_port, addr="127.0.0.1", registry=registry)
+    running, endpoint = asyncio.Event(), None
+    if metrics_addr is not None:  # /readyz: 200 once arrivals are being read
+        standard_collectors(registry)
+        endpoint = serve(metrics_addr, registry, lambda: None if running.is_set() else "starting")
+        print(f"slipstream-tuner metrics={endpoint.addr}", flush=True)
+    metrics = TunerMetrics(pipe.name, registry)
     partitions = await kafka_io.stage_partitions(settings, pipe.name, [s.name for s in pipe.stages])
     publisher = None if dry_run else kafka_io.KafkaPublisher(settings)
     service = TunerService(pipe, plan, config, actuator, partitions=partitions,
                            publish=publisher.publish if publisher else None,
                            grow=None if dry_run else kafka_io.grower(settings),
-                           metrics=TunerMetrics(pipe.name, registry),
+                           metrics=metrics,
                            settings=ServiceSettings(interval_s=interval_s, max_instances=max_instances))
     if plan_epoch is not None:
         service.handoff_epoch = plan_epoch
-    arrivals = kafka_io.KafkaArrivals(settings, pipe.name, pipe.source, on_stage_config=service.on_stage_config,
+
+    def on_stage_config(record) -> None:
+        service.on_stage_config(record)
+        metrics.observe_config(record)
+
+    arrivals = kafka_io.KafkaArrivals(settings, pipe.name, pipe.source, on_stage_config=on_stage_config,
                                       on_handoff=service.on_handoff, lookback_s=lookback_s)
     if publisher:
         await publisher.start()
     await arrivals.start()
+    running.set()
     try:
         await service.run(arrivals, stop, on_decision)
     finally:
         await arrivals.stop()
         if publisher:
             await publisher.stop()
+        if endpoint is not None:
+            endpoint.close()

@@ -7,6 +7,7 @@ import signal
 
 import click
 
+from slipstream.options import key_values, metrics_addr_option
 from streams.config import KafkaSettings
 
 MODES = ("milp", "inferline", "loki", "cg-mean", "cg-peak")
@@ -24,7 +25,11 @@ MODES = ("milp", "inferline", "loki", "cg-mean", "cg-peak")
 @click.option("--handoff", type=click.Path(dir_okay=False), default=None,
               help="Write the tuner plan (sample envelope, mu, rho, visit ratios) here after each change.")
 @click.option("--explain", is_flag=True, help="Print why: binding constraints, rounds, runner-up.")
-def planner_cmd(pipeline_file, profiles_dir, mode, interval_s, lookback_s, once, handoff, explain) -> None:
+@click.option("--hardware", "pins", multiple=True,
+              help="STAGE=HW: plan STAGE on hardware HW only (Kubernetes: a pod's hardware is fixed).")
+@metrics_addr_option()
+def planner_cmd(pipeline_file, profiles_dir, mode, interval_s, lookback_s, once, handoff, explain, pins,
+                metrics_addr) -> None:
     """Re-plan from recent arrivals (forecast peak) and publish one StageConfig per stage on change."""
     from planner.profiles import ProfileStore, problem_from_pipeline
     from planner.results import LATE
@@ -36,12 +41,17 @@ def planner_cmd(pipeline_file, profiles_dir, mode, interval_s, lookback_s, once,
 
     pipe = load_pipeline(pipeline_file)
     store = ProfileStore(profiles_dir)
-    base = problem_from_pipeline(pipe, store, rate_qps=1.0)
+    base = pin_hardware(problem_from_pipeline(pipe, store, rate_qps=1.0),
+                        key_values(pins, str, "--hardware", "STAGE=HW"))
     replanner = Replanner(base, pipe.name, ReplanSettings(mode=mode), envelope=envelope,
                           calibration=store.calibration)
+    stepped: list[bool] = []  # /readyz: 200 after the first re-plan
+    metrics, endpoint = _serve_metrics(pipe.name, metrics_addr, lambda: None if stepped else "no plan yet")
 
     def on_step(out, measured_p99_ms) -> None:
         p = out.plan
+        metrics.observe(out)
+        stepped.append(True)
         status = "changed, published" if out.changed else ("unchanged" if p.feasible else f"infeasible: {p.reason}")
         measured = "no results yet" if measured_p99_ms is None else f"{measured_p99_ms:.1f} ms"
         click.echo(f"forecast {out.forecast_qps:.1f} qps -> {p.mode} plan {status}; cost "
@@ -66,7 +76,44 @@ def planner_cmd(pipeline_file, profiles_dir, mode, interval_s, lookback_s, once,
                           lookback_s=lookback_s, stop=stop, on_step=on_step)
 
     stop = asyncio.Event()
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        endpoint.close()
+
+
+def pin_hardware(problem, pins):
+    """``problem`` with each pinned stage's variants restricted to their profile on the pinned hardware."""
+    from dataclasses import replace
+
+    unknown = sorted(set(pins) - {s.name for s in problem.stages})
+    if unknown:
+        raise click.BadParameter(f"no stage {unknown}", param_hint="--hardware")
+    stages = []
+    for st in problem.stages:
+        hw = pins.get(st.name)
+        if hw is not None:
+            variants = tuple(replace(v, latency={hw: v.latency[hw]}) for v in st.variants if hw in v.latency)
+            if not variants:
+                raise click.BadParameter(f"stage {st.name!r}: no variant has a profile on {hw!r}",
+                                         param_hint="--hardware")
+            st = replace(st, variants=variants)
+        stages.append(st)
+    return replace(problem, stages=tuple(stages))
+
+
+def _serve_metrics(pipeline: str, addr, ready):
+    from prometheus_client import CollectorRegistry
+
+    from planner.metrics import PlannerMetrics
+    from streams.metrics_http import serve, standard_collectors
+
+    registry = CollectorRegistry()
+    standard_collectors(registry)
+    metrics = PlannerMetrics(pipeline, registry)
+    endpoint = serve(addr, registry, ready)
+    click.echo(f"slipstream-planner metrics={endpoint.addr}")
+    return metrics, endpoint
 
 
 commands = [planner_cmd]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from slipstream.options import key_values
+from slipstream.options import key_values, metrics_addr_option
 import numpy as np
 import yaml
 
@@ -18,7 +18,7 @@ from streams.spec import Pipeline, SpecError, load_pipeline
 from tuner import planfile
 from tuner.actuators import DryRunActuator
 from tuner.run import run_tuner
-from tuner.k8s import pipeline_manifests
+from tuner.k8s import DEFAULT_BOOTSTRAP, Placement, default_placements, pipeline_manifests, read_profiles
 from slipstream.commands.planner_service import MODES
 from tuner.policy import ScaleDecision, TunerConfig, TunerPlan
 from tuner.service import ServiceSettings, TunerService
@@ -67,8 +67,7 @@ common = [
     click.option("--rho-mode", type=click.Choice(["per-window", "mean"]), default="per-window", show_default=True),
     click.option("--interval-s", default=0.5, show_default=True, help="Seconds between decisions."),
     click.option("--lookback-s", default=60.0, show_default=True, help="History read at start."),
-    click.option("--metrics-port", type=int, default=None,
-                 help="Serve Prometheus metrics on this port."),
+    metrics_addr_option(),
     click.option("--reserve-cores", default=0.5, show_default=True,
                  help="Local workers: cores kept for the broker, load generator and control plane; a stage "
                       "runs at most (cores - this, rounded down) model instances, all in one process."),
@@ -92,7 +91,7 @@ def _with_common(fn):
 @click.option("--actuator", type=click.Choice(["local", "k8s"]), default="local", show_default=True,
               help="local: run the workers as processes here (like `up`); k8s: scale stage Deployments.")
 @click.option("--namespace", default="default", show_default=True, help="Kubernetes namespace.")
-def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, lookback_s, metrics_port,
+def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, lookback_s, metrics_addr,
               reserve_cores, plan_file, wait_plan_s, dry_run, actuator, namespace) -> None:
     """Scale stage replicas from the live traffic envelope (InferLine's tuner). The plan comes from
     --plan, else from the planner's latest hand-off on the control topic; later hand-offs are followed."""
@@ -102,7 +101,7 @@ def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, l
     plan, epoch = (_plan(plan_file, pipe), None) if plan_file else _plan_from_topic(pipe, settings, wait_plan_s)
     if not dry_run and actuator == "local":
         _up(pipe, pipeline_file, plan.planned_replicas, None, reserve_cores,
-            _tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_port, epoch))
+            _tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_addr, epoch))
         return
 
     async def main() -> None:
@@ -117,7 +116,7 @@ def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, l
             except RuntimeError as exc:
                 raise click.ClickException(str(exc)) from None
         await run_tuner(pipe, plan, config, act, dry_run=dry_run, settings=settings, interval_s=interval_s,
-                        lookback_s=lookback_s, stop=stop, metrics_port=metrics_port,
+                        lookback_s=lookback_s, stop=stop, metrics_addr=metrics_addr,
                         on_decision=_print_decision if dry_run else None, plan_epoch=epoch)
 
     asyncio.run(main())
@@ -158,14 +157,14 @@ def _plan_from_topic(pipe: Pipeline, settings: KafkaSettings, wait_s: float) -> 
         raise click.ClickException(f"the planner's hand-off of epoch {rec['epoch']}: {exc}") from None
 
 
-def _tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_port, plan_epoch=None):
+def _tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_addr, plan_epoch=None):
     from dataclasses import replace
 
     def control(actuator, max_instances):
         cfg = replace(config, max_replicas=min(config.max_replicas, max_instances))
         return lambda stop: run_tuner(pipe, plan, cfg, actuator, dry_run=False, settings=settings,
                                       interval_s=interval_s, lookback_s=lookback_s, stop=stop,
-                                      metrics_port=metrics_port, max_instances=max_instances,
+                                      metrics_addr=metrics_addr, max_instances=max_instances,
                                       plan_epoch=plan_epoch)
 
     return control
@@ -189,7 +188,7 @@ def _tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_po
 @click.option("--replan-s", default=30.0, show_default=True,
               help="With --profiles: the planner service re-plans from live arrivals this often (0: never).")
 @click.option("--log-dir", default=".state/workers", show_default=True, help="Worker stdout/stderr logs.")
-def up_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, lookback_s, metrics_port,
+def up_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, lookback_s, metrics_addr,
            reserve_cores, plan_file, sample, mu, profiles_dir, trace_spec, mode, replan_s, log_dir) -> None:
     """Run the pipeline's initial plan as local worker processes, with the tuner on top.
 
@@ -220,7 +219,7 @@ def up_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, look
         raise click.UsageError("give --profiles and --trace, or --plan, or --sample and --mu for every stage")
     config, settings = _config(activation_s, max_replicas, rho_mode), KafkaSettings.from_env()
     _up(pipe, pipeline_file, plan.planned_replicas, log_dir, reserve_cores,
-        _tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_port))
+        _tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_addr))
 
 
 def _read_trace(path: str) -> np.ndarray:
@@ -256,19 +255,76 @@ def tuner_plan_cmd(pipeline_file, sample, mu, replicas, service_time_ms, output)
 
 
 @click.command("k8s-manifests")
-@click.option("--pipeline", "pipeline_file", required=True, type=click.Path(dir_okay=False))
-@click.option("--image", required=True, help="Container image with slipstream installed.")
+@click.option("--pipeline", "pipeline_file", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--image", required=True, help="Container image (deploy/docker/Dockerfile, target cpu).")
+@click.option("--gpu-image", default=None, help="Image of the stages on cuda hardware (target cuda) [default: --image].")
+@click.option("--profiles", "profiles_dir", required=True, type=click.Path(exists=True, file_okay=False),
+              help="Profile store (slipstream profile --out) the planner reads; shipped as a ConfigMap.")
+@click.option("--plan", "plan_file", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="A plan (slipstream plan --json): each stage's hardware and replicas [default: the spec's].")
+@click.option("--replicas", multiple=True, help="STAGE=N, over the plan's or the spec's.")
 @click.option("--namespace", default="default", show_default=True)
-@click.option("--replicas", multiple=True, help="STAGE=N [default: the spec's].")
 @click.option("--planner-mode", type=click.Choice(MODES), default="milp", show_default=True)
-def k8s_manifests_cmd(pipeline_file, image, namespace, replicas, planner_mode) -> None:
-    """Print every process the pipeline needs (kubectl apply -f -): the spec ConfigMap, a Deployment per
-    stage, the join's when the pipeline has one, the planner and the tuner (with its RBAC)."""
+@click.option("--bootstrap", default=None,
+              help=f"Kafka bootstrap address [default: the Strimzi cluster's, else {DEFAULT_BOOTSTRAP}].")
+@click.option("--strimzi", "strimzi_cluster", default=None,
+              help="Strimzi Kafka cluster name: add a KafkaTopic per topic (and no topic-creating init containers).")
+@click.option("--topic-replicas", default=3, show_default=True, type=click.IntRange(min=1),
+              help="With --strimzi: each topic's replication factor.")
+@click.option("--strimzi-api", type=click.Choice(["v1", "v1beta2"]), default="v1", show_default=True,
+              help="KafkaTopic API version: v1 (Strimzi >= 0.49) or v1beta2 (Strimzi < 1.0).")
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
+              help="Write a kustomization directory here (kubectl apply -k DIR) instead of printing.")
+def k8s_manifests_cmd(pipeline_file, image, gpu_image, profiles_dir, plan_file, replicas, namespace, planner_mode,
+                      bootstrap, strimzi_cluster, topic_replicas, strimzi_api, out_dir) -> None:
+    """Every object the pipeline runs on (kubectl apply -f -, or -k with --out): its ConfigMaps, a
+    Deployment per stage sized by its hardware, the join's when the pipeline has one, the planner and
+    the tuner (with its RBAC), and with --strimzi its topics. docs/kubernetes.md."""
+    from tuner.kustomize import strimzi_topics, to_yaml, write_kustomization
+
     pipe = _pipeline(pipeline_file)
-    docs = pipeline_manifests(pipe, Path(pipeline_file).read_text(), image=image, namespace=namespace,
-                              replicas=key_values(replicas, int, "--replicas", "STAGE=NUMBER"),
-                              planner_mode=planner_mode)
-    click.echo(yaml.safe_dump_all(docs, sort_keys=False), nl=False)
+    place = _plan_placements(plan_file, pipe) if plan_file else default_placements(pipe)
+    for stage, n in key_values(replicas, int, "--replicas", "STAGE=N").items():
+        if stage not in place:
+            raise click.BadParameter(f"no stage {stage!r}", param_hint="--replicas")
+        place[stage] = Placement(place[stage].hardware, n)
+    try:
+        docs = pipeline_manifests(
+            pipe, Path(pipeline_file).read_text(), image=image, gpu_image=gpu_image,
+            profiles=read_profiles(profiles_dir), namespace=namespace, placements=place, planner_mode=planner_mode,
+            bootstrap=bootstrap or (f"{strimzi_cluster}-kafka-bootstrap:9092" if strimzi_cluster else DEFAULT_BOOTSTRAP),
+            create_topics=not strimzi_cluster)
+        if strimzi_cluster:
+            docs += strimzi_topics(pipe, strimzi_cluster, replicas=topic_replicas, namespace=namespace,
+                                   api=strimzi_api)
+        if out_dir:
+            files = write_kustomization(out_dir, docs)
+            click.echo(f"wrote {len(files)} files to {out_dir}: kubectl apply -k {out_dir}")
+        else:
+            click.echo(to_yaml(docs), nl=False)
+    except (ValueError, FileExistsError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _plan_placements(path: str, pipe: Pipeline) -> dict[str, Placement]:
+    """Each stage's hardware (its primary assignment's, as the StageConfig says) and replicas from a
+    ``slipstream plan --json`` file."""
+    import json
+
+    from planner.plan import Assignment, StagePlan
+
+    try:
+        doc = json.loads(Path(path).read_text())
+        if not doc.get("feasible"):
+            raise ValueError(f"the plan is infeasible: {doc.get('reason')}")
+        plans = [StagePlan(s["stage"], tuple(Assignment(**a) for a in s["assignments"])) for s in doc["stages"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise click.BadParameter(f"{path}: not a plan of slipstream plan --json: {exc}", param_hint="--plan") from None
+    place = {sp.stage: Placement(sp.primary.hardware, sp.replicas) for sp in plans}
+    if set(place) != {s.name for s in pipe.stages}:
+        raise click.BadParameter(f"{path}: plans stages {sorted(place)}, the pipeline has "
+                                 f"{sorted(s.name for s in pipe.stages)}", param_hint="--plan")
+    return place
 
 
 commands = [tuner_cmd, up_cmd, tuner_plan_cmd, k8s_manifests_cmd]

@@ -8,6 +8,7 @@ import click
 
 from streams.app import AppSettings
 from streams.config import KafkaSettings
+from slipstream.options import metrics_addr_option
 from streams.spec import SpecError, load_pipeline
 
 
@@ -16,8 +17,7 @@ from streams.spec import SpecError, load_pipeline
               help="Pipeline spec (YAML).")
 @click.option("--stage", required=True, help="Stage name, or 'join' for the fan-out join worker.")
 @click.option("--web-port", type=int, default=None, help="Faust web server port [default: off].")
-@click.option("--metrics-port", type=int, default=0, show_default=True, envvar="SLIPSTREAM_METRICS_PORT",
-              help="Prometheus endpoint port on 127.0.0.1 (0 = any free port, printed when ready).")
+@metrics_addr_option()
 @click.option("--max-instances", type=click.IntRange(min=1), default=None, envvar="SLIPSTREAM_MAX_INSTANCES",
               help="Model instances this worker may hold (replicas beyond it need more workers) "
                    "[default: this host's cores].")
@@ -30,13 +30,16 @@ from streams.spec import SpecError, load_pipeline
               help="Seconds between faust's periodic offset commits (besides the commit at revocation).")
 @click.option("--loglevel", default="warn", show_default=True,
               type=click.Choice(["crit", "error", "warn", "info", "debug"]))
-def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_port: int, max_instances: int | None,
+def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_addr, max_instances: int | None,
            profiles_dir: str | None, commit_interval_s: float, loglevel: str) -> None:
     """Run one stage worker: consume the stage's input topic, batch, infer, route."""
     from agents.app import JOIN, build_join_app, build_stage_app
     from streams.timeline import mark
     from agents.zoo import load_executor
 
+    if os.environ.get("SLIPSTREAM_METRICS_PORT"):
+        raise click.UsageError("SLIPSTREAM_METRICS_PORT is gone: set SLIPSTREAM_METRICS_ADDR=HOST:PORT "
+                               "(containers: 0.0.0.0:9100)")
     try:
         pipe = load_pipeline(pipeline_file)
         if stage != JOIN:
@@ -45,14 +48,14 @@ def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_port: i
         raise click.UsageError(str(exc)) from None
     kafka = KafkaSettings.from_env()
     if stage == JOIN:
-        app = build_join_app(pipe, kafka, web_port=web_port, metrics_port=metrics_port,
+        app = build_join_app(pipe, kafka, web_port=web_port, metrics_addr=metrics_addr,
                              commit_interval_s=commit_interval_s)[0]
     else:
         cache = os.environ.get("SLIPSTREAM_CACHE")
         factory = (lambda v, h: load_executor(v, h, cache_dir=cache)) if cache else load_executor
         from streams.profile_store import ProfileStore
 
-        app = build_stage_app(pipe, stage, kafka, factory, web_port=web_port, metrics_port=metrics_port,
+        app = build_stage_app(pipe, stage, kafka, factory, web_port=web_port, metrics_addr=metrics_addr,
                               max_instances=max_instances,
                               profiles=ProfileStore(profiles_dir) if profiles_dir else None,
                               commit_interval_s=commit_interval_s)[0]

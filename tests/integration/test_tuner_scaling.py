@@ -64,7 +64,7 @@ async def test_rate_step_scales_bottleneck_up_fast_and_down_after_quiet(kafka, u
     actuator.set_replicas("pre", 1)
     actuator.set_replicas("slow", 1)
     tuner = asyncio.create_task(run_tuner(pipe, plan, config, actuator, dry_run=False, settings=kafka,
-                                          interval_s=0.25, lookback_s=0.0, stop=stop, metrics_port=None,
+                                          interval_s=0.25, lookback_s=0.0, stop=stop, metrics_addr=None,
                                           on_decision=on_decision, max_instances=config.max_replicas))
     try:
         async with PipelineClient(pipe, kafka) as client:

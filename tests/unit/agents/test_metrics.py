@@ -1,0 +1,112 @@
+"""Worker metrics: results observed at the sink (end-to-end latency, SLO met/missed by loadgen's rule),
+model info, lag per partition, and the HTTP endpoint's /metrics, /healthz and /readyz."""
+from __future__ import annotations
+
+import asyncio
+import urllib.error
+import urllib.request
+from collections import namedtuple
+from types import SimpleNamespace
+
+import pytest
+
+from agents.metrics import StageMetrics
+from agents.ready import Readiness, consumer_lag
+from agents.routing import Out
+from streams import topics
+from streams.metrics_http import LOCAL, version
+
+TP = namedtuple("TP", "topic partition")
+MS = 1_000_000
+L = {"pipeline": "p", "stage": "s"}
+
+
+def result(status: str, latency_ms: float, deadline_ms: float = 100) -> dict:
+    return {"status": status, "created_ns": 0, "finished_ns": int(latency_ms * MS), "deadline_ns": int(deadline_ms * MS)}
+
+
+def value(m: StageMetrics, name: str, **labels) -> float | None:
+    return m.registry.get_sample_value(name, {**L, **labels})
+
+
+def test_results_on_the_results_topic_count_as_met_or_missed():
+    m = StageMetrics.create("p", "s", slo_ms=100)
+    res = topics.results("p")
+    m.observe_outputs([Out(res, "a", "InferenceResult", result("done", 40)),
+                       Out(res, "b", "InferenceResult", result("done", 100)),  # on the deadline: met
+                       Out(res, "c", "InferenceResult", result("done", 150)),  # late
+                       Out(res, "d", "InferenceResult", result("dropped", 5)),
+                       Out(res, "e", "InferenceResult", result("error", 5)),
+                       Out(topics.join("p"), "f", "InferenceResult", result("done", 1)),  # a fragment: not yet
+                       Out(topics.stage_input("p", "t"), "g", "InferenceRequest", result("done", 1))])
+    assert value(m, "slipstream_slo_met_total") == 2
+    assert [value(m, "slipstream_slo_missed_total", status=s) for s in ("done", "dropped", "error")] == [1, 1, 1]
+    # latency of done results only, with the SLO as a bucket bound
+    assert value(m, "slipstream_request_duration_seconds_count") == 3
+    assert value(m, "slipstream_request_duration_seconds_bucket", le="0.1") == 2
+    assert value(m, "slipstream_slo_seconds") == pytest.approx(0.1)
+
+
+def test_series_exist_before_the_first_result():
+    m = StageMetrics.create("p", "s")
+    assert value(m, "slipstream_slo_met_total") == 0
+    assert value(m, "slipstream_slo_missed_total", status="dropped") == 0
+    assert m.registry.get_sample_value("slipstream_build_info", {"version": version()}) == 1
+    assert m.registry.get_sample_value("process_start_time_seconds") is not None
+
+
+def test_model_info_follows_the_fleet():
+    m = StageMetrics.create("p", "s")
+
+    def fleet(*pairs):
+        return SimpleNamespace(instances=[SimpleNamespace(executors={v: SimpleNamespace(digest=d)}) for v, d in pairs])
+
+    m.observe_fleet(fleet(("small", "abc"), ("small", "abc")))
+    assert value(m, "slipstream_model_info", variant="small", digest="abc") == 1
+    assert value(m, "slipstream_instances") == 2
+    m.observe_fleet(fleet(("big", "def")))
+    assert value(m, "slipstream_model_info", variant="small", digest="abc") is None
+    assert value(m, "slipstream_model_info", variant="big", digest="def") == 1
+
+
+def test_lag_per_assigned_partition():
+    tp = lambda p: TP("t", p)  # noqa: E731
+    parts = {0: (120, 100), 1: (50, None), 2: (None, 3)}  # partition -> (high watermark, committed)
+    consumer = SimpleNamespace(assignment=lambda: {tp(p) for p in parts},
+                               highwater=lambda t: parts[t.partition][0],
+                               _committed_offset={tp(p): c for p, (_, c) in parts.items()})
+    assert consumer_lag(consumer) == {("t", 0): 20, ("t", 1): 50}  # partition 2: no fetch yet
+    m = StageMetrics.create("p", "s")
+    m.observe_lag({("t", 0): 20, ("t", 1): 50})
+    m.observe_lag({("t", 1): 7})
+    assert value(m, "slipstream_consumer_lag_records", topic="t", partition="0") is None
+    assert value(m, "slipstream_consumer_lag_records", topic="t", partition="1") == 7
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_endpoint_serves_metrics_health_and_readiness():
+    m = StageMetrics.create("p", "s", slo_ms=100)
+    started = asyncio.Event()
+    ready = Readiness(started)
+    ep = m.serve(LOCAL, ready.reason)
+    try:
+        base = f"http://{ep.addr}"
+        assert ep.addr.port > 0
+        assert get(base + "/healthz") == (200, "ok\n")
+        assert get(base + "/readyz") == (503, "model not warm\n")
+        started.set()
+        assert get(base + "/readyz") == (503, "no partitions assigned\n")
+        ready.partitions = 2
+        assert get(base + "/readyz") == (200, "ready\n")
+        status, body = get(base + "/metrics")
+        assert status == 200 and 'slipstream_slo_met_total{pipeline="p",stage="s"} 0.0' in body
+        assert get(base + "/nothing")[0] == 404
+    finally:
+        ep.close()
