@@ -59,6 +59,10 @@ class LatencyCurve:
         return batch / (self.ms(batch) / 1000.0)
 
 
+PREDICT_WINDOW = 10  # RecentLatency: the last runs per batch size it keeps
+PREDICT_PERCENTILE = 99.0  # ... and the percentile of them it predicts (the estimator mirrors both)
+
+
 @dataclass
 class RecentLatency:
     """p-th percentile of the last ``window`` observed latencies per batch size (Clockwork).
@@ -68,8 +72,8 @@ class RecentLatency:
     """
 
     curve: LatencyCurve
-    window: int = 10
-    percentile: float = 99.0
+    window: int = PREDICT_WINDOW
+    percentile: float = PREDICT_PERCENTILE
     _recent: dict[int, deque] = field(default_factory=dict)
     _ratios: deque = field(default_factory=lambda: deque(maxlen=32))
 

@@ -53,6 +53,7 @@ class Group:
         self.host = world.host
         self.log = world.log
         self.factor = world.factor  # a service-time factor per batch, or None (deterministic)
+        self.margin = world.predict_margin  # predict(b) = l(b) x margin; a batch's work is l(b) x factor
         self.servers: list[Server] = []
 
     def fire(self, now: int, change: object) -> None:

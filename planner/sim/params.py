@@ -12,6 +12,7 @@ Every check names the bad value; the simulator itself never validates again.
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from dataclasses import dataclass
 from numbers import Integral
 from typing import Mapping, Sequence
@@ -210,7 +211,8 @@ class ServiceTime:
 
     ``deterministic``: exactly l(b) (the profile's high percentile, what the agents predict with).
     ``exponential``: an exponential of mean l(b). ``lognormal``: mean l(b), coefficient of variation
-    ``cv``. Drop decisions still use l(b): the agents cannot know the draw.
+    ``cv``. Drop and batch decisions predict l(b) x :meth:`agent_factor`, what a worker's predictor
+    settles at; they cannot know the draw.
     """
 
     kind: str = "deterministic"
@@ -228,6 +230,19 @@ class ServiceTime:
     def is_deterministic(self) -> bool:
         return self.kind == "deterministic"
 
+    def agent_factor(self, window: int, percentile: float) -> float:
+        """The factor a worker's predictor settles at (``streams.latency.RecentLatency``: the
+        ``percentile``-th of its last ``window`` runs): the median of that order statistic of the
+        factor. The estimator's drop and batch decisions predict l(b) times this, as the agents do."""
+        if self.is_deterministic:
+            return 1.0
+        k = min(window, max(1, math.ceil(percentile / 100.0 * window)))
+        u = _median_order_statistic(k, window)
+        if self.kind == "exponential":
+            return -math.log1p(-u)
+        s2 = math.log1p(self.cv ** 2)
+        return math.exp(-s2 / 2 + math.sqrt(s2) * NormalDist().inv_cdf(u))
+
     def factors(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if self.kind == "exponential":
             return rng.exponential(1.0, n)
@@ -235,3 +250,15 @@ class ServiceTime:
             s2 = math.log1p(self.cv ** 2)
             return np.exp(rng.normal(-s2 / 2, math.sqrt(s2), n))
         return np.ones(n)
+
+
+def _median_order_statistic(k: int, n: int) -> float:
+    """The median of the k-th smallest of n uniforms (Beta(k, n - k + 1)), by bisection on its CDF."""
+    def cdf(x: float) -> float:
+        return sum(math.comb(n, j) * x ** j * (1 - x) ** (n - j) for j in range(k, n + 1))
+
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < 0.5 else (lo, mid)
+    return (lo + hi) / 2

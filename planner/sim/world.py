@@ -22,6 +22,7 @@ from planner.sim.record import Log
 from planner.sim.servers import Queue
 from planner.sim.stages import Stage
 from streams.batching import NS_PER_MS, BatchSettings
+from streams.latency import PREDICT_PERCENTILE, PREDICT_WINDOW
 
 
 class World:
@@ -37,6 +38,7 @@ class World:
         self.log = Log()
         self.deadline = deadline
         self.factor = None if service.is_deterministic else Draws(lambda n: service.factors(svc, n)).one
+        self.predict_margin = service.agent_factor(PREDICT_WINDOW, PREDICT_PERCENTILE)  # what agents predict
         self.network = network
         self.activation_ns = activation_ns
         self.pause_ns = pause_ns
@@ -97,7 +99,7 @@ def build(problem: Problem, plan: Plan, world: World, scaling: Mapping[str, str]
         for a in sp.assignments:
             curve = problem.stage(name).variant(a.variant).latency[a.hardware]
             settings = BatchSettings.from_ms(a.max_batch, a.batch_timeout_ms, drop_late)
-            table = [0] + [curve.ns(b) for b in range(1, a.max_batch + 1)]
+            table = [0] + [int(curve.ns(b) * world.predict_margin) for b in range(1, a.max_batch + 1)]
             gi = len(st.groups)
             if scaling[name] == "instances":
                 st.groups.append(InstanceGroup(world, st, gi, settings, table, a.replicas))

@@ -57,3 +57,24 @@ def test_bad_simulate_options_are_refused_by_name(options, names):
 def test_host_rate_is_processor_sharing():
     h = HostModel(cores=2.0, background_cores=0.5)
     assert [h.rate(k) for k in (0, 1, 2, 3)] == pytest.approx([1.0, 1.0, 0.75, 0.5])
+
+
+def test_agent_factor_is_where_a_workers_predictor_settles():
+    # one run kept (window 1): the factor's median; the exponential's is ln 2, the lognormal's exp(-s2/2)
+    assert ServiceTime().agent_factor(10, 99) == 1.0
+    assert ServiceTime("exponential").agent_factor(1, 99) == pytest.approx(np.log(2))
+    s2 = np.log1p(0.5 ** 2)
+    assert ServiceTime("lognormal", 0.5).agent_factor(1, 99) == pytest.approx(np.exp(-s2 / 2))
+    # the max of the last 10 (RecentLatency's default): the median of the max, 0.5 ** (1/10) quantile
+    assert ServiceTime("exponential").agent_factor(10, 99) == pytest.approx(-np.log1p(-0.5 ** 0.1))
+
+
+def test_drops_predict_what_the_agents_predict_under_a_service_spread():
+    problem = one_stage({1: 10.0}, slo_ms=15.0, rate=300.0, seconds=5.0)
+    plan = single_plan({"a": [Assignment("v", "cpu", 1, 1)]})
+    svc = ServiceTime("lognormal", 0.64)
+    res = simulate(problem, plan, service=svc, seed=1)
+    assert res.drop_rate > 0
+    margin = svc.agent_factor(10, 99)
+    dropped = np.flatnonzero(res.dropped)
+    assert np.all(res.drop_info_ns[dropped, 2] == int(10 * 1_000_000 * margin))
