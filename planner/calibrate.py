@@ -39,6 +39,7 @@ from streams.profile_store import machine_info, now_iso
 QUANTILES = np.linspace(0.0, 100.0, 201)  # every half percent, both ends included
 HOP_KINDS = ("ingress", "between", "to_join")
 MIN_CV = 0.05  # below this the spread is noise: deterministic service
+SLOWDOWN_WINDOW_S = 1.0
 
 
 class CalibrationFitError(ValueError):
@@ -104,6 +105,20 @@ def fit_host(ratio: np.ndarray, k: np.ndarray, group: np.ndarray, cores: float) 
     return best[1], best[2]
 
 
+def slowdown(starts_ns: np.ndarray, factor: np.ndarray, window_s: float = None) -> tuple[np.ndarray, np.ndarray]:
+    """The machine's pace per window (the mean factor of the batches that started in it, weighted so
+    the batches' mean stays 1; windows with fewer than 3 batches are left out) and what is left of
+    each batch's factor within its window."""
+    window_ns = int((window_s or SLOWDOWN_WINDOW_S) * 1e9)
+    w = (starts_ns - starts_ns.min()) // window_ns
+    ids, inv, counts = np.unique(w, return_inverse=True, return_counts=True)
+    means = np.bincount(inv, weights=factor) / counts
+    within = factor / means[inv]
+    keep = counts >= 3
+    pace = means[keep] / np.average(means[keep], weights=counts[keep]) if keep.any() else np.ones(1)
+    return pace, within
+
+
 def fit(results: Iterable[Mapping[str, Any]], curves: Mapping[tuple[str, str], LatencyCurve],
         hardware_of: Mapping[tuple[str, str], str], source: str = "", cores: float | None = None) -> dict:
     """The calibration document of a run. ``curves``: (variant, hardware) -> uncalibrated curve;
@@ -144,11 +159,15 @@ def fit(results: Iterable[Mapping[str, Any]], curves: Mapping[tuple[str, str], L
     free, scale = fit_host(ratio[ok], k[ok], group[ok], cores)
     left = ratio[ok] / (scale[group[ok]] * np.maximum(1.0, k[ok] / free))
     names = sorted(keys, key=keys.get)
-    service = {n: {"scale": float(scale[i] * left[group[ok] == i].mean()), "samples": int((group == i).sum())}
+    g = group[ok]
+    service = {n: {"scale": float(scale[i] * left[g == i].mean()), "samples": int((group == i).sum())}
                for i, n in enumerate(names)}
+    left = left / np.array([left[g == i].mean() for i in range(len(names))])[g]  # mean 1 per variant
+    pace, within = slowdown(span[ok, 0], left)
     host = {"cores": cores, "free_cores": free, "mean_concurrency": float(k[ok].mean())} if free < cores else None
     return {"fitted_at": now_iso(), "source": source, "machine": machine_info(), "service": service,
-            "service_cv": float(np.std(left / left.mean())), "host": host,
+            "service_cv": float(np.std(within)), "host": host,
+            "slowdown": {"window_s": SLOWDOWN_WINDOW_S, "factors": [round(float(x), 4) for x in pace]},
             "transit_ms": {k: [float(x) for x in np.percentile(v, QUANTILES)] for k, v in sorted(transit.items())},
             "samples": {"hops": hops, "batches": len(runs), "results": len(results)}}
 
@@ -171,8 +190,14 @@ def network(doc: Mapping[str, Any] | None) -> Network | None:
 
 
 def service_time(doc: Mapping[str, Any] | None) -> ServiceTime:
+    """The service spread of a calibration: within a second (lognormal ``service_cv``) and from
+    second to second (``slowdown``)."""
     cv = float(doc.get("service_cv", 0.0)) if doc else 0.0
-    return ServiceTime("lognormal", cv) if cv >= MIN_CV else ServiceTime()
+    slow = (doc or {}).get("slowdown") or {}
+    pace = tuple(slow.get("factors", ()))
+    pace = pace if len(pace) > 1 and np.std(pace) >= MIN_CV else ()
+    kind, cv = ("lognormal", cv) if cv >= MIN_CV else ("deterministic", 0.0)
+    return ServiceTime(kind, cv, pace, float(slow.get("window_s", SLOWDOWN_WINDOW_S)))
 
 
 def summary_lines(doc: Mapping[str, Any]) -> list[str]:
@@ -184,7 +209,10 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
                  f"{h['mean_concurrency']:.2f})" if h else "  host: core sharing explains nothing; left out")
     for k, v in doc["service"].items():
         lines.append(f"  service {k:<24} x{v['scale']:.2f} of the profile ({v['samples']} batches)")
-    lines.append(f"  service spread (cv)            {doc['service_cv']:.2f}")
+    lines.append(f"  service spread (cv)            {doc['service_cv']:.2f} within a second")
+    pace = (doc.get("slowdown") or {}).get("factors") or [1.0]
+    lines.append(f"  pace from second to second     p10 {np.percentile(pace, 10):.2f}  p90 "
+                 f"{np.percentile(pace, 90):.2f}  max {max(pace):.2f} ({len(pace)} seconds)")
     for kind, q in doc["transit_ms"].items():
         lines.append(f"  transit {kind:<10} p50 {q[100]:6.1f} ms  p99 {q[198]:6.1f} ms  "
                      f"max {q[-1]:6.1f} ms")

@@ -213,10 +213,17 @@ class ServiceTime:
     ``exponential``: an exponential of mean l(b). ``lognormal``: mean l(b), coefficient of variation
     ``cv``. Drop and batch decisions predict l(b) x :meth:`agent_factor`, what a worker's predictor
     settles at; they cannot know the draw.
+
+    ``slowdown`` (mean 1): the machine's pace over time, one factor per ``slowdown_window_s``. Every
+    batch that starts in a window is multiplied by that window's factor, drawn at random from
+    ``slowdown`` (a calibration measures them): slow seconds slow every stage at once, as contention
+    from other processes does, which independent per-batch draws cannot.
     """
 
     kind: str = "deterministic"
     cv: float = 0.0
+    slowdown: tuple[float, ...] = ()
+    slowdown_window_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.kind not in SERVICE_KINDS:
@@ -225,10 +232,36 @@ class ServiceTime:
         if (self.kind == "lognormal") != (self.cv > 0):
             raise ValueError(f"ServiceTime.cv must be > 0 exactly for kind 'lognormal' "
                              f"(kind {self.kind!r}, cv {self.cv!r})")
+        for i, v in enumerate(self.slowdown):
+            _finite_at_least(f"ServiceTime.slowdown[{i}]", v)
+        if not (self.slowdown_window_s > 0 and math.isfinite(self.slowdown_window_s)):
+            raise ValueError(f"ServiceTime.slowdown_window_s must be > 0, got {self.slowdown_window_s!r}")
 
     @property
     def is_deterministic(self) -> bool:
-        return self.kind == "deterministic"
+        return self.kind == "deterministic" and not self.slowdown
+
+    def pace(self, rng: np.random.Generator):
+        """``factor(now_ns)`` of a run: a slowdown window's factor (drawn once per window) times a
+        per-batch draw of :meth:`factors`."""
+        window_ns = int(self.slowdown_window_s * 1e9)
+        paces: dict[int, float] = {}
+        slow = np.asarray(self.slowdown or (1.0,), dtype=float)
+        within = iter(())
+
+        def factor(now: int) -> float:
+            nonlocal within
+            w = now // window_ns
+            m = paces.get(w)
+            if m is None:
+                m = paces[w] = float(rng.choice(slow))
+            f = next(within, None)
+            if f is None:
+                within = iter(self.factors(rng, 4096).tolist())
+                f = next(within)
+            return m * f
+
+        return factor
 
     def agent_factor(self, window: int, percentile: float) -> float:
         """The factor a worker's predictor settles at (``streams.latency.RecentLatency``: the

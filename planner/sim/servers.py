@@ -214,7 +214,7 @@ class Server:
             self.bs = [ws[i] for i in run]
             self.win_t, self.win_r, self.win_s = [wt[i] for i in defer], [wr[i] for i in defer], [ws[i] for i in defer]
         self.busy = True
-        work = d.predicted_ns if g.factor is None else int(d.predicted_ns / g.margin * g.factor())
+        work = d.predicted_ns if g.factor is None else int(d.predicted_ns / g.margin * g.factor(now))
         g.host.run(self, work, now, self.key)
         self.key += 1
         return True

@@ -37,7 +37,7 @@ class World:
         self.host = Dedicated(self.engine) if host is None else SharedHost(self.engine, host)
         self.log = Log()
         self.deadline = deadline
-        self.factor = None if service.is_deterministic else Draws(lambda n: service.factors(svc, n)).one
+        self.factor = None if service.is_deterministic else service.pace(svc)  # factor(now)
         self.predict_margin = service.agent_factor(PREDICT_WINDOW, PREDICT_PERCENTILE)  # what agents predict
         self.network = network
         self.activation_ns = activation_ns

@@ -20,9 +20,10 @@ MS = 1_000_000
 CURVE = LatencyCurve.fit({1: 4.0, 4: 10.0})
 
 
-def result(i: int, *, transit_in: float, transit_between: float, scale: float, batch: int = 4) -> dict:
+def result(i: int, *, transit_in: float, transit_between: float, scale: float, batch: int = 4,
+           every_ms: int = 1000) -> dict:
     """A two-stage request whose hops took ``scale`` x the profile and the given transits (ms)."""
-    created = 1_000 * MS * i
+    created = every_ms * MS * i
     hops, t = [], created
     for k, (stage, transit) in enumerate((("a", transit_in), ("b", transit_between))):
         received = t + int(transit * MS)
@@ -51,12 +52,27 @@ def test_fit_recovers_scale_and_transits():
     assert net.ingress.mean_ms == pytest.approx(6.0, abs=0.05) and net.to_results.mean_ms == 0.0
 
 
-def test_fit_measures_spread_and_refuses_runs_without_receipt_times():
-    rs = [result(i, transit_in=1, transit_between=1, scale=s) for i, s in enumerate([1.0, 3.0] * 50)]
+def test_fit_splits_the_spread_within_a_second_from_the_pace_between_seconds():
+    # 1x and 3x alternate within every second: all spread within, the pace is even
+    rs = [result(i, transit_in=1, transit_between=1, scale=s, every_ms=100) for i, s in enumerate([1.0, 3.0] * 50)]
     doc = fit(rs, CURVES, HW)
     assert doc["service"]["va@cpu"]["scale"] == pytest.approx(2.0, rel=1e-3)
     assert doc["service_cv"] == pytest.approx(0.5, rel=1e-3)
-    assert service_time(doc).kind == "lognormal"
+    assert doc["slowdown"]["factors"] == pytest.approx([1.0] * 10, abs=0.01)
+    svc = service_time(doc)
+    assert svc.kind == "lognormal" and svc.slowdown == ()
+    # every other second is 3x slow: all spread is pace, none within
+    rs = [result(i, transit_in=1, transit_between=1, scale=1.0 + 2 * ((i // 10) % 2), every_ms=100) for i in range(100)]
+    doc = fit(rs, CURVES, HW)
+    assert doc["service_cv"] == pytest.approx(0.0, abs=1e-6)
+    assert sorted(set(doc["slowdown"]["factors"])) == pytest.approx([0.5, 1.5], abs=0.01)
+    svc = service_time(doc)
+    assert svc.is_deterministic is False and svc.kind == "deterministic"
+
+
+
+def test_fit_refuses_runs_without_receipt_times():
+    rs = [result(i, transit_in=1, transit_between=1, scale=2.0) for i in range(20)]
     old = [{**r, "hops": [{k: v for k, v in h.items() if k != "received_ns"} for h in r["hops"]]} for r in rs]
     with pytest.raises(CalibrationFitError, match="received_ns"):
         fit(old, CURVES, HW)

@@ -78,3 +78,16 @@ def test_drops_predict_what_the_agents_predict_under_a_service_spread():
     margin = svc.agent_factor(10, 99)
     dropped = np.flatnonzero(res.dropped)
     assert np.all(res.drop_info_ns[dropped, 2] == int(10 * 1_000_000 * margin))
+
+
+def test_slowdown_paces_every_batch_of_a_window():
+    problem = one_stage({1: 10.0}, rate=2.0, seconds=30.0)
+    plan = single_plan({"a": [Assignment("v", "cpu", 1, 2)]})
+    base = simulate(problem, plan, seed=3)
+    slow = simulate(problem, plan, seed=3, service=ServiceTime(slowdown=(3.0,)))
+    assert slow.p50_ms == pytest.approx(base.p50_ms + 20.0, abs=0.01)  # every batch 3x its 10 ms
+    mixed = simulate(problem, plan, seed=3, service=ServiceTime(slowdown=(1.0, 3.0), slowdown_window_s=1.0))
+    lat = mixed.latency_ms[~np.isnan(mixed.latency_ms)]
+    assert np.any(np.isclose(lat, base.p50_ms, atol=0.5)) and np.any(lat > base.p50_ms + 19.0)
+    with pytest.raises(ValueError, match="slowdown_window_s"):
+        ServiceTime(slowdown=(1.0,), slowdown_window_s=0.0)
