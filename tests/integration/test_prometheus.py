@@ -182,3 +182,12 @@ def test_prometheus_attainment_equals_the_loadgen_report(kafka, pipeline, promet
     assert counted == results
     assert abs(attainment - report.attainment) <= 0.01
     assert 0.0 <= recorded <= 1.0
+    # lag per partition: every stage's input partitions (2 each in fanout3), worked off to 0 once drained
+    parts = prom.scalar(f"count(slipstream_consumer_lag_records{sel})")
+    assert parts == 2 * len(STAGES), parts
+    prom.until("lag back to 0", lambda: True if prom.scalar(
+        f"sum(slipstream_consumer_lag_records{sel})") == 0 else None)
+    # model info: one variant per model stage (pass, det, small) with its digest label
+    models = {r["metric"]["variant"] for r in prom.query(f"slipstream_model_info{sel}")}
+    assert models == {"pass", "det", "small"}, models
+    assert prom.scalar(f'count(slipstream_build_info{{job="{prom.job}"}})') == len(targets)
