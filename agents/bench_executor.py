@@ -46,7 +46,7 @@ def _items_per_s(fn: Callable[[], object], batch: int, iterations: int) -> float
     return batch * iterations / (time.perf_counter() - start)
 
 
-def bench_executor(batches: Sequence[int] = (1, 8), *, runs: int = 5, iterations: int = 10,
+def bench_executor(batches: Sequence[int] = (1, 8, 64), *, runs: int = 5, iterations: int = 10,
                    threads: int = 1, payload: str = "raw", model: str = MODEL,
                    cache_dir: str | Path = DEFAULT_CACHE_DIR) -> list[ExecutorBench]:
     """One row per batch size: median executor and raw-ort items/s over ``runs`` runs of

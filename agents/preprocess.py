@@ -30,6 +30,22 @@ TEXT_TYPE = "text/plain; charset=utf-8"
 _IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM", b"RIFF")
 
 
+class BatchBuffer:
+    """A model input reused from batch to batch: each item is written into its row in place, so a
+    batch is assembled without a per-item array and without a stacking copy. Capacity grows in powers
+    of two and is never given back; ``rows(n)`` is a view of the first ``n`` rows. One buffer per
+    executor (an executor runs one batch at a time, on its instance's thread)."""
+
+    def __init__(self, item_shape: tuple[int, ...], dtype=np.float32) -> None:
+        self.item_shape, self.dtype = tuple(item_shape), np.dtype(dtype)
+        self._buf = np.empty((0, *self.item_shape), self.dtype)
+
+    def rows(self, n: int) -> np.ndarray:
+        if n > len(self._buf):
+            self._buf = np.empty((1 << max(n - 1, 0).bit_length(), *self.item_shape), self.dtype)
+        return self._buf[:n]
+
+
 def raw_image_type(height: int, width: int) -> str:
     return f"{RAW_IMAGE_TYPE};shape={height},{width},3"
 

@@ -68,6 +68,14 @@ def to_input(pixels: np.ndarray, resolution: int) -> np.ndarray:
     return ((img - MEAN_RGB) / STDDEV_RGB).transpose(2, 0, 1)
 
 
+def to_input_into(pixels: np.ndarray, resolution: int, out: np.ndarray) -> None:
+    """:func:`to_input` written into ``out`` (3 x R x R float32, a row of the batch buffer): the
+    normalised pixels go straight into the batch, with no per-item array."""
+    img = resize_image(pixels, resolution).transpose(2, 0, 1)  # a view: HWC -> CHW
+    np.subtract(img, MEAN_RGB, out=out, dtype=np.float32)
+    np.divide(out, STDDEV_RGB, out=out)
+
+
 def softmax(logits: np.ndarray) -> np.ndarray:
     z = logits.astype(np.float64) - logits.max()
     e = np.exp(z)
@@ -96,6 +104,16 @@ class ImageClassifierCodec:
         from agents.models.export import INPUT_NAME
 
         return {INPUT_NAME: np.ascontiguousarray(np.stack(items))}
+
+    @property
+    def batch_input(self) -> tuple[str, tuple[int, ...]]:
+        """(input name, one item's shape): the executor assembles batches with :meth:`decode_into`."""
+        from agents.models.export import INPUT_NAME
+
+        return INPUT_NAME, (3, self.resolution, self.resolution)
+
+    def decode_into(self, payload: bytes, out: np.ndarray) -> None:
+        to_input_into(decode_image(payload), self.resolution, out)
 
     def encode(self, row: np.ndarray, payload: bytes) -> ItemOutput:
         return ItemOutput((Emit(top_k_json(row), JSON_TYPE),))
