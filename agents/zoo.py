@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping
 
 from agents.executors import FunctionExecutor, ModelExecutor, OrtBackend, TorchBackend
 from agents.models import efficientnet, minilm, onnx_file, synthetic
-from agents.models.export import DEFAULT_CACHE_DIR, cache_key, cached_onnx
+from agents.models.export import DEFAULT_CACHE_DIR, cache_key, cached_onnx, torch_zeros
 from agents.preprocess import (RAW_IMAGE_TYPE, TEXT_TYPE, TOKEN_IDS_TYPE, ImageResize, Tokenize,
                                decode_image, decode_text)
 from streams.executor import Emit, Executor
@@ -169,13 +169,12 @@ def _load_efficientnet(variant: Variant, hw: Hardware, params: dict, cache: Path
 
 
 def efficientnet_onnx(model: str, cache_dir: str | Path) -> tuple[Path, bool]:
-    """The cached ONNX file of an EfficientNet-Lite entry: (path, cache hit)."""
-    import torch
-
+    """The cached ONNX file of an EfficientNet-Lite entry: (path, cache hit). torch is imported
+    only to export on a miss."""
     spec = efficientnet.LITE[model]
     res = spec.resolution
     return cached_onnx(cache_dir, cache_key(model, *efficientnet.package_versions(spec)),
-                       lambda: efficientnet.build_torch(spec), lambda: torch.zeros(1, 3, res, res))
+                       lambda: efficientnet.build_torch(spec), lambda: torch_zeros(1, 3, res, res))
 
 
 def _load_minilm(variant: Variant, hw: Hardware, params: dict, cache: Path) -> Executor:
@@ -195,12 +194,11 @@ def _synthetic_backend(variant: Variant, shape: synthetic.SyntheticShape, hw: Ha
                        params: Mapping[str, Any], cache: Path):
     if _backend_name(params, ("torch", "onnx"), variant.model) == "torch":
         return TorchBackend(synthetic.build_torch(shape), hw)
-    import torch
 
     digest = hashlib.sha256(json.dumps(shape.__dict__, sort_keys=True).encode()).hexdigest()[:12]
     lead = (shape.width,) if shape.kind == "mlp" else (3, shape.size, shape.size)
     path, _ = cached_onnx(cache, cache_key(f"synthetic-{shape.kind}-{digest}"),
-                          lambda: synthetic.build_torch(shape), lambda: torch.zeros(1, *lead))
+                          lambda: synthetic.build_torch(shape), lambda: torch_zeros(1, *lead))
     return OrtBackend(path, hw)
 
 

@@ -7,6 +7,7 @@ workers exporting at once never read a half-written file.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import os
 import re
@@ -24,10 +25,18 @@ OUTPUT_NAME = "y"
 
 
 def cache_key(model: str, *versions: str) -> str:
+    """The cache file name: the model, its package versions, torch's and the opset. torch's version
+    is read from its installed metadata, not by importing it: a worker serving a cached ONNX file
+    never loads torch (hundreds of MiB resident)."""
+    parts = [model, *versions, f"torch{importlib.metadata.version('torch').split('+')[0]}", f"opset{OPSET}"]
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(parts))
+
+
+def torch_zeros(*shape: int) -> Any:
+    """An example input for an export (imports torch: call it only on a cache miss)."""
     import torch
 
-    parts = [model, *versions, f"torch{torch.__version__.split('+')[0]}", f"opset{OPSET}"]
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(parts))
+    return torch.zeros(*shape)
 
 
 def cached_onnx(cache_dir: str | Path, key: str, build: Callable[[], Any],
