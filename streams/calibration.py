@@ -17,10 +17,11 @@ wait included). Which calibration is in force: the newest, unless ``SLIPSTREAM_C
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Mapping
+
+from streams.jsonfile import read_versioned, write_atomic
 
 FORMAT_VERSION = 1
 ENV = "SLIPSTREAM_CALIBRATION"
@@ -57,20 +58,11 @@ class CalibrationStore:
         self.root.mkdir(parents=True, exist_ok=True)
         version = (self.versions() or [0])[-1] + 1
         out = {**doc, "format": FORMAT_VERSION, "version": version}
-        tmp = self.path(version).with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
-        tmp.replace(self.path(version))
+        write_atomic(self.path(version), out)
         return out
 
     def get(self, version: int) -> dict:
-        p = self.path(version)
-        try:
-            doc = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise CalibrationError(f"{p}: unreadable calibration: {exc}") from None
-        if doc.get("format") != FORMAT_VERSION:
-            raise CalibrationError(f"{p}: format: expected {FORMAT_VERSION}, got {doc.get('format')!r}")
-        return doc
+        return read_versioned(self.path(version), FORMAT_VERSION, CalibrationError, "calibration")
 
     def in_force(self, choice: str | None = None) -> dict | None:
         """The calibration to use: ``choice`` (default ``$SLIPSTREAM_CALIBRATION``) is ``off``, a

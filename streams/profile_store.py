@@ -16,7 +16,6 @@ quadratic, linear fallback), times the service ``scale`` of the calibration in f
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Mapping
 
 from streams.calibration import CalibrationStore, service_scale
+from streams.jsonfile import read_versioned, write_atomic
 from streams.latency import LatencyCurve
 from streams.spec import Variant
 
@@ -100,18 +100,10 @@ class ProfileStore:
     def save(self, profile: Profile) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
         p = self.path(profile.variant, profile.hardware)
-        tmp = p.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(profile.to_json(), indent=1, sort_keys=True))
-        tmp.replace(p)
-        return p
+        return write_atomic(p, profile.to_json())
 
     def load_file(self, p: Path) -> Profile:
-        try:
-            doc = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ProfileError(f"{p}: unreadable profile: {exc}") from None
-        if doc.get("format") != FORMAT_VERSION:
-            raise ProfileError(f"{p}: format: expected {FORMAT_VERSION}, got {doc.get('format')!r}")
+        doc = read_versioned(p, FORMAT_VERSION, ProfileError, "profile")
         try:
             points = {int(b): BatchPoint(**v) for b, v in doc["points"].items()}
             return Profile(doc["variant"], doc["hardware"], points, doc.get("machine", {}),
