@@ -1,5 +1,9 @@
 """Kafka admin, a thin aiokafka wrapper: create topics, read and grow partition counts.
 
+Topics are created with a replication factor and ``min.insync.replicas`` from :func:`replication`:
+the settings' values, or min(3, brokers the cluster lists) and min(2, replication factor). With
+producers on acks=all (``streams.kafka``) a write then survives the loss of any one broker of three.
+
 Partitions only grow (Kafka cannot shrink a topic). Growing changes key->partition hashing, which is
 fine for Slipstream's stateless stages.
 """
@@ -26,13 +30,41 @@ async def admin_client(settings: KafkaSettings) -> AsyncIterator[AIOKafkaAdminCl
         await client.close()
 
 
+def replication(brokers: int, factor: int | None = None, min_insync: int | None = None) -> tuple[int, int]:
+    """(replication factor, min.insync.replicas) for new topics on a cluster listing ``brokers``:
+    ``factor`` or min(3, brokers); ``min_insync`` or min(2, factor)."""
+    if brokers < 1:
+        raise ValueError(f"the cluster lists no broker ({brokers})")
+    rf = min(3, brokers) if factor is None else factor
+    if not 1 <= rf <= brokers:
+        raise ValueError(f"replication factor {rf} needs as many live brokers; the cluster lists {brokers}")
+    isr = min(2, rf) if min_insync is None else min_insync
+    if not 1 <= isr <= rf:
+        raise ValueError(f"min.insync.replicas {isr} must be between 1 and the replication factor {rf}")
+    return rf, isr
+
+
+def new_topic(spec: TopicSpec, rf: int, min_isr: int) -> NewTopic:
+    """The spec's topic with ``rf`` replicas; its own config wins over the default min.insync.replicas."""
+    return NewTopic(spec.name, spec.partitions, rf, topic_configs={"min.insync.replicas": str(min_isr),
+                                                                   **dict(spec.config)})
+
+
+async def brokers(admin: AIOKafkaAdminClient) -> int:
+    """Brokers the cluster's metadata lists (the live ones)."""
+    return len((await admin.describe_cluster())["brokers"])
+
+
 async def ensure_topics(settings: KafkaSettings, specs: Iterable[TopicSpec]) -> list[str]:
-    """Create the topics that do not exist yet (existing ones are left as they are). Returns created names."""
+    """Create the topics that do not exist yet (existing ones are left as they are), replicated as
+    :func:`replication` says. Returns created names."""
     specs = list(specs)
     async with admin_client(settings) as admin:
         existing = set(await admin.list_topics())
-        new = [NewTopic(s.name, s.partitions, 1, topic_configs=dict(s.config))
-               for s in specs if s.name not in existing]
+        todo = [s for s in specs if s.name not in existing]
+        if todo:
+            rf, isr = replication(await brokers(admin), settings.replication_factor, settings.min_insync_replicas)
+        new = [new_topic(s, rf, isr) for s in todo]
         if new:
             try:
                 await admin.create_topics(new)

@@ -1,14 +1,24 @@
-"""The embedded default broker: Apache Kafka (KRaft, combined mode) on loopback, from Maven Central jars.
+"""The embedded brokers: Apache Kafka (KRaft, combined mode) on loopback, from Maven Central jars.
 
 ``slipstream kafka up|down|status|logs`` calls these. Jars come from ``deploy/kafka/pom.xml`` (``mvn
 package`` copies the broker's runtime classpath to ``deploy/kafka/target/kafka-libs``); data, logs and
-the PID file live in a git-ignored state folder (``.state/kafka`` by default). ``up`` is idempotent and
-waits for a metadata round trip, not an open port; ``down`` stops only the process ``up`` started, by
-its PID.
+the PID file live in a git-ignored state folder. ``up`` is idempotent and waits for a metadata round
+trip, not an open port; ``down`` stops only the processes ``up`` started, by their PIDs.
+
+Two shapes, one node type (:class:`LocalBroker`):
+
+- the single broker (``kafka up``): node 1 on 19092 (controller 19093), state ``.state/kafka``,
+  replication factor 1;
+- a replicated cluster (``kafka up --brokers 3``): nodes 1..n, node i on ``port + 2(i-1)`` (controller
+  one above), 19094..19099 by default, all of them KRaft voters, state ``.state/kafka-<name>/node-<i>``
+  (default name ``cluster``), internal topics with replication min(3, n) and min ISR min(2, n). The
+  cluster's layout (brokers, base port, cluster id) is kept in ``cluster.json`` there, so ``down`` and
+  ``status`` find it by name.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -20,6 +30,9 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 KAFKA_DEPLOY = REPO_ROOT / "deploy" / "kafka"
+SINGLE_PORT = 19092
+CLUSTER_PORT = 19094
+CLUSTER_NAME = "cluster"
 
 
 class BrokerError(RuntimeError):
@@ -28,14 +41,24 @@ class BrokerError(RuntimeError):
 
 @dataclass(frozen=True)
 class LocalBroker:
+    """One KRaft node (broker and controller in one process)."""
+
     state_dir: Path
-    port: int = 19092
-    controller_port: int = 19093
+    port: int = SINGLE_PORT
+    controller_port: int = SINGLE_PORT + 1
     heap: str = "512m"
+    node_id: int = 1
+    voters: str = ""  # controller.quorum.voters; "" = this node alone
+    replication: int = 1  # of the internal topics (offsets, transactions) and the broker default
+    min_isr: int = 1
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def quorum_voters(self) -> str:
+        return self.voters or f"{self.node_id}@127.0.0.1:{self.controller_port}"
 
     @property
     def libs(self) -> Path:
@@ -54,8 +77,52 @@ class LocalBroker:
         return self.state_dir / "logs" / "stdout.log"
 
 
-def default_broker(state: str | os.PathLike | None = None, port: int = 19092) -> LocalBroker:
+@dataclass(frozen=True)
+class LocalCluster:
+    """``brokers`` nodes that form one KRaft quorum; every node is a voter."""
+
+    name: str
+    state_dir: Path
+    brokers: int = 3
+    port: int = CLUSTER_PORT
+    heap: str = "384m"
+
+    def __post_init__(self) -> None:
+        if self.brokers < 1:
+            raise ValueError(f"brokers must be >= 1, got {self.brokers}")
+
+    @property
+    def nodes(self) -> tuple[LocalBroker, ...]:
+        ports = [(self.port + 2 * i, self.port + 2 * i + 1) for i in range(self.brokers)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
+        rf = min(3, self.brokers)
+        return tuple(LocalBroker(self.state_dir / f"node-{i + 1}", p, c, self.heap, i + 1, voters, rf, min(2, rf))
+                     for i, (p, c) in enumerate(ports))
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    @property
+    def layout_file(self) -> Path:
+        return self.state_dir / "cluster.json"
+
+
+def default_broker(state: str | os.PathLike | None = None, port: int = SINGLE_PORT) -> LocalBroker:
     return LocalBroker(Path(state) if state else REPO_ROOT / ".state" / "kafka", port, port + 1)
+
+
+def local_cluster(brokers: int | None = None, name: str | None = None, port: int | None = None,
+                  state: str | os.PathLike | None = None) -> LocalCluster:
+    """The cluster named ``name`` (default ``cluster``). Brokers and port not given are read from the
+    cluster's ``cluster.json`` when it was started before, else 3 and 19094."""
+    name = name or CLUSTER_NAME
+    folder = Path(state) if state else REPO_ROOT / ".state" / f"kafka-{name}"
+    try:
+        saved = json.loads((folder / "cluster.json").read_text())
+    except (FileNotFoundError, ValueError):
+        saved = {}
+    return LocalCluster(name, folder, brokers or saved.get("brokers", 3), port or saved.get("port", CLUSTER_PORT))
 
 
 def _need(tool: str, hint: str) -> str:
@@ -86,12 +153,19 @@ def _java_opts(b: LocalBroker) -> list[str]:
             f"-Dlog4j.configuration=file:{KAFKA_DEPLOY / 'log4j.properties'}"]
 
 
-def _write_config(b: LocalBroker) -> Path:
+def render_config(b: LocalBroker) -> str:
+    """deploy/kafka/server.properties with this node's placeholders filled."""
     text = (KAFKA_DEPLOY / "server.properties").read_text()
-    text = (text.replace("@DATA_DIR@", str(b.state_dir / "data")).replace("@PORT@", str(b.port))
-            .replace("@CONTROLLER_PORT@", str(b.controller_port)))
+    for key, value in {"DATA_DIR": b.state_dir / "data", "PORT": b.port, "CONTROLLER_PORT": b.controller_port,
+                       "NODE_ID": b.node_id, "VOTERS": b.quorum_voters, "RF": b.replication,
+                       "MIN_ISR": b.min_isr}.items():
+        text = text.replace(f"@{key}@", str(value))
+    return text
+
+
+def _write_config(b: LocalBroker) -> Path:
     cfg = b.state_dir / "server.properties"
-    cfg.write_text(text)
+    cfg.write_text(render_config(b))
     return cfg
 
 
@@ -115,27 +189,60 @@ def running_pid(b: LocalBroker) -> int | None:
     return pid if b"kafka.Kafka" in cmdline else None
 
 
-async def _probe(bootstrap: str, timeout_s: float) -> None:
+async def _probe(bootstrap: str, timeout_s: float) -> int:
     from aiokafka.admin import AIOKafkaAdminClient
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
     try:
         await asyncio.wait_for(admin.start(), timeout_s)
         await asyncio.wait_for(admin.list_topics(), timeout_s)
+        return len((await asyncio.wait_for(admin.describe_cluster(), timeout_s))["brokers"])
     finally:
         await admin.close()
 
 
-def is_ready(bootstrap: str, timeout_s: float = 3.0) -> bool:
-    """A metadata round trip succeeds."""
+def live_brokers(bootstrap: str, timeout_s: float = 3.0) -> int:
+    """Brokers the cluster's metadata lists (0 when nothing answers)."""
     import logging
 
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # refused connections are expected here
     try:
-        asyncio.run(_probe(bootstrap, timeout_s))
-        return True
+        return asyncio.run(_probe(bootstrap, timeout_s))
     except Exception:
-        return False
+        return 0
+
+
+def is_ready(bootstrap: str, timeout_s: float = 3.0, brokers: int = 1) -> bool:
+    """A metadata round trip succeeds and lists at least ``brokers`` brokers."""
+    return live_brokers(bootstrap, timeout_s) >= brokers
+
+
+def start_process(b: LocalBroker, cluster_id: str | None = None, progress=print) -> int:
+    """Format the node's storage (first start only) and start its JVM; returns the PID (not ready yet)."""
+    java = _need("java", "install a Java 17+ runtime (Debian: apt-get install openjdk-17-jre-headless)")
+    progress("fetching Kafka jars (Maven Central) ..." if not b.libs.is_dir() else "kafka jars present")
+    fetch_jars(b)
+    (b.state_dir / "data").mkdir(parents=True, exist_ok=True)
+    (b.state_dir / "logs").mkdir(parents=True, exist_ok=True)
+    cfg = _write_config(b)
+    cp = f"{b.libs}/*"
+    if not (b.state_dir / "data" / "meta.properties").exists():
+        fmt = subprocess.run([java, *_java_opts(b), "-cp", cp, "kafka.tools.StorageTool", "format",
+                              "-t", cluster_id or _cluster_id(), "-c", str(cfg), "--ignore-formatted"],
+                             capture_output=True, text=True)
+        if fmt.returncode != 0:
+            raise BrokerError(f"kafka storage format failed:\n{(fmt.stdout + fmt.stderr)[-2000:]}")
+    with open(b.stdout_file, "ab") as out:
+        proc = subprocess.Popen([java, *_java_opts(b), "-cp", cp, "kafka.Kafka", str(cfg)],
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    b.pid_file.write_text(str(proc.pid))
+    # the java launcher re-executes itself once: until then /proc/<pid>/cmdline is empty and
+    # running_pid would call the new broker dead
+    deadline = time.monotonic() + 10.0
+    while running_pid(b) != proc.pid and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return proc.pid
 
 
 def up(b: LocalBroker, timeout_s: float = 120.0, progress=print) -> int:
@@ -148,33 +255,18 @@ def up(b: LocalBroker, timeout_s: float = 120.0, progress=print) -> int:
     if is_ready(b.bootstrap, 2.0):
         raise BrokerError(f"a broker not started by slipstream already answers on {b.bootstrap}; "
                           "use it through SLIPSTREAM_BOOTSTRAP or stop it first")
-    java = _need("java", "install a Java 17+ runtime (Debian: apt-get install openjdk-17-jre-headless)")
-    progress("fetching Kafka jars (Maven Central) ..." if not b.libs.is_dir() else "kafka jars present")
-    fetch_jars(b)
-    (b.state_dir / "data").mkdir(parents=True, exist_ok=True)
-    (b.state_dir / "logs").mkdir(parents=True, exist_ok=True)
-    cfg = _write_config(b)
-    cp = f"{b.libs}/*"
-    if not (b.state_dir / "data" / "meta.properties").exists():
-        fmt = subprocess.run([java, *_java_opts(b), "-cp", cp, "kafka.tools.StorageTool", "format",
-                              "-t", _cluster_id(), "-c", str(cfg), "--ignore-formatted"],
-                             capture_output=True, text=True)
-        if fmt.returncode != 0:
-            raise BrokerError(f"kafka storage format failed:\n{(fmt.stdout + fmt.stderr)[-2000:]}")
-    with open(b.stdout_file, "ab") as out:
-        proc = subprocess.Popen([java, *_java_opts(b), "-cp", cp, "kafka.Kafka", str(cfg)],
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-    b.pid_file.write_text(str(proc.pid))
-    progress(f"kafka starting (pid {proc.pid}), waiting for a metadata round trip on {b.bootstrap}")
-    wait_ready(b, proc.pid, timeout_s, proc)
-    progress(f"kafka up on {b.bootstrap} (pid {proc.pid})")
-    return proc.pid
+    pid = start_process(b, progress=progress)
+    progress(f"kafka starting (pid {pid}), waiting for a metadata round trip on {b.bootstrap}")
+    wait_ready(b, pid, timeout_s)
+    progress(f"kafka up on {b.bootstrap} (pid {pid})")
+    return pid
 
 
-def _alive(pid: int, proc: subprocess.Popen | None) -> bool:
-    if proc is not None:
-        return proc.poll() is None
+def _alive(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)  # reap our own child if it exited (no zombie answering kill 0)
+    except ChildProcessError:
+        pass
     try:
         os.kill(pid, 0)
         return True
@@ -182,17 +274,35 @@ def _alive(pid: int, proc: subprocess.Popen | None) -> bool:
         return False
 
 
-def wait_ready(b: LocalBroker, pid: int, timeout_s: float, proc: subprocess.Popen | None = None) -> None:
+def _died(b: LocalBroker, pid: int) -> BrokerError:
+    tail = b.stdout_file.read_text()[-2000:] if b.stdout_file.exists() else ""
+    return BrokerError(f"kafka node {b.node_id} (pid {pid}) exited during start-up; last output:\n{tail}")
+
+
+def wait_ready(b: LocalBroker, pid: int, timeout_s: float, brokers: int = 1, bootstrap: str | None = None) -> None:
+    """Until ``bootstrap`` (default: this node) lists ``brokers`` brokers; fails early if ``pid`` dies."""
+    bootstrap = bootstrap or b.bootstrap
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not _alive(pid, proc):
-            tail = b.stdout_file.read_text()[-2000:] if b.stdout_file.exists() else ""
-            raise BrokerError(f"kafka (pid {pid}) exited during start-up; last output:\n{tail}")
-        if is_ready(b.bootstrap, 2.0):
+        if not _alive(pid):
+            raise _died(b, pid)
+        if is_ready(bootstrap, 2.0, brokers):
             return
         time.sleep(0.5)  # polling a separate process: there is no event to wait on
-    raise BrokerError(f"kafka (pid {pid}) did not answer on {b.bootstrap} within {timeout_s:.0f} s; "
-                      f"see {b.log_file}")
+    raise BrokerError(f"kafka (pid {pid}) did not answer on {bootstrap} with {brokers} broker(s) within "
+                      f"{timeout_s:.0f} s; see {b.log_file}")
+
+
+def _stop_pids(pids: dict[int, LocalBroker], grace_s: float) -> None:
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(running_pid(b) == pid for pid, b in pids.items()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid, b in pids.items():
+        if running_pid(b) == pid:
+            os.kill(pid, signal.SIGKILL)
+        b.pid_file.unlink(missing_ok=True)
 
 
 def down(b: LocalBroker, grace_s: float = 30.0, progress=print) -> bool:
@@ -202,13 +312,7 @@ def down(b: LocalBroker, grace_s: float = 30.0, progress=print) -> bool:
         progress("kafka is not running (no live process from the PID file)")
         b.pid_file.unlink(missing_ok=True)
         return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while running_pid(b) == pid and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if running_pid(b) == pid:
-        os.kill(pid, signal.SIGKILL)
-    b.pid_file.unlink(missing_ok=True)
+    _stop_pids({pid: b}, grace_s)
     progress(f"kafka stopped (pid {pid})")
     return True
 
@@ -217,3 +321,83 @@ def status(b: LocalBroker) -> dict:
     pid = running_pid(b)
     return {"pid": pid, "bootstrap": b.bootstrap, "process": "running" if pid else "stopped",
             "ready": bool(pid) and is_ready(b.bootstrap, 2.0), "state_dir": str(b.state_dir)}
+
+
+# ---- the replicated cluster
+
+
+def cluster_up(c: LocalCluster, timeout_s: float = 180.0, progress=print) -> list[int]:
+    """Start every node that is not running (all are needed: the quorum is every node) and wait until
+    the cluster lists all of them. Returns the PIDs, node 1 first."""
+    nodes = c.nodes
+    saved = json.loads(c.layout_file.read_text()) if c.layout_file.exists() else {}
+    if saved and (saved.get("brokers"), saved.get("port")) != (c.brokers, c.port):
+        raise BrokerError(f"cluster {c.name!r} in {c.state_dir} was made with {saved.get('brokers')} brokers "
+                          f"on port {saved.get('port')}: stop it and remove that folder to change its shape")
+    if not saved:
+        for b in nodes:
+            if running_pid(b) is None and is_ready(b.bootstrap, 2.0):
+                raise BrokerError(f"a broker not started by slipstream already answers on {b.bootstrap}")
+    cluster_id = saved.get("cluster_id") or _cluster_id()
+    c.state_dir.mkdir(parents=True, exist_ok=True)
+    c.layout_file.write_text(json.dumps({"brokers": c.brokers, "port": c.port, "cluster_id": cluster_id}))
+    pids = []
+    for b in nodes:
+        pid = running_pid(b)
+        if pid is None:
+            pid = start_process(b, cluster_id, progress=lambda _: None)
+            progress(f"kafka node {b.node_id} starting (pid {pid}) on {b.bootstrap}")
+        pids.append(pid)
+    wait_cluster(c, timeout_s)
+    progress(f"kafka cluster {c.name!r} up: {c.brokers} brokers on {c.bootstrap} (pids {pids})")
+    return pids
+
+
+def wait_cluster(c: LocalCluster, timeout_s: float = 180.0) -> None:
+    """Until every node runs and the cluster's metadata lists all of them."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for b in c.nodes:
+            if running_pid(b) is None:
+                tail = b.stdout_file.read_text()[-2000:] if b.stdout_file.exists() else ""
+                raise BrokerError(f"kafka node {b.node_id} of cluster {c.name!r} is not running; last output:\n{tail}")
+        if is_ready(c.bootstrap, 2.0, c.brokers):
+            return
+        time.sleep(0.5)  # polling separate processes: there is no event to wait on
+    raise BrokerError(f"cluster {c.name!r} did not list {c.brokers} brokers on {c.bootstrap} within "
+                      f"{timeout_s:.0f} s; see {c.state_dir}/node-*/logs/server.log")
+
+
+def start_node(c: LocalCluster, node_id: int, timeout_s: float = 120.0) -> int:
+    """(Re)start one node of a formatted cluster and wait until the cluster lists all its brokers."""
+    b = c.nodes[node_id - 1]
+    pid = running_pid(b) or start_process(b, json.loads(c.layout_file.read_text())["cluster_id"],
+                                          progress=lambda _: None)
+    # the node itself must answer: the others may still list it (a dead broker is fenced only after
+    # broker.session.timeout.ms)
+    wait_ready(b, pid, timeout_s, brokers=c.brokers)
+    wait_cluster(c, timeout_s)
+    return pid
+
+
+def cluster_down(c: LocalCluster, grace_s: float = 30.0, progress=print) -> bool:
+    """Stop the nodes ``cluster_up`` started (in parallel), by their PIDs. False if none ran."""
+    pids = {pid: b for b in c.nodes if (pid := running_pid(b)) is not None}
+    for b in c.nodes:
+        if running_pid(b) is None:
+            b.pid_file.unlink(missing_ok=True)
+    if not pids:
+        progress(f"kafka cluster {c.name!r} is not running (no live process from its PID files)")
+        return False
+    _stop_pids(pids, grace_s)
+    progress(f"kafka cluster {c.name!r} stopped (pids {sorted(pids)})")
+    return True
+
+
+def cluster_status(c: LocalCluster) -> dict:
+    nodes = [{"node": b.node_id, "pid": running_pid(b), "bootstrap": b.bootstrap} for b in c.nodes]
+    running = sum(1 for n in nodes if n["pid"])
+    listed = live_brokers(c.bootstrap, 2.0) if running else 0
+    return {"name": c.name, "bootstrap": c.bootstrap, "brokers": c.brokers, "running": running,
+            "listed": listed, "ready": running == c.brokers and listed == c.brokers,
+            "nodes": nodes, "state_dir": str(c.state_dir)}

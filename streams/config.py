@@ -4,15 +4,24 @@
 the cluster. For a secured cluster set ``SLIPSTREAM_SECURITY_PROTOCOL`` (SASL_SSL, SSL, SASL_PLAINTEXT),
 ``SLIPSTREAM_SASL_MECHANISM``, ``SLIPSTREAM_SASL_USERNAME``, ``SLIPSTREAM_SASL_PASSWORD`` and
 ``SLIPSTREAM_SSL_CAFILE``; they are passed through to aiokafka and faust unchanged.
+
+Topics Slipstream creates get ``SLIPSTREAM_REPLICATION_FACTOR`` replicas (default: min(3, brokers the
+cluster lists)) and ``min.insync.replicas`` ``SLIPSTREAM_MIN_INSYNC_REPLICAS`` (default: min(2, the
+replication factor)); see ``streams.admin.replication``. Topic and consumer-group names start with
+``SLIPSTREAM_TOPIC_PREFIX`` and ``SLIPSTREAM_GROUP_PREFIX`` (both ``slipstream`` by default;
+:func:`prefixes_from_env`, applied once per process by the CLI through ``streams.topics.use_prefixes``).
 """
 from __future__ import annotations
 
 import os
+import re
 import ssl
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
+DEFAULT_PREFIX = "slipstream"
+_LEGAL_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,100}")  # Kafka's legal topic characters
 
 
 @dataclass(frozen=True)
@@ -23,10 +32,16 @@ class KafkaSettings:
     sasl_username: str | None = None
     sasl_password: str | None = field(default=None, repr=False)
     ssl_cafile: str | None = None
+    replication_factor: int | None = None  # of the topics Slipstream creates; None: min(3, brokers)
+    min_insync_replicas: int | None = None  # of those topics; None: min(2, replication factor)
 
     def __post_init__(self) -> None:
         if not self.bootstrap or any(":" not in h for h in self.bootstrap.split(",")):
             raise ValueError(f"bootstrap must be host:port[,host:port...], got {self.bootstrap!r}")
+        for name in ("replication_factor", "min_insync_replicas"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be >= 1, got {v}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "KafkaSettings":
@@ -38,6 +53,8 @@ class KafkaSettings:
             sasl_username=e.get("SLIPSTREAM_SASL_USERNAME"),
             sasl_password=e.get("SLIPSTREAM_SASL_PASSWORD"),
             ssl_cafile=e.get("SLIPSTREAM_SSL_CAFILE"),
+            replication_factor=_int(e, "SLIPSTREAM_REPLICATION_FACTOR"),
+            min_insync_replicas=_int(e, "SLIPSTREAM_MIN_INSYNC_REPLICAS"),
         )
 
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -59,3 +76,23 @@ class KafkaSettings:
 
     def faust_broker_url(self) -> str:
         return ";".join(f"kafka://{h}" for h in self.bootstrap.split(","))
+
+
+def _int(env: Mapping[str, str], name: str) -> int | None:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+
+
+def prefixes_from_env(env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(topic prefix, consumer-group prefix) from ``SLIPSTREAM_TOPIC_PREFIX`` / ``SLIPSTREAM_GROUP_PREFIX``."""
+    e = os.environ if env is None else env
+    out = (e.get("SLIPSTREAM_TOPIC_PREFIX") or DEFAULT_PREFIX, e.get("SLIPSTREAM_GROUP_PREFIX") or DEFAULT_PREFIX)
+    for name, value in zip(("SLIPSTREAM_TOPIC_PREFIX", "SLIPSTREAM_GROUP_PREFIX"), out):
+        if not _LEGAL_PREFIX.fullmatch(value):
+            raise ValueError(f"{name} may hold only letters, digits, '.', '_' and '-', got {value!r}")
+    return out

@@ -17,7 +17,9 @@ SCHEMA_HEADER = "slipstream-schema"
 
 
 def producer(settings: KafkaSettings, **overrides: Any) -> AIOKafkaProducer:
-    kw = dict(acks="all", linger_ms=1, max_request_size=8 * 1024 * 1024)
+    """Idempotent, acks=all: a write is confirmed once every in-sync replica has it, and a retry after a
+    lost acknowledgement is not written twice (the broker drops the sequence number it already has)."""
+    kw = dict(acks="all", enable_idempotence=True, linger_ms=1, max_request_size=8 * 1024 * 1024)
     kw.update(overrides)
     return AIOKafkaProducer(**settings.aiokafka_kwargs(), **kw)
 
@@ -52,7 +54,10 @@ async def topic_partitions(consumer, topic: str) -> list:
     for _ in range(50):
         if parts:
             break
-        await consumer._client.force_metadata_update()  # first lookup of a topic: fetch metadata
+        # first lookup of a topic: track it (a consumer subscribed to other topics fetches metadata of
+        # those only) and fetch metadata
+        await consumer._client.add_topic(topic)
+        await consumer._client.force_metadata_update()
         parts = consumer.partitions_for_topic(topic)
     if not parts:
         raise LookupError(f"topic {topic} does not exist: create the pipeline's topics first")

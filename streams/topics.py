@@ -6,13 +6,28 @@
     slipstream.<pipeline>.control      StageConfig, keyed by stage, compacted (latest config per stage)
     slipstream.<pipeline>.scaling      ScalingAction history (tuner decisions), time-retained
     slipstream.<pipeline>.dlq          DeadLetter: records a stage could not decode or accept
+
+``slipstream`` is the default topic prefix and consumer-group prefix; a process sets its own once at
+start (:func:`use_prefixes`; the CLI does, from ``SLIPSTREAM_TOPIC_PREFIX``/``SLIPSTREAM_GROUP_PREFIX``)
+so several deployments, or a cluster whose ACLs grant a prefix, can share one Kafka.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Mapping
 
-PREFIX = "slipstream"
+from streams.config import DEFAULT_PREFIX
+
+_prefix = {"topic": DEFAULT_PREFIX, "group": DEFAULT_PREFIX}
+
+
+def use_prefixes(topic_prefix: str = DEFAULT_PREFIX, group_prefix: str = DEFAULT_PREFIX) -> None:
+    """Set this process's topic and consumer-group prefixes (once, at the edge, before any name is made)."""
+    _prefix.update(topic=topic_prefix, group=group_prefix)
+
+
+def prefixes() -> tuple[str, str]:
+    return _prefix["topic"], _prefix["group"]
 
 
 @dataclass(frozen=True)
@@ -23,35 +38,35 @@ class TopicSpec:
 
 
 def stage_input(pipeline: str, stage: str) -> str:
-    return f"{PREFIX}.{pipeline}.{stage}.in"
+    return f"{_prefix['topic']}.{pipeline}.{stage}.in"
 
 
 def join(pipeline: str) -> str:
-    return f"{PREFIX}.{pipeline}.join"
+    return f"{_prefix['topic']}.{pipeline}.join"
 
 
 def results(pipeline: str) -> str:
-    return f"{PREFIX}.{pipeline}.results"
+    return f"{_prefix['topic']}.{pipeline}.results"
 
 
 def control(pipeline: str) -> str:
-    return f"{PREFIX}.{pipeline}.control"
+    return f"{_prefix['topic']}.{pipeline}.control"
 
 
 HANDOFF_KEY = "~handoff"  # the planner's TunerHandoff on the control topic (no stage name has a '~')
 
 
 def scaling(pipeline: str) -> str:
-    return f"{PREFIX}.{pipeline}.scaling"
+    return f"{_prefix['topic']}.{pipeline}.scaling"
 
 
 def dead_letters(pipeline: str) -> str:
-    return f"{PREFIX}.{pipeline}.dlq"
+    return f"{_prefix['topic']}.{pipeline}.dlq"
 
 
 def consumer_group(pipeline: str, stage: str) -> str:
     """Each stage is its own consumer group (and its own faust app id)."""
-    return f"{PREFIX}-{pipeline}-{stage}"
+    return f"{_prefix['group']}-{pipeline}-{stage}"
 
 
 COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "segment.ms": "60000"}

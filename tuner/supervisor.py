@@ -5,6 +5,12 @@ The supervisor starts the planned replica count of every stage through a
 same actuator) and, every ``reconcile_s``, replaces workers that died on their own. On stop (signal
 or a failed tuner) it stops every worker it started: SIGTERM, then SIGKILL after the grace period.
 The initial counts come from the caller (the planner's plan; the CLI falls back to the spec defaults).
+
+Besides the workers it can keep *services* alive: control-plane processes (the tuner, the planner
+service) given as a role name and a command, one process each, restarted the same way when they exit
+on their own (``slipstream chaos`` and ``slipstream soak`` run them so, to kill them on purpose). A
+crashed process is replaced at the next reconcile (every ``reconcile_s``), after the actuator's crash
+back-off (1 s for the first crash of a role within a minute, doubling up to 30 s).
 """
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Awaitable, Callable, Mapping
+from typing import Awaitable, Callable, Mapping, Sequence
 
 from streams.placement import cores_left
 from streams.procs import worker_argv
@@ -83,10 +89,19 @@ class LocalCapacity:
 
 def local_supervisor(pipe, pipeline_file: str, replicas: Mapping[str, int], capacity: LocalCapacity, *,
                      log_dir: Path | None, env: Mapping[str, str] | None = None,
-                     loglevel: str = "info", profiles: str | None = None) -> Supervisor:
+                     loglevel: str = "info", profiles: str | None = None,
+                     services: Mapping[str, Sequence[str]] | None = None) -> Supervisor:
     """The supervisor of ``slipstream up`` and the live runs: the pipeline's worker roles as local
-    processes holding ``capacity.max_instances`` instances each (predictors seeded from ``profiles``)."""
+    processes holding ``capacity.max_instances`` instances each (predictors seeded from ``profiles``),
+    and one process per ``services`` entry (role -> command)."""
     cap = capacity.max_instances
-    actuator = LocalProcessActuator(lambda stage: worker_argv(pipeline_file, stage, loglevel, cap, profiles),
-                                    log_dir=log_dir, env=env, max_instances=cap, max_replicas=cap)
-    return Supervisor(actuator, pipe.worker_roles(replicas))
+    services = dict(services or {})
+    clash = set(services) & set(pipe.worker_roles(replicas))
+    if clash:
+        raise ValueError(f"service names clash with worker roles: {sorted(clash)}")
+
+    def argv_for(role: str) -> Sequence[str]:
+        return services[role] if role in services else worker_argv(pipeline_file, role, loglevel, cap, profiles)
+
+    actuator = LocalProcessActuator(argv_for, log_dir=log_dir, env=env, max_instances=cap, max_replicas=cap)
+    return Supervisor(actuator, {**pipe.worker_roles(replicas), **{role: 1 for role in services}})

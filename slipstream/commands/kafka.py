@@ -1,4 +1,10 @@
-"""`slipstream kafka up|down|status|logs`: the embedded local broker."""
+"""`slipstream kafka up|down|status|logs`: the embedded local broker, or a replicated local cluster.
+
+Without ``--brokers``/``--name`` the commands act on the single broker (127.0.0.1:19092, state
+``.state/kafka``). With ``--brokers N`` (N > 1) or ``--name NAME`` they act on the cluster NAME (default
+``cluster``): N KRaft nodes on 19094.. (``--port``), state ``.state/kafka-NAME``; ``down`` stops exactly
+that cluster's processes, by their PIDs.
+"""
 from __future__ import annotations
 
 import json
@@ -9,8 +15,22 @@ import click
 from streams import broker
 
 state_opt = click.option("--state", envvar="SLIPSTREAM_STATE_KAFKA", default=None,
-                         help="State folder for data, logs and the PID file [default: .state/kafka].")
-port_opt = click.option("--port", default=19092, show_default=True, help="Client port (controller: +1).")
+                         help="State folder for data, logs and PID files [default: .state/kafka, or "
+                              ".state/kafka-NAME for a cluster].")
+port_opt = click.option("--port", type=int, default=None,
+                        help="Client port of node 1 (controller: +1; node i: +2(i-1)) [default: 19092, "
+                             "a cluster 19094].")
+brokers_opt = click.option("--brokers", type=click.IntRange(1, 9), default=None,
+                           help="Run a replicated cluster of this many brokers (3: replication 3, min ISR 2) "
+                                "[default: the single broker; for --name, what the cluster was made with].")
+name_opt = click.option("--name", default=None, help=f"Cluster name [default: {broker.CLUSTER_NAME}].")
+
+
+def _target(state, port, brokers, name):
+    """The single broker, or the cluster that --brokers/--name name."""
+    if (brokers is None or brokers == 1) and name is None:
+        return broker.default_broker(state, port or broker.SINGLE_PORT)
+    return broker.local_cluster(brokers, name, port, state)
 
 
 def _fail(exc: Exception) -> None:
@@ -26,11 +46,18 @@ def kafka() -> None:
 @kafka.command()
 @state_opt
 @port_opt
-@click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait for readiness.")
-def up(state, port, timeout) -> None:
-    """Start the broker (idempotent) and wait for a metadata round trip."""
+@brokers_opt
+@name_opt
+@click.option("--timeout", default=180.0, show_default=True, help="Seconds to wait for readiness.")
+def up(state, port, brokers, name, timeout) -> None:
+    """Start the broker or cluster (idempotent) and wait for a metadata round trip listing every broker."""
+    target = _target(state, port, brokers, name)
     try:
-        broker.up(broker.default_broker(state, port), timeout_s=timeout, progress=click.echo)
+        if isinstance(target, broker.LocalCluster):
+            broker.cluster_up(target, timeout_s=timeout, progress=click.echo)
+            click.echo(f"SLIPSTREAM_BOOTSTRAP={target.bootstrap}")
+        else:
+            broker.up(target, timeout_s=timeout, progress=click.echo)
     except broker.BrokerError as exc:
         _fail(exc)
 
@@ -38,34 +65,49 @@ def up(state, port, timeout) -> None:
 @kafka.command()
 @state_opt
 @port_opt
-def down(state, port) -> None:
-    """Stop the broker that `up` started, by its PID."""
-    broker.down(broker.default_broker(state, port), progress=click.echo)
+@brokers_opt
+@name_opt
+def down(state, port, brokers, name) -> None:
+    """Stop the broker or cluster that `up` started, by its PIDs."""
+    target = _target(state, port, brokers, name)
+    if isinstance(target, broker.LocalCluster):
+        broker.cluster_down(target, progress=click.echo)
+    else:
+        broker.down(target, progress=click.echo)
 
 
 @kafka.command()
 @state_opt
 @port_opt
+@brokers_opt
+@name_opt
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def status(state, port, as_json) -> None:
-    """Say whether the broker runs and answers; exit 1 when it does not."""
-    st = broker.status(broker.default_broker(state, port))
-    if as_json:
-        click.echo(json.dumps(st))
+def status(state, port, brokers, name, as_json) -> None:
+    """Say whether the broker (every broker of the cluster) runs and answers; exit 1 when not."""
+    target = _target(state, port, brokers, name)
+    if isinstance(target, broker.LocalCluster):
+        st = broker.cluster_status(target)
+        line = (f"kafka cluster {st['name']!r}: {st['running']}/{st['brokers']} running, {st['listed']} listed "
+                f"by the metadata on {st['bootstrap']} (pids {[n['pid'] for n in st['nodes']]})")
     else:
+        st = broker.status(target)
         ready = "ready" if st["ready"] else "not answering"
-        click.echo(f"kafka {st['process']}" + (f" (pid {st['pid']}), {ready} on {st['bootstrap']}"
-                                              if st["pid"] else ""))
+        line = f"kafka {st['process']}" + (f" (pid {st['pid']}), {ready} on {st['bootstrap']}" if st["pid"] else "")
+    click.echo(json.dumps(st) if as_json else line)
     sys.exit(0 if st["ready"] else 1)
 
 
 @kafka.command()
 @state_opt
 @port_opt
+@brokers_opt
+@name_opt
+@click.option("--node", default=1, show_default=True, help="Which node's log, for a cluster.")
 @click.option("-n", "--lines", default=50, show_default=True)
-def logs(state, port, lines) -> None:
+def logs(state, port, brokers, name, node, lines) -> None:
     """Print the end of the broker's server.log."""
-    b = broker.default_broker(state, port)
+    target = _target(state, port, brokers, name)
+    b = target.nodes[node - 1] if isinstance(target, broker.LocalCluster) else target
     if not b.log_file.exists():
         _fail(broker.BrokerError(f"no log yet at {b.log_file}"))
     click.echo("\n".join(b.log_file.read_text(errors="replace").splitlines()[-lines:]))

@@ -1,0 +1,408 @@
+"""`slipstream chaos`: the fault suite on a running pipeline (the arithmetic is ``loadgen.chaos``).
+
+One :class:`Stack` serves every case: a fresh copy of the pipeline (its own topics and groups, made
+with the cluster's replication), its plan published, and the local supervisor
+(``tuner.supervisor``) running the stage workers, the join, the tuner (publishing its decisions as
+StageConfigs; it starts no process) and the planner service, each a process of its own that the
+supervisor restarts when it dies. Then, per case: wait until every role runs and every worker is
+ready, replay the trace open-loop (``loadgen.replay``), inject the case's fault ``fault_at_s`` after the
+first send, read every result record of the replay back from the results topic, and score it.
+
+Broker faults need a broker this command can restart: the single local broker (``kafka up``) or the
+local cluster (``kafka up --brokers 3``); on another cluster they are skipped with a note.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import click
+import numpy as np
+import yaml
+
+from loadgen import chaos
+from streams import broker, codec, kafka as kclient, topics
+from streams.app import AppSettings
+from streams.config import KafkaSettings
+
+READY = re.compile(rb"slipstream-worker ready stage=\S+ partitions=[1-9]")
+FREEZE_S = AppSettings.session_timeout_s + 5.0  # past the worker's consumer-group session timeout
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The Kafka a run uses, and how to restart its brokers (None: not ours to restart)."""
+
+    bootstrap: str
+    single: broker.LocalBroker | None = None
+    local: broker.LocalCluster | None = None
+
+    @property
+    def brokers(self) -> int:
+        return self.local.brokers if self.local else 1
+
+
+def use_cluster(brokers: int) -> tuple[Cluster, bool]:
+    """The single local broker (``brokers`` == 1; SLIPSTREAM_BOOTSTRAP wins if set) or the local
+    cluster of ``brokers``; started if needed. Returns it and whether it was started here."""
+    if brokers > 1:
+        c = broker.local_cluster(brokers)
+        started = any(broker.running_pid(b) is None for b in c.nodes)
+        broker.cluster_up(c, progress=click.echo)
+        return Cluster(c.bootstrap, local=c), started
+    b = broker.default_broker()
+    env = os.environ.get("SLIPSTREAM_BOOTSTRAP")
+    if env and env != b.bootstrap:
+        return Cluster(env), False
+    started = broker.running_pid(b) is None
+    broker.up(b, progress=click.echo)
+    return Cluster(b.bootstrap, single=b), started
+
+
+def fresh_pipeline(src: str, out_dir: Path, suffix: str) -> Path:
+    """A copy of the spec under a fresh name: own topics, groups and control history."""
+    doc = yaml.safe_load(Path(src).read_text())
+    doc["name"] = f"{doc['name']}-{suffix}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def services_for(replan_s: float) -> tuple[str, ...]:
+    """The control-plane services a stack runs: the tuner, and the planner service unless ``replan_s`` is 0."""
+    return ("tuner", "planner") if replan_s > 0 else ("tuner",)
+
+
+class Stack:
+    """The pipeline's processes under the local supervisor, on a thread with its own event loop."""
+
+    def __init__(self, pipe, pipeline_file: Path, store, settings: KafkaSettings, log_dir: Path, *,
+                 mode: str = "milp", sample: np.ndarray, replan_s: float = 30.0, activation_s: float = 1.0,
+                 reserve_cores: float = 0.5) -> None:
+        from slipstream.live import LiveOptions, plan_and_publish
+        from streams import admin
+        from tuner.supervisor import LocalCapacity, local_supervisor
+
+        self.pipe, self.settings, self.log_dir = pipe, settings, log_dir
+        asyncio.run(admin.ensure_topics(settings, topics.all_topics(pipe)))
+        opts = LiveOptions(mode, True, activation_s, 2, reserve_cores=reserve_cores, replan_s=replan_s)
+        self.published = plan_and_publish(pipe, store, sample, opts, settings)
+        capacity = LocalCapacity(reserve_cores)
+        cli = [sys.executable, "-m", "slipstream.cli"]
+        services = {
+            "tuner": cli + ["chaos-tuner", "--pipeline", str(pipeline_file), "--activation-s", str(activation_s),
+                            "--max-replicas", str(capacity.max_instances)],
+            "planner": cli + ["planner", "--pipeline", str(pipeline_file), "--profiles", str(store.root),
+                              "--mode", mode, "--interval", str(replan_s)],
+        }
+        services = {k: v for k, v in services.items() if k in services_for(replan_s)}
+        env = {**os.environ, "SLIPSTREAM_BOOTSTRAP": settings.bootstrap}
+        self.supervisor = local_supervisor(pipe, str(pipeline_file), self.published.tuner_plan.planned_replicas,
+                                           capacity, log_dir=log_dir, env=env, loglevel="warn",
+                                           profiles=str(store.root), services=services)
+        self.services = tuple(services)
+        self.workers = tuple(r for r in self.supervisor.initial if r not in services)
+        ready = threading.Event()
+
+        def main() -> None:
+            self.loop = asyncio.new_event_loop()
+            self.stop_event = asyncio.Event()
+            ready.set()
+            self.loop.run_until_complete(self.supervisor.run(self.stop_event, None))
+            self.loop.close()
+
+        self.thread = threading.Thread(target=main, name="supervisor", daemon=True)
+        self.thread.start()
+        ready.wait()
+
+    def pid(self, role: str) -> int:
+        pids = self.supervisor.actuator.pids(role)
+        if not pids:
+            raise RuntimeError(f"no running process for {role}")
+        return pids[0]
+
+    def pids(self) -> dict[str, list[int]]:
+        return {r: self.supervisor.actuator.pids(r) for r in self.supervisor.initial}
+
+    def _newest_log(self, role: str) -> Path | None:
+        logs = sorted(self.log_dir.glob(f"{role}-*.log"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+        return logs[-1] if logs else None
+
+    def settled(self) -> list[str]:
+        """Roles not yet back: no process, or (workers) no ready line in the current process's log."""
+        waiting = []
+        for role in self.supervisor.initial:
+            if len(self.supervisor.actuator.pids(role)) < 1:
+                waiting.append(role)
+            elif role in self.workers:
+                log = self._newest_log(role)
+                if log is None or not READY.search(log.read_bytes()):
+                    waiting.append(role)
+        return waiting
+
+    def wait_settled(self, timeout_s: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while (waiting := self.settled()) and time.monotonic() < deadline and self.thread.is_alive():
+            time.sleep(0.3)  # child-process logs: polled
+        if waiting:
+            raise click.ClickException(f"{waiting} not running and ready within {timeout_s:.0f} s; see {self.log_dir}")
+
+    @property
+    def restarts(self) -> int:
+        return self.supervisor.actuator.unexpected_exits
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.stop_event.set)
+        self.thread.join(90)
+
+
+async def results_end(settings: KafkaSettings, topic: str) -> dict[int, int]:
+    cons = kclient.consumer(settings, group_id=None, enable_auto_commit=False)
+    await cons.start()
+    try:
+        tps = await kclient.topic_partitions(cons, topic)
+        return {tp.partition: off for tp, off in (await cons.end_offsets(tps)).items()}
+    finally:
+        await cons.stop()
+
+
+async def read_results(settings: KafkaSettings, topic: str, since: dict[int, int], run_id: str,
+                       idle_s: float = 3.0) -> list[dict]:
+    """Every result record of ``run_id`` from offsets ``since`` up to the end, and on until the topic
+    has been quiet for ``idle_s`` (late duplicates count too), with ``ts_ns`` = the record timestamp."""
+    from aiokafka import TopicPartition
+
+    cons = kclient.consumer(settings, group_id=None, enable_auto_commit=False)
+    await cons.start()
+    out = []
+    try:
+        tps = [TopicPartition(topic, p) for p in since]
+        cons.assign(tps)
+        for tp in tps:
+            cons.seek(tp, since[tp.partition])
+        ends = await cons.end_offsets(tps)
+        quiet_since = time.monotonic()
+        async def behind() -> bool:
+            return any([await cons.position(tp) < ends[tp] for tp in tps])
+
+        while await behind() or time.monotonic() - quiet_since < idle_s:
+            batch = await cons.getmany(timeout_ms=300)
+            for records in batch.values():
+                quiet_since = time.monotonic()
+                for m in records:
+                    try:
+                        r = codec.decode("InferenceResult", m.value)
+                    except codec.CodecError:
+                        continue
+                    if r["request_id"].startswith(run_id + "-"):
+                        out.append({k: r[k] for k in ("request_id", "status", "created_ns", "finished_ns",
+                                                      "reason")} | {"ts_ns": m.timestamp * 1_000_000})
+    finally:
+        await cons.stop()
+    return out
+
+
+async def busiest_node(settings: KafkaSettings, names: list[str]) -> int:
+    """The broker that leads the most partitions of ``names``."""
+    from streams.admin import admin_client
+
+    async with admin_client(settings) as admin:
+        meta = await admin.describe_topics(names)
+    leaders = [p["leader"] for t in meta for p in t["partitions"]]
+    return max(set(leaders), key=leaders.count)
+
+
+def drop_topics(settings: KafkaSettings, pipe) -> None:
+    """Delete the run's pipeline copy's topics (its results are in the report)."""
+    from streams import admin
+
+    try:
+        asyncio.run(admin.delete_topics(settings, [t.name for t in topics.all_topics(pipe)]))
+    except Exception as exc:  # a broker down at the end must not hide the run's own error
+        click.echo(f"could not delete the topics of {pipe.name}: {exc}", err=True)
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM ends a run like Ctrl-C: the supervisor stops every process it started."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+@dataclass
+class Injected:
+    fault_ns: int | None = None
+    note: str = ""
+    steps: list[str] = field(default_factory=list)
+
+
+async def inject(case: chaos.FaultCase, stack: Stack, cluster: Cluster, first_send: asyncio.Event,
+                 fault_at_s: float, out: Injected) -> None:
+    """Wait ``fault_at_s`` after the first send, then do what the case says."""
+    if case.action == chaos.NONE:
+        return
+    await first_send.wait()
+    await asyncio.sleep(fault_at_s)
+    if case.action in (chaos.KILL, chaos.FREEZE):
+        pid = stack.pid(case.target)
+        out.fault_ns = time.time_ns()
+        if case.action == chaos.KILL:
+            os.killpg(pid, signal.SIGKILL)
+            out.steps.append(f"SIGKILL {case.target} pid {pid}")
+        else:
+            os.killpg(pid, signal.SIGSTOP)
+            await asyncio.sleep(case.hold_s)
+            os.killpg(pid, signal.SIGCONT)
+            out.steps.append(f"SIGSTOP {case.target} pid {pid} for {case.hold_s:g} s, then SIGCONT")
+        return
+    if case.action == chaos.BROKER:
+        if cluster.single is None:
+            out.note = "skipped: the broker is not the local one"
+            return
+        pid = broker.running_pid(cluster.single)
+        out.fault_ns = time.time_ns()
+        os.kill(pid, signal.SIGKILL)
+        await asyncio.sleep(case.hold_s)
+        t0 = time.monotonic()
+        await asyncio.to_thread(broker.up, cluster.single, 120.0, lambda _: None)
+        out.steps.append(f"SIGKILL broker pid {pid}; restarted after {case.hold_s:g} s, "
+                         f"ready {time.monotonic() - t0:.1f} s later")
+        return
+    if cluster.local is None:
+        out.note = "skipped: needs the local cluster (--brokers 3)"
+        return
+    node = await busiest_node(stack.settings, [t.name for t in topics.all_topics(stack.pipe)])
+    pid = broker.running_pid(cluster.local.nodes[node - 1])
+    out.fault_ns = time.time_ns()
+    os.kill(pid, signal.SIGKILL)
+    await asyncio.sleep(case.hold_s)
+    t0 = time.monotonic()
+    await asyncio.to_thread(broker.start_node, cluster.local, node)
+    out.steps.append(f"SIGKILL broker node {node} (leader of most partitions) pid {pid}; restarted after "
+                     f"{case.hold_s:g} s, all brokers listed {time.monotonic() - t0:.1f} s later")
+
+
+async def run_case(case: chaos.FaultCase, stack: Stack, cluster: Cluster, arrivals: np.ndarray, payload: bytes,
+                   run_id: str, fault_at_s: float, drain_s: float):
+    """One case: replay with the fault injected; (outcome, sent id -> ns, result records, what was done)."""
+    from loadgen.replay import ReplayOptions, ReplayTarget, replay
+    from loadgen.schedule import build_schedule
+
+    pipe, settings = stack.pipe, stack.settings
+    since = await results_end(settings, topics.results(pipe.name))
+    schedule = build_schedule(arrivals, seed=0)
+    target = ReplayTarget(pipe.name, pipe.source, pipe.slo_ms, pipe.input_content_type)
+    first_send, injected = asyncio.Event(), Injected()
+
+    def progress(sent: int, results: int, total: int) -> None:
+        if sent:
+            first_send.set()
+
+    fault = asyncio.create_task(inject(case, stack, cluster, first_send, fault_at_s, injected))
+    outcome = await replay(schedule, target, settings, lambda i: payload, ReplayOptions(run_id, drain_s=drain_s),
+                           progress=progress)
+    await fault
+    sent = {schedule.request_id(run_id, i): int(t) for i, t in enumerate(outcome.actual_ns) if t > 0}
+    records = await read_results(settings, topics.results(pipe.name), since, run_id)
+    note = "; ".join(x for x in [injected.note, *injected.steps] if x)
+    return chaos.outcome(case, records, sent, injected.fault_ns, pipe.slo_ms, note), sent, records, injected
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    pipeline_file: str
+    trace: str = "poisson:rate=6,duration=40"
+    fault_at_s: float = 10.0
+    brokers: int = 1
+    broker_down_s: float = 5.0
+    freeze_s: float = FREEZE_S
+    freeze_stage: str | None = None
+    only: tuple[str, ...] = ()
+    profiles_dir: str = ".state/profiles"
+    report_dir: str = "reports/chaos"
+    mode: str = "milp"
+    replan_s: float = 30.0
+    drain_s: float = 90.0
+    seed: int = 0
+    warmup_s: float = 15.0  # an unscored replay of the trace's first seconds before the first case
+
+
+def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
+    """Start (or find) the Kafka, run every selected case on one stack, write the report."""
+    from planner.profiles import ProfileStore
+    from slipstream.commands.loadgen import _payload_factory, _trace
+    from slipstream.live import profile_missing
+    from streams.spec import load_pipeline
+
+    interrupt_on_sigterm()
+    report = Path(opts.report_dir)
+    cluster, started = use_cluster(opts.brokers)
+    os.environ["SLIPSTREAM_BOOTSTRAP"] = cluster.bootstrap
+    settings = KafkaSettings.from_env()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = fresh_pipeline(opts.pipeline_file, report, f"chaos{cluster.brokers}-{int(time.time()) % 100000}")
+    pipe = load_pipeline(path)
+    store = ProfileStore(opts.profiles_dir)
+    profile_missing(pipe, store)
+    arrivals = _trace(opts.trace, opts.seed)
+    payload = _payload_factory(pipe, None)(0)
+    freeze_stage = opts.freeze_stage or pipe.source
+    cases = chaos.select(chaos.fault_cases([s.name for s in pipe.stages], has_join=pipe.needs_join,
+                                           brokers=cluster.brokers, freeze_stage=freeze_stage,
+                                           freeze_s=opts.freeze_s, broker_down_s=opts.broker_down_s,
+                                           services=services_for(opts.replan_s)), opts.only)
+    click.echo(f"chaos: {len(cases)} case(s) on {pipe.name}, {cluster.brokers} broker(s) at {cluster.bootstrap}, "
+               f"trace {opts.trace}, fault {opts.fault_at_s:g} s after the first send")
+    stack = Stack(pipe, path, store, settings, report / "logs", mode=opts.mode, sample=arrivals,
+                  replan_s=opts.replan_s)
+    outcomes = []
+    try:
+        stack.wait_settled()
+        # unscored: the first requests meet cold consumers (first fetches, the planner service's first
+        # StageConfigs); the baseline must be the steady state the faults are compared with
+        warm = arrivals[arrivals < opts.warmup_s]
+        out, *_ = asyncio.run(run_case(chaos.FaultCase("warm-up", chaos.NONE), stack, cluster, warm, payload,
+                                       f"warm-{stamp}", opts.fault_at_s, opts.drain_s))
+        click.echo(f"warm-up ({opts.warmup_s:g} s, not scored): {out.requests} requests, {out.missing} missing")
+        for k, case in enumerate(cases):
+            stack.wait_settled()
+            click.echo(f"\n== case {k + 1}/{len(cases)}: {case.name}")
+            run_id = f"c{k:02d}-{stamp}"
+            out, sent, records, injected = asyncio.run(run_case(case, stack, cluster, arrivals, payload, run_id,
+                                                          opts.fault_at_s, opts.drain_s))
+            outcomes.append(out)
+            (report / "cases").mkdir(parents=True, exist_ok=True)
+            (report / "cases" / f"{k:02d}.json").write_text(json.dumps(
+                {"name": case.name, "case": asdict(case), "outcome": out.row(), "fault_ns": injected.fault_ns,
+                 "sent": sent, "results": records}) + "\n")
+            click.echo(chaos.format_table([out]).splitlines()[-1] + (f"  [{out.note}]" if out.note else ""))
+    finally:
+        restarts = stack.restarts
+        stack.stop()
+        drop_topics(settings, pipe)
+        if started and cluster.local is not None:
+            broker.cluster_down(cluster.local, progress=click.echo)
+        elif started and cluster.single is not None:
+            broker.down(cluster.single, progress=click.echo)
+    title = (f"slipstream chaos: {pipe.name}, {cluster.brokers} broker(s), {opts.trace}, fault at "
+             f"{opts.fault_at_s:g} s; {restarts} process restart(s) by the supervisor")
+    text = f"{title}\n\n{chaos.format_table(outcomes)}\n\nnotes:\n" + "\n".join(
+        f"- {o.case.name}: {o.note}" for o in outcomes if o.note)
+    (report / "chaos.md").write_text(text + "\n")
+    (report / "chaos.json").write_text(json.dumps({"title": title, "rows": [o.row() for o in outcomes]}, indent=1))
+    chaos.plot_table(outcomes, report / "chaos.png", title)
+    chaos.plot_backlogs([json.loads((report / "cases" / f"{k:02d}.json").read_text()) for k in range(len(outcomes))],
+                        report / "backlog.png")
+    click.echo("\n" + text)
+    click.echo(f"report: {report}/chaos.md, chaos.png, backlog.png, cases/*.json; process logs in {report}/logs")
+    return outcomes

@@ -1,0 +1,83 @@
+"""Replication defaults, topic/group prefixes and the local cluster's layout (no broker needed)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from streams import admin, broker, topics
+from streams.config import KafkaSettings, prefixes_from_env
+from streams.topics import TopicSpec
+
+
+@pytest.mark.parametrize("brokers,want", [(1, (1, 1)), (2, (2, 2)), (3, (3, 2)), (5, (3, 2))])
+def test_default_replication_is_min_3_brokers_and_min_isr_min_2_rf(brokers, want):
+    assert admin.replication(brokers) == want
+
+
+def test_explicit_replication_is_checked_against_the_cluster():
+    assert admin.replication(3, 2) == (2, 2)
+    assert admin.replication(3, 3, 1) == (3, 1)
+    with pytest.raises(ValueError, match="needs as many live brokers"):
+        admin.replication(1, 3)
+    with pytest.raises(ValueError, match="min.insync.replicas 3"):
+        admin.replication(3, 2, 3)
+
+
+def test_new_topics_carry_the_min_isr_unless_their_spec_says_otherwise():
+    t = admin.new_topic(TopicSpec("x", 4), 3, 2)
+    assert (t.num_partitions, t.replication_factor, t.topic_configs) == (4, 3, {"min.insync.replicas": "2"})
+    assert admin.new_topic(TopicSpec("y", 1, {"min.insync.replicas": "1"}), 3, 2).topic_configs == \
+        {"min.insync.replicas": "1"}
+
+
+def test_settings_read_replication_from_the_environment():
+    s = KafkaSettings.from_env({"SLIPSTREAM_REPLICATION_FACTOR": "3", "SLIPSTREAM_MIN_INSYNC_REPLICAS": "2"})
+    assert (s.replication_factor, s.min_insync_replicas) == (3, 2)
+    assert KafkaSettings.from_env({}).replication_factor is None
+    with pytest.raises(ValueError, match="SLIPSTREAM_REPLICATION_FACTOR must be an integer"):
+        KafkaSettings.from_env({"SLIPSTREAM_REPLICATION_FACTOR": "three"})
+    with pytest.raises(ValueError, match="min_insync_replicas must be >= 1"):
+        KafkaSettings(min_insync_replicas=0)
+
+
+def test_prefixes_name_every_topic_and_group():
+    assert prefixes_from_env({}) == ("slipstream", "slipstream")
+    with pytest.raises(ValueError, match="SLIPSTREAM_GROUP_PREFIX"):
+        prefixes_from_env({"SLIPSTREAM_GROUP_PREFIX": "a b"})
+    try:
+        topics.use_prefixes(*prefixes_from_env({"SLIPSTREAM_TOPIC_PREFIX": "acme.ml",
+                                                "SLIPSTREAM_GROUP_PREFIX": "acme-ml"}))
+        pipe_topics = [t.name for t in topics.all_topics(_Pipe())]
+        assert pipe_topics and all(n.startswith("acme.ml.p.") for n in pipe_topics)
+        assert topics.consumer_group("p", "s") == "acme-ml-p-s"
+    finally:
+        topics.use_prefixes()
+    assert topics.results("p") == "slipstream.p.results"
+
+
+class _Stage:
+    name = "s"
+
+    class defaults:
+        partitions = 2
+
+
+class _Pipe:
+    name = "p"
+    stages = [_Stage()]
+
+
+def test_the_cluster_has_its_own_ports_voters_and_folders(tmp_path):
+    c = broker.local_cluster(3, "t", state=tmp_path)
+    single = broker.default_broker()
+    ports = [p for n in c.nodes for p in (n.port, n.controller_port)]
+    assert ports == list(range(19094, 19100)) and not {single.port, single.controller_port} & set(ports)
+    assert len({n.state_dir for n in c.nodes}) == 3 and all(tmp_path in n.state_dir.parents for n in c.nodes)
+    cfg = broker.render_config(c.nodes[1])
+    assert "node.id=2\n" in cfg and "controller.quorum.voters=1@127.0.0.1:19095,2@127.0.0.1:19097,3@127.0.0.1:19099" in cfg
+    assert "offsets.topic.replication.factor=3\n" in cfg and "min.insync.replicas=2\n" in cfg
+    assert not re.search(r"@[A-Z_]+@", cfg)  # every placeholder filled
+    one = broker.render_config(single)
+    assert "controller.quorum.voters=1@127.0.0.1:19093" in one and "offsets.topic.replication.factor=1\n" in one
+    assert c.bootstrap == "127.0.0.1:19094,127.0.0.1:19096,127.0.0.1:19098"
