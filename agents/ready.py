@@ -9,8 +9,8 @@ Ready = the model is loaded and warm (``started``) and the consumer has partitio
   benchmark wait for it.
 
 Lag (``slipstream_consumer_lag_records``) is read once a second from the consumer's own state: the
-partition's high watermark from the last fetch minus the group's committed offset, for each assigned
-partition; no request goes to the broker for it.
+partition's high watermark from the last fetch minus the offset after the worker's finished prefix
+(what it commits), for each assigned partition; no request goes to the broker for it.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import time
 
 import faust
 
+from agents.acks import AckTracker
 from agents.metrics import StageMetrics
 from streams.metrics_http import MetricsAddr
 
@@ -39,22 +40,24 @@ class Readiness:
         return None
 
 
-def consumer_lag(consumer) -> dict[tuple[str, int], int]:
-    """(topic, partition) -> high watermark minus committed offset, for the assigned partitions whose
-    high watermark is known (after the first fetch). faust's ``_committed_offset`` holds the offsets
-    committed (the next to read) and, after assignment, the group's committed position."""
+def consumer_lag(consumer, acks: AckTracker | None = None) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> high watermark minus the offset after the worker's finished prefix, for
+    the assigned partitions whose high watermark is known (after the first fetch). The finished prefix
+    is the worker's own (``acks``: what it commits, by faust or in a transaction), else faust's
+    ``_committed_offset`` (the offsets faust committed and, after assignment, the group's position)."""
     out = {}
     for tp in consumer.assignment():
         high = consumer.highwater(tp)
         if high is None:
             continue
-        committed = consumer._committed_offset.get(tp) or 0
+        done = acks.committable({tp}).get(tp) if acks is not None else None
+        committed = max(done or 0, consumer._committed_offset.get(tp) or 0)
         out[(tp.topic, tp.partition)] = max(int(high) - int(committed), 0)
     return out
 
 
 def serve_worker(role: str, app: faust.App, metrics: StageMetrics, addr: MetricsAddr,
-                 started: asyncio.Event | None = None) -> Readiness:
+                 started: asyncio.Event | None = None, acks: AckTracker | None = None) -> Readiness:
     """Serve the worker's metrics, health and readiness on ``addr``; print the ready line after each
     rebalance once warm (in a task of its own: the rebalance must not wait for it); keep the lag gauge."""
     ready = Readiness(started)
@@ -79,7 +82,7 @@ def serve_worker(role: str, app: faust.App, metrics: StageMetrics, addr: Metrics
     @app.timer(LAG_INTERVAL_S)
     async def observe_lag() -> None:
         try:
-            lags = consumer_lag(app.consumer)
+            lags = consumer_lag(app.consumer, acks)
         except Exception:  # the consumer not started yet, or between generations: next second
             return
         metrics.observe_lag(lags)

@@ -32,11 +32,10 @@ class MetricsAddrType(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
-def metrics_addr_option(default: str | None = "127.0.0.1:0"):
+def metrics_addr_option():
     """``--metrics-addr`` (env SLIPSTREAM_METRICS_ADDR): where /metrics, /healthz and /readyz are served
     (docs/observability.md)."""
-    off = "" if default else " [default: off]"
-    return click.option("--metrics-addr", type=MetricsAddrType(), default=default, envvar="SLIPSTREAM_METRICS_ADDR",
-                        show_default=bool(default),
+    return click.option("--metrics-addr", type=MetricsAddrType(), default="127.0.0.1:0", show_default=True,
+                        envvar="SLIPSTREAM_METRICS_ADDR", show_envvar=True,
                         help="Serve /metrics, /healthz and /readyz here (port 0: any free port; containers: "
-                             f"0.0.0.0:9100){off}.")
+                             "0.0.0.0:9100).")

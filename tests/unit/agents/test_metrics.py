@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from agents.acks import AckTracker
 from agents.metrics import StageMetrics
 from agents.ready import Readiness, consumer_lag
 from agents.routing import Out
@@ -76,6 +77,11 @@ def test_lag_per_assigned_partition():
                                highwater=lambda t: parts[t.partition][0],
                                _committed_offset={tp(p): c for p, (_, c) in parts.items()})
     assert consumer_lag(consumer) == {("t", 0): 20, ("t", 1): 50}  # partition 2: no fetch yet
+    acks = AckTracker()  # the worker's own finished prefix counts when it is ahead of faust's commits
+    for off in (100, 101, 102):
+        acks.read(tp(0), off, None)
+    acks.done(tp(0), 100), acks.done(tp(0), 101)
+    assert consumer_lag(consumer, acks) == {("t", 0): 18, ("t", 1): 50}
     m = StageMetrics.create("p", "s")
     m.observe_lag({("t", 0): 20, ("t", 1): 50})
     m.observe_lag({("t", 1): 7})
