@@ -19,7 +19,7 @@ from loadgen.compare import ModeNotApplicable
 from streams import broker
 from streams.config import KafkaSettings
 
-READY = re.compile(rb"slipstream-worker ready stage=\S+ partitions=[1-9]")
+READY = re.compile(rb"slipstream-worker ready stage=\S+ partitions=[1-9]\d* .*?at_ns=(\d+)")
 
 
 @dataclass(frozen=True)
@@ -165,6 +165,7 @@ class Workers:
         from tuner.supervisor import LocalCapacity, local_supervisor
 
         self.log_dir = log_dir
+        self.started_ns = time.time_ns()  # the logs may hold ready lines of an earlier run: not these
         capacity = LocalCapacity(opts.reserve_cores)
         supervisor = local_supervisor(pipe, pipeline_file, published.tuner_plan.planned_replicas, capacity,
                                       log_dir=log_dir, env={"SLIPSTREAM_BOOTSTRAP": settings.bootstrap},
@@ -192,12 +193,13 @@ class Workers:
         ready.wait()
 
     def wait_ready(self, timeout_s: float = 180) -> None:
-        """Each stage has a worker whose log holds its ready line (child-process logs: polled)."""
+        """Each stage has a worker whose log holds a ready line written since these workers started
+        (child-process logs: polled; a report folder's logs are appended to run after run)."""
         deadline = time.monotonic() + timeout_s
         pending = set(self.stages)
         while pending and time.monotonic() < deadline and self.thread.is_alive():
             for st in list(pending):
-                if any(READY.search(p.read_bytes()) for p in self.log_dir.glob(f"{st}-*.log")):
+                if ready_since(self.log_dir, st, self.started_ns):
                     pending.discard(st)
             time.sleep(0.2)
         if pending:
@@ -207,6 +209,12 @@ class Workers:
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.stop_event.set)
         self.thread.join(60)
+
+
+def ready_since(log_dir: Path, stage: str, since_ns: int) -> bool:
+    """Whether a worker log of ``stage`` in ``log_dir`` holds a ready line stamped at or after ``since_ns``."""
+    return any(int(m.group(1)) >= since_ns for p in log_dir.glob(f"{stage}-*.log")
+               for m in READY.finditer(p.read_bytes()))
 
 
 @dataclass(frozen=True)
