@@ -43,6 +43,11 @@ from streams.spec import Pipeline
 log = logging.getLogger(__name__)
 
 MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
+# A window's outputs are sent in one burst; the linger only has to cover the burst, and a producer
+# batch (per partition) holds a whole window of small records, so a window is one produce request per
+# partition instead of one per 16 KiB (aiokafka's default batch).
+WINDOW_LINGER_MS = 1
+WINDOW_BATCH_BYTES = 1024 * 1024
 __all__ = ["ExecutorFactory", "StageWorker", "check_all"]
 
 
@@ -79,7 +84,7 @@ class StageWorker:
         self.fleet = await self._prepare(self.config, Fleet())
         self._set_instance_gauge()
         mark("model-loaded", instances=len(self.fleet.instances))
-        self.producer = kclient.producer(self.kafka)
+        self.producer = kclient.producer(self.kafka, linger_ms=WINDOW_LINGER_MS, max_batch_size=WINDOW_BATCH_BYTES)
         await self.producer.start()
         self.delivery = Delivery(self.producer, self.pipe, self.stage,
                                  lambda kind: self.metrics.lab(self.metrics.delivery_failures, outcome=kind).inc())

@@ -79,7 +79,8 @@ class RecordCodec:
             raise CodecError(f"not a Slipstream {self.record}: expected the Avro single-object header "
                              f"C3 01, got {bytes(data[:2]).hex(' ') or 'nothing'} ({len(data)} bytes)")
         fp = bytes(data[2:HEADER_LEN])
-        body = io.BytesIO(data[HEADER_LEN:])
+        body = io.BytesIO(data)  # shares the bytes (no copy of the payload), read from the header's end
+        body.seek(HEADER_LEN)
         writer = self.known_writers.get(fp)
         exact = writer is not None
         if writer is None:
@@ -89,12 +90,13 @@ class RecordCodec:
                             self.record, fp.hex())
             writer = self.schema
         try:
-            value = fastavro.schemaless_reader(body, writer, self.schema)
+            # the reader schema only when it differs: fastavro compares the two schemas on every call
+            value = fastavro.schemaless_reader(body, writer, None if writer is self.schema else self.schema)
         except (EOFError, StopIteration) as exc:
             raise CodecError(f"{self.record}: truncated body ({len(data)} bytes): {exc}") from None
         except Exception as exc:  # fastavro raises assorted types on garbage (UnicodeDecodeError, ...)
             raise CodecError(f"{self.record}: undecodable body: {type(exc).__name__}: {exc}") from None
-        left = len(data) - HEADER_LEN - body.tell()
+        left = len(data) - body.tell()
         if exact and left:
             raise CodecError(f"{self.record}: {left} trailing bytes after the record")
         return value
