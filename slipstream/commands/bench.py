@@ -33,7 +33,7 @@ def dataplane(n_latency, rate, n_throughput, repeats, as_json) -> None:
 @click.option("--runs", default=5, show_default=True)
 @click.option("--payload", type=click.Choice(["raw", "png"]), default="raw", show_default=True)
 def executor(runs, payload) -> None:
-    """The ONNX executor vs onnxruntime called directly, EfficientNet-Lite0, batch 1 and 8."""
+    """The ONNX executor vs onnxruntime called directly, EfficientNet-Lite0, batch 1, 8 and 64."""
     from agents import bench_executor
 
     rows = bench_executor.bench_executor(runs=runs, payload=payload)
