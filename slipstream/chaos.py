@@ -60,8 +60,8 @@ def use_cluster(brokers: int) -> tuple[Cluster, bool]:
         return Cluster(c.bootstrap, local=c), started
     b = broker.default_broker()
     env = os.environ.get("SLIPSTREAM_BOOTSTRAP")
-    if env and env != b.bootstrap:
-        return Cluster(env), False
+    if env:  # a broker this command may restart only if `kafka up` of this checkout runs it
+        return (Cluster(env, single=b) if env == b.bootstrap and broker.running_pid(b) else Cluster(env)), False
     started = broker.running_pid(b) is None
     broker.up(b, progress=click.echo)
     return Cluster(b.bootstrap, single=b), started
