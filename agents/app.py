@@ -26,7 +26,7 @@ from streams.timeline import mark
 from agents.worker import ExecutorFactory, StageWorker
 from streams import codec, kafka as kclient, topics
 from streams.app import AppSettings, make_app
-from streams.config import KafkaSettings
+from streams.config import KafkaSettings, prefixes_from_env
 from streams.metrics_http import LOCAL, MetricsAddr
 from streams.profile_store import ProfileStore
 from streams.spec import Pipeline, load_pipeline
@@ -99,6 +99,7 @@ def app_from_env() -> faust.App:
     pipe_file, stage = os.environ.get("SLIPSTREAM_PIPELINE"), os.environ.get("SLIPSTREAM_STAGE")
     if not pipe_file or not stage:
         sys.exit("set SLIPSTREAM_PIPELINE (a pipeline spec file) and SLIPSTREAM_STAGE (a stage name or 'join')")
+    topics.use_prefixes(*prefixes_from_env())  # what the `slipstream` CLI does for its processes
     pipe = load_pipeline(pipe_file)
     kafka = KafkaSettings.from_env()
     if stage == JOIN:
