@@ -1,12 +1,21 @@
 """Control-plane Kafka bindings shared by the planner and the tuner: arrival timestamps in,
 StageConfig/ScalingAction out, partitions grown.
 
-Arrivals are the *record timestamps* (ms, set by the producer from ``created_ns``) of the pipeline's
-input topic, i.e. of the source stage's input; payloads are never decoded. The consumer has no group
-(it must not steal partitions from the source stage's workers): it assigns every partition itself,
-starts ``lookback_s`` back (``offsets_for_times``) so the envelope has history at once, and follows the
-control topic from the beginning (compacted: the latest StageConfig per stage) so a scaling action
-republishes the stage's current variant/batch with only the replicas changed.
+Arrivals come from the *offsets* of the pipeline's input topic, never from its records: the input
+topic carries the payloads (images up to 16 MiB), and fetching them only to read timestamps doubled the
+topic's egress. :class:`KafkaArrivals` is the one place that turns offsets into arrival timestamps:
+
+- history: ``offsets_for_times`` at every ``lookback_step_s`` of the last ``lookback_s`` (the record
+  timestamps the producer set from ``created_ns``) counts the arrivals of each step;
+- live: every ``poll_ms`` the partitions' end offsets (one ListOffsets request) count what arrived
+  since the previous poll.
+
+The arrivals of a step are spread evenly over it (:func:`spread`), so timestamps are exact to one step
+(``poll_ms``, 20 ms by default) and the bytes read per arrival do not grow with the payload (``python -m
+tuner.bench_arrivals``). The consumer has no group (it must not steal partitions from the source
+stage's workers); it reads only the control topic, from the beginning (compacted: the latest
+StageConfig per stage), so a scaling action republishes the stage's current variant/batch with only
+the replicas changed. Partitions added to the input topic are picked up within ``metadata_refresh_s``.
 """
 from __future__ import annotations
 
@@ -16,6 +25,8 @@ import time
 from typing import AsyncIterator, Callable, Mapping
 
 import numpy as np
+from aiokafka import TopicPartition
+
 from streams import admin, codec, kafka as kclient, topics
 from streams.config import KafkaSettings
 
@@ -23,41 +34,85 @@ log = logging.getLogger(__name__)
 NS_PER_MS = 1_000_000
 
 
+def spread(n: int, t0_ns: int, t1_ns: int) -> np.ndarray:
+    """``n`` arrivals counted in (t0, t1], as evenly spaced timestamps ending at t1."""
+    if n <= 0:
+        return np.empty(0, dtype=np.int64)
+    return t0_ns + ((np.arange(1, n + 1, dtype=np.int64) * (t1_ns - t0_ns)) // n)
+
+
+class OffsetCounter:
+    """Arrivals from successive offset snapshots of a topic's partitions ({tp: next offset}). A
+    partition seen for the first time counts from its first snapshot (its history is the lookback's)."""
+
+    def __init__(self) -> None:
+        self.last: dict = {}
+        self.last_ns: int | None = None
+
+    def observe(self, ends: Mapping, now_ns: int) -> np.ndarray:
+        n = sum(max(int(o) - self.last.get(tp, int(o)), 0) for tp, o in ends.items())
+        t0 = self.last_ns if self.last_ns is not None else now_ns
+        self.last.update({tp: int(o) for tp, o in ends.items()})
+        self.last_ns = now_ns
+        return spread(n, t0, now_ns)
+
+
 class KafkaArrivals:
-    """Async iterator of timestamp chunks (epoch ns) from the input topic; control records go to
-    ``on_stage_config``. Without a group, aiokafka assigns every partition of both topics and picks up
-    partitions added later (from their beginning) on its next metadata refresh."""
+    """Async iterator of arrival-timestamp chunks (epoch ns) of the input topic, read from its offsets
+    (see the module docstring); control records go to ``on_stage_config`` / ``on_handoff``."""
 
     def __init__(self, settings: KafkaSettings, pipeline: str, source_stage: str, *,
                  on_stage_config: Callable[[Mapping], None], lookback_s: float = 60.0,
-                 poll_ms: int = 100, on_handoff: Callable[[Mapping], None] | None = None) -> None:
+                 poll_ms: int = 20, on_handoff: Callable[[Mapping], None] | None = None,
+                 lookback_step_s: float = 0.25, metadata_refresh_s: float = 5.0) -> None:
         self.settings = settings
         self.input_topic = topics.stage_input(pipeline, source_stage)
         self.control_topic = topics.control(pipeline)
         self._on_config = on_stage_config
         self._on_handoff = on_handoff
-        self._lookback_ms = int(lookback_s * 1000)
+        self._lookback_ns = int(lookback_s * 1e9)
+        self._step_ns = int(lookback_step_s * 1e9)
         self._poll_ms = poll_ms
+        self._refresh_ns = int(metadata_refresh_s * 1e9)
         self._consumer = None
+        self._inputs: list = []
+        self._inputs_at = 0
+        self._counter = OffsetCounter()
+        self._history = np.empty(0, dtype=np.int64)
 
     async def start(self) -> None:
-        self._consumer = kclient.consumer(self.settings, self.input_topic, self.control_topic, group_id=None,
+        self._consumer = kclient.consumer(self.settings, self.control_topic, group_id=None,
                                           enable_auto_commit=False, auto_offset_reset="earliest")
         await self._consumer.start()
-        for _ in range(100):  # the assignment needs one metadata round trip
-            if any(tp.topic == self.input_topic for tp in self._consumer.assignment()):
-                break
-            await asyncio.sleep(0.05)
-        inputs = [tp for tp in self._consumer.assignment() if tp.topic == self.input_topic]
-        if not inputs:
+        self._inputs = await self._input_partitions()
+        if not self._inputs:
             raise LookupError(f"topic {self.input_topic!r} has no partitions (run the pipeline's topic setup)")
-        since = time.time_ns() // NS_PER_MS - self._lookback_ms
-        offsets = await self._consumer.offsets_for_times({tp: since for tp in inputs})
-        for tp in inputs:
-            if offsets.get(tp) is None:
-                await self._consumer.seek_to_end(tp)
-            else:
-                self._consumer.seek(tp, offsets[tp].offset)
+        self._inputs_at = time.time_ns()
+        now = time.time_ns()
+        self._history = await self._lookback(now)
+
+    async def _input_partitions(self) -> list:
+        """The input topic's partitions, from a metadata request of its own (the consumer does not
+        subscribe to the input topic, so its client does not keep the topic's metadata)."""
+        md = await self._consumer._client.fetch_all_metadata()
+        return [TopicPartition(self.input_topic, p) for p in sorted(md.partitions_for_topic(self.input_topic) or ())]
+
+    async def _lookback(self, now_ns: int) -> np.ndarray:
+        """Arrivals of the last ``lookback_s``, one ``offsets_for_times`` per step, ending with the end
+        offsets at ``now_ns`` (the live counter's baseline)."""
+        ends = await self._consumer.end_offsets(self._inputs)
+        grid = list(range(now_ns - self._lookback_ns, now_ns, max(self._step_ns, 1)))
+        # every step's request at once: the client pipelines them on its connection (sequential round
+        # trips took seconds on a loaded machine, and the history aged past the tuner's scale-up view)
+        found = await asyncio.gather(*(self._consumer.offsets_for_times(
+            {tp: t // NS_PER_MS for tp in self._inputs}) for t in grid))
+        counter, chunks = OffsetCounter(), []
+        for t, at in zip(grid, found):
+            snap = {tp: (at[tp].offset if at.get(tp) is not None else ends[tp]) for tp in self._inputs}
+            chunks.append(counter.observe(snap, t))
+        chunks.append(counter.observe(ends, now_ns))
+        self._counter.observe(ends, now_ns)
+        return np.concatenate(chunks) if chunks else np.empty(0, dtype=np.int64)
 
     async def stop(self) -> None:
         if self._consumer is not None:
@@ -70,18 +125,21 @@ class KafkaArrivals:
     async def _chunks(self) -> AsyncIterator[np.ndarray]:
         if self._consumer is None:
             await self.start()
+        if len(self._history):
+            yield self._history
+            self._history = np.empty(0, dtype=np.int64)
         while True:
-            batch = await self._consumer.getmany(timeout_ms=self._poll_ms, max_records=20_000)
-            stamps: list[int] = []
-            for tp, records in batch.items():
-                if tp.topic == self.control_topic:
-                    for r in records:
-                        self._control(r)
-                else:
-                    stamps.extend(r.timestamp for r in records)
-            if stamps:
-                yield np.asarray(stamps, dtype=np.int64) * NS_PER_MS
-
+            batch = await self._consumer.getmany(timeout_ms=self._poll_ms)
+            for records in batch.values():
+                for r in records:
+                    self._control(r)
+            now = time.time_ns()
+            if now - self._inputs_at >= self._refresh_ns:  # partitions only grow
+                self._inputs = sorted({*self._inputs, *await self._input_partitions()})
+                self._inputs_at = now
+            stamps = self._counter.observe(await self._consumer.end_offsets(self._inputs), time.time_ns())
+            if len(stamps):
+                yield stamps
 
     def _control(self, r) -> None:
         """A control record to its callback, by its schema header (StageConfig, TunerHandoff)."""
