@@ -9,7 +9,8 @@ Run it either way:
 Each stage is its own consumer group (app id ``slipstream-<pipeline>-<stage>``) reading the stage's
 input topic with ``concurrency=1`` (faust issue #606); parallelism comes from partitions x workers.
 When the worker has its partitions it prints ``slipstream-worker ready stage=<s> partitions=<n>
-metrics=<host:port>`` on stdout, which the supervisor and the activation-time benchmark wait for.
+metrics=<host:port>`` on stdout, which the supervisor and the activation-time benchmark wait for;
+``/readyz`` on the metrics address (``SLIPSTREAM_METRICS_ADDR`` under ``faust -A``) says the same.
 """
 from __future__ import annotations
 
@@ -42,7 +43,10 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
                                commit_interval_s=commit_interval_s))
     metrics = StageMetrics.create(pipe.name, stage, pipe.slo_ms)
     worker = StageWorker(pipe, stage, kafka, factory, metrics, max_instances=max_instances, profiles=profiles)
-    source = app.topic(topics.stage_input(pipe.name, stage), value_serializer="raw", key_serializer="raw")
+    # exactly-once: offsets are committed only inside the worker's transactions, so faust records no
+    # acked offsets of the source (acks=False) and commits none
+    source = app.topic(topics.stage_input(pipe.name, stage), value_serializer="raw", key_serializer="raw",
+                       acks=not kafka.exactly_once)
 
     @app.agent(source, concurrency=1, name=f"{stage}-agent")
     async def stage_agent(stream):
@@ -62,14 +66,18 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
     async def on_assigned(sender, assigned, **kwargs) -> None:
         mark("assigned", partitions=len(assigned))
 
+    async def on_rebalance_complete(sender, **kwargs) -> None:  # before faust seeks to committed offsets
+        await worker.on_assigned(set(app.consumer.assignment()))
+
     app.on_partitions_revoked.connect(on_revoked)
     app.on_partitions_assigned.connect(on_assigned)
+    app.on_rebalance_complete.connect(on_rebalance_complete)
 
     @app.on_before_shutdown.connect
     async def _stop(sender, **kwargs) -> None:
         await worker.stop()
 
-    serve_worker(stage, app, metrics, metrics_addr, worker.started)
+    serve_worker(stage, app, metrics, metrics_addr, worker.started, worker.acks)
     return app, worker
 
 
@@ -102,11 +110,12 @@ def app_from_env() -> faust.App:
     topics.use_prefixes(*prefixes_from_env())  # what the `slipstream` CLI does for its processes
     pipe = load_pipeline(pipe_file)
     kafka = KafkaSettings.from_env()
+    addr = MetricsAddr.parse(os.environ.get("SLIPSTREAM_METRICS_ADDR", str(LOCAL)))
     if stage == JOIN:
-        return build_join_app(pipe, kafka)[0]
+        return build_join_app(pipe, kafka, metrics_addr=addr)[0]
     cache = os.environ.get("SLIPSTREAM_CACHE")
     factory = (lambda v, h: load_executor(v, h, cache_dir=cache)) if cache else load_executor
-    return build_stage_app(pipe, stage, kafka, factory)[0]
+    return build_stage_app(pipe, stage, kafka, factory, metrics_addr=addr)[0]
 
 
 def __getattr__(name: str):  # `faust -A agents.app` looks up `app` lazily, so importing is free

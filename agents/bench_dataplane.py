@@ -11,6 +11,11 @@
 2. msgs/s of one no-op stage worker against one relay, draining the same backlog;
 3. the executor's throughput against onnxruntime called directly (``agents.bench_executor``).
 
+Stage workers run in both processing modes (``streams.config``) in the same run, the rounds
+interleaved: at-least-once (the ``stage`` figures) and exactly-once (``eos``: each window's outputs
+and offsets in one transaction; its readers, the next stage and the client's consumer, read committed
+only, so a hop's figure includes waiting for the previous hop's commit).
+
 The no-op stages of the latency rounds run with max batch 8 and a 0 ms batch timeout, the throughput
 rounds with max batch 64 (``THROUGHPUT_BATCH``, the batch a GPU stage runs), so what is measured is the
 agent's own overhead: decode, queue, batch decision, hop record, encode, produce, delivery, ack.
@@ -39,6 +44,7 @@ from streams.spec import load_pipeline
 from streams.topics import TopicSpec
 
 RELAY_READY = re.compile(r"relay ready")
+MODES = {"stage": "at-least-once", "eos": "exactly-once"}  # figure prefix -> SLIPSTREAM_PROCESSING
 LATENCY_BATCH, THROUGHPUT_BATCH = 8, 64
 
 
@@ -179,55 +185,62 @@ def run(settings: KafkaSettings, n_latency: int = 400, rate_qps: float = 100.0, 
     out: dict = {"latency": {}, "throughput": {}}
     with tempfile.TemporaryDirectory() as tmp:
         tag = uuid.uuid4().hex[:6]
-        # --- 1. latency per hop, 3 hops
-        path = noop_pipeline(f"bench-{tag}", 3, Path(tmp))
-        pipe = load_pipeline(path)
-        asyncio.run(admin.ensure_topics(settings, topics.all_topics(pipe)))
+        # --- 1. latency per hop, 3 hops, stage workers in each processing mode and relays
+        pipes = {who: load_pipeline(noop_pipeline(f"bench-{who}-{tag}", 3, Path(tmp))) for who in MODES}
+        for pipe in pipes.values():
+            asyncio.run(admin.ensure_topics(settings, topics.all_topics(pipe)))
         relay_topics = [f"bench-{tag}-relay{i}" for i in range(4)]
         asyncio.run(admin.ensure_topics(settings, [TopicSpec(t, 1) for t in relay_topics]))
-        progress("starting 3 stage workers and 3 relays")
-        workers = [ReadyProcess(worker_argv(path, f"s{i}", "warn"), env=env, name=f"s{i}") for i in range(3)]
+        progress(f"starting 3 stage workers per processing mode ({', '.join(MODES.values())}) and 3 relays")
+        workers = [ReadyProcess(worker_argv(Path(tmp) / f"{pipes[who].name}.yaml", f"s{i}", "warn"),
+                                env={**env, "SLIPSTREAM_PROCESSING": mode}, name=f"{who}-s{i}")
+                   for who, mode in MODES.items() for i in range(3)]
         relays = [ReadyProcess([sys.executable, "-m", "agents.bench_relay", relay_topics[i],
                                 relay_topics[i + 1], f"relay-{tag}-{i}"], RELAY_READY, env, f"relay{i}")
                   for i in range(3)]
         try:
             for p in workers + relays:
                 p.wait_ready()
-            res_w, res_r = [], []
+            res: dict[str, list[LatencyFigures]] = {who: [] for who in [*MODES, "relay"]}
             for r in range(repeats):
                 progress(f"latency round {r + 1}/{repeats}: {n_latency} requests at {rate_qps:g}/s")
-                res_w.append(asyncio.run(_open_loop(settings, pipe, topics.stage_input(pipe.name, "s0"),
-                                                    topics.results(pipe.name), n_latency, rate_qps,
-                                                    seed + r, stage_hop_ends)))
-                res_r.append(asyncio.run(_open_loop(settings, pipe, relay_topics[0], relay_topics[3],
-                                                    n_latency, rate_qps, seed + r, relay_hop_ends)))
+                for who, pipe in pipes.items():
+                    res[who].append(asyncio.run(_open_loop(
+                        settings, pipe, topics.stage_input(pipe.name, "s0"), topics.results(pipe.name),
+                        n_latency, rate_qps, seed + r, stage_hop_ends)))
+                res["relay"].append(asyncio.run(_open_loop(settings, pipes["stage"], relay_topics[0],
+                                                           relay_topics[3], n_latency, rate_qps, seed + r,
+                                                           relay_hop_ends)))
         finally:
             for p in workers + relays:
                 p.stop()
         runs = {f"{who}_{q}_ms_{what}": [float(np.percentile(getattr(x, f"{what}_ms"), int(q[1:])))
-                                          for x in res]
-                for who, res in (("stage", res_w), ("relay", res_r)) for q in ("p50", "p99")
+                                          for x in figs]
+                for who, figs in res.items() for q in ("p50", "p99")
                 for what in ("hop", "delivery", "e2e")}
         out["latency"] = {k: statistics.median(v) for k, v in runs.items()}
         out["runs"] = dict(runs)
         # --- 2. throughput of one stage vs one relay, draining a backlog
-        tput_w, tput_r = [], []
+        tput: dict[str, list[float]] = {who: [] for who in MODES}
+        tput_r = []
         for r in range(repeats):
-            path1 = noop_pipeline(f"tput-{tag}-{r}", 1, Path(tmp), max_batch=THROUGHPUT_BATCH)
-            p1 = load_pipeline(path1)
-            asyncio.run(admin.ensure_topics(settings, topics.all_topics(p1)))
             progress(f"throughput round {r + 1}/{repeats}: {n_throughput} records")
-            tput_w.append(_throughput(settings, p1, topics.stage_input(p1.name, "s0"), topics.results(p1.name),
-                                      n_throughput, lambda: ReadyProcess(worker_argv(path1, "s0", "warn"),
-                                                                         env=env, name="s0")))
+            for who, mode in MODES.items():
+                path1 = noop_pipeline(f"tput-{who}-{tag}-{r}", 1, Path(tmp), max_batch=THROUGHPUT_BATCH)
+                p1 = load_pipeline(path1)
+                asyncio.run(admin.ensure_topics(settings, topics.all_topics(p1)))
+                tput[who].append(_throughput(
+                    settings, p1, topics.stage_input(p1.name, "s0"), topics.results(p1.name), n_throughput,
+                    lambda: ReadyProcess(worker_argv(path1, "s0", "warn"),
+                                         env={**env, "SLIPSTREAM_PROCESSING": mode}, name="s0")))
             src, dst = f"tput-{tag}-{r}-a", f"tput-{tag}-{r}-b"
             asyncio.run(admin.ensure_topics(settings, [TopicSpec(src, 1), TopicSpec(dst, 1)]))
             tput_r.append(_throughput(settings, p1, src, dst, n_throughput, lambda: ReadyProcess(
                 [sys.executable, "-m", "agents.bench_relay", src, dst, f"relay-t-{tag}-{r}"],
                 RELAY_READY, env, "relay")))
-        out["throughput"] = {"stage_msgs_per_s": statistics.median(tput_w),
-                             "relay_msgs_per_s": statistics.median(tput_r)}
-        out["runs"].update(stage_msgs_per_s=tput_w, relay_msgs_per_s=tput_r)
+        out["throughput"] = {f"{who}_msgs_per_s": statistics.median(v) for who, v in tput.items()}
+        out["throughput"]["relay_msgs_per_s"] = statistics.median(tput_r)
+        out["runs"].update({f"{who}_msgs_per_s": v for who, v in tput.items()}, relay_msgs_per_s=tput_r)
     return out
 
 
@@ -241,12 +254,21 @@ def format_report(fig: dict) -> str:
     lines = [f"{'figure':38} {'slipstream':>11} {'aiokafka relay':>15} {'ratio':>7}"]
     for name, a, b in rows:
         lines.append(f"{name:38} {a:11.2f} {b:15.2f} {a / b:7.2f}")
+    if "eos_p99_ms_hop" in lat:  # exactly-once against at-least-once, same run
+        lines.append("exactly-once (one transaction per window and input partition) vs at-least-once:")
+        lines.append(f"{'figure':38} {'at-least-once':>13} {'exactly-once':>13} {'ratio':>7}")
+        eos = [(f"{label}, {q} (ms)", lat[f"stage_{q}_ms_{k}"], lat[f"eos_{q}_ms_{k}"])
+               for k, label in what.items() for q in ("p50", "p99")]
+        if "eos_msgs_per_s" in tp:
+            eos.append((f"one stage worker, msgs/s (batch {THROUGHPUT_BATCH})", tp["stage_msgs_per_s"],
+                        tp["eos_msgs_per_s"]))
+        lines += [f"{name:38} {a:13.2f} {b:13.2f} {b / a:7.2f}" for name, a, b in eos]
     if "runs" in fig:  # every round, not only the medians
-        lines.append("every round (slipstream | relay):")
+        lines.append("every round (at-least-once | exactly-once | relay):")
         for k in (k for k in fig["runs"] if k.startswith("stage_")):
-            rk = "relay_" + k[len("stage_"):]
-            lines.append(f"  {k[len('stage_'):]:22} " + " ".join(f"{v:9.2f}" for v in fig["runs"][k])
-                         + " | " + " ".join(f"{v:9.2f}" for v in fig["runs"].get(rk, [])))
+            name = k[len("stage_"):]
+            lines.append(f"  {name:22} " + " | ".join(" ".join(f"{v:9.2f}" for v in fig["runs"].get(f"{w}_{name}", []))
+                                                      for w in ("stage", "eos", "relay")))
     return "\n".join(lines)
 
 

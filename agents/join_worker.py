@@ -8,6 +8,12 @@ commits what it finished and forgets the open requests of those partitions (frag
 request id, so a request lives on one partition), exactly as the stage worker does. A record that does
 not decode, or a fragment whose share is not a fraction, goes to the dead-letter topic with its
 request id logged; the join keeps running.
+
+With ``processing: exactly-once`` a result (or dead letter) is attached to the offset of the fragment
+that closed its request, and it commits in one transaction with the offset that passes that fragment
+(``agents.transactions``, one transactional producer per join partition): results of a partition become
+visible in offset order, so a request closed after an earlier one of its partition that is still open
+waits for it (at most the join timeout), and a restarted join never emits a result twice.
 """
 from __future__ import annotations
 
@@ -20,10 +26,11 @@ from typing import Any
 import faust
 
 from agents import routing
-from agents.acks import AckTracker
+from agents.acks import AckTracker, Release
 from agents.join import Joiner
 from agents.metrics import StageMetrics
 from agents.ready import serve_worker
+from agents.transactions import PartitionTransactions
 from streams import codec, kafka as kclient, topics
 from streams.app import AppSettings, make_app
 from streams.config import KafkaSettings
@@ -43,14 +50,27 @@ class JoinWorker:
         self.lock = asyncio.Lock()  # one step at a time: a fragment, a sweep, a revocation
         self.producer = None
         self.stream = None
+        self.txns = PartitionTransactions(
+            kafka, topics.consumer_group(pipe.name, JOIN), pipe, JOIN,
+            lambda kind: metrics.lab(metrics.delivery_failures, outcome=kind).inc()) if kafka.exactly_once else None
+        self._acking: set[asyncio.Future] = set()  # exactly-once: transactions whose events to ack after
 
     async def start(self) -> None:
-        self.producer = kclient.producer(self.kafka)
-        await self.producer.start()
+        if self.txns is None:
+            self.producer = kclient.producer(self.kafka)
+            await self.producer.start()
 
     async def stop(self) -> None:
         if self.producer is not None:
             await self.producer.stop()
+        if self.txns is not None:
+            await self.txns.close_all()
+            await asyncio.gather(*self._acking, return_exceptions=True)
+
+    async def on_assigned(self, assigned: set) -> None:
+        """Before faust seeks the partitions: start their transactional producers (fencing)."""
+        if self.txns is not None:
+            await self.txns.open(assigned)
 
     async def on_event(self, event: Any) -> None:
         m = event.message
@@ -60,7 +80,7 @@ class JoinWorker:
                 frag = codec.decode("InferenceResult", event.value)
             except codec.CodecError as exc:
                 await self._dead_letter(event, None, str(exc))
-                await self._ack_done(m.tp, m.offset)
+                await self._ack_done([(m.tp, m.offset)])
                 return
             rid = frag["request_id"]
             self.held.setdefault(rid, []).append((m.tp, m.offset))
@@ -71,13 +91,13 @@ class JoinWorker:
                 await self._dead_letter(event, rid, str(exc))
                 res = None
             if res is not None:
-                await self._emit(res)
+                await self._emit(res, (m.tp, m.offset))
             await self._release(rid)
 
     async def sweep(self) -> None:
         async with self.lock:
             for res in self.joiner.expire(time.time_ns()):
-                await self._emit(res)
+                await self._emit(res, self.held[res["request_id"]][-1])
                 await self._release(res["request_id"])
 
     async def on_revoked(self, revoked: set, commit_offsets) -> None:
@@ -89,15 +109,18 @@ class JoinWorker:
             for rid in moved:
                 del self.held[rid]
             offsets = self.acks.committable(revoked)
-            if offsets:
+            if self.txns is not None:  # offsets were committed in the transactions
+                await self.txns.close(revoked)
+            elif offsets:
                 await commit_offsets(offsets)
             self.acks.forget(revoked)
         log.info("revoked %d partition(s): committed %s; %d open request(s) left to their new owner",
                  len(revoked), {f"{tp.topic}[{tp.partition}]": o for tp, o in offsets.items()}, len(moved))
 
-    async def _emit(self, res: dict) -> None:
-        await (await kclient.send(self.producer, topics.results(self.pipe.name), "InferenceResult", res,
-                                  key=res["request_id"]))
+    async def _emit(self, res: dict, at: tuple[Any, int]) -> None:
+        """Write a result; exactly-once: attach it to ``at`` (tp, offset), the fragment it commits with."""
+        out = routing.Out(topics.results(self.pipe.name), res["request_id"], "InferenceResult", res)
+        await self._write(out, at)
         self.metrics.lab(self.metrics.results, status=res["status"]).inc()
         self.metrics.observe_result(res)
 
@@ -105,12 +128,29 @@ class JoinWorker:
         """Ack a request's fragments once it is no longer open (in offset order, via the tracker)."""
         if self.joiner.holds(rid):
             return
-        for tp, offset in self.held.pop(rid, []):
-            await self._ack_done(tp, offset)
+        await self._ack_done(self.held.pop(rid, []))
 
-    async def _ack_done(self, tp: Any, offset: int) -> None:
-        for event in self.acks.done(tp, offset):
-            await self.stream.ack(event)
+    async def _ack_done(self, offsets: list[tuple[Any, int]]) -> None:
+        if self.txns is None:
+            for event in self.acks.done_many(offsets):
+                await self.stream.ack(event)
+            return
+        releases = self.acks.release(offsets)
+        if releases:  # committed in the background, in offset order per partition; acked after
+            task = asyncio.ensure_future(self._commit_and_ack(releases))
+            self._acking.add(task)
+            task.add_done_callback(self._acking.discard)
+
+    async def _commit_and_ack(self, releases: list[Release]) -> None:
+        for release in await self.txns.commit(releases):
+            for event in release.events:  # faust's bookkeeping only: the join topic has acks off
+                await self.stream.ack(event)
+
+    async def _write(self, out: routing.Out, at: tuple[Any, int]) -> None:
+        if self.txns is None:
+            await (await kclient.send(self.producer, out.topic, out.record, out.value, key=out.key))
+        else:
+            self.acks.attach(at[0], at[1], [(out, None)])
 
     async def _dead_letter(self, event: Any, rid: str | None, error: str) -> None:
         m = event.message
@@ -118,7 +158,7 @@ class JoinWorker:
         self.metrics.lab(self.metrics.dead_letters).inc()
         dl = routing.dead_letter(self.pipe, JOIN, event.value, m.topic, m.partition, m.offset, error,
                                  time.time_ns())
-        await (await kclient.send(self.producer, dl.topic, dl.record, dl.value, key=dl.key))
+        await self._write(dl, (m.tp, m.offset))
 
 
 def build_join_app(pipe: Pipeline, kafka: KafkaSettings, timeout_ms: float | None = None,
@@ -132,7 +172,9 @@ def build_join_app(pipe: Pipeline, kafka: KafkaSettings, timeout_ms: float | Non
                     worker=f"join-{os.getpid()}")
     worker = JoinWorker(pipe, kafka, joiner, metrics)
     started = asyncio.Event()
-    source = app.topic(topics.join(pipe.name), value_serializer="raw", key_serializer="raw")
+    # exactly-once: faust commits nothing (acks off); the offsets go in the worker's transactions
+    source = app.topic(topics.join(pipe.name), value_serializer="raw", key_serializer="raw",
+                       acks=not kafka.exactly_once)
 
     @app.agent(source, concurrency=1, name="join-agent")
     async def join_agent(stream):
@@ -154,11 +196,15 @@ def build_join_app(pipe: Pipeline, kafka: KafkaSettings, timeout_ms: float | Non
     async def on_revoked(sender, revoked, **kwargs) -> None:
         await worker.on_revoked(set(revoked), app.consumer._commit)  # faust's thread-safe commit
 
+    async def on_rebalance_complete(sender, **kwargs) -> None:  # before faust seeks to committed offsets
+        await worker.on_assigned(set(app.consumer.assignment()))
+
     app.on_partitions_revoked.connect(on_revoked)
+    app.on_rebalance_complete.connect(on_rebalance_complete)
 
     @app.on_before_shutdown.connect
     async def _stop(sender, **kwargs) -> None:
         await worker.stop()
 
-    serve_worker(JOIN, app, metrics, metrics_addr, started)
+    serve_worker(JOIN, app, metrics, metrics_addr, started, worker.acks)
     return app, worker

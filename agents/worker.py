@@ -8,7 +8,9 @@ the :class:`~agents.window.WindowPlanner`, and takes windows when the planner sa
 ``streams.batching`` describes. Then, in one place (:meth:`StageWorker._finish`), its outputs (results,
 children's inputs, drops, errors) are produced together, their delivery is awaited, and the window's
 input offsets are acked together, in offset order per partition (``agents.acks``), so offsets are
-committed only past work whose outputs are in Kafka.
+committed only past work whose outputs are in Kafka. With ``processing: exactly-once``
+(``streams.config``) the same place commits a window's outputs and its input offsets in one Kafka
+transaction per input partition (``agents.transactions``), and faust commits nothing.
 
 Replica changes from the control topic are instance changes (``streams.placement``): new instances
 load and warm on the loader thread while the others serve and join at a window boundary; removed
@@ -30,9 +32,10 @@ from agents.control import ActiveConfig, accept, defaults
 from agents.delivery import Delivery
 from agents.instances import ExecutorFactory, Fleet, Instance, VariantState, new_instance, warmup_curve
 from agents.metrics import StageMetrics
+from agents.transactions import PartitionTransactions
 from agents.window import Item, Take, WindowPlanner, batch_outputs, split_variants, sub_batch
 from streams.timeline import mark
-from streams import batching, codec, kafka as kclient, placement
+from streams import batching, codec, kafka as kclient, placement, topics
 from streams.codec import CodecError
 from streams.config import KafkaSettings
 from streams.executor import Executor
@@ -76,6 +79,10 @@ class StageWorker:
         self.started = asyncio.Event()
         self.acks = AckTracker()
         self._inflight: set[asyncio.Future] = set()  # windows (and dead letters) being delivered and acked
+        # exactly-once: one transactional producer per assigned input partition (opened on assignment)
+        self.txns = PartitionTransactions(
+            kafka, topics.consumer_group(pipe.name, stage), pipe, stage, self._delivery_failed,
+            linger_ms=WINDOW_LINGER_MS, max_batch_size=WINDOW_BATCH_BYTES) if kafka.exactly_once else None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -84,11 +91,15 @@ class StageWorker:
         self.fleet = await self._prepare(self.config, Fleet())
         self._set_instance_gauge()
         mark("model-loaded", instances=len(self.fleet.instances))
-        self.producer = kclient.producer(self.kafka, linger_ms=WINDOW_LINGER_MS, max_batch_size=WINDOW_BATCH_BYTES)
-        await self.producer.start()
-        self.delivery = Delivery(self.producer, self.pipe, self.stage,
-                                 lambda kind: self.metrics.lab(self.metrics.delivery_failures, outcome=kind).inc())
+        if self.txns is None:
+            self.producer = kclient.producer(self.kafka, linger_ms=WINDOW_LINGER_MS,
+                                             max_batch_size=WINDOW_BATCH_BYTES)
+            await self.producer.start()
+            self.delivery = Delivery(self.producer, self.pipe, self.stage, self._delivery_failed)
         self.started.set()
+
+    def _delivery_failed(self, kind: str) -> None:
+        self.metrics.lab(self.metrics.delivery_failures, outcome=kind).inc()
 
     async def stop(self) -> None:
         try:
@@ -97,6 +108,8 @@ class StageWorker:
             pass
         if self.producer is not None:
             await self.producer.stop()
+        if self.txns is not None:
+            await self.txns.close_all()
         self.loader.shutdown(wait=True)
         pending = self._pending[1].instances if self._pending else []
         for inst in {id(i): i for i in [*self.fleet.instances, *pending]}.values():
@@ -183,8 +196,7 @@ class StageWorker:
             records.append((routing.dead_letter(self.pipe, self.stage, event.value, m.topic, m.partition,
                                                 m.offset, error, now), None))
         self.metrics.lab(self.metrics.dead_letters).inc(len(bad))
-        await self.delivery.settle(await self.delivery.send_all(records))
-        await self._ack([(e.message.tp, e.message.offset) for e, _ in bad])
+        await self._deliver([(e.message.tp, e.message.offset, [r]) for (e, _), r in zip(bad, records)])
 
     async def on_revoked(self, revoked: set, commit_offsets) -> None:
         """Before partitions move: forget read and queued (unprocessed, unacked) items of the revoked
@@ -196,12 +208,20 @@ class StageWorker:
         self.planner.forget(revoked)
         await self.drain()
         offsets = self.acks.committable(revoked)
-        if offsets:
+        if self.txns is not None:  # the offsets are committed already, each in its window's transaction
+            await self.txns.close(revoked)
+        elif offsets:
             await commit_offsets(offsets)
         left = self.acks.forget(revoked)
         mark("revoke-done")
         log.info("revoked %d partition(s): committed %s; %d unfinished items left to their new owner",
                  len(revoked), {f"{tp.topic}[{tp.partition}]": o for tp, o in offsets.items()}, left)
+
+    async def on_assigned(self, assigned: set) -> None:
+        """After a rebalance, before faust seeks the partitions to their committed offsets: start the
+        transactional producers of newly assigned partitions, fencing their previous owners."""
+        if self.txns is not None:
+            await self.txns.open(assigned)
 
     # ------------------------------------------------------------------ control
 
@@ -246,7 +266,7 @@ class StageWorker:
                 inst.retire()
 
     def _set_instance_gauge(self) -> None:
-        self.metrics.lab(self.metrics.instances).set(len(self.fleet.instances))
+        self.metrics.observe_fleet(self.fleet)
 
     # ------------------------------------------------------------------ windows
 
@@ -311,13 +331,26 @@ class StageWorker:
         """Produce a window's outputs together, await their delivery, then ack its input offsets
         together (in offset order per partition): the one place a window's "produce + commit" happens,
         so it can become one Kafka transaction."""
-        records = [(o, it) for outs, it in answers for o in outs]
-        await self.delivery.settle(await self.delivery.send_all(records))
-        await self._ack([(it.tp, it.offset) for it in window])
+        self.metrics.observe_outputs([o for outs, _ in answers for o in outs])  # results: latency, SLO
+        per_input: dict[int, list] = {id(it): [] for it in window}
+        for outs, it in answers:
+            per_input[id(it)] += [(o, it) for o in outs]
+        await self._deliver([(it.tp, it.offset, per_input[id(it)]) for it in window])
 
-    async def _ack(self, offsets: list) -> None:
-        for event in self.acks.done_many(offsets):
-            await self.stream.ack(event)
+    async def _deliver(self, entries: list[tuple[Any, int, list]]) -> None:
+        """Deliver each input's outputs ((out, item) pairs) and ack the inputs: at least once (every
+        output in Kafka, then the acks), or exactly once (outputs and offsets in one transaction per
+        partition, in offset order; ``agents.transactions``)."""
+        if self.txns is None:
+            await self.delivery.settle(await self.delivery.send_all([r for _, _, rs in entries for r in rs]))
+            for event in self.acks.done_many([(tp, off) for tp, off, _ in entries]):
+                await self.stream.ack(event)
+            return
+        for tp, off, rs in entries:
+            self.acks.attach(tp, off, rs)
+        for release in await self.txns.commit(self.acks.release([(tp, off) for tp, off, _ in entries])):
+            for event in release.events:  # faust's bookkeeping only: the source topic has acks off
+                await self.stream.ack(event)
 
     async def work_off(self, inst: Instance, variants: dict[str, VariantState], window: list[Item],
                        s: batching.BatchSettings, answers: list) -> None:

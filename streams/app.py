@@ -6,13 +6,17 @@
 - agents are declared with ``concurrency=1`` by their callers (issue #606 loses messages otherwise);
 - the web server is off unless a port is given (several workers share one host);
 - ``consumer_metadata_max_age_ms`` is short (5 s) so new partitions are seen within seconds, not 5 min;
-- no tables, so partition growth never trips ``PartitionsMismatch``.
+- no tables, so partition growth never trips ``PartitionsMismatch``;
+- the consumer reads committed records only (``isolation_level="read_committed"``, which faust sets only
+  with its own ``processing_guarantee="exactly_once"``, whose transactions follow faust's commit timer,
+  not a window): a worker never takes the output of an aborted or open transaction as its input.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import faust
+from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from streams import codec
 from streams.config import KafkaSettings
@@ -30,6 +34,22 @@ class AppSettings:
     rebalance_timeout_s: float = 20.0
 
 
+class _ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
+    def _create_worker_consumer(self, transport):
+        consumer = super()._create_worker_consumer(transport)
+        consumer._isolation_level = "read_committed"  # read by AIOKafkaConsumer.start(), which comes later
+        return consumer
+
+
+class _ReadCommittedConsumer(faust_aiokafka.Consumer):
+    def _new_consumer_thread(self):
+        return _ReadCommittedThread(self, loop=self.loop, beacon=self.beacon)
+
+
+class ReadCommittedTransport(faust_aiokafka.Transport):
+    Consumer = _ReadCommittedConsumer
+
+
 def make_app(s: AppSettings) -> faust.App:
     codec.register_with_faust()
     kw = {}
@@ -44,7 +64,7 @@ def make_app(s: AppSettings) -> faust.App:
         "web_enabled": True, "web_port": s.web_port, "web_bind": "127.0.0.1"}
     import tempfile
 
-    return faust.App(
+    app = faust.App(
         s.app_id,
         # faust writes a data folder even with in-memory stores; one per process, so replicas of a
         # stage on one host never share it
@@ -67,3 +87,5 @@ def make_app(s: AppSettings) -> faust.App:
         **web,
         **kw,
     )
+    app.transport = ReadCommittedTransport(app.conf.broker_consumer, app)
+    return app

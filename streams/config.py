@@ -10,6 +10,10 @@ cluster lists)) and ``min.insync.replicas`` ``SLIPSTREAM_MIN_INSYNC_REPLICAS`` (
 replication factor)); see ``streams.admin.replication``. Topic and consumer-group names start with
 ``SLIPSTREAM_TOPIC_PREFIX`` and ``SLIPSTREAM_GROUP_PREFIX`` (both ``slipstream`` by default;
 :func:`prefixes_from_env`, applied once per process by the CLI through ``streams.topics.use_prefixes``).
+
+``SLIPSTREAM_PROCESSING`` picks the delivery guarantee of the stage and join workers (:data:`PROCESSING`):
+``exactly-once`` (each window's outputs and input offsets in one Kafka transaction; ``agents.transactions``)
+or ``at-least-once`` (outputs delivered, then offsets committed; a crash can repeat a window).
 """
 from __future__ import annotations
 
@@ -22,6 +26,9 @@ from typing import Any, Mapping
 DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
 DEFAULT_PREFIX = "slipstream"
 _LEGAL_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,100}")  # Kafka's legal topic characters
+EXACTLY_ONCE, AT_LEAST_ONCE = "exactly-once", "at-least-once"
+PROCESSING = (EXACTLY_ONCE, AT_LEAST_ONCE)
+DEFAULT_PROCESSING = AT_LEAST_ONCE
 
 
 @dataclass(frozen=True)
@@ -34,8 +41,11 @@ class KafkaSettings:
     ssl_cafile: str | None = None
     replication_factor: int | None = None  # of the topics Slipstream creates; None: min(3, brokers)
     min_insync_replicas: int | None = None  # of those topics; None: min(2, replication factor)
+    processing: str = DEFAULT_PROCESSING  # the workers' delivery guarantee, one of PROCESSING
 
     def __post_init__(self) -> None:
+        if self.processing not in PROCESSING:
+            raise ValueError(f"processing must be one of {', '.join(PROCESSING)}, got {self.processing!r}")
         if not self.bootstrap or any(":" not in h for h in self.bootstrap.split(",")):
             raise ValueError(f"bootstrap must be host:port[,host:port...], got {self.bootstrap!r}")
         for name in ("replication_factor", "min_insync_replicas"):
@@ -55,7 +65,12 @@ class KafkaSettings:
             ssl_cafile=e.get("SLIPSTREAM_SSL_CAFILE"),
             replication_factor=_int(e, "SLIPSTREAM_REPLICATION_FACTOR"),
             min_insync_replicas=_int(e, "SLIPSTREAM_MIN_INSYNC_REPLICAS"),
+            processing=e.get("SLIPSTREAM_PROCESSING") or DEFAULT_PROCESSING,
         )
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.processing == EXACTLY_ONCE
 
     def ssl_context(self) -> ssl.SSLContext | None:
         if "SSL" not in self.security_protocol:

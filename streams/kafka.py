@@ -24,10 +24,51 @@ def producer(settings: KafkaSettings, **overrides: Any) -> AIOKafkaProducer:
     return AIOKafkaProducer(**settings.aiokafka_kwargs(), **kw)
 
 
+# A transaction begun right after the previous one committed is refused with CONCURRENT_TRANSACTIONS
+# until the coordinator has written the previous one's markers (KAFKA-5477; a millisecond or two here).
+# aiokafka retries that after a fixed 20 ms (its module constant BACKOFF_OVERRIDE, used for this case
+# only), or after retry_backoff_ms (100 ms by default) when the transaction already holds a partition:
+# each window's transaction would wait that long. Transactional producers retry these after 2 ms and
+# everything else after 20 ms (a broker that is away is asked 50 times a second, not 500).
+TXN_CONCURRENT_BACKOFF_MS, TXN_RETRY_BACKOFF_MS = 2, 20
+
+
+def transactional_producer(settings: KafkaSettings, transactional_id: str, **overrides: Any) -> AIOKafkaProducer:
+    """A producer whose sends and offset commits go in transactions (``agents.transactions``). Starting
+    it registers ``transactional_id`` with its coordinator: the previous producer of that id is fenced
+    and its open transaction aborted (a committing one is completed first)."""
+    from aiokafka.producer import sender
+
+    sender.BACKOFF_OVERRIDE = TXN_CONCURRENT_BACKOFF_MS / 1000
+    return producer(settings, transactional_id=transactional_id, **{"retry_backoff_ms": TXN_RETRY_BACKOFF_MS,
+                                                                   **overrides})
+
+
+async def send_offsets(prod: AIOKafkaProducer, offsets: Mapping[Any, int], group_id: str) -> None:
+    """Add consumer offsets ({(topic, partition): next offset}) of ``group_id`` to the open transaction.
+    aiokafka 0.14 sends TxnOffsetCommit v0: a group id only, no generation (KIP-447); fencing is by
+    transactional id (one per input partition)."""
+    from aiokafka import TopicPartition
+
+    await prod.send_offsets_to_transaction({TopicPartition(tp[0], tp[1]): o for tp, o in offsets.items()},
+                                           group_id)
+
+
+def is_fenced(prod: AIOKafkaProducer, exc: BaseException) -> bool:
+    """Has another producer taken this one's transactional id (so it may never commit again)?"""
+    from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
+
+    txn = getattr(prod, "_txn_manager", None)
+    return isinstance(exc, (ProducerFenced, InvalidProducerEpoch)) or bool(txn is not None and txn.is_fatal_error())
+
+
 def consumer(settings: KafkaSettings, *topics: str, group_id: str | None = None,
              **overrides: Any) -> AIOKafkaConsumer:
+    """Reads committed records only: outputs of an aborted or still open transaction (a worker killed
+    mid-window, a fenced zombie) are never seen. Without transactions this reads exactly what
+    read_uncommitted would."""
     kw = dict(group_id=group_id, auto_offset_reset="earliest", enable_auto_commit=group_id is not None,
-              metadata_max_age_ms=5000, fetch_max_wait_ms=50)
+              metadata_max_age_ms=5000, fetch_max_wait_ms=50, isolation_level="read_committed")
     kw.update(overrides)
     return AIOKafkaConsumer(*topics, **settings.aiokafka_kwargs(), **kw)
 

@@ -21,3 +21,32 @@ def test_forget_revoked_partitions():
     t.done("p0", 2)
     assert t.forget({"p0"}) == 1
     assert t.done("p0", 1) == []  # revoked: the new owner handles it
+
+
+def test_outputs_are_released_only_with_the_offset_that_passes_their_input():
+    """Exactly-once: an output may become visible only in the transaction whose committed offset
+    passes its input, so a window finishing before an earlier one of its partition waits for it."""
+    t = AckTracker()
+    for off in (10, 11, 12):
+        t.read("p0", off, f"e{off}")
+    t.attach("p0", 11, ["r11a", "r11b"])
+    t.attach("p0", 12, ["r12"])
+    assert t.release([("p0", 11), ("p0", 12)]) == []  # 10 still open: 11 and 12 must wait
+    t.attach("p0", 10, ["r10"])
+    (r,) = t.release([("p0", 10)])
+    assert (r.tp, r.events, r.outputs, r.next_offset) == ("p0", ["e10", "e11", "e12"],
+                                                          ["r10", "r11a", "r11b", "r12"], 13)
+    assert t.release([("p0", 10)]) == []  # released once
+
+
+def test_release_is_per_partition_and_ignores_revoked_inputs():
+    t = AckTracker()
+    t.read("p0", 1, "a")
+    t.read("p1", 7, "b")
+    t.attach("p1", 7, ["x"])
+    t.forget({"p1"})
+    t.attach("p1", 7, ["late"])  # revoked meanwhile: its new owner makes the output again
+    assert t.release([("p1", 7)]) == []
+    t.attach("p0", 1, ["y"])
+    (r,) = t.release([("p0", 1), ("p1", 7)])
+    assert (r.tp, r.outputs, r.next_offset) == ("p0", ["y"], 2)

@@ -47,3 +47,14 @@ def test_report_names_per_hop_delivery_and_end_to_end_with_ratios():
     assert "latency per hop, p99 (ms)                     2.00            1.00    2.00" in text
     assert "last transit to client, p50" in text and "end to end, 3 hops, p99" in text
     assert text.splitlines()[-1].endswith("0.25")
+
+
+def test_report_sets_exactly_once_beside_at_least_once_of_the_same_run():
+    lat = {f"{who}_{q}_ms_{k}": v for who, v in (("stage", 2.0), ("eos", 3.0), ("relay", 1.0))
+           for q in ("p50", "p99") for k in ("hop", "delivery", "e2e")}
+    tp = {"stage_msgs_per_s": 10.0, "eos_msgs_per_s": 8.0, "relay_msgs_per_s": 40.0}
+    runs = {**{k: [v, v] for k, v in lat.items()}, **{k: [v] for k, v in tp.items()}}
+    text = format_report({"latency": lat, "throughput": tp, "runs": runs})
+    assert "latency per hop, p99 (ms)                       2.00          3.00    1.50" in text
+    assert "one stage worker, msgs/s (batch 64)            10.00          8.00    0.80" in text
+    assert "  p99_ms_hop                  2.00      2.00 |      3.00      3.00 |      1.00      1.00" in text
