@@ -1,0 +1,64 @@
+"""The local three-broker cluster (`slipstream kafka up --brokers 3`): topics get replication 3 and
+min ISR 2 by default, and with one broker killed an idempotent acks=all producer still writes, nothing
+lost and nothing doubled. Starts and stops its own cluster (state in a temporary folder). That the
+restarted node rejoins is not asserted yet (docs/kafka.md: open)."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from streams import admin, broker, kafka as kclient
+from streams.config import KafkaSettings
+from streams.topics import TopicSpec
+
+from .helpers import drain
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = broker.local_cluster(3, "test", state=tmp_path / "cluster")
+    try:
+        broker.cluster_up(c, progress=lambda _: None)
+        yield c
+    finally:
+        broker.cluster_down(c, progress=lambda _: None)
+    assert all(broker.running_pid(n) is None for n in c.nodes)
+
+
+async def test_replicated_topics_survive_one_broker_killed(cluster, unique):
+    settings = KafkaSettings(bootstrap=cluster.bootstrap)
+    topic = f"{unique}.replicated"
+    assert await admin.ensure_topics(settings, [TopicSpec(topic, 2)]) == [topic]
+    async with admin.admin_client(settings) as a:
+        for _ in range(50):  # another broker may not have the new topic's metadata yet: bounded poll
+            (meta,) = await a.describe_topics([topic])
+            if meta["partitions"]:
+                break
+            await asyncio.sleep(0.1)
+        assert sorted(len(p["replicas"]) for p in meta["partitions"]) == [3, 3]
+        (cfg,) = await a.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                                          {"min.insync.replicas": None})])
+        assert {c[0]: c[1] for c in cfg.resources[0][4]}["min.insync.replicas"] == "2"
+        leaders = [p["leader"] for p in meta["partitions"]]
+    victim = cluster.nodes[leaders[0] - 1]
+    os.kill(broker.running_pid(victim), signal.SIGKILL)  # the leader of partition 0
+    prod = kclient.producer(settings, request_timeout_ms=30000)
+    await prod.start()
+    try:
+        futs = [await prod.send(topic, f"v{i}".encode(), key=f"k{i}".encode()) for i in range(60)]
+        await asyncio.wait_for(asyncio.gather(*futs), 60)
+    finally:
+        await prod.stop()
+    got = await drain(settings, topic, 60, timeout_s=60)
+    assert sorted(m.value for m in got) == sorted(f"v{i}".encode() for i in range(60))
+    cons = kclient.consumer(settings, group_id=None)
+    await cons.start()
+    try:
+        ends = await cons.end_offsets(await kclient.topic_partitions(cons, topic))
+    finally:
+        await cons.stop()
+    assert sum(ends.values()) == 60  # no record stored twice
