@@ -73,7 +73,8 @@ class LocalProcessActuator:
         self._replicas: dict[str, int] = {}
         self.grace_s = grace_s
         self._log_dir = log_dir
-        self._env = dict(env) if env is not None else None
+        # ``env`` adds to this process's environment (prefixes, SLIPSTREAM_PROCESSING, calibration...)
+        self._env = {**os.environ, **env} if env is not None else None
         self._workers: dict[str, list[Worker]] = {}
         self._desired: dict[str, int] = {}
         self.unexpected_exits = 0  # workers that exited without being asked to (crashes)

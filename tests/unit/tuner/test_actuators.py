@@ -168,3 +168,18 @@ def test_crash_loop_restarts_back_off():
         assert act.unexpected_exits == 3
     finally:
         act.close()
+
+
+def test_workers_get_this_environment_plus_the_given_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLIPSTREAM_PROCESSING", "exactly-once")  # e.g. a switch set for the whole run
+    printer = [sys.executable, "-c", "import os\nprint('env', os.environ.get('SLIPSTREAM_PROCESSING'), "
+               "os.environ.get('SLIPSTREAM_BOOTSTRAP'), flush=True)\nimport time\nwhile True: time.sleep(0.05)"]
+    act = LocalProcessActuator(lambda stage: printer, grace_s=1.0, log_dir=tmp_path,
+                               env={"SLIPSTREAM_BOOTSTRAP": "127.0.0.1:1"})
+    try:
+        act.set_replicas("s", 1)
+        log = next(tmp_path.glob("s-*.log"))
+        wait_until(lambda: b"env " in log.read_bytes())
+        assert b"env exactly-once 127.0.0.1:1" in log.read_bytes()
+    finally:
+        act.close()
