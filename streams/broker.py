@@ -354,17 +354,18 @@ def cluster_up(c: LocalCluster, timeout_s: float = 180.0, progress=print) -> lis
 
 
 def wait_cluster(c: LocalCluster, timeout_s: float = 180.0) -> None:
-    """Until every node runs and the cluster's metadata lists all of them."""
+    """Until every node runs and each one's metadata lists all of them (a client may ask any node: one
+    that lists fewer would have new topics created with a smaller replication factor)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for b in c.nodes:
             if running_pid(b) is None:
                 tail = b.stdout_file.read_text()[-2000:] if b.stdout_file.exists() else ""
                 raise BrokerError(f"kafka node {b.node_id} of cluster {c.name!r} is not running; last output:\n{tail}")
-        if is_ready(c.bootstrap, 2.0, c.brokers):
+        if all(is_ready(b.bootstrap, 2.0, c.brokers) for b in c.nodes):
             return
         time.sleep(0.5)  # polling separate processes: there is no event to wait on
-    raise BrokerError(f"cluster {c.name!r} did not list {c.brokers} brokers on {c.bootstrap} within "
+    raise BrokerError(f"cluster {c.name!r} did not list {c.brokers} brokers on every node of {c.bootstrap} within "
                       f"{timeout_s:.0f} s; see {c.state_dir}/node-*/logs/server.log")
 
 
