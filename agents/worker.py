@@ -51,6 +51,11 @@ MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
 # partition instead of one per 16 KiB (aiokafka's default batch).
 WINDOW_LINGER_MS = 1
 WINDOW_BATCH_BYTES = 1024 * 1024
+# An output over the broker's record limit (Kafka's default message.max.bytes, 1 MiB) is refused by
+# the producer itself, so it becomes an error result (``agents.delivery``). Refused by the broker
+# instead, it would fail an idempotent producer's batch and every later batch of that partition
+# (OutOfOrderSequenceNumber stops aiokafka's sender).
+MAX_OUTPUT_BYTES = 1_000_000
 __all__ = ["ExecutorFactory", "StageWorker", "check_all"]
 
 
@@ -82,7 +87,8 @@ class StageWorker:
         # exactly-once: one transactional producer per assigned input partition (opened on assignment)
         self.txns = PartitionTransactions(
             kafka, topics.consumer_group(pipe.name, stage), pipe, stage, self._delivery_failed,
-            linger_ms=WINDOW_LINGER_MS, max_batch_size=WINDOW_BATCH_BYTES) if kafka.exactly_once else None
+            linger_ms=WINDOW_LINGER_MS, max_batch_size=WINDOW_BATCH_BYTES, max_request_size=MAX_OUTPUT_BYTES
+        ) if kafka.exactly_once else None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -93,7 +99,7 @@ class StageWorker:
         mark("model-loaded", instances=len(self.fleet.instances))
         if self.txns is None:
             self.producer = kclient.producer(self.kafka, linger_ms=WINDOW_LINGER_MS,
-                                             max_batch_size=WINDOW_BATCH_BYTES)
+                                             max_batch_size=WINDOW_BATCH_BYTES, max_request_size=MAX_OUTPUT_BYTES)
             await self.producer.start()
             self.delivery = Delivery(self.producer, self.pipe, self.stage, self._delivery_failed)
         self.started.set()
