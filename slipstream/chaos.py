@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import signal
 import sys
 import threading
@@ -31,9 +30,9 @@ import yaml
 from loadgen import chaos
 from streams import broker, codec, kafka as kclient, topics
 from streams.app import AppSettings
+from slipstream.live import READY  # one parser of the worker's ready line
 from streams.config import KafkaSettings
 
-READY = re.compile(rb"slipstream-worker ready stage=\S+ partitions=[1-9]")
 FREEZE_S = AppSettings.session_timeout_s + 5.0  # past the worker's consumer-group session timeout
 
 
@@ -231,6 +230,19 @@ def drop_topics(settings: KafkaSettings, pipe) -> None:
         click.echo(f"could not delete the topics of {pipe.name}: {exc}", err=True)
 
 
+def tear_down(stack, settings: KafkaSettings, pipe, cluster, started: bool) -> int:
+    """Stop every process of the run, delete its topics, and stop the broker or cluster if this run
+    started it; returns the supervisor's restart count."""
+    restarts = stack.restarts
+    stack.stop()
+    drop_topics(settings, pipe)
+    if started and cluster.local is not None:
+        broker.cluster_down(cluster.local, progress=click.echo)
+    elif started and cluster.single is not None:
+        broker.down(cluster.single, progress=click.echo)
+    return restarts
+
+
 def interrupt_on_sigterm() -> None:
     """SIGTERM ends a run like Ctrl-C: the supervisor stops every process it started."""
     def handler(signum, frame):
@@ -387,13 +399,7 @@ def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
                  "sent": sent, "results": records}) + "\n")
             click.echo(chaos.format_table([out]).splitlines()[-1] + (f"  [{out.note}]" if out.note else ""))
     finally:
-        restarts = stack.restarts
-        stack.stop()
-        drop_topics(settings, pipe)
-        if started and cluster.local is not None:
-            broker.cluster_down(cluster.local, progress=click.echo)
-        elif started and cluster.single is not None:
-            broker.down(cluster.single, progress=click.echo)
+        restarts = tear_down(stack, settings, pipe, cluster, started)
     title = (f"slipstream chaos: {pipe.name}, {cluster.brokers} broker(s), {opts.trace}, fault at "
              f"{opts.fault_at_s:g} s; {restarts} process restart(s) by the supervisor")
     text = f"{title}\n\n{chaos.format_table(outcomes)}\n\nnotes:\n" + "\n".join(

@@ -20,7 +20,7 @@ import numpy as np
 
 from loadgen import soak
 from loadgen.chaos import window_attainment
-from slipstream.chaos import Stack, drop_topics, fresh_pipeline, interrupt_on_sigterm, use_cluster
+from slipstream.chaos import Stack, fresh_pipeline, interrupt_on_sigterm, tear_down, use_cluster
 from streams import broker, kafka as kclient, topics
 from streams.config import KafkaSettings
 
@@ -158,13 +158,7 @@ def run_soak(opts: SoakOptions) -> str:
         click.echo(f"soak: {pipe.name}, {spec}, {cluster.brokers} broker(s); sampling every {opts.sample_s:g} s")
         outcome = asyncio.run(main())
     finally:
-        restarts = stack.restarts
-        stack.stop()
-        drop_topics(settings, pipe)
-        if started and cluster.local is not None:
-            broker.cluster_down(cluster.local, progress=click.echo)
-        elif started and cluster.single is not None:
-            broker.down(cluster.single, progress=click.echo)
+        restarts = tear_down(stack, settings, pipe, cluster, started)
     by_id = outcome.collector.results
     sent_idx = np.flatnonzero(outcome.sent_mask)
     ids = [schedule.request_id(run_id, int(j)) for j in sent_idx]
