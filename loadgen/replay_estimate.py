@@ -25,8 +25,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from loadgen.report import Summary, scale_events
-from planner.estimator import ReplicaChange, SimResult, simulate
-from planner.sim.params import Network, ServiceTime, Transit
+from planner.estimator import ReplicaChange, SimResult, network_for, simulate
+from planner.sim.params import Network, ServiceTime
 from planner.plan import Plan
 from planner.problem import Problem
 from planner.results import nearest_rank
@@ -147,8 +147,7 @@ def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequen
     """The estimator on this run's arrivals and replica changes, against what was measured."""
     sim = simulate(problem, plan, run_arrivals(results), seed=seed, schedule=tuple(run_changes(summary, plan)),
                    **sim_options)
-    network = sim_options.get("network") or problem.network or \
-        Network.every_hop(Transit.constant(sim_options.get("hop_ms", problem.hop_ms)))
+    network = network_for(problem, sim_options.get("network"), sim_options.get("hop_ms"))
     service = sim_options.get("service") or problem.service
     return replace(compare(summary, results, sim),
                    components=components(problem, plan, results, network, service, seed))

@@ -120,10 +120,11 @@ def slowdown(starts_ns: np.ndarray, factor: np.ndarray, window_s: float = None) 
 
 
 def fit(results: Iterable[Mapping[str, Any]], curves: Mapping[tuple[str, str], LatencyCurve],
-        hardware_of: Mapping[tuple[str, str], str], source: str = "", cores: float | None = None) -> dict:
+        hardware_of: Mapping[tuple[str, str], str], source: str = "", cores: float | None = None,
+        min_batches: int = 1) -> dict:
     """The calibration document of a run. ``curves``: (variant, hardware) -> uncalibrated curve;
     ``hardware_of``: (stage, variant) -> the hardware that ran it; ``cores``: the host's (default:
-    this machine's)."""
+    this machine's); ``min_batches``: fewer batches than this is too little to fit."""
     import os
 
     results = list(results)
@@ -136,6 +137,8 @@ def fit(results: Iterable[Mapping[str, Any]], curves: Mapping[tuple[str, str], L
         raise CalibrationFitError("no hop carries received_ns: the run was made before hop timings recorded "
                                   "it; run it again with this version")
     runs = [(w, s, f, *info) for (w, s, f), info in batches(results).items()]
+    if len(runs) < min_batches:
+        raise CalibrationFitError(f"{len(runs)} batches ran; a fit needs {min_batches}")
     keys = {}
     ratio, group, spans = [], [], []
     for _w, s, f, stage, variant, b in runs:

@@ -44,6 +44,16 @@ FANOUT_DISTS = ("round", "poisson")
 METHODS = ("auto", "events")
 
 
+def network_for(problem: Problem, network: Network | None = None, hop_ms: float | None = None) -> Network:
+    """The Kafka transits a simulation uses: ``network``; else a constant ``hop_ms`` on every hop; else
+    the problem's network (a calibration's); else the problem's ``hop_ms`` on every hop."""
+    if network is not None:
+        return network
+    if hop_ms is None and problem.network is not None:
+        return problem.network
+    return Network.every_hop(Transit.constant(problem.hop_ms if hop_ms is None else hop_ms))
+
+
 def simulate(problem: Problem, plan: Plan, arrivals_s: np.ndarray | None = None, *,
              seed: int | None = None, schedule: Sequence[ReplicaChange] = (),
              activation_s: float | None = None, hop_ms: float | None = None, fanout_dist: str = "round",
@@ -72,9 +82,7 @@ def simulate(problem: Problem, plan: Plan, arrivals_s: np.ndarray | None = None,
     for name, v in (("activation_s", act_s), ("pause_s", pause_s)):
         if v is not None and not v >= 0:
             raise ValueError(f"{name} must be >= 0, got {v!r}")
-    if network is None:
-        network = problem.network if hop_ms is None and problem.network is not None else \
-            Network.every_hop(Transit.constant(problem.hop_ms if hop_ms is None else hop_ms))
+    network = network_for(problem, network, hop_ms)
     service = problem.service if service is None else service
     host = problem.host if host is None else host
     names = problem.topo_order

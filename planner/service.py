@@ -164,12 +164,10 @@ class Replanner:
         fit (``refit_min_batches``) or nothing fits."""
         if not self.settings.refit_min_batches or plan is None:
             return self
-        if len(calibrate.batches(results)) < self.settings.refit_min_batches:
-            return self
         hardware_of = {(sp.stage, a.variant): a.hardware for sp in plan.stages for a in sp.assignments}
         try:
             doc = calibrate.fit(results, calibrate.profiled_curves(self.base, self.calibration), hardware_of,
-                                source="results topic")
+                                source="results topic", min_batches=self.settings.refit_min_batches)
         except calibrate.CalibrationFitError:
             return self
         return replace(self, base=calibrate.recalibrated(self.base, doc, self.calibration), calibration=doc)

@@ -252,13 +252,11 @@ def estimate_live(problem, plan, summary, report_dir: Path, opts: LiveOptions):
     """The estimator on the run's own arrivals and replica changes (``loadgen.replay_estimate``),
     written next to the report as ``estimate.txt``."""
     from loadgen.replay_estimate import estimate_run, format_like_for_like
-    from planner.estimator import Network, Transit
+    from planner.estimator import Transit, network_for
 
     results = [json.loads(line) for line in (report_dir / "results.jsonl").read_text().splitlines() if line]
     # a result's finished_ns is stamped before the hop to the results topic: leave that hop out
-    hop = Transit.constant(problem.hop_ms)
-    net = problem.network or Network(hop, hop, hop, Transit.constant(0.0))  # a calibration's, if any
     est = estimate_run(problem, plan, summary, results, seed=opts.seed, activation_s=opts.activation_s,
-                       network=replace(net, to_results=Transit.constant(0.0)))
+                       network=replace(network_for(problem), to_results=Transit.constant(0.0)))
     (report_dir / "estimate.txt").write_text(format_like_for_like(est) + "\n")
     return est
