@@ -221,11 +221,10 @@ def with_validation(plan: Plan, **changes: Any) -> Plan:
     return replace(plan, **changes)
 
 
-def capacity_ok(problem: Problem, plan: Plan, rate_qps: float | None = None) -> bool:
+def utilisation(problem: Problem, plan: Plan, rate_qps: float | None = None) -> dict[str, float]:
+    """Per stage: its arrival rate over its replicas' profiled throughput at their planned batch."""
+    out = {}
     for sp in plan.stages:
-        lam = problem.stage_rate(sp.stage, rate_qps)
         cap = sum(a.replicas * config_of(problem, sp.stage, a, rate_qps).throughput_qps for a in sp.assignments)
-        if cap + 1e-9 < lam:
-            return False
-    return True
-
+        out[sp.stage] = problem.stage_rate(sp.stage, rate_qps) / cap if cap > 0 else math.inf
+    return out

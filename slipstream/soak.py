@@ -84,6 +84,11 @@ class SoakOptions:
     mode: str = "milp"
     replan_s: float = 30.0
     seed: int = 0
+    trace: str | None = None  # a trace spec (docs/loadgen.md) in place of Poisson at rate_qps
+
+    @property
+    def spec(self) -> str:
+        return self.trace or f"poisson:rate={self.rate_qps:g},duration={self.minutes * 60:g}"
 
 
 def run_soak(opts: SoakOptions) -> str:
@@ -103,7 +108,7 @@ def run_soak(opts: SoakOptions) -> str:
     pipe = load_pipeline(path)
     store = ProfileStore(opts.profiles_dir)
     profile_missing(pipe, store)
-    spec = f"poisson:rate={opts.rate_qps:g},duration={opts.minutes * 60:g}"
+    spec = opts.spec
     arrivals = _trace(spec, opts.seed)
     payload = _payload_factory(pipe, None)(0)
     stack = Stack(pipe, path, store, settings, report / "logs", mode=opts.mode, sample=arrivals[arrivals < 60],
