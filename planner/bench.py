@@ -65,6 +65,7 @@ class BenchResult:
     sim_requests: int
     sim_stage_visits: int
     sim_wall_s: float
+    sim_cpu_s: float  # this process's CPU seconds in the same run: steadier than wall on a shared machine
     sim_events_wall_s: float
     rows: tuple[ModeRow, ...]
 
@@ -116,18 +117,19 @@ def four_stage(s: BenchSettings, rate: float, trace: np.ndarray) -> Problem:
                           rate_qps=rate, slo_ms=s.slo_ms, arrivals_s=trace)
 
 
-def estimator_speed(s: BenchSettings) -> tuple[int, int, float, float]:
-    """(requests, request-stage visits, wall s by default, wall s through the event loop)."""
+def estimator_speed(s: BenchSettings) -> tuple[int, int, float, float, float]:
+    """(requests, request-stage visits, wall s and CPU s by default, wall s through the event loop)."""
     trace = poisson_trace(s.sim_rate, s.sim_seconds, s.seed)
     p = four_stage(s, s.sim_rate, trace[trace < 30.0])
     plan = make_planner("milp").plan(p)
-    walls = []
+    walls, cpus = [], []
     for method in ("auto", "events"):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         res = simulate(p, plan, trace, method=method)
         walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
     visits = int(np.sum(~np.isnan(res.stage_ms)))
-    return res.requests, visits, walls[0], walls[1]
+    return res.requests, visits, walls[0], cpus[0], walls[1]
 
 
 def top_variants_only(p: Problem) -> Problem:
@@ -162,9 +164,9 @@ def compare_modes(s: BenchSettings) -> tuple[ModeRow, ...]:
 
 def run(s: BenchSettings = BenchSettings()) -> BenchResult:
     times, n_cfg = solve_times(s)
-    n_req, visits, wall, events_wall = estimator_speed(s)
+    n_req, visits, wall, cpu, events_wall = estimator_speed(s)
     rows = compare_modes(s)
-    return BenchResult(machine(), commit(), times, n_cfg, n_req, visits, wall, events_wall, rows)
+    return BenchResult(machine(), commit(), times, n_cfg, n_req, visits, wall, cpu, events_wall, rows)
 
 
 def render(r: BenchResult, s: BenchSettings) -> None:
@@ -181,7 +183,8 @@ def render(r: BenchResult, s: BenchSettings) -> None:
                   f"{med / 1.0:.2f}x of 1 s")
     con.print(t)
     con.print(f"estimator: {r.sim_requests:,} requests ({r.sim_stage_visits:,} request-stage visits) of "
-              f"{s.sim_seconds:.0f} s at {s.sim_rate:.0f} qps through 4 stages in {r.sim_wall_s:.2f} s = "
+              f"{s.sim_seconds:.0f} s at {s.sim_rate:.0f} qps through 4 stages in {r.sim_wall_s:.2f} s "
+              f"({r.sim_cpu_s:.2f} s CPU) = "
               f"{r.sim_qps:,.0f} requests/s, {r.sim_stage_visits / r.sim_wall_s:,.0f} visits/s; "
               f"an hour at 300 qps would take ~{300 * 3600 / r.sim_qps:.1f} s (goal 3 s); "
               f"through the event loop {r.sim_events_wall_s:.2f} s "

@@ -10,7 +10,8 @@ What a stage worker does, exactly (the simulator in ``planner.estimator`` replay
 3. The window is worked off in sub-batches. :func:`decide` drops every request that cannot finish by
    its deadline even in a batch of one (a ``dropped`` result with a reason, never a late answer), then
    runs the largest FIFO prefix whose earliest deadline the predicted batch latency still meets; the
-   rest is deferred to the next sub-batch, decided again at the new time.
+   rest is deferred to the next sub-batch, decided again at the new time. :func:`whole_ns` is its
+   common case (the whole window runs as one batch) on its own, for loops that need no ``Decision``.
 4. Only when the whole window is done (every output produced) are its input offsets committed.
 
 A new ``BatchSettings`` (hot reconfiguration) is read only at step 2, i.e. at a batch boundary.
@@ -40,7 +41,7 @@ class BatchSettings:
         return cls(max_batch, int(round(batch_timeout_ms * NS_PER_MS)), drop_late)
 
 
-class Decision(NamedTuple):  # a NamedTuple: built once per sub-batch in the estimator's hot loop
+class Decision(NamedTuple):
     run: tuple[int, ...]  # window indices to run now, FIFO order
     drop: tuple[int, ...]  # window indices that cannot meet their deadline
     defer: tuple[int, ...]  # window indices left for the next sub-batch
@@ -64,6 +65,18 @@ def window_size(queued: int, s: BatchSettings) -> int:
     return min(queued, s.max_batch)
 
 
+def whole_ns(deadlines_ns: Sequence[int], now_ns: int, predict_ns: Callable[[int], int], s: BatchSettings) -> int:
+    """:func:`decide`'s common case on its own, with no ``Decision`` built: the predicted latency when
+    the whole (non-empty) window runs as one batch, nothing dropped or deferred; -1 when it does not."""
+    lat = predict_ns(len(deadlines_ns))
+    if not s.drop_late:
+        return lat
+    earliest = min(deadlines_ns)
+    if earliest >= now_ns + lat and earliest >= now_ns + predict_ns(1):
+        return lat
+    return -1
+
+
 def decide(deadlines_ns: Sequence[int], now_ns: int, predict_ns: Callable[[int], int],
            s: BatchSettings) -> Decision:
     """Split a FIFO window into (run, drop, defer) given each item's deadline and a latency predictor.
@@ -74,22 +87,14 @@ def decide(deadlines_ns: Sequence[int], now_ns: int, predict_ns: Callable[[int],
     n = len(deadlines_ns)
     if n == 0:
         return Decision((), (), (), 0, now_ns)
-    if not s.drop_late:
-        lat = predict_ns(n)
+    lat = whole_ns(deadlines_ns, now_ns, predict_ns, s)
+    if lat >= 0:  # nothing doomed, all fits: the common case
         return Decision(tuple(range(n)), (), (), lat, now_ns + lat)
     alone = now_ns + predict_ns(1)
-    earliest_all = min(deadlines_ns)
-    if earliest_all >= alone:  # nothing doomed: the common case, decided without building lists
-        lat = predict_ns(n)
-        if earliest_all >= now_ns + lat:
-            return Decision(tuple(range(n)), (), (), lat, now_ns + lat)
-        drop: tuple[int, ...] = ()
-        live = list(range(n))
-    else:
-        drop = tuple(i for i, d in enumerate(deadlines_ns) if d < alone)
-        live = [i for i, d in enumerate(deadlines_ns) if d >= alone]
-        if not live:
-            return Decision((), drop, (), 0, now_ns)
+    drop = tuple(i for i, d in enumerate(deadlines_ns) if d < alone)
+    live = [i for i, d in enumerate(deadlines_ns) if d >= alone]
+    if not live:
+        return Decision((), drop, (), 0, now_ns)
     # largest prefix whose earliest deadline is met; b=1 always qualifies by construction
     earliest = []
     m = deadlines_ns[live[0]]

@@ -7,8 +7,8 @@ queue can say when the next window will be ready without an event per arrival.
 
 :class:`Server` is one model thread. The agent loop of ``streams.batching`` is split between them:
 the queue decides when a window is taken (:func:`next_window`: ``ready``, ``window_size``) and hands
-it to the free server that has waited longest; the server works it off in sub-batches (``decide``),
-one batch at a time on the group's host. In ``instances`` mode c servers share one queue; in
+it to the free server that has waited longest; the server works it off in sub-batches (``whole_ns``,
+else ``decide``), one batch at a time on the group's host. In ``instances`` mode c servers share one queue; in
 ``rebalance`` mode each server has its own (``planner.sim.groups``).
 
 Same-instant rule: a queue never takes a window in the middle of an instant. Arrivals and freed
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from planner.sim.engine import WAKE
 from planner.sim.params import next_fetch
-from streams.batching import BatchSettings, decide, flush_due_ns, ready, window_size
+from streams.batching import BatchSettings, Decision, decide, flush_due_ns, ready, whole_ns, window_size
 
 if TYPE_CHECKING:
     from planner.sim.groups import Group
@@ -52,7 +52,8 @@ def next_window(times: list[int], head: int, earliest: int, s: BatchSettings) ->
     (``batching.ready`` must agree, ``batching.window_size`` sizes it)."""
     due = window_due(times, head, s)
     t = due if due > earliest else earliest
-    queued = bisect_right(times, t, head) - head
+    full = head + s.max_batch  # no need to count past a max batch: ready and window_size cap there
+    queued = bisect_right(times, t, head, full if full < len(times) else len(times)) - head
     if not ready(queued, times[head], t, s):
         raise AssertionError(f"batching.ready disagrees with the simulator: not ready at {t} ns")
     return t, window_size(queued, s)
@@ -195,29 +196,37 @@ class Server:
         return self.work(now)
 
     def work(self, now: int) -> bool:
-        """Start the next sub-batch of the window (``batching.decide``); False when none runs."""
+        """Start the next sub-batch of the window (``batching.whole_ns``, else ``decide``); False when
+        none runs."""
         g = self.group
-        wr = self.win_r
-        d = decide(list(map(g.deadline, wr)), now, g.predict, g.settings)
-        if d.drop:
-            g.log.drops([wr[i] for i in d.drop], g.stage.index, now, g.predict(1))
-        run = d.run
-        if len(run) == len(wr):
-            self.br, self.bs = wr, self.win_s
+        dls = list(map(g.deadline, self.win_r))
+        lat = whole_ns(dls, now, g.predict, g.settings)
+        if lat >= 0:
+            self.br, self.bs = self.win_r, self.win_s
             self.win_t = self.win_r = self.win_s = []
-        elif not run:
-            self.win_t = self.win_r = self.win_s = []
-            return False
         else:
-            wt, ws, defer = self.win_t, self.win_s, d.defer
-            self.br = [wr[i] for i in run]
-            self.bs = [ws[i] for i in run]
-            self.win_t, self.win_r, self.win_s = [wt[i] for i in defer], [wr[i] for i in defer], [ws[i] for i in defer]
+            lat = self.split(decide(dls, now, g.predict, g.settings), now)
+            if lat < 0:
+                return False
         self.busy = True
-        work = d.predicted_ns if g.factor is None else int(d.predicted_ns / g.margin * g.factor(now))
+        work = lat if g.factor is None else int(lat / g.margin * g.factor(now))
         g.host.run(self, work, now, self.key)
         self.key += 1
         return True
+
+    def split(self, d: Decision, now: int) -> int:
+        """Log the window's drops, keep ``d.run`` as the batch and ``d.defer`` as the window's rest;
+        the batch's predicted latency, or -1 when nothing runs."""
+        g, wt, wr, ws = self.group, self.win_t, self.win_r, self.win_s
+        if d.drop:
+            g.log.drops([wr[i] for i in d.drop], g.stage.index, now, g.predict(1))
+        if not d.run:
+            self.win_t = self.win_r = self.win_s = []
+            return -1
+        self.br, self.bs = [wr[i] for i in d.run], [ws[i] for i in d.run]
+        defer = d.defer
+        self.win_t, self.win_r, self.win_s = [wt[i] for i in defer], [wr[i] for i in defer], [ws[i] for i in defer]
+        return d.predicted_ns
 
     def fire(self, now: int, token: object) -> None:
         """``token`` None: the running batch is done. Else the end of a pause (stale unless current)."""

@@ -4,8 +4,9 @@ Without a shared host (``HostModel``), a tuner schedule, random service times, r
 fetch cadences, what happens at a stage depends only on the items produced to it. So the stages can
 run one after another in topological order, each on its complete input, and a queue needs no event
 heap: a window starts when ``next_window`` says (``batching.ready`` agreeing, ``window_size`` items),
-at the earliest on the first free server and never before the previous window (FIFO); its
-sub-batches follow one another by ``batching.decide``. With deterministic service,
+at the earliest on the first free server and never before the previous window (FIFO); it runs
+whole when ``batching.whole_ns`` says so (``decide``'s common case, no ``Decision`` built), else
+its sub-batches follow one another by ``batching.decide``. With deterministic service,
 which server runs a window changes nothing, so the servers are just a heap of free times.
 
 What a stage produces is handed to its children in the order the event loop would produce it
@@ -27,7 +28,7 @@ from planner.sim.params import HostModel, Network, ReplicaChange, ServiceTime
 from planner.sim.servers import SUB_BITS, next_window
 from planner.sim.stages import Stage
 from planner.sim.world import World
-from streams.batching import Decision, decide
+from streams.batching import Decision, decide, whole_ns
 
 CLIENT = -1  # the producer of the source stage's items
 
@@ -134,14 +135,14 @@ def serve_queue(g: InstanceGroup | PartitionGroup, times: list[int], dls: list[i
     while h < n:
         t, w = next_window(times, h, t if t > free[0] else free[0], s)
         e = h + w
-        d = decide(dls[h:e], t, predict, s)
-        if len(d.run) == w:  # the whole window in one batch: the common case
-            end = d.finish_ns
+        lat = whole_ns(dls[h:e], t, predict, s)
+        if lat >= 0:  # the whole window in one batch: the common case
+            end = t + lat
             add_fin(end)
             add_off(h)
             add_n(w)
         else:
-            end = _work_off(g, d, t, list(range(h, e)), dls, reqs, out)
+            end = _work_off(g, decide(dls[h:e], t, predict, s), t, list(range(h, e)), dls, reqs, out)
         replace(free, end)
         h = e
     out.windows += len(out.fin)

@@ -75,3 +75,25 @@ def test_decide_matches_the_plain_reference_on_random_windows():
         per_item = rng.randint(0, 10)
         d = decide(deadlines, 0, lambda b: (10 + per_item * b) * MS, S)
         assert (d.run, d.drop, d.defer) == reference_decide(deadlines, 0, lambda b: (10 + per_item * b) * MS)
+
+
+def test_whole_ns_is_decides_whole_window_case_on_random_windows():
+    """The shared fast path (the estimator's per-window call) agrees with decide and the reference on
+    random windows, times and predictors, non-monotone ones (a measured profile can be) included."""
+    import random
+    from streams.batching import whole_ns
+    rng = random.Random(11)
+    for _ in range(5000):
+        n = rng.randint(1, 8)
+        now = rng.randint(0, 50) * MS
+        deadlines = [rng.randint(0, 150) * MS for _ in range(n)]
+        table = [0] + [rng.randint(1, 60) * MS for _ in range(8)]
+        if rng.random() < 0.5:
+            table = sorted(table)
+        s = BatchSettings.from_ms(8, 10, drop_late=rng.random() < 0.9)
+        d = decide(deadlines, now, table.__getitem__, s)
+        lat = whole_ns(deadlines, now, table.__getitem__, s)
+        assert (lat >= 0) == (d.run == tuple(range(n))), (deadlines, now, table)
+        assert lat < 0 or (lat, now + lat) == (d.predicted_ns, d.finish_ns)
+        if s.drop_late:
+            assert (d.run, d.drop, d.defer) == reference_decide(deadlines, now, table.__getitem__)

@@ -1,0 +1,122 @@
+"""The estimator's full output on fixed problems, pinned: a speed-up must not change one number.
+
+Each case digests every per-request array of the ``SimResult`` (arrival, latency, drops, first-drop
+stage and info, per-stage residence) and its batch and event counts. The digests were recorded before
+the ``batching.whole_ns`` fast path and the bounded window count; a change that alters them changes
+what the estimator predicts, so it must say why and record the new digests (a failing case prints its own).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from planner.estimator import HostModel, Network, ReplicaChange, ServiceTime, Transit, simulate
+from planner.plan import Assignment
+from planner.problem import parse_problem
+from planner_builders import example_problem_doc, single_plan
+
+
+def chain4(slo_ms: float):
+    """Four stages in a chain at 300 qps, shaped like ``bench planner``'s (batches 2-8, 2-4 replicas)."""
+    stages = [{"name": f"s{i}", "variants": [{"name": "v", "accuracy": 0.9, "latency_ms": {"cpu": {
+        "1": 4 + i, "2": 6 + i, "4": 9 + 2 * i, "8": 15 + 2 * i}}}]} for i in range(4)]
+    p = parse_problem({"slo_ms": slo_ms, "seed": 3, "arrival": {"rate_qps": 300, "sim_seconds": 30},
+                       "hardware": {"cpu": {"cost_per_hour": 1.0}}, "stages": stages,
+                       "edges": [{"from": f"s{i}", "to": f"s{i + 1}"} for i in range(3)]})
+    plan = single_plan({f"s{i}": [Assignment("v", "cpu", b, c, 1.0, t)]
+                        for i, (b, c, t) in enumerate([(2, 4, 3.0), (4, 3, 9.0), (8, 2, 21.0), (8, 4, 21.0)])})
+    return p, plan
+
+
+def example():
+    """docs/planner.md's example: detect (two replica groups) fans out 1.5x to classify."""
+    p = parse_problem(example_problem_doc(120, sim_seconds=40))
+    plan = single_plan({"detect": [Assignment("det-s", "gpu", 8, 1, 1.0, 5.0),
+                                   Assignment("det-s", "cpu", 4, 2, 0.3, 20.0)],
+                        "classify": [Assignment("cls", "cpu", 4, 2, 1.0, 10.0)]})
+    return p, plan
+
+
+def calibrated():
+    """The example with a calibration's Kafka transits and fetch cadence, service spread and shared host."""
+    p, plan = example()
+    return replace(p, **CALIBRATED), plan
+
+
+CALIBRATED = dict(network=Network(ingress=Transit.lognormal(2.0, 0.5), between=Transit.shifted_exponential(1.0, 2.0),
+                                  to_join=Transit.constant(1.0), to_results=Transit.lognormal(1.5, 0.3, 0.5),
+                                  fetch_interval_ms=5.0),
+                  service=ServiceTime("lognormal", cv=0.3), host=HostModel(6.0, background_cores=0.5))
+SCHEDULE = [ReplicaChange(10.0, "detect", 2), ReplicaChange(25.0, "classify", 1)]
+
+CASES = {
+    "chain4-auto": (lambda: chain4(300.0), {}),
+    "chain4-events": (lambda: chain4(300.0), {"method": "events"}),
+    "chain4-tight-auto": (lambda: chain4(70.0), {}),
+    "chain4-tight-events": (lambda: chain4(70.0), {"method": "events"}),
+    "chain4-tight-rebalance-hop": (lambda: chain4(70.0), {"scaling": "rebalance", "hop_ms": 1.5}),
+    "chain4-tight-no-drops": (lambda: chain4(70.0), {"drop_late": False}),
+    "example-round": (example, {}),
+    "example-poisson-events": (example, {"fanout_dist": "poisson", "method": "events"}),
+    "example-schedule-rebalance": (example, {"schedule": SCHEDULE, "scaling": "rebalance", "pause_s": 2.0}),
+    "example-calibrated": (calibrated, {}),
+    "example-calibrated-schedule": (calibrated, {"schedule": SCHEDULE, "activation_s": 3.0}),
+}
+
+DIGESTS = {
+    "chain4-auto": "80382ce4658854921cbb",
+    "chain4-events": "1460dddaf67d9e3019c8",
+    "chain4-tight-auto": "6ec1b8034823581eddda",
+    "chain4-tight-events": "05f206a2b7422e7f6786",
+    "chain4-tight-rebalance-hop": "caffedc40783fc6266d6",
+    "chain4-tight-no-drops": "80382ce4658854921cbb",
+    "example-round": "a577343ac1dec56f06c5",
+    "example-poisson-events": "f6bb9bb6e0ef7b4b4098",
+    "example-schedule-rebalance": "8635e8963e26e10da9cc",
+    "example-calibrated": "43c8a77240d8f4138998",
+    "example-calibrated-schedule": "e1407b926cf0cf655f06",
+}
+
+
+def digest(res) -> str:
+    h = hashlib.sha256()
+    for a in (res.arrival_s, res.latency_ms, res.dropped, res.drop_stage, res.drop_info_ns, res.stage_ms):
+        h.update(np.ascontiguousarray(a).tobytes())
+    h.update(f"{res.batches} {res.events}".encode())
+    return h.hexdigest()[:20]
+
+
+def run(case: str):
+    make, options = CASES[case]
+    p, plan = make()
+    return simulate(p, plan, **options)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_estimators_output_is_unchanged(case):
+    res = run(case)
+    assert res.requests > 1000
+    assert digest(res) == DIGESTS[case], (f"{case}: the estimator's output changed (digest {digest(res)}; "
+                                          f"{int(res.dropped.sum())} dropped, p99 {res.p99_ms} ms)")
+
+
+def test_the_cases_reach_every_branch_of_the_batching_policy(monkeypatch):
+    """Drops, and sub-batches that defer the rest of a window, in both the stage-by-stage path and
+    the event loop (a spy on the real ``decide``)."""
+    from planner.sim import servers, stagewise
+    from streams import batching
+    seen = []
+
+    def spy(*args):
+        d = batching.decide(*args)
+        seen.append((bool(d.drop), bool(d.defer)))
+        return d
+    for module in (servers, stagewise):
+        seen.clear()
+        monkeypatch.setattr(module, "decide", spy)
+        for case in ("chain4-tight-auto", "chain4-tight-events"):
+            run(case)
+        assert any(drop for drop, _ in seen) and any(defer for _, defer in seen), module.__name__
