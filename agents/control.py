@@ -3,7 +3,9 @@
 A ``StageConfig`` is accepted only if it is for this pipeline and stage, has a higher epoch than the
 config in force, names variants and hardware the pipeline spec knows, and has sane batching numbers.
 Anything else is rejected with a reason (logged and counted by the worker) and the last good config
-stays. Pure functions: the worker applies an accepted config at the next batch boundary.
+stays; so is a config whose ``digests`` pin a model other than the one a variant loads (checked by the
+worker as it loads, ``agents.executors.pinned``). Pure functions: the worker applies an accepted config
+at the next batch boundary.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ class ActiveConfig:
     epoch: int = -1  # -1: the spec's defaults, before any control record
     routing: Mapping[str, float] = field(default_factory=dict)  # variant -> share (Loki)
     replicas: int = 1
+    digests: Mapping[str, str] = field(default_factory=dict)  # variant -> pinned model digest
 
     @property
     def variants(self) -> tuple[str, ...]:
@@ -46,7 +49,8 @@ def accept(pipe: Pipeline, stage: str, rec: Mapping[str, Any], current: ActiveCo
     spec = pipe.stage(stage)
     known = {v.name for v in spec.variants}
     routing = {k: float(v) for k, v in (rec.get("routing") or {}).items()}
-    for v in (rec["variant"], *routing):
+    digests = dict(rec.get("digests") or {})
+    for v in (rec["variant"], *routing, *digests):
         if v not in known:
             return None, f"unknown variant {v!r} (stage {stage} has {sorted(known)})"
     if routing and (any(w < 0 for w in routing.values()) or sum(routing.values()) <= 0):
@@ -61,7 +65,7 @@ def accept(pipe: Pipeline, stage: str, rec: Mapping[str, Any], current: ActiveCo
         return None, f"replicas must be >= 1, got {rec.get('replicas')}"
     return ActiveConfig(rec["variant"], rec["hardware"], int(rec["max_batch"]),
                         float(rec["batch_timeout_ms"]), int(rec["epoch"]), routing,
-                        int(rec.get("replicas", 1))), ""
+                        int(rec.get("replicas", 1)), digests), ""
 
 
 def choose_variant(request_id: str, accuracy_floor: float | None, cfg: ActiveConfig,

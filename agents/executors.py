@@ -11,6 +11,8 @@ the session, sets ``device`` from what it actually got, and logs a warning on a 
 
 Every executor carries ``digest``, the short sha256 of what it runs: the ONNX file, or a torch module's
 weights ("" for a model-free stage), so configs, hop timings and metrics can name the model version.
+A pin (``params.digest`` of a spec variant, ``StageConfig.digests``) names the digest a variant must
+load; :func:`check_digest` refuses any other model (:class:`DigestMismatch`) rather than serve it.
 
 Threads: ``Hardware.threads`` becomes onnxruntime's ``intra_op_num_threads`` (``inter_op`` stays 1:
 one batch at a time). torch has only a process-wide setting (``torch.set_num_threads``), so a torch
@@ -24,7 +26,7 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -101,6 +103,38 @@ def module_digest(module: Any, length: int = 12) -> str:
         h.update(name.encode())
         h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()[:length]
+
+
+class DigestMismatch(ValueError):
+    """The model a variant loaded is not the one pinned."""
+
+
+def check_digest(ex: Any, pin: str, source: str) -> None:
+    """Raise :class:`DigestMismatch` unless ``ex.digest`` matches ``pin`` (its 12 hex digits, or the
+    full sha256 they start); an empty pin pins nothing."""
+    if pin and not (ex.digest and pin.lower().startswith(ex.digest)):
+        raise DigestMismatch(f"variant {ex.variant!r} loaded model digest {ex.digest or '(none)'!r}, "
+                             f"but {source} pins {pin!r}: refusing to serve another model")
+
+
+Factory = Callable[[Any, Hardware], Any]  # (Variant, Hardware) -> executor
+
+
+def pinned(factory: Factory, digests: Mapping[str, str]) -> Factory:
+    """``factory`` that refuses (closes, then raises :class:`DigestMismatch`) a variant whose loaded
+    model differs from its pin in ``digests`` (a StageConfig's)."""
+    if not digests:
+        return factory
+
+    def load(variant: Any, hardware: Hardware) -> Any:
+        ex = factory(variant, hardware)
+        try:
+            check_digest(ex, digests.get(variant.name, ""), "the StageConfig")
+        except DigestMismatch:
+            ex.close()
+            raise
+        return ex
+    return load
 
 
 class Backend(Protocol):

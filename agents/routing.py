@@ -33,10 +33,10 @@ class Out:
 
 
 def hop(stage: str, variant: str, batch_size: int, enqueued_ns: int, started_ns: int,
-        finished_ns: int, worker: str, received_ns: int) -> dict:
+        finished_ns: int, worker: str, received_ns: int, model_digest: str = "") -> dict:
     return {"stage": stage, "variant": variant, "batch_size": batch_size, "enqueued_ns": enqueued_ns,
             "started_ns": started_ns, "finished_ns": finished_ns, "worker": worker,
-            "received_ns": received_ns}
+            "received_ns": received_ns, "model_digest": model_digest}
 
 
 def enqueued_ns(req: Mapping[str, Any]) -> int:

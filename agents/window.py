@@ -109,13 +109,14 @@ def sub_batch(pending: Sequence[Item], now_ns: int, predict_ns: Callable[[int], 
 
 def batch_outputs(pipe: Pipeline, stage: str, variant: str, accuracy: float, batch: Sequence[Item],
                   outs: Sequence | None, error: str | None, started_ns: int, finished_ns: int,
-                  worker: str) -> list[list[routing.Out]]:
+                  worker: str, model_digest: str = "") -> list[list[routing.Out]]:
     """The records each item of a batch ends in: its outputs routed on, or an error result (the
-    model failed: ``error``; or routing refused an output). ``outs`` is None when ``error`` is set."""
+    model failed: ``error``; or routing refused an output). ``outs`` is None when ``error`` is set;
+    ``model_digest`` (the executor's) goes into each item's hop."""
     records = []
     for k, it in enumerate(batch):
         h = routing.hop(stage, variant, len(batch), routing.enqueued_ns(it.req), started_ns, finished_ns,
-                        worker, it.arrival_ns)
+                        worker, it.arrival_ns, model_digest)
         if error is not None:
             records.append([routing.ended(pipe, it.req, "error", error, finished_ns, h)])
             continue

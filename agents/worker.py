@@ -30,6 +30,7 @@ from agents import routing
 from agents.acks import AckTracker
 from agents.control import ActiveConfig, accept, defaults
 from agents.delivery import Delivery
+from agents.executors import check_digest, pinned
 from agents.instances import ExecutorFactory, Fleet, Instance, VariantState, new_instance, warmup_curve
 from agents.metrics import StageMetrics
 from agents.transactions import PartitionTransactions
@@ -133,11 +134,14 @@ class StageWorker:
         same = bool(current.instances) and set(current.variants) == set(cfg.variants) and \
             cfg.hardware == current.hardware
         keep = current.instances[:self.instances_for(cfg)] if same else []
+        for name, ex in (kv for inst in keep for kv in inst.executors.items()):  # kept copies too
+            check_digest(ex, cfg.digests.get(name, ""), "the StageConfig")
+        factory = pinned(self.factory, cfg.digests)
         fleet = Fleet(list(keep), dict(current.variants) if same else {}, cfg.hardware)
         load_ns = warm_ns = 0
         while len(fleet.instances) < self.instances_for(cfg):
             t0 = time.time_ns()
-            inst = await loop.run_in_executor(self.loader, new_instance, self.factory, variants, hw,
+            inst = await loop.run_in_executor(self.loader, new_instance, factory, variants, hw,
                                               self.stage, len(fleet.instances))
             t1 = time.time_ns()
             sizes = self.warmup_batches or (1, cfg.max_batch)
@@ -416,7 +420,7 @@ class StageWorker:
         self.metrics.lab(self.metrics.batch_size, variant=variant).observe(len(batch))
         self.metrics.lab(self.metrics.inference, variant=variant).observe((finished - started) / 1e9)
         records = batch_outputs(self.pipe, self.stage, variant, vs.accuracy, batch, outs, error, started,
-                                finished, f"{self.worker_id}/{inst.index}")
+                                finished, f"{self.worker_id}/{inst.index}", inst.executors[variant].digest)
         self.metrics.lab(self.metrics.results, status="error" if error else "done").inc(len(batch))
         return list(zip(records, batch))
 

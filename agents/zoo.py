@@ -14,7 +14,9 @@ third-party package registers more model kinds as Python entry points in the gro
 ``(variant, hardware, params, cache_dir) -> Executor`` given the variant's params as written (it
 validates them itself). A built-in name cannot be taken by a plugin.
 
-Every executor carries ``digest`` (the short sha256 of its ONNX file or weights).
+Every executor carries ``digest`` (the short sha256 of its ONNX file or weights). ``params.digest``,
+accepted by every kind (plugins too, which never see it), pins it: a variant whose model has another
+digest is not loaded (``agents.executors.DigestMismatch``).
 
 The model cache directory is a parameter: only the CLI reads ``SLIPSTREAM_CACHE``.
 """
@@ -23,11 +25,12 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from agents.executors import FunctionExecutor, ModelExecutor, OrtBackend, TorchBackend
+from agents.executors import (DigestMismatch, FunctionExecutor, ModelExecutor, OrtBackend, TorchBackend,
+                             check_digest)
 from agents.models import efficientnet, minilm, onnx_file, synthetic
 from agents.models.export import DEFAULT_CACHE_DIR, cache_key, cached_onnx, torch_zeros
 from agents.preprocess import (RAW_IMAGE_TYPE, TEXT_TYPE, TOKEN_IDS_TYPE, ImageResize, Tokenize,
@@ -140,12 +143,23 @@ def load_executor(variant: Variant, hardware: Hardware, *,
                   cache_dir: str | Path = DEFAULT_CACHE_DIR) -> Executor:
     """Build the executor of ``variant`` on ``hardware`` (a zoo entry, else an installed plugin);
     exported ONNX files are cached under cache_dir."""
+    pin = variant.params.get("digest", "")
+    if not isinstance(pin, str):
+        raise ValueError(f"variant {variant.name!r}: params.digest must be a hex string (quote it in YAML), "
+                         f"got {pin!r}")
+    if "digest" in variant.params:
+        variant = replace(variant, params={k: v for k, v in variant.params.items() if k != "digest"})
     cache = Path(cache_dir).expanduser()
-    plugged = _load_plugin(variant, hardware, cache)
-    if plugged is not None:
-        return plugged
-    params = resolve_params(variant)
-    return _LOADERS[variant.model](variant, hardware, params, cache)
+    ex = _load_plugin(variant, hardware, cache)
+    if ex is None:
+        params = resolve_params(variant)
+        ex = _LOADERS[variant.model](variant, hardware, params, cache)
+    try:
+        check_digest(ex, pin, "the spec (params.digest)")
+    except DigestMismatch:
+        ex.close()
+        raise
+    return ex
 
 
 # ----------------------------------------------------------------------------------------------

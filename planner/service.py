@@ -144,6 +144,7 @@ def stage_configs(pipeline: str, plan: Plan, problem: Problem, epoch: int) -> tu
             "replicas": int(sp.replicas), "partitions": int(sp.partitions), "epoch": int(epoch),
             "planner_mode": plan.mode, "predicted_p99_ms": plan.predicted_p99_ms, "routing": routing,
             "cost_per_hour": float(cost), "reason": f"planned for {plan.rate_qps:.1f} qps",
+            "digests": {},  # no pins: profiles do not record a model digest
         })
     return tuple(out)
 

@@ -32,7 +32,7 @@ LEGACY_FINGERPRINTS = {
     "2e02056cb88f632a": "history/InferenceRequest.v1.avsc",
     "1112bdf977d703ad": "history/InferenceResult.v2.avsc",
     "2fda2be9f049a49e": "history/InferenceResult.v1.avsc",
-    "9eeec2d31542aa40": "StageConfig.avsc",
+    "9eeec2d31542aa40": "history/StageConfig.v1.avsc",
     "9d738d07f259d9d5": "DeadLetter.avsc",
     "66ce55bf280f0f0b": "ScalingAction.avsc",
     "eedccb6ec1f17f29": "TunerHandoff.avsc",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 HOP = {"stage": "classify", "variant": "lite0", "batch_size": 4, "enqueued_ns": 1_700_000_000_000_000_000,
        "started_ns": 1_700_000_000_001_000_000, "finished_ns": 1_700_000_000_007_500_000,
-       "worker": "host-1/1234", "received_ns": 1_700_000_000_000_600_000}
+       "worker": "host-1/1234", "received_ns": 1_700_000_000_000_600_000,
+       "model_digest": "3f2a9c0d1b7e"}
 
 SAMPLES: dict[str, dict] = {
     "HopTiming": HOP,
@@ -24,7 +25,7 @@ SAMPLES: dict[str, dict] = {
         "pipeline": "image-classify", "stage": "classify", "variant": "lite0", "hardware": "cpu-1",
         "max_batch": 4, "batch_timeout_ms": 10.0, "replicas": 2, "partitions": 4, "epoch": 7,
         "planner_mode": "milp", "predicted_p99_ms": 44.3, "routing": {"lite0": 0.7, "lite1": 0.3},
-        "cost_per_hour": 0.1, "reason": "plan"},
+        "cost_per_hour": 0.1, "reason": "plan", "digests": {"lite0": "3f2a9c0d1b7e"}},
     "DeadLetter": {"original": b"\x00garbage", "topic": "slipstream.p.s.in", "partition": 3,
                    "offset": 42, "error": "not a Slipstream InferenceRequest", "stage": "s",
                    "at_ns": 1_700_000_000_000_000_000},

@@ -1,7 +1,7 @@
 // Reads InferenceResults from a Slipstream results topic with Apache Avro's own single-object decoder
 // (BinaryMessageDecoder), built from schemas/HopTiming.avsc and schemas/InferenceResult.avsc: it
 // accepts a record only if its header carries the CRC-64-AVRO fingerprint of the schema's Parsing
-// Canonical Form. Prints one line per record, then a count.
+// Canonical Form. Prints one line per record (with the first hop's model digest), then a count.
 //
 //   java -cp 'deploy/avro-java/target/libs/*' deploy/avro-java/ResultsReader.java BOOTSTRAP TOPIC N [SCHEMAS_DIR]
 import java.io.File;
@@ -53,8 +53,9 @@ public class ResultsReader {
                         GenericData.Array<?> hops = (GenericData.Array<?>) v.get("hops");
                         ByteBuffer out = (ByteBuffer) v.get("output");
                         String shown = StandardCharsets.UTF_8.decode(out.duplicate()).toString();
-                        System.out.printf("%s %s hops=%d latency_ms=%.1f output=%s%n", v.get("request_id"),
-                                v.get("status"), hops.size(),
+                        Object digest = hops.isEmpty() ? "" : ((GenericRecord) hops.get(0)).get("model_digest");
+                        System.out.printf("%s %s hops=%d model=%s latency_ms=%.1f output=%s%n", v.get("request_id"),
+                                v.get("status"), hops.size(), digest,
                                 ((Long) v.get("finished_ns") - (Long) v.get("created_ns")) / 1e6,
                                 shown.length() > 80 ? shown.substring(0, 80) + "..." : shown);
                         read++;

@@ -1,6 +1,6 @@
 """Serve your own ONNX model, step 1: build a tiny classifier (4 float32 features -> 3 class logits,
 ``y = x @ W + b``) with the ``onnx`` helper API, write a pipeline spec that serves it with
-``model: onnx`` (no code change), and an example input as a ``.npy`` file.
+``model: onnx`` (no code change) pinned to the file's digest, and an example input as a ``.npy`` file.
 
     python docs/examples/own-onnx/make_model.py DIR     # writes DIR/model.onnx, pipeline.yaml, example.npy
 
@@ -8,6 +8,7 @@ Then see docs/models.md, "Serve your own ONNX model". Needs ``onnx`` (extra ``mo
 """
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 
@@ -35,6 +36,11 @@ def build_model(path: Path) -> None:
     onnx.save(model, path)
 
 
+def digest(path: Path) -> str:
+    """The file's model digest as Slipstream names it: the first 12 hex digits of its sha256."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+
 def pipeline_spec(model: Path) -> dict:
     return {
         "name": "own-onnx", "slo_ms": 1000, "input_content_type": "application/x-npy",
@@ -43,7 +49,7 @@ def pipeline_spec(model: Path) -> dict:
             "name": "score",
             "variants": [{"name": "tiny", "model": "onnx", "accuracy": 0.9,
                           "params": {"path": str(model), "content_type": "application/x-npy",
-                                     "emit": "top5"}}],
+                                     "emit": "top5", "digest": digest(model)}}],
             "defaults": {"variant": "tiny", "hardware": "cpu-1", "max_batch": 8,
                          "batch_timeout_ms": 2, "partitions": 2}}],
     }

@@ -92,13 +92,15 @@ def test_sub_batch_drops_the_doomed_runs_a_prefix_and_defers_the_rest():
 def test_batch_outputs_route_on_or_end_as_errors_with_the_hop(pipe):
     batch = [item(0), item(1)]
     ok = w.batch_outputs(pipe, "a", "noop", 0.9, batch, [ItemOutput((Emit(b"y", "t"),))] * 2, None,
-                         1 * MS, 2 * MS, "w/0")
+                         1 * MS, 2 * MS, "w/0", "0123456789ab")
     assert [[o.topic for o in outs] for outs in ok] == [[topics.stage_input("p", "b")]] * 2
     assert ok[0][0].value["hops"][-1] == {"stage": "a", "variant": "noop", "batch_size": 2, "enqueued_ns": 0,
                                           "started_ns": 1 * MS, "finished_ns": 2 * MS, "worker": "w/0",
-                                          "received_ns": 0}
-    failed = w.batch_outputs(pipe, "a", "noop", 0.9, batch, None, "model error", 1 * MS, 2 * MS, "w/0")
+                                          "received_ns": 0, "model_digest": "0123456789ab"}
+    failed = w.batch_outputs(pipe, "a", "noop", 0.9, batch, None, "model error", 1 * MS, 2 * MS, "w/0",
+                             "0123456789ab")
     assert [outs[0].value["status"] for outs in failed] == ["error", "error"]
+    assert failed[0][0].value["hops"][-1]["model_digest"] == "0123456789ab"
     assert failed[1][0].value["reason"] == "model error" and failed[1][0].value["hops"][-1]["stage"] == "a"
     bad = w.batch_outputs(pipe, "a", "noop", 0.9, batch[:1], [ItemOutput((Emit(b"y", "t", to="zz"),))],
                           None, 1 * MS, 2 * MS, "w/0")

@@ -82,16 +82,26 @@ def test_legacy_table_holds_the_old_fingerprint_of_the_file_it_names():
         == set(schemas.NAMES)
 
 
+def older(record: str, value: dict, **hop_defaults) -> dict:
+    """``value`` as a reader sees it when written before HopTiming.model_digest and
+    StageConfig.digests (and before the hop fields in ``hop_defaults``): their defaults filled."""
+    hop = {"model_digest": "", **hop_defaults}
+    if record == "HopTiming":
+        return {**value, **hop}
+    if record == "StageConfig":
+        return {**value, "digests": {}}
+    if "hops" in value:
+        return {**value, "hops": [{**h, **hop} for h in value["hops"]]}
+    return value
+
+
 @pytest.mark.parametrize("name", sorted(LEGACY))
 def test_records_written_with_legacy_fingerprints_decode_exactly(name, caplog):
     record, _, generation = name.partition(".")
     expected = SAMPLES[record]
     if generation:  # InferenceResult.v1: no fragment/path, the reader fills their defaults
         expected = {**expected, "fragment": "1", "path": []}
-    if record == "HopTiming":  # written before received_ns: the reader fills its default
-        expected = {**expected, "received_ns": 0}
-    elif "hops" in expected:
-        expected = {**expected, "hops": [{**h, "received_ns": 0} for h in expected["hops"]]}
+    expected = older(record, expected, received_ns=0)  # written before received_ns too
     data = bytes.fromhex(LEGACY[name])
     with caplog.at_level(logging.WARNING, logger="streams.codec"):
         assert codec.decode(record, data) == expected
@@ -103,3 +113,21 @@ def test_records_written_with_legacy_fingerprints_decode_exactly(name, caplog):
 def test_new_records_carry_the_standard_fingerprint_not_a_legacy_one():
     for record, value in SAMPLES.items():
         assert codec.encode(record, value)[2:10].hex() not in schemas.LEGACY_FINGERPRINTS
+
+
+# ----------------------------------------------------------------------------------------------
+# The previous generation: records the codec wrote before HopTiming.model_digest and
+# StageConfig.digests (tests/data/previous_generation_records.json) stay readable, exactly.
+
+PREVIOUS = json.loads((Path(__file__).parents[2] / "data" / "previous_generation_records.json").read_text())
+
+
+@pytest.mark.parametrize("record", sorted(PREVIOUS["records"]))
+def test_records_of_the_previous_generation_decode_exactly(record, caplog):
+    data = bytes.fromhex(PREVIOUS["records"][record])
+    assert codec.encode(record, SAMPLES[record])[2:10] != data[2:10], "the schema did not change"
+    with caplog.at_level(logging.WARNING, logger="streams.codec"):
+        assert codec.decode(record, data) == older(record, SAMPLES[record])
+        with pytest.raises(CodecError, match="trailing bytes"):  # a known writer, read exactly
+            codec.decode(record, data + b"\x00")
+    assert not caplog.records
