@@ -300,8 +300,11 @@ async def inject(case: chaos.FaultCase, stack: Stack, cluster: Cluster, first_se
     await asyncio.sleep(case.hold_s)
     t0 = time.monotonic()
     await asyncio.to_thread(broker.start_node, cluster.local, node)
+    listed = time.monotonic() - t0
+    await asyncio.to_thread(broker.wait_in_sync, cluster.local, node)
     out.steps.append(f"SIGKILL broker node {node} (leader of most partitions) pid {pid}; restarted after "
-                     f"{case.hold_s:g} s, all brokers listed {time.monotonic() - t0:.1f} s later")
+                     f"{case.hold_s:g} s, all brokers listed by every node {listed:.1f} s later, node {node} "
+                     f"back in every in-sync replica set {time.monotonic() - t0:.1f} s later")
 
 
 async def run_case(case: chaos.FaultCase, stack: Stack, cluster: Cluster, arrivals: np.ndarray, payload: bytes,

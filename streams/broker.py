@@ -370,15 +370,44 @@ def wait_cluster(c: LocalCluster, timeout_s: float = 180.0) -> None:
 
 
 def start_node(c: LocalCluster, node_id: int, timeout_s: float = 120.0) -> int:
-    """(Re)start one node of a formatted cluster and wait until the cluster lists all its brokers."""
+    """(Re)start one node of a formatted cluster and wait until every node, the restarted one included,
+    lists all brokers (the others may still list a killed node until the controller fences it, so
+    asking them alone would prove nothing)."""
     b = c.nodes[node_id - 1]
     pid = running_pid(b) or start_process(b, json.loads(c.layout_file.read_text())["cluster_id"],
                                           progress=lambda _: None)
-    # NB: the others may still list a killed node (it is fenced only after broker.session.timeout.ms),
-    # so this can return before the restarted node answers; waiting for the node itself timed out
-    # (120 s) in tests/integration/test_cluster.py: open, see docs/kafka.md
     wait_cluster(c, timeout_s)
     return pid
+
+
+async def _out_of_sync(bootstrap: str, node_id: int, timeout_s: float) -> int:
+    """Partitions (every topic) that have ``node_id`` as a replica but not in their in-sync set."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    try:
+        await asyncio.wait_for(admin.start(), timeout_s)
+        metas = await asyncio.wait_for(admin.describe_topics(await admin.list_topics()), timeout_s)
+        return sum(node_id in p["replicas"] and node_id not in p["isr"] for t in metas for p in t["partitions"])
+    finally:
+        await admin.close()
+
+
+def wait_in_sync(c: LocalCluster, node_id: int, timeout_s: float = 120.0) -> None:
+    """Until the (restarted) node is back in the in-sync replica set of every partition it holds: it
+    has rejoined as a replica, not just answered metadata."""
+    deadline = time.monotonic() + timeout_s
+    left = -1
+    while time.monotonic() < deadline:
+        try:
+            left = asyncio.run(_out_of_sync(c.bootstrap, node_id, 5.0))
+        except Exception:  # noqa: BLE001 - a node may still refuse connections while it starts
+            left = -1
+        if left == 0:
+            return
+        time.sleep(0.5)  # polling another process's state: there is no event to wait on
+    raise BrokerError(f"kafka node {node_id} of cluster {c.name!r} is still out of sync on {left} partition(s) "
+                      f"after {timeout_s:.0f} s; see {c.state_dir}/node-{node_id}/logs/server.log")
 
 
 def cluster_down(c: LocalCluster, grace_s: float = 30.0, progress=print) -> bool:
