@@ -9,10 +9,10 @@ at the next batch boundary.
 """
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from streams import shares
 from streams.spec import Pipeline
 
 
@@ -30,8 +30,7 @@ class ActiveConfig:
     @property
     def variants(self) -> tuple[str, ...]:
         """Every variant this config may route to (the executors to keep loaded)."""
-        shared = tuple(v for v, w in sorted(self.routing.items()) if w > 0)
-        return shared or (self.variant,)
+        return tuple(sorted(shares.in_service(self.routing, self.variant)))
 
 
 def defaults(pipe: Pipeline, stage: str) -> ActiveConfig:
@@ -70,24 +69,15 @@ def accept(pipe: Pipeline, stage: str, rec: Mapping[str, Any], current: ActiveCo
 
 def choose_variant(request_id: str, accuracy_floor: float | None, cfg: ActiveConfig,
                    accuracy: Mapping[str, float]) -> tuple[str | None, str]:
-    """The variant a request runs on: weighted by the config's routing (deterministic in the request
-    id, so a redelivered request takes the same variant), restricted to variants meeting the
-    request's accuracy floor (INFaaS). (None, reason) when no loaded variant meets the floor."""
-    shares = {v: w for v, w in cfg.routing.items() if w > 0} or {cfg.variant: 1.0}
+    """The variant a request runs on: ``streams.shares.choose`` over the config's routing (the rule the
+    estimator runs too), restricted to variants meeting the request's accuracy floor (INFaaS).
+    (None, reason) when no loaded variant meets the floor."""
+    in_use = shares.in_service(cfg.routing, cfg.variant)
     if accuracy_floor is not None:
-        ok = {v: w for v, w in shares.items() if accuracy[v] >= accuracy_floor}
+        ok = {v: w for v, w in in_use.items() if accuracy[v] >= accuracy_floor}
         if not ok:
-            best = max(shares, key=lambda v: accuracy[v])
+            best = max(in_use, key=lambda v: accuracy[v])
             return None, (f"accuracy floor {accuracy_floor:.3f} above every variant in service "
                           f"(best {best}: {accuracy[best]:.3f})")
-        shares = ok
-    if len(shares) == 1:
-        return next(iter(shares)), ""
-    total = sum(shares.values())
-    point = (zlib.crc32(request_id.encode()) / 2**32) * total
-    acc = 0.0
-    for v, w in sorted(shares.items()):
-        acc += w
-        if point < acc:
-            return v, ""
-    return sorted(shares)[-1], ""
+        in_use = ok
+    return shares.choose(request_id, in_use), ""
