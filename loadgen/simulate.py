@@ -10,8 +10,8 @@ How estimator output maps onto InferenceResult fields (documented limits of a si
   ``finished_ns - enqueued_ns`` (``enqueued_ns = 0``) and ``started_ns = None``: the estimator reports
   queueing + batch time together, so the report shows residence, not a queue/service split.
   ``variant`` is the stage's primary assignment (``mixed:<primary>`` when the stage has several).
-- ``accuracy`` = the plan's expected pipeline accuracy (the estimator does not say which replica
-  group of a mixed stage served an item).
+- ``accuracy`` = the plan's expected pipeline accuracy (the estimator does not say which variant
+  of a mixed stage served an item).
 - cost: the plan's per-stage cost at start, then every replica change of the tuner schedule.
 """
 from __future__ import annotations

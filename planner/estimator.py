@@ -10,10 +10,12 @@
   nanoseconds (the producers' clock);
 - ``servers``: a consumer's FIFO queue (``Queue``) and the model threads taking windows from it
   (``Server``);
-- ``groups``: a replica group per assignment, in ``instances`` mode (one queue, c servers; scaling never
-  pauses) or ``rebalance`` mode (a queue per replica by Kafka's range assignor; scaling pauses all);
+- ``groups``: a stage's replica group, in ``instances`` mode (one queue, c servers; scaling never
+  pauses) or ``rebalance`` mode (a queue per replica by Kafka's range assignor; scaling pauses all); a
+  mixed stage's is the pool it is deployed as (the primary's hardware and batching, windows split by
+  variant with the workers' rule, ``streams.shares``);
 - ``host``: where batches run: at full speed, or processor-shared over a host's free cores;
-- ``stages``: routing by weight, fan-out and branches; ``world``: the shared context and the builder;
+- ``stages``: fan-out and branches; ``world``: the shared context and the builder;
 - ``record``: the log of the run and the ``SimResult`` computed from it (join, residence, drops);
 - ``params``: the frozen, validated parameters (``ReplicaChange``, ``Transit``, ``Network``,
   ``HostModel``, ``ServiceTime``).
@@ -35,8 +37,7 @@ from planner.sim.params import (HostModel, Network, ReplicaChange, ServiceTime, 
                                 scaling_modes)
 from planner.sim.record import after_hop, finish_ns, to_result
 from planner.sim import stagewise
-from planner.sim.stages import Stage
-from planner.sim.world import World, build
+from planner.sim.world import Unprofiled, World, build  # noqa: F401  (Unprofiled re-exported)
 from streams.batching import NS_PER_MS
 
 NS_PER_S = 1_000_000_000
@@ -59,7 +60,8 @@ def simulate(problem: Problem, plan: Plan, arrivals_s: np.ndarray | None = None,
              activation_s: float | None = None, hop_ms: float | None = None, fanout_dist: str = "round",
              drop_late: bool = True, scaling: str | Mapping[str, str] = "instances",
              pause_s: float | None = None, host: HostModel | None = None, network: Network | None = None,
-             service: ServiceTime | None = None, method: str = "auto") -> SimResult:
+             service: ServiceTime | None = None, method: str = "auto",
+             request_ids: Sequence[str] | None = None) -> SimResult:
     """Replay ``arrivals_s`` (seconds; the problem's sample when None) through ``plan``.
 
     ``seed`` (default: the problem's) seeds every draw; ``schedule`` is the tuner's replica changes;
@@ -70,7 +72,8 @@ def simulate(problem: Problem, plan: Plan, arrivals_s: np.ndarray | None = None,
     ``service`` how a batch's run time varies around its profiled latency (default: the problem's);
     without ``hop_ms`` or ``network``, the problem's ``network`` (a calibration's), else its ``hop_ms``;
     ``method`` ``auto`` runs stage by stage when nothing couples the stages in time
-    (``planner.sim.stagewise``, same result, faster), ``events`` always runs the event loop.
+    (``planner.sim.stagewise``, same result, faster), ``events`` always runs the event loop;
+    ``request_ids`` (default ``"0"``, ``"1"``, ... in arrival order) are what a mixed stage routes by.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -90,16 +93,19 @@ def simulate(problem: Problem, plan: Plan, arrivals_s: np.ndarray | None = None,
     arr = np.sort(np.asarray(problem.arrivals_s if arrivals_s is None else arrivals_s, dtype=float))
     arr_ns = (arr * NS_PER_S).astype(np.int64)
     deadline_ns = arr_ns + int(problem.slo_ms * NS_PER_MS)
+    if request_ids is not None and len(request_ids) != arr.size:
+        raise ValueError(f"{len(request_ids)} request_ids for {arr.size} arrivals")
 
     world = World(seed=problem.seed if seed is None else seed, deadline=deadline_ns.tolist(), host=host,
                   network=network, service=service, activation_ns=int(act_s * NS_PER_S),
-                  pause_ns=int((act_s if pause_s is None else pause_s) * NS_PER_S), fanout_dist=fanout_dist)
+                  pause_ns=int((act_s if pause_s is None else pause_s) * NS_PER_S), fanout_dist=fanout_dist,
+                  request_ids=request_ids)
     stages = build(problem, plan, world, modes, drop_late)
     vis = _ingress(world, arr_ns)
     if method == "auto" and stagewise.applies(host=host, schedule=schedule, service=service, network=network):
         stagewise.run(world, stages, vis, arr_ns)
     else:
-        _seed_source(stages[0], vis, arr_ns)
+        stages[0].group.seed(np.arange(arr_ns.size), vis, arr_ns)
         for c in sorted(schedule, key=lambda c: c.time_s):
             world.engine.at(int(c.time_s * NS_PER_S), CHANGE, _group_of(stages, c), c)
         world.engine.run()
@@ -115,16 +121,9 @@ def _ingress(world: World, arr_ns: np.ndarray) -> np.ndarray:
     return after_hop(arr_ns, world.network.ingress, None, world.net_rng)
 
 
-def _seed_source(source: Stage, vis: np.ndarray, arr_ns: np.ndarray) -> None:
-    pick = source.pick(int(arr_ns.size))
-    for gi, g in enumerate(source.groups):
-        ids = np.flatnonzero(pick == gi)
-        g.seed(ids, vis[ids], arr_ns[ids])
-
-
 def _group_of(stages: list, c: ReplicaChange):
     by_name = {st.name: st for st in stages}
-    if c.stage not in by_name or c.index >= len(by_name[c.stage].groups):
-        raise ValueError(f"ReplicaChange names no replica group of the plan: stage {c.stage!r}, index {c.index} "
+    if c.stage not in by_name or c.index >= len(by_name[c.stage].group.counts):
+        raise ValueError(f"ReplicaChange names no assignment of the plan: stage {c.stage!r}, index {c.index} "
                          f"(stages {list(by_name)})")
-    return by_name[c.stage].groups[c.index]
+    return by_name[c.stage].group

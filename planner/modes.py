@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from planner import milp
-from planner.estimator import simulate
+from planner.estimator import Unprofiled, simulate
 from planner.inferline import InferLineOptions, plan_inferline, top_variant
 from planner.plan import Assignment, Plan, Round, evaluate, formation_ms, infeasible
 from planner.problem import Problem, mean_rate, peak_rate
@@ -40,7 +40,10 @@ def check(problem: Problem, plan: Plan, percentile: float = 99.0) -> Plan:
     """Attach the estimator's p99 and attainment on the problem's sample trace."""
     if not plan.feasible:
         return plan
-    res = simulate(problem, plan)
+    try:
+        res = simulate(problem, plan)
+    except Unprofiled as exc:
+        return replace(plan, feasible=False, reason=f"estimator: the deployed form cannot be simulated: {exc}")
     ok = res.meets_slo(percentile)
     return replace(plan, predicted_p99_ms=res.p99_ms, attainment=res.attainment, feasible=ok,
                    reason="" if ok else (f"estimator: attainment {res.attainment:.4f} < {percentile / 100:.2f} "

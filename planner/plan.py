@@ -2,8 +2,10 @@
 
 A :class:`Plan` gives each stage one or more :class:`Assignment` s: (variant, hardware, max batch,
 replicas, routing weight, batch timeout). One assignment per stage is the usual case; Loki plans and
-mixed MILP plans (INFaaS's "2B + 1C") have several, each a separate replica group that gets its
-``weight`` share of the stage's items.
+mixed MILP plans (INFaaS's "2B + 1C") have several, each solved as a separate replica group that gets
+its ``weight`` share of the stage's items. Deployed, a mixed stage is one pool instead: the stage's
+total replicas on the primary assignment's hardware and batching, every variant of ``routing``
+loaded in each (``planner.service.stage_configs``); the estimator simulates that pool.
 
 The analytical model (IPA's, stated in docs/planner.md and used exactly by ``planner.milp``):
 
@@ -51,6 +53,16 @@ class StagePlan:
     @property
     def primary(self) -> Assignment:
         return max(self.assignments, key=lambda a: (a.weight, a.replicas))
+
+    @property
+    def routing(self) -> dict[str, float]:
+        """The deployed config's ``routing``: each variant's share (its assignments' weights summed);
+        {} for one assignment."""
+        out: dict[str, float] = {}
+        if len(self.assignments) > 1:
+            for a in self.assignments:
+                out[a.variant] = out.get(a.variant, 0.0) + a.weight
+        return out
 
 
 @dataclass(frozen=True)

@@ -129,15 +129,15 @@ def handoff_record(h: TunerHandoff, pipeline: str, epoch: int, at_ns: int = 0) -
 
 def stage_configs(pipeline: str, plan: Plan, problem: Problem, epoch: int) -> tuple[dict[str, Any], ...]:
     """One StageConfig record per stage (fields of schemas/StageConfig.avsc). A stage with several
-    assignments is described by its primary one plus ``routing`` (share of items per variant)."""
+    assignments is deployed as its primary one with the stage's total replicas plus ``routing``
+    (share of items per variant, ``StagePlan.routing``): every replica on the primary's hardware, so
+    ``cost_per_hour`` is that pool's price, which differs from the plan's for a stage whose
+    assignments the solver put on different hardware."""
     out = []
     for sp in plan.stages:
         a = sp.primary
-        routing: dict[str, float] = {}
-        if len(sp.assignments) > 1:
-            for x in sp.assignments:
-                routing[x.variant] = routing.get(x.variant, 0.0) + x.weight
-        cost = sum(x.replicas * problem.hardware[x.hardware].cost_per_hour for x in sp.assignments)
+        routing = sp.routing
+        cost = sp.replicas * problem.hardware[a.hardware].cost_per_hour
         out.append({
             "pipeline": pipeline, "stage": sp.stage, "variant": a.variant, "hardware": a.hardware,
             "max_batch": int(a.max_batch), "batch_timeout_ms": float(a.batch_timeout_ms),

@@ -1,4 +1,10 @@
-"""Replica groups: one per assignment of a stage, in one of the two scaling modes.
+"""Replica groups: one per stage, in one of the two scaling modes.
+
+A stage's group is its assignment; for a mixed stage (several assignments) it is the pool the stage
+is deployed as (``planner.sim.world.build``): the stage's total replicas with the primary
+assignment's batching, each window split by variant (:class:`Mix`) and the variants' items worked
+off one variant after the other (``planner.sim.servers``). A replica change names an assignment
+(``ReplicaChange.index``) and sets its count; the pool runs the sum of the counts.
 
 - :class:`InstanceGroup` (``scaling="instances"``, the data plane's model instances): one worker
   process, so one consumer and one FIFO for all the group's partitions, with c servers (instances)
@@ -16,7 +22,7 @@ Both take a stage's items with ``put(now, vis, reqs, sent)`` and the tuner's cha
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -38,16 +44,40 @@ def range_assign(partitions: int, consumers: int) -> list[int]:
     return owner
 
 
+class Mix:
+    """A mixed stage's variants: which one serves each request (``streams.shares.choose``, computed by
+    ``world.build``) and each one's predicted batch latency on the pool's hardware."""
+
+    __slots__ = ("of", "predicts")
+
+    def __init__(self, of: Sequence[int], predicts: list[Callable[[int], int]]) -> None:
+        self.of = of  # request -> variant index
+        self.predicts = predicts  # variant index -> predict(b) ns
+
+    def split(self, reqs: Sequence[int]) -> list[tuple[Callable[[int], int], list[int]]]:
+        """A window's items (indices into ``reqs``) per variant, FIFO, variants in the order of their
+        first item (``agents.window.split_variants``), each with its predictor."""
+        of, parts = self.of, {}
+        for i, r in enumerate(reqs):
+            v = of[r]
+            if v in parts:
+                parts[v].append(i)
+            else:
+                parts[v] = [i]
+        return [(self.predicts[v], idx) for v, idx in parts.items()]
+
+
 class Group:
     """What the servers of a group read: batching settings, latency table, deadlines, the world."""
 
-    def __init__(self, world: "World", stage: "Stage", index: int, settings: BatchSettings,
-                 table: list[int]) -> None:
+    def __init__(self, world: "World", stage: "Stage", settings: BatchSettings, table: list[int],
+                 counts: list[int], mix: Mix | None) -> None:
         self.world = world
         self.stage = stage
-        self.index = index  # among the stage's groups
         self.settings = settings
         self.predict: Callable[[int], int] = table.__getitem__  # predict(b) -> ns, b in 1..max_batch
+        self.mix = mix  # None: one variant
+        self.counts = counts  # replicas per assignment of the stage; the group runs their sum
         self.deadline: Callable[[int], int] = world.deadline.__getitem__
         self.engine = world.engine
         self.host = world.host
@@ -58,18 +88,19 @@ class Group:
 
     def fire(self, now: int, change: object) -> None:
         assert isinstance(change, ReplicaChange)
-        self.resize(change.replicas, now)
+        self.counts[change.index] = change.replicas
+        self.resize(sum(self.counts), now)
 
     def resize(self, replicas: int, now: int) -> None:  # pragma: no cover - both subclasses define it
         raise NotImplementedError
 
 
 class InstanceGroup(Group):
-    def __init__(self, world: "World", stage: "Stage", index: int, settings: BatchSettings, table: list[int],
-                 replicas: int) -> None:
-        super().__init__(world, stage, index, settings, table)
+    def __init__(self, world: "World", stage: "Stage", settings: BatchSettings, table: list[int],
+                 counts: list[int], mix: Mix | None) -> None:
+        super().__init__(world, stage, settings, table, counts, mix)
         self.queue = Queue(self, 0, world.fetch_cadence())
-        self.servers = [Server(self, self.queue) for _ in range(replicas)]
+        self.servers = [Server(self, self.queue) for _ in range(sum(counts))]
         self.queue.idle.extend(self.servers)
 
     def seed(self, reqs: np.ndarray, vis: np.ndarray, sent: np.ndarray) -> None:
@@ -92,16 +123,17 @@ class InstanceGroup(Group):
             srv.retired = True
             if srv in self.queue.idle:
                 self.queue.idle.remove(srv)
-        self.servers = [s for s in self.servers if not s.retired or s.busy or s.win_r]
+        self.servers = [s for s in self.servers if not s.retired or s.busy or s.win_r or s.rest]
 
 
 class PartitionGroup(Group):
-    def __init__(self, world: "World", stage: "Stage", index: int, settings: BatchSettings, table: list[int],
-                 replicas: int, partitions: int) -> None:
-        super().__init__(world, stage, index, settings, table)
+    def __init__(self, world: "World", stage: "Stage", settings: BatchSettings, table: list[int],
+                 counts: list[int], mix: Mix | None, partitions: int) -> None:
+        super().__init__(world, stage, settings, table, counts, mix)
+        replicas = sum(counts)
         self.queues_made = 0
-        self.partitions = partitions
-        self.owner = range_assign(partitions, replicas)
+        self.partitions = max(partitions, replicas)
+        self.owner = range_assign(self.partitions, replicas)
         self.rr = 0  # round-robin partition counter of the group's topic
         self.servers = [self._server() for _ in range(replicas)]
         for srv in self.servers:
@@ -147,11 +179,12 @@ class PartitionGroup(Group):
         keep = self.servers[:replicas]
         for srv in self.servers[replicas:]:
             srv.retired = True  # finishes its running batch; its deferred items go back to Kafka
-            pool_t += srv.win_t
-            pool_r += srv.win_r
-            pool_s += srv.win_s
-            pool_p += [0] * len(srv.win_t)
-            srv.win_t, srv.win_r, srv.win_s = [], [], []
+            for _, wt, wr, ws in [(None, srv.win_t, srv.win_r, srv.win_s), *srv.rest]:
+                pool_t += wt
+                pool_r += wr
+                pool_s += ws
+                pool_p += [0] * len(wt)
+            srv.win_t, srv.win_r, srv.win_s, srv.rest = [], [], [], []
         world = self.world
         kept = len(keep)
         while len(keep) < replicas:

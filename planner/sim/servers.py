@@ -8,14 +8,16 @@ queue can say when the next window will be ready without an event per arrival.
 :class:`Server` is one model thread. The agent loop of ``streams.batching`` is split between them:
 the queue decides when a window is taken (:func:`next_window`: ``ready``, ``window_size``) and hands
 it to the free server that has waited longest; the server works it off in sub-batches (``whole_ns``,
-else ``decide``), one batch at a time on the group's host. In ``instances`` mode c servers share one queue; in
+else ``decide``), one batch at a time on the group's host. A mixed stage's server first splits the
+window by variant (``groups.Mix``) and works the variants off one after the other, each with its
+own latency, as the worker's ``work_off`` does. In ``instances`` mode c servers share one queue; in
 ``rebalance`` mode each server has its own (``planner.sim.groups``).
 
 Same-instant rule: a queue never takes a window in the middle of an instant. Arrivals and freed
 servers only *poke* it (a wake-up at the next time a window can be ready, with the lowest priority),
 so a window taken at t sees every item visible at t, whatever the order of the events at t.
 
-Every batch completion carries a key, ``(stage, group, queue, window offset, sub-batch)``, that orders
+Every batch completion carries a key, ``(stage, queue, window offset, sub-batch)``, that orders
 completions at the same instant the same way in the event loop and in ``planner.sim.stagewise``.
 """
 from __future__ import annotations
@@ -59,9 +61,9 @@ def next_window(times: list[int], head: int, earliest: int, s: BatchSettings) ->
     return t, window_size(queued, s)
 
 
-def queue_key(stage: int, group: int, queue: int) -> int:
+def queue_key(stage: int, queue: int) -> int:
     """The high part of a completion key: which queue a window came from."""
-    return ((stage << 8 | group) << 16 | queue) << (OFFSET_BITS + SUB_BITS)
+    return (stage << 16 | queue) << (OFFSET_BITS + SUB_BITS)
 
 
 class Queue:
@@ -70,7 +72,7 @@ class Queue:
 
     def __init__(self, group: "Group", index: int, fetch: tuple[int, int] | None = None) -> None:
         self.group = group
-        self.key = queue_key(group.stage.index, group.index, index)
+        self.key = queue_key(group.stage.index, index)
         self.times: list[int] = []  # when each item is visible to this consumer (sorted)
         self.reqs: list[int] = []  # its request
         self.sent: list[int] = []  # when it was produced (the previous hop's finish)
@@ -173,8 +175,8 @@ class Queue:
 
 
 class Server:
-    __slots__ = ("group", "queue", "win_t", "win_r", "win_s", "key", "br", "bs", "busy", "retired",
-                 "paused_until", "version")
+    __slots__ = ("group", "queue", "win_t", "win_r", "win_s", "rest", "predict", "key", "br", "bs", "busy",
+                 "retired", "paused_until", "version")
 
     def __init__(self, group: "Group", queue: Queue, paused_until: int = 0) -> None:
         self.group = group
@@ -182,6 +184,8 @@ class Server:
         self.win_t: list[int] = []  # the deferred rest of the current window
         self.win_r: list[int] = []
         self.win_s: list[int] = []
+        self.rest: list[tuple] = []  # a mixed window's variants still to come, last first: (predict, t, r, s)
+        self.predict = group.predict  # of the variant being worked off
         self.key = 0  # completion key of the next sub-batch
         self.br: list[int] = []  # the running batch: requests, produce times
         self.bs: list[int] = []
@@ -191,21 +195,34 @@ class Server:
         self.version = 0
 
     def take(self, now: int, offset: int, wt: list[int], wr: list[int], ws: list[int]) -> bool:
-        self.win_t, self.win_r, self.win_s = wt, wr, ws
         self.key = self.queue.key | offset << SUB_BITS
-        return self.work(now)
+        mix = self.group.mix
+        if mix is None:
+            self.win_t, self.win_r, self.win_s = wt, wr, ws
+            return self.work(now)
+        self.rest = [(p, [wt[i] for i in idx], [wr[i] for i in idx], [ws[i] for i in idx])
+                     for p, idx in reversed(mix.split(wr))]
+        return self.next_variant(now)
+
+    def next_variant(self, now: int) -> bool:
+        """Work off the window's next variants until one runs a batch; False when none does."""
+        while self.rest:
+            self.predict, self.win_t, self.win_r, self.win_s = self.rest.pop()
+            if self.work(now):
+                return True
+        return False
 
     def work(self, now: int) -> bool:
         """Start the next sub-batch of the window (``batching.whole_ns``, else ``decide``); False when
         none runs."""
         g = self.group
         dls = list(map(g.deadline, self.win_r))
-        lat = whole_ns(dls, now, g.predict, g.settings)
+        lat = whole_ns(dls, now, self.predict, g.settings)
         if lat >= 0:
             self.br, self.bs = self.win_r, self.win_s
             self.win_t = self.win_r = self.win_s = []
         else:
-            lat = self.split(decide(dls, now, g.predict, g.settings), now)
+            lat = self.split(decide(dls, now, self.predict, g.settings), now)
             if lat < 0:
                 return False
         self.busy = True
@@ -219,7 +236,7 @@ class Server:
         the batch's predicted latency, or -1 when nothing runs."""
         g, wt, wr, ws = self.group, self.win_t, self.win_r, self.win_s
         if d.drop:
-            g.log.drops([wr[i] for i in d.drop], g.stage.index, now, g.predict(1))
+            g.log.drops([wr[i] for i in d.drop], g.stage.index, now, self.predict(1))
         if not d.run:
             self.win_t = self.win_r = self.win_s = []
             return -1
@@ -239,12 +256,12 @@ class Server:
 
     def next(self, now: int) -> None:
         """After a batch or a pause: the rest of the window, else back to the queue (unless retired)."""
-        if self.retired and not self.win_r:
+        if self.retired and not self.win_r and not self.rest:
             return
         if now < self.paused_until:
             self.pause_until(self.paused_until)
             return
-        if self.win_r and self.work(now):
+        if self.win_r and self.work(now) or self.rest and self.next_variant(now):
             return
         if not self.retired:
             self.queue.idle.append(self)

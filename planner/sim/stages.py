@@ -1,7 +1,7 @@
-"""A stage of the pipeline: routes its items to its replica groups and its outputs to its children.
+"""A stage of the pipeline: its items go to its replica group, its outputs to its children.
 
-- :meth:`Stage.receive`: items produced to the stage's topic go to one of its groups by weight (one
-  draw per item from the stage's routing generator; a single group takes all).
+- :meth:`Stage.receive`: items produced to the stage's topic go to its one replica group (a mixed
+  stage's too: deployed, it is one pool, ``planner.sim.world.build``).
 - :meth:`Stage.done`: a finished batch. Each item goes on along every child edge with the edge's
   probability, as k child items where k has mean ``fanout`` (``round``: floor + Bernoulli(fraction),
   or ``poisson``; drawn from the stage's fan-out generator), each produced at the batch's end and fetchable
@@ -9,19 +9,17 @@
   fragment here; one with k > 1 has split its request, which then ends at the join
   (``planner.sim.record``).
 
-Each stage has two generators of its own: routing draws in the order items are produced to the
-stage, fan-out draws in the order of its batch completions. Neither order depends on how the stages'
-events interleave, so the event loop and ``planner.sim.stagewise`` draw the same numbers.
+Each stage has a generator of its own for fan-out, drawn in the order of its batch completions, an
+order that does not depend on how the stages' events interleave, so the event loop and
+``planner.sim.stagewise`` draw the same numbers.
 
 A stage with an ``inbox`` (a list; ``stagewise`` runs) collects what is produced to it instead of
-routing it at once.
+putting it in its group's queues at once.
 """
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 if TYPE_CHECKING:
     from planner.sim.groups import InstanceGroup, PartitionGroup
@@ -29,16 +27,16 @@ if TYPE_CHECKING:
 
 
 class Stage:
-    __slots__ = ("index", "name", "world", "route_rng", "fanout_rng", "groups", "cum", "kids", "chain", "inbox")
+    __slots__ = ("index", "name", "world", "fanout_rng", "group", "kids", "chain", "inbox")
 
-    def __init__(self, index: int, name: str, world: "World", weights: list[float]) -> None:
+    def __init__(self, index: int, name: str, world: "World") -> None:
         self.index = index
         self.name = name
         self.world = world
-        self.route_rng, self.fanout_rng = world.stream(), world.stream()
-        self.groups: list[InstanceGroup | PartitionGroup] = []
-        w = np.array([max(x, 0.0) for x in weights], dtype=float)
-        self.cum = np.cumsum(w / w.sum()) if w.sum() > 0 else np.ones(len(w))
+        # the first stream drew a routing among replica groups before a mixed stage became one pool;
+        # still spawned so every later stream keeps its seed
+        _, self.fanout_rng = world.stream(), world.stream()
+        self.group: InstanceGroup | PartitionGroup | None = None  # set by ``world.build``
         self.kids: list[tuple[Stage, float, float]] = []  # (child, fanout, probability)
         self.chain: Stage | None = None  # the only child, when its edge is fanout 1, probability 1
         self.inbox: list | None = None
@@ -48,25 +46,11 @@ class Stage:
         plain = len(self.kids) == 1 and fanout == 1.0 and probability == 1.0
         self.chain = child if plain else None
 
-    def pick(self, n: int) -> np.ndarray:
-        """Group index per item, by weight."""
-        if len(self.groups) == 1:
-            return np.zeros(n, dtype=np.int64)
-        return np.searchsorted(self.cum, self.route_rng.random(n), side="right").clip(0, len(self.groups) - 1)
-
     def receive(self, now: int, vis: list[int], reqs: list[int], sent: list[int], src: int) -> None:
         if self.inbox is not None:
             self.inbox.append((src, vis, reqs, sent))
             return
-        groups = self.groups
-        if len(groups) == 1:
-            groups[0].put(now, vis, reqs, sent)
-            return
-        pick = self.pick(len(reqs)).tolist()
-        for gi, g in enumerate(groups):
-            idx = [j for j, x in enumerate(pick) if x == gi]
-            if idx:
-                g.put(now, [vis[j] for j in idx], [reqs[j] for j in idx], [sent[j] for j in idx])
+        self.group.put(now, vis, reqs, sent)
 
     def fanout_counts(self, fanout: float, prob: float, m: int) -> list[int]:
         """Children of each of ``m`` items along one edge."""

@@ -6,7 +6,8 @@ run one after another in topological order, each on its complete input, and a qu
 heap: a window starts when ``next_window`` says (``batching.ready`` agreeing, ``window_size`` items),
 at the earliest on the first free server and never before the previous window (FIFO); it runs
 whole when ``batching.whole_ns`` says so (``decide``'s common case, no ``Decision`` built), else
-its sub-batches follow one another by ``batching.decide``. With deterministic service,
+its sub-batches follow one another by ``batching.decide`` (a mixed stage's window: each variant's
+items in turn, ``groups.Mix``). With deterministic service,
 which server runs a window changes nothing, so the servers are just a heap of free times.
 
 What a stage produces is handed to its children in the order the event loop would produce it
@@ -28,7 +29,7 @@ from planner.sim.params import HostModel, Network, ReplicaChange, ServiceTime
 from planner.sim.servers import SUB_BITS, next_window
 from planner.sim.stages import Stage
 from planner.sim.world import World
-from streams.batching import Decision, decide, whole_ns
+from streams.batching import decide, whole_ns
 
 CLIENT = -1  # the producer of the source stage's items
 
@@ -67,7 +68,7 @@ class QueueRun:
 
 
 class Completions:
-    """A stage's batches: per batch its end, queue (group << 16 | queue), key and size; per item (batch
+    """A stage's batches: per batch its end, queue, key and size; per item (batch
     after batch, in the order the columns hold the batches) its index in the stage's input."""
 
     def __init__(self, parts: list[tuple[np.ndarray, ...]]) -> None:
@@ -76,7 +77,7 @@ class Completions:
             np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in cols)
 
     def order(self) -> np.ndarray:
-        """Batch indices in the event loop's order: time, then (group, queue, offset, sub-batch)."""
+        """Batch indices in the event loop's order: time, then (queue, offset, sub-batch)."""
         return np.lexsort((self.key, self.qkey, self.fin))
 
 
@@ -105,22 +106,21 @@ def _merge(inbox: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def serve_stage(st: Stage, vis: np.ndarray, reqs: np.ndarray, deadline: np.ndarray) -> Completions:
-    """Route the stage's input to its groups and queues (as ``receive`` and ``put`` do) and serve each."""
+    """Put the stage's input in its group's queues (as ``put`` does) and serve each."""
     parts = []
-    pick = st.pick(reqs.size)
-    for gi, g in enumerate(st.groups):
-        idx = np.arange(reqs.size) if len(st.groups) == 1 else np.flatnonzero(pick == gi)
-        if isinstance(g, InstanceGroup):
-            queues = [(0, idx, len(g.servers))]
-        else:
-            assert isinstance(g, PartitionGroup)
-            owner = np.asarray(g.owner)[np.arange(idx.size) % g.partitions]
-            queues = [(qi, idx[owner == qi], 1) for qi in range(len(g.servers))]
-        for qi, q, servers in queues:
-            run = serve_queue(g, vis[q].tolist(), deadline[reqs[q]].tolist(), reqs[q], servers)
-            fin, key, n, pos = run.arrays()
-            parts.append((fin, np.full(fin.size, gi << 16 | qi), key, n, q[pos]))
-            g.engine.events += run.windows + fin.size  # what the event loop fires: wake-ups and completions
+    g = st.group
+    idx = np.arange(reqs.size)
+    if isinstance(g, InstanceGroup):
+        queues = [(0, idx, len(g.servers))]
+    else:
+        assert isinstance(g, PartitionGroup)
+        owner = np.asarray(g.owner)[idx % g.partitions]
+        queues = [(qi, idx[owner == qi], 1) for qi in range(len(g.servers))]
+    for qi, q, servers in queues:
+        run = serve_queue(g, vis[q].tolist(), deadline[reqs[q]].tolist(), reqs[q], servers)
+        fin, key, n, pos = run.arrays()
+        parts.append((fin, np.full(fin.size, qi), key, n, q[pos]))
+        g.engine.events += run.windows + fin.size  # what the event loop fires: wake-ups and completions
     return Completions(parts)
 
 
@@ -128,47 +128,51 @@ def serve_queue(g: InstanceGroup | PartitionGroup, times: list[int], dls: list[i
                 servers: int) -> QueueRun:
     """One queue with all its items known, worked off by ``servers`` identical servers: each window
     starts at ``next_window`` from the first free server, never before the previous window."""
-    s, predict, out, replace = g.settings, g.predict, QueueRun(), heapq.heapreplace
+    s, predict, mix, out, replace = g.settings, g.predict, g.mix, QueueRun(), heapq.heapreplace
     add_fin, add_off, add_n = out.fin.append, out.off.append, out.n.append
     free = [0] * servers  # heap of the servers' free times
     n, h, t = len(times), 0, 0
     while h < n:
         t, w = next_window(times, h, t if t > free[0] else free[0], s)
         e = h + w
-        lat = whole_ns(dls[h:e], t, predict, s)
-        if lat >= 0:  # the whole window in one batch: the common case
+        if mix is not None:
+            end, sub = t, 0
+            out.windows += 1
+            for p, idx in mix.split(reqs[h:e].tolist()):
+                pos = [h + i for i in idx]
+                end, sub = _work_off(g, p, end, h, sub, pos, dls, reqs, out)
+        elif (lat := whole_ns(dls[h:e], t, predict, s)) >= 0:  # the whole window in one batch: the common case
             end = t + lat
             add_fin(end)
             add_off(h)
             add_n(w)
         else:
-            end = _work_off(g, decide(dls[h:e], t, predict, s), t, list(range(h, e)), dls, reqs, out)
+            out.windows += 1
+            end = _work_off(g, predict, t, h, 0, list(range(h, e)), dls, reqs, out)[0]
         replace(free, end)
         h = e
     out.windows += len(out.fin)
     return out
 
 
-def _work_off(g: InstanceGroup | PartitionGroup, d: Decision, t: int, pos: list[int], dls: list[int],
-              reqs: np.ndarray, out: QueueRun) -> int:
-    """A window that does not run whole (queue positions ``pos``): drops, then sub-batch after
-    sub-batch; returns when the server is free again."""
-    off, sub = pos[0], 0
-    out.windows += 1
-    while True:
+def _work_off(g: InstanceGroup | PartitionGroup, predict, t: int, off: int, sub: int, pos: list[int],
+              dls: list[int], reqs: np.ndarray, out: QueueRun) -> tuple[int, int]:
+    """Items of the window at queue offset ``off`` (queue positions ``pos``) from ``t`` with one
+    variant's ``predict``, the window's batches so far ``sub``: drops, then sub-batch after sub-batch;
+    (when the server is free again, the window's batches now)."""
+    while pos:
+        d = decide([dls[p] for p in pos], t, predict, g.settings)
         if d.drop:
-            g.log.drops(reqs[[pos[i] for i in d.drop]].tolist(), g.stage.index, t, g.predict(1))
+            g.log.drops(reqs[[pos[i] for i in d.drop]].tolist(), g.stage.index, t, predict(1))
         if not d.run:
-            return t
+            break
         t = d.finish_ns
         out.part_fin.append(t)
         out.part_key.append(off << SUB_BITS | sub)
         out.part_n.append(len(d.run))
         out.part_pos.extend(pos[i] for i in d.run)
-        if not d.defer:
-            return t
         pos, sub = [pos[i] for i in d.defer], sub + 1
-        d = decide([dls[p] for p in pos], t, g.predict, g.settings)
+    return t, sub
 
 
 def _emit(world: World, st: Stage, comp: Completions, reqs: np.ndarray, sent: np.ndarray) -> None:

@@ -1,5 +1,6 @@
 """What every part of one simulation shares: the clock's engine, the host, the log, the random streams,
-the Kafka hops, and how a problem and a plan become stages and replica groups (:func:`build`).
+the Kafka hops, and how a problem and a plan become stages and replica groups (:func:`build`; a
+mixed stage becomes the pool it is deployed as).
 
 Random streams, all children of one ``SeedSequence(seed)``: two per stage (routing, fan-out:
 ``planner.sim.stages``), one for transits, one for service-time factors, one for fetch phases. A
@@ -8,19 +9,20 @@ on one effect leaves the other effects' draws alone.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from planner.plan import Plan
 from planner.problem import Problem
 from planner.sim.engine import Draws, Engine
-from planner.sim.groups import InstanceGroup, PartitionGroup
+from planner.sim.groups import InstanceGroup, Mix, PartitionGroup
 from planner.sim.host import Dedicated, SharedHost
 from planner.sim.params import HostModel, Network, ServiceTime, Transit
 from planner.sim.record import Log
 from planner.sim.servers import Queue
 from planner.sim.stages import Stage
+from streams import shares
 from streams.batching import NS_PER_MS, BatchSettings
 from streams.latency import PREDICT_PERCENTILE, PREDICT_WINDOW
 
@@ -29,7 +31,8 @@ class World:
     """The shared context of one run (see the module docstring)."""
 
     def __init__(self, *, seed: int, deadline: list[int], host: HostModel | None, network: Network,
-                 service: ServiceTime, activation_ns: int, pause_ns: int, fanout_dist: str) -> None:
+                 service: ServiceTime, activation_ns: int, pause_ns: int, fanout_dist: str,
+                 request_ids: Sequence[str] | None) -> None:
         self._seeds = np.random.SeedSequence(seed)
         net, svc, fetch = (np.random.default_rng(s) for s in self._seeds.spawn(3))
         self.net_rng, self.fetch_rng = net, fetch
@@ -37,6 +40,7 @@ class World:
         self.host = Dedicated(self.engine) if host is None else SharedHost(self.engine, host)
         self.log = Log()
         self.deadline = deadline
+        self.request_ids = request_ids  # what a mixed stage's routing rule reads (None: str(i))
         self.factor = None if service.is_deterministic else service.pace(svc)  # factor(now)
         self.predict_margin = service.agent_factor(PREDICT_WINDOW, PREDICT_PERCENTILE)  # what agents predict
         self.network = network
@@ -89,23 +93,46 @@ class _HopTimes:
         return [vis[i] for i in order], [reqs[i] for i in order]
 
 
+class Unprofiled(ValueError):
+    """A mixed stage's deployed form runs a variant on hardware it has no latency profile for."""
+
+
 def build(problem: Problem, plan: Plan, world: World, scaling: Mapping[str, str], drop_late: bool) -> list[Stage]:
-    """One :class:`Stage` per stage in topological order, each with a replica group per assignment."""
+    """One :class:`Stage` per stage in topological order, each with one replica group: its assignment,
+    or for a mixed stage the pool it is deployed as (``planner.service.stage_configs``): the stage's
+    total replicas on the primary assignment's hardware, batch size and timeout, every variant of
+    its ``routing`` with its own latency on that hardware, each request on the variant
+    ``streams.shares.choose`` gives its id (the worker's rule)."""
     names = problem.topo_order
     stages = []
+    routed: dict[tuple, list[str]] = {}  # shares -> each request's variant (stages with the same shares share it)
     for i, name in enumerate(names):
         sp = plan.stage(name)
-        st = Stage(i, name, world, [a.weight for a in sp.assignments])
-        for a in sp.assignments:
-            curve = problem.stage(name).variant(a.variant).latency[a.hardware]
-            settings = BatchSettings.from_ms(a.max_batch, a.batch_timeout_ms, drop_late)
-            table = [0] + [int(curve.ns(b) * world.predict_margin) for b in range(1, a.max_batch + 1)]
-            gi = len(st.groups)
-            if scaling[name] == "instances":
-                st.groups.append(InstanceGroup(world, st, gi, settings, table, a.replicas))
-            else:
-                st.groups.append(PartitionGroup(world, st, gi, settings, table, a.replicas,
-                                                max(sp.partitions, a.replicas)))
+        st = Stage(i, name, world)
+        a = sp.primary
+        use = shares.in_service(sp.routing, a.variant)
+        variants = sorted(use)
+        tables = []
+        for v in variants:
+            curve = problem.stage(name).variant(v).latency.get(a.hardware)
+            if curve is None:
+                raise Unprofiled(f"stage {name} is deployed on {a.hardware} (its primary assignment's) but variant "
+                                 f"{v} has no latency profile there")
+            tables.append([0] + [int(curve.ns(b) * world.predict_margin) for b in range(1, a.max_batch + 1)])
+        mix = None
+        if len(variants) > 1:
+            key = tuple(sorted(use.items()))
+            if key not in routed:
+                ids = world.request_ids if world.request_ids is not None else map(str, range(len(world.deadline)))
+                routed[key] = [shares.choose(r, use) for r in ids]
+            index = {v: k for k, v in enumerate(variants)}
+            mix = Mix([index[v] for v in routed[key]], [t.__getitem__ for t in tables])
+        settings = BatchSettings.from_ms(a.max_batch, a.batch_timeout_ms, drop_late)
+        counts = [x.replicas for x in sp.assignments]
+        if scaling[name] == "instances":
+            st.group = InstanceGroup(world, st, settings, tables[0], counts, mix)
+        else:
+            st.group = PartitionGroup(world, st, settings, tables[0], counts, mix, sp.partitions)
         stages.append(st)
     index = {name: i for i, name in enumerate(names)}
     for st in stages:

@@ -4,6 +4,15 @@ Each case digests every per-request array of the ``SimResult`` (arrival, latency
 stage and info, per-stage residence) and its batch and event counts. The digests were recorded before
 the ``batching.whole_ns`` fast path and the bounded window count; a change that alters them changes
 what the estimator predicts, so it must say why and record the new digests (a failing case prints its own).
+
+Re-pinned once: the ``example-*`` cases, when a mixed stage began to be simulated as it is deployed
+(one pool on the primary's hardware and batching, ``planner.sim.world.build``) instead of a replica
+group per assignment. Their detect stage is det-s on gpu (b8 x1, weight 1) and det-s on cpu (b4 x2,
+weight 0.3): deployed, three det-s replicas on gpu at b8, 5 ms. Their new digests are exactly what the
+previous estimator gave for that single-assignment plan (:func:`deployed_example`, with the schedule's
+change to the primary counted into the pool: 1 -> 2 is a pool of 4), and
+``test_a_mixed_stage_with_one_variant_is_its_deployed_single_assignment`` keeps the two equal.
+``example-two-variants`` pins a pool that routes to two variants.
 """
 from __future__ import annotations
 
@@ -40,6 +49,22 @@ def example():
     return p, plan
 
 
+def deployed_example():
+    """The example as its workers run it: detect's assignments as one pool (see the module docstring)."""
+    p, _ = example()
+    return p, single_plan({"detect": [Assignment("det-s", "gpu", 8, 3, 1.0, 5.0)],
+                           "classify": [Assignment("cls", "cpu", 4, 2, 1.0, 10.0)]})
+
+
+def two_variants():
+    """The example with a second detect variant on gpu: detect's pool routes 60/40 between them."""
+    doc = example_problem_doc(120, sim_seconds=40)
+    doc["stages"][0]["variants"].append({"name": "det-l", "accuracy": 0.7, "latency_ms": {"gpu": {"1": 9, "8": 22}}})
+    plan = single_plan({"detect": [Assignment("det-s", "gpu", 8, 2, 0.6, 5.0), Assignment("det-l", "gpu", 4, 1, 0.4, 8.0)],
+                        "classify": [Assignment("cls", "cpu", 4, 2, 1.0, 10.0)]})
+    return parse_problem(doc), plan
+
+
 def calibrated():
     """The example with a calibration's Kafka transits and fetch cadence, service spread and shared host."""
     p, plan = example()
@@ -64,6 +89,8 @@ CASES = {
     "example-schedule-rebalance": (example, {"schedule": SCHEDULE, "scaling": "rebalance", "pause_s": 2.0}),
     "example-calibrated": (calibrated, {}),
     "example-calibrated-schedule": (calibrated, {"schedule": SCHEDULE, "activation_s": 3.0}),
+    "example-two-variants": (two_variants, {}),
+    "example-two-variants-events": (two_variants, {"method": "events", "scaling": "rebalance"}),
 }
 
 DIGESTS = {
@@ -73,11 +100,13 @@ DIGESTS = {
     "chain4-tight-events": "05f206a2b7422e7f6786",
     "chain4-tight-rebalance-hop": "caffedc40783fc6266d6",
     "chain4-tight-no-drops": "80382ce4658854921cbb",
-    "example-round": "a577343ac1dec56f06c5",
-    "example-poisson-events": "f6bb9bb6e0ef7b4b4098",
-    "example-schedule-rebalance": "8635e8963e26e10da9cc",
-    "example-calibrated": "43c8a77240d8f4138998",
-    "example-calibrated-schedule": "e1407b926cf0cf655f06",
+    "example-round": "bca21891f53d1566d53c",  # re-pinned: the deployed form (module docstring)
+    "example-poisson-events": "899215f57adaa8b1e071",  # re-pinned
+    "example-schedule-rebalance": "1ddc985c899b47991ef0",  # re-pinned
+    "example-calibrated": "cc1144646b72a4897470",  # re-pinned
+    "example-calibrated-schedule": "6f8ca6be1a264f67188d",  # re-pinned
+    "example-two-variants": "7ad784278f987dfee2a9",
+    "example-two-variants-events": "e87772d4b80377450c14",
 }
 
 
@@ -101,6 +130,17 @@ def test_the_estimators_output_is_unchanged(case):
     assert res.requests > 1000
     assert digest(res) == DIGESTS[case], (f"{case}: the estimator's output changed (digest {digest(res)}; "
                                           f"{int(res.dropped.sum())} dropped, p99 {res.p99_ms} ms)")
+
+
+@pytest.mark.parametrize("case", sorted(c for c in CASES if c.startswith("example-") and "two-variants" not in c))
+def test_a_mixed_stage_with_one_variant_is_its_deployed_single_assignment(case):
+    options = CASES[case][1]
+    p, plan = deployed_example()
+    if "schedule" in options:  # the primary's change 1 -> 2 replicas is the pool's 3 -> 4
+        options = options | {"schedule": [ReplicaChange(10.0, "detect", 4), SCHEDULE[1]]}
+    if "calibrated" in case:
+        p = replace(p, **CALIBRATED)
+    assert digest(simulate(p, plan, **options)) == digest(run(case))
 
 
 def test_the_cases_reach_every_branch_of_the_batching_policy(monkeypatch):
