@@ -5,7 +5,8 @@ run differs: its own arrivals, and the replica changes the tuner made. This modu
 those through the plan (``planner.estimator.simulate``) and sets the figures side by side, end to end
 and per stage (the same definition on both sides: drops count as infinitely late, nearest rank).
 
-- arrivals: every result's ``created_ns``, from the first;
+- arrivals: every result's ``created_ns``, from the first, with its request id (what a mixed stage
+  routes by);
 - replica changes: where the run's replica series changes (``loadgen.report.scale_events``), as
   the estimator's ``ReplicaChange`` of the stage's primary assignment;
 - per stage, measured residence is a hop's ``finished_ns - enqueued_ns`` (Kafka transit in, queue,
@@ -69,9 +70,12 @@ class LikeForLike:
         return abs(self.ratio - 1.0)
 
 
-def run_arrivals(results: Sequence[Mapping[str, Any]]) -> np.ndarray:
-    created = np.sort(np.array([r["created_ns"] for r in results], dtype=np.int64))
-    return (created - created[0]) / NS if created.size else np.empty(0)
+def run_arrivals(results: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, list[str]]:
+    """Arrival times (s from the first) and the request ids in that order: a mixed stage routes the
+    same requests to the same variants as the run did (``streams.shares.choose``)."""
+    order = sorted(results, key=lambda r: r["created_ns"])
+    created = np.array([r["created_ns"] for r in order], dtype=np.int64)
+    return ((created - created[0]) / NS if created.size else np.empty(0)), [r["request_id"] for r in order]
 
 
 def run_changes(summary: Summary, plan: Plan) -> list[ReplicaChange]:
@@ -145,8 +149,9 @@ def compare(summary: Summary, results: Sequence[Mapping[str, Any]], sim: SimResu
 def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequence[Mapping[str, Any]], *,
                  seed: int = 0, **sim_options: Any) -> LikeForLike:
     """The estimator on this run's arrivals and replica changes, against what was measured."""
-    sim = simulate(problem, plan, run_arrivals(results), seed=seed, schedule=tuple(run_changes(summary, plan)),
-                   **sim_options)
+    arrivals, ids = run_arrivals(results)
+    sim = simulate(problem, plan, arrivals, seed=seed, schedule=tuple(run_changes(summary, plan)),
+                   request_ids=ids, **sim_options)
     network = network_for(problem, sim_options.get("network"), sim_options.get("hop_ms"))
     service = sim_options.get("service") or problem.service
     return replace(compare(summary, results, sim),

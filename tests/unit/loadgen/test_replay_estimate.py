@@ -18,7 +18,11 @@ def test_the_estimator_replaying_its_own_run_gives_back_that_run(planned):
     from loadgen.simulate import results_from_sim
 
     results = results_from_sim(problem, plan, run.sim, start_ns=10**18)
-    assert np.allclose(run_arrivals(results), np.sort(arrivals), atol=1e-6)
+    times, ids = run_arrivals(results[::-1])  # results arrive in any order: they come back in arrival order
+    assert np.allclose(times, np.sort(arrivals), atol=1e-6)
+    created = {r["request_id"]: r["created_ns"] for r in results}
+    assert sorted(ids) == sorted(created) and all(created[i] == min(created.values()) + round(t * 1e9)
+                                                  for i, t in zip(ids, times))
     got = run_changes(run.summary, plan)
     assert [(round(c.time_s), c.stage, c.replicas) for c in got] == [(round(c.time_s), c.stage, c.replicas)
                                                                        for c in changes]
