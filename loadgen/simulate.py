@@ -70,10 +70,12 @@ def results_from_sim(problem: Problem, plan: Plan, sim: SimResult, *, start_ns: 
 
 def config_events(problem: Problem, plan: Plan, changes: Sequence[ReplicaChange] = (), *,
                   start_ns: int = 0) -> list[ConfigEvent]:
-    """Replicas and cost per stage over time: the plan at ``start_ns``, then each replica change."""
+    """Replicas and cost per stage over time: the plan at ``start_ns``, then each replica change. A
+    stage runs as deployed (``planner.service.stage_configs``): all its replicas on the primary
+    assignment's hardware, priced at that hardware's rate."""
     price = {h: o.cost_per_hour for h, o in problem.hardware.items()}
-    groups = {sp.stage: [[a.replicas, price[a.hardware], a.hardware, a.variant] for a in sp.assignments]
-              for sp in plan.stages}
+    groups = {sp.stage: [[a.replicas, price[sp.primary.hardware], sp.primary.hardware, sp.primary.variant]
+                         for a in sp.assignments] for sp in plan.stages}
 
     def event(at_ns: int, stage: str) -> ConfigEvent:
         g = groups[stage]

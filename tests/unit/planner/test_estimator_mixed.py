@@ -78,6 +78,10 @@ def test_the_published_config_is_the_simulated_pool_and_costs_what_it_runs_on():
     assert (rec["variant"], rec["hardware"], rec["max_batch"], rec["replicas"]) == ("fast", "cpu", 4, 2)
     assert rec["routing"] == {"fast": 0.6, "slow": 0.4}
     assert rec["cost_per_hour"] == pytest.approx(2 * 0.2)  # both replicas on cpu, not 0.2 + 2.5
+    from loadgen.simulate import config_events  # a simulated run is priced as deployed too
+
+    (ev,) = config_events(problem(), MIXED)
+    assert (ev.replicas, ev.cost_per_hour, ev.hardware) == (2, pytest.approx(rec["cost_per_hour"]), "cpu")
 
 
 def test_a_variant_without_a_profile_on_the_primarys_hardware_is_refused():
