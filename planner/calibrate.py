@@ -22,7 +22,10 @@ From every hop of every result (``HopTiming``: enqueued, received, started, fini
   as it did in the run. The scale is then what is left once sharing is accounted for. ``F`` at the
   machine's core count or more (sharing explains nothing) leaves the host out.
 
-Queue and batch formation (``started - received``) are what the estimator computes, not inputs.
+- **dispatch**: per batch, the worker's own time before the model starts it (:func:`dispatch_ms`),
+  as quantiles: the estimator adds a draw to every batch's run (``ServiceTime.dispatch``).
+
+Queue and batch formation (``started - received``) are otherwise what the estimator computes.
 """
 from __future__ import annotations
 
@@ -74,6 +77,37 @@ def batches(results: Iterable[Mapping[str, Any]]) -> dict[tuple, tuple[str, str,
     return out
 
 
+def dispatch_ms(results: Iterable[Mapping[str, Any]], timeouts_ms: Mapping[str, float] | None = None) -> np.ndarray:
+    """Per batch, the worker's own time before the model started it: ``started`` minus the moment it
+    could have started, its last item fetched (``received``) and its instance (``worker``) done with
+    the batch before. A batch that may have waited for its stage's batch timeout (``timeouts_ms``:
+    stage -> ms; started that long or more after its first item) is left out: that wait is the
+    batching policy's, which the estimator computes."""
+    runs: dict[tuple, list[int]] = {}
+    for r in results:
+        for h in r.get("hops", ()):
+            if h["stage"] != "join" and h.get("received_ns"):
+                runs.setdefault((h["worker"], h["started_ns"], h["finished_ns"], h["stage"]), []).append(h["received_ns"])
+    out, last_end = [], {}
+    for (w, s, f, stage), recv in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        timeout_ns = (timeouts_ms or {}).get(stage, 0.0) * 1e6
+        if not timeout_ns or s - min(recv) < timeout_ns:
+            out.append(max(0, s - max(max(recv), last_end.get(w, 0))) / 1e6)
+        last_end[w] = f
+    return np.asarray(out, dtype=float)
+
+
+def _quantiles(a: np.ndarray) -> list[float]:
+    """Every half percent of ``a`` (empty when ``a`` is)."""
+    return [float(x) for x in np.percentile(a, QUANTILES)] if a.size else []
+
+
+def timeouts_of(plan: Mapping[str, Any] | None) -> dict[str, float]:
+    """stage -> its longest batch timeout in a plan document (``Plan.to_dict``)."""
+    return {sp["stage"]: max(a["batch_timeout_ms"] for a in sp["assignments"])
+            for sp in (plan or {}).get("stages", []) if sp["assignments"]}
+
+
 def mean_concurrency(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """For each interval, the time-average number of intervals (itself included) running during it."""
     t = np.concatenate([starts, ends])
@@ -121,10 +155,11 @@ def slowdown(starts_ns: np.ndarray, factor: np.ndarray, window_s: float = None) 
 
 def fit(results: Iterable[Mapping[str, Any]], curves: Mapping[tuple[str, str], LatencyCurve],
         hardware_of: Mapping[tuple[str, str], str], source: str = "", cores: float | None = None,
-        min_batches: int = 1) -> dict:
+        min_batches: int = 1, timeouts_ms: Mapping[str, float] | None = None) -> dict:
     """The calibration document of a run. ``curves``: (variant, hardware) -> uncalibrated curve;
     ``hardware_of``: (stage, variant) -> the hardware that ran it; ``cores``: the host's (default:
-    this machine's); ``min_batches``: fewer batches than this is too little to fit."""
+    this machine's); ``min_batches``: fewer batches than this is too little to fit; ``timeouts_ms``:
+    stage -> its batch timeout (see :func:`dispatch_ms`)."""
     import os
 
     results = list(results)
@@ -171,7 +206,8 @@ def fit(results: Iterable[Mapping[str, Any]], curves: Mapping[tuple[str, str], L
     return {"fitted_at": now_iso(), "source": source, "machine": machine_info(), "service": service,
             "service_cv": float(np.std(within)), "host": host,
             "slowdown": {"window_s": SLOWDOWN_WINDOW_S, "factors": [round(float(x), 4) for x in pace]},
-            "transit_ms": {k: [float(x) for x in np.percentile(v, QUANTILES)] for k, v in sorted(transit.items())},
+            "transit_ms": {k: _quantiles(np.asarray(v)) for k, v in sorted(transit.items())},
+            "dispatch_ms": _quantiles(dispatch_ms(results, timeouts_ms)),
             "samples": {"hops": hops, "batches": len(runs), "results": len(results)}}
 
 
@@ -193,14 +229,17 @@ def network(doc: Mapping[str, Any] | None) -> Network | None:
 
 
 def service_time(doc: Mapping[str, Any] | None) -> ServiceTime:
-    """The service spread of a calibration: within a second (lognormal ``service_cv``) and from
-    second to second (``slowdown``)."""
+    """The service spread of a calibration: within a second (lognormal ``service_cv``), from second to
+    second (``slowdown``), and the worker's own time per batch (``dispatch_ms``; older calibrations
+    have none)."""
     cv = float(doc.get("service_cv", 0.0)) if doc else 0.0
     slow = (doc or {}).get("slowdown") or {}
     pace = tuple(slow.get("factors", ()))
     pace = pace if len(pace) > 1 and np.std(pace) >= MIN_CV else ()
     kind, cv = ("lognormal", cv) if cv >= MIN_CV else ("deterministic", 0.0)
-    return ServiceTime(kind, cv, pace, float(slow.get("window_s", SLOWDOWN_WINDOW_S)))
+    dispatch = (doc or {}).get("dispatch_ms")
+    return ServiceTime(kind, cv, pace, float(slow.get("window_s", SLOWDOWN_WINDOW_S)),
+                       Transit.empirical(dispatch) if dispatch else Transit())
 
 
 def summary_lines(doc: Mapping[str, Any]) -> list[str]:
@@ -219,6 +258,9 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     for kind, q in doc["transit_ms"].items():
         lines.append(f"  transit {kind:<10} p50 {q[100]:6.1f} ms  p99 {q[198]:6.1f} ms  "
                      f"max {q[-1]:6.1f} ms")
+    if doc.get("dispatch_ms"):
+        q = doc["dispatch_ms"]
+        lines.append(f"  worker's own time per batch    p50 {q[100]:6.1f} ms  p99 {q[198]:6.1f} ms  max {q[-1]:6.1f} ms")
     return lines
 
 

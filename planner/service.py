@@ -168,7 +168,8 @@ class Replanner:
         hardware_of = {(sp.stage, a.variant): a.hardware for sp in plan.stages for a in sp.assignments}
         try:
             doc = calibrate.fit(results, calibrate.profiled_curves(self.base, self.calibration), hardware_of,
-                                source="results topic", min_batches=self.settings.refit_min_batches)
+                                source="results topic", min_batches=self.settings.refit_min_batches,
+                                timeouts_ms=calibrate.timeouts_of(plan.to_dict()))
         except calibrate.CalibrationFitError:
             return self
         return replace(self, base=calibrate.recalibrated(self.base, doc, self.calibration), calibration=doc)

@@ -84,6 +84,7 @@ class Group:
         self.log = world.log
         self.factor = world.factor  # a service-time factor per batch, or None (deterministic)
         self.margin = world.predict_margin  # predict(b) = l(b) x margin; a batch's work is l(b) x factor
+        self.dispatch = world.dispatch  # the worker's own time per batch, or None
         self.servers: list[Server] = []
 
     def fire(self, now: int, change: object) -> None:

@@ -218,12 +218,18 @@ class ServiceTime:
     batch that starts in a window is multiplied by that window's factor, drawn at random from
     ``slowdown`` (a calibration measures them): slow seconds slow every stage at once, as contention
     from other processes does, which independent per-batch draws cannot.
+
+    ``dispatch``: the worker's own time per batch on top of the model's, from the moment a batch could
+    start (its last item fetched and the instance free) to the model starting it: taking the window,
+    decoding, the hand-off to the model thread, the previous window's produce and acks. It holds the
+    instance like service does (a calibration measures it; zero by default).
     """
 
     kind: str = "deterministic"
     cv: float = 0.0
     slowdown: tuple[float, ...] = ()
     slowdown_window_s: float = 1.0
+    dispatch: Transit = Transit()
 
     def __post_init__(self) -> None:
         if self.kind not in SERVICE_KINDS:
@@ -240,6 +246,10 @@ class ServiceTime:
     @property
     def is_deterministic(self) -> bool:
         return self.kind == "deterministic" and not self.slowdown
+
+    @property
+    def has_dispatch(self) -> bool:
+        return not (self.dispatch.is_constant and self.dispatch.mean_ms == 0)
 
     def pace(self, rng: np.random.Generator):
         """``factor(now_ns)`` of a run: a slowdown window's factor (drawn once per window) times a

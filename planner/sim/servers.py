@@ -26,7 +26,7 @@ from bisect import bisect_right
 from collections import deque
 from typing import TYPE_CHECKING
 
-from planner.sim.engine import WAKE
+from planner.sim.engine import DONE, WAKE
 from planner.sim.params import next_fetch
 from streams.batching import BatchSettings, Decision, decide, flush_due_ns, ready, whole_ns, window_size
 
@@ -174,9 +174,12 @@ class Queue:
         self.head = 0
 
 
+_DISPATCHED = object()  # a Server's token: its worker's own time is over, the batch goes to the host
+
+
 class Server:
     __slots__ = ("group", "queue", "win_t", "win_r", "win_s", "rest", "predict", "key", "br", "bs", "busy",
-                 "retired", "paused_until", "version")
+                 "retired", "paused_until", "version", "pending")
 
     def __init__(self, group: "Group", queue: Queue, paused_until: int = 0) -> None:
         self.group = group
@@ -193,6 +196,7 @@ class Server:
         self.retired = False
         self.paused_until = paused_until  # model load, or a rebalance: takes nothing before
         self.version = 0
+        self.pending = (0, 0)  # (work, completion key) of the batch, while the worker's own time before it runs
 
     def take(self, now: int, offset: int, wt: list[int], wr: list[int], ws: list[int]) -> bool:
         self.key = self.queue.key | offset << SUB_BITS
@@ -227,7 +231,11 @@ class Server:
                 return False
         self.busy = True
         work = lat if g.factor is None else int(lat / g.margin * g.factor(now))
-        g.host.run(self, work, now, self.key)
+        if g.dispatch is None:
+            g.host.run(self, work, now, self.key)
+        else:  # the worker's own time first: it holds the instance, not the host's shared cores
+            self.pending = (work, self.key)
+            g.engine.at(now + g.dispatch(), DONE, self, _DISPATCHED, self.key)
         self.key += 1
         return True
 
@@ -247,7 +255,9 @@ class Server:
 
     def fire(self, now: int, token: object) -> None:
         """``token`` None: the running batch is done. Else the end of a pause (stale unless current)."""
-        if token is None:
+        if token is _DISPATCHED:
+            self.group.host.run(self, self.pending[0], now, self.pending[1])
+        elif token is None:
             self.busy = False
             self.group.stage.done(self.br, self.bs, now)
             self.next(now)

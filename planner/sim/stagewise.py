@@ -37,7 +37,8 @@ CLIENT = -1  # the producer of the source stage's items
 def applies(*, host: HostModel | None, schedule: Sequence[ReplicaChange], service: ServiceTime,
             network: Network) -> bool:
     transits = (network.ingress, network.between, network.to_join, network.to_results)
-    return (host is None and not schedule and service.is_deterministic and network.fetch_interval_ms == 0
+    return (host is None and not schedule and service.is_deterministic and not service.has_dispatch
+            and network.fetch_interval_ms == 0
             and all(t.is_constant for t in transits))
 
 

@@ -43,6 +43,9 @@ class World:
         self.request_ids = request_ids  # what a mixed stage's routing rule reads (None: str(i))
         self.factor = None if service.is_deterministic else service.pace(svc)  # factor(now)
         self.predict_margin = service.agent_factor(PREDICT_WINDOW, PREDICT_PERCENTILE)  # what agents predict
+        # the worker's time per batch (ns), or None; its stream exists only then, so runs without it
+        # draw exactly as before
+        self.dispatch = _draws(service.dispatch, self.stream()) if service.has_dispatch else None
         self.network = network
         self.activation_ns = activation_ns
         self.pause_ns = pause_ns
@@ -72,6 +75,21 @@ class World:
         q.parts = [] if parts is None else parts[order].tolist()
         q.head = 0
         q.poke(0)
+
+
+def _draws(t: Transit, rng: np.random.Generator):
+    """``next()`` of a transit's draws in ns, drawn 4096 at a time."""
+    buf = iter(())
+
+    def draw() -> int:
+        nonlocal buf
+        x = next(buf, None)
+        if x is None:
+            buf = iter(t.sample_ns(rng, 4096).tolist())
+            x = next(buf)
+        return x
+
+    return draw
 
 
 class _HopTimes:

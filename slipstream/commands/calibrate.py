@@ -40,7 +40,7 @@ def uncalibrated_curves(pipe, store) -> dict[tuple[str, str], object]:
 
 def fit_report(report_dir: str | Path, pipe, profiles_dir: str | Path, *, store: bool = True) -> dict:
     """Fit a live run's report against the uncalibrated profiles; store it as the next version."""
-    from planner.calibrate import fit
+    from planner.calibrate import fit, timeouts_of
     from streams.profile_store import ProfileStore
 
     report = Path(report_dir)
@@ -50,7 +50,8 @@ def fit_report(report_dir: str | Path, pipe, profiles_dir: str | Path, *, store:
     results = [json.loads(line) for line in results_file.read_text().splitlines() if line.strip()]
     raw = ProfileStore(profiles_dir, calibration="off")  # fit against the profiles as measured
     plan_doc = json.loads(plan_file.read_text()) if plan_file.exists() else None
-    doc = fit(results, uncalibrated_curves(pipe, raw), hardware_of(pipe, raw, plan_doc), source=str(report))
+    doc = fit(results, uncalibrated_curves(pipe, raw), hardware_of(pipe, raw, plan_doc), source=str(report),
+              timeouts_ms=timeouts_of(plan_doc))
     return raw.calibrations.save(doc) if store else doc
 
 

@@ -53,3 +53,18 @@ def test_components_set_each_measured_part_of_a_hop_beside_the_estimators_input(
     assert got["transit"].measured_ms == pytest.approx((7.0, 7.0)) and got["transit"].estimated_ms == (3.0, 3.0)
     assert got["queue+batch"].measured_ms == pytest.approx((2.0, 2.0)) and got["queue+batch"].estimated_ms is None
     assert got["service"].measured_ms[1] == pytest.approx(2 * got["service"].estimated_ms[1], rel=0.01)
+
+
+def test_the_estimate_is_the_median_p99_over_seeds(planned):
+    from loadgen.simulate import results_from_sim
+    from planner.sim.params import ServiceTime
+
+    problem, plan = planned
+    arrivals = problem.arrivals_s - problem.arrivals_s[0]
+    run = simulate_run(problem, plan, arrivals, seed=1, start_ns=10**18)
+    results = results_from_sim(problem, plan, run.sim, start_ns=10**18)
+    est = estimate_run(problem, plan, run.summary, results, seed=7, service=ServiceTime("lognormal", cv=0.8))
+    assert len(est.seed_p99_ms) == 5 and list(est.seed_p99_ms) == sorted(est.seed_p99_ms)
+    assert len(set(est.seed_p99_ms)) > 1  # the seeds differ, so the median is a choice
+    assert est.estimated_p99_ms == est.seed_p99_ms[2]
+    assert "per seed" in format_like_for_like(est)

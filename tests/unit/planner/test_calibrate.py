@@ -159,3 +159,27 @@ def test_planner_service_refits_from_recent_results_against_the_profiled_curves(
     assert new.base.network.ingress.mean_ms == pytest.approx(5.0)
     assert new.refit([res(i) for i in range(60)], plan).base.stage("a").variant("va").latency["cpu"].ms(4) \
         == pytest.approx(20.0)  # refitting again does not compound
+
+
+def test_fit_measures_the_workers_own_time_per_batch_and_the_estimator_adds_it():
+    rs = [result(i, transit_in=5.0, transit_between=2.0, scale=1.0) for i in range(50)]  # started 2 ms late
+    doc = fit(rs, CURVES, HW, source="r")
+    assert doc["dispatch_ms"][0] == pytest.approx(2.0) and doc["dispatch_ms"][-1] == pytest.approx(2.0)
+    st = service_time(doc)
+    assert st.has_dispatch and st.dispatch.mean_ms == pytest.approx(2.0)
+    assert not service_time({k: v for k, v in doc.items() if k != "dispatch_ms"}).has_dispatch  # older fits
+
+
+def test_dispatch_time_counts_from_the_instance_being_free_and_leaves_out_batch_timeout_waits():
+    from planner.calibrate import dispatch_ms
+
+    def hop(stage, worker, received, started, finished):
+        return {"stage": stage, "variant": "v", "batch_size": 1, "worker": worker, "enqueued_ns": 0,
+                "received_ns": received * MS, "started_ns": started * MS, "finished_ns": finished * MS}
+
+    rs = [{"hops": [hop("a", "w/0", 100, 101, 111)]},
+          {"hops": [hop("a", "w/0", 105, 113, 120)]},  # arrived while w/0 ran the first: 113 - 111
+          {"hops": [hop("a", "w/1", 105, 109, 120)]},  # another instance, free: 109 - 105
+          {"hops": [hop("b", "x/0", 100, 130, 140)]}]  # b's batch timeout is 30 ms: it may have waited for it
+    assert dispatch_ms(rs).tolist() == [1.0, 2.0, 4.0, 30.0]
+    assert dispatch_ms(rs, {"b": 30.0}).tolist() == [1.0, 2.0, 4.0]

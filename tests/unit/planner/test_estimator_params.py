@@ -91,3 +91,13 @@ def test_slowdown_paces_every_batch_of_a_window():
     assert np.any(np.isclose(lat, base.p50_ms, atol=0.5)) and np.any(lat > base.p50_ms + 19.0)
     with pytest.raises(ValueError, match="slowdown_window_s"):
         ServiceTime(slowdown=(1.0,), slowdown_window_s=0.0)
+
+
+@pytest.mark.parametrize("method", ["auto", "events"])
+def test_the_workers_own_time_per_batch_holds_the_instance_before_the_model_runs(method):
+    service = ServiceTime(dispatch=Transit.constant(3.0))
+    one = one_stage({1: 10.0})
+    sim = simulate(one, PLAN, np.array([0.0, 0.0, 1.0]), hop_ms=0.0, service=service, method=method)
+    assert np.sort(sim.latency_ms).tolist() == pytest.approx([13.0, 13.0, 26.0])  # the second waits 13 ms
+    plain = simulate(one, PLAN, np.array([0.0, 0.0, 1.0]), hop_ms=0.0, method=method)
+    assert np.sort(plain.latency_ms).tolist() == pytest.approx([10.0, 10.0, 20.0])
