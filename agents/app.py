@@ -27,7 +27,7 @@ from streams.timeline import mark
 from agents.worker import ExecutorFactory, StageWorker
 from streams import codec, kafka as kclient, topics
 from streams.app import AppSettings, make_app
-from streams.config import KafkaSettings, prefixes_from_env
+from streams.config import KafkaSettings, prefixes_from_env, schema_registry_from_env
 from streams.metrics_http import LOCAL, MetricsAddr
 from streams.profile_store import ProfileStore
 from streams.spec import Pipeline, load_pipeline
@@ -108,6 +108,7 @@ def app_from_env() -> faust.App:
     if not pipe_file or not stage:
         sys.exit("set SLIPSTREAM_PIPELINE (a pipeline spec file) and SLIPSTREAM_STAGE (a stage name or 'join')")
     topics.use_prefixes(*prefixes_from_env())  # what the `slipstream` CLI does for its processes
+    codec.use_registry(schema_registry_from_env())
     pipe = load_pipeline(pipe_file)
     kafka = KafkaSettings.from_env()
     addr = MetricsAddr.parse(os.environ.get("SLIPSTREAM_METRICS_ADDR", str(LOCAL)))

@@ -7,7 +7,7 @@ import logging
 import click
 
 # Each module in slipstream/commands/ exposes `commands: list[click.Command]`.
-COMMAND_MODULES = ("kafka", "worker", "pipeline", "bench", "tuner", "plan", "profile", "planner_service", "loadgen", "simulate", "demo", "calibrate", "chaos")
+COMMAND_MODULES = ("kafka", "worker", "pipeline", "bench", "tuner", "plan", "profile", "planner_service", "loadgen", "simulate", "demo", "calibrate", "chaos", "registry")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -16,11 +16,13 @@ def main(verbose: int) -> None:
     """Slipstream: multi-model inference pipelines over Kafka, inside a tail-latency SLO."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from streams.config import prefixes_from_env
+    from streams.codec import use_registry
+    from streams.config import prefixes_from_env, schema_registry_from_env
     from streams.topics import use_prefixes
 
     try:
         use_prefixes(*prefixes_from_env())  # every process this CLI starts names topics and groups alike
+        use_registry(schema_registry_from_env())  # and writes records in the same wire format
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 

@@ -8,6 +8,13 @@ expanded at their first use), then the schemaless Avro body. Any Avro library (J
 Apache's ``avro``). Records written before the codec followed the specification carry the fingerprints
 of ``schemas.LEGACY_FINGERPRINTS``; they are still read, never written.
 
+**Confluent wire format** (optional): with a schema registry set (:func:`use_registry`; the CLI does,
+from ``SLIPSTREAM_SCHEMA_REGISTRY_URL``), records sent to a topic (``streams.kafka.send``) are written as
+Kafka tooling expects them: ``00``, the 4-byte big-endian schema id of the writer schema registered under
+the subject ``<topic>-value`` (``streams.schema_registry``), then the same Avro body. Readers take both
+framings whatever the switch says; a Confluent record needs the registry to read (its writer schema is
+fetched by id once, then cached).
+
 Decoding is strict: a missing header, an unknown record type, a truncated body or trailing bytes raise
 :class:`CodecError` naming the problem; nothing half-read is returned.
 
@@ -20,20 +27,27 @@ Schema evolution (see README): add a field *at the end* of a record *with a defa
 from __future__ import annotations
 
 import io
+import json
 import logging
 import struct
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, Iterable, Mapping
 
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 import schemas
+from streams.schema_registry import RegistryError, SchemaRegistry
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"\xc3\x01"
 HEADER_LEN = 10
+CONFLUENT_MAGIC = b"\x00"
+CONFLUENT_HEADER_LEN = 5
+_REGISTRY: SchemaRegistry | None = None
+_BY_ID: dict[tuple[str, int], Mapping[str, Any]] = {}  # (record, schema id) -> writer, for _REGISTRY
 
 
 class CodecError(ValueError):
@@ -63,9 +77,16 @@ class RecordCodec:
         self.known_writers[schema_fingerprint(writer_schema)] = writer_schema
 
     def encode(self, value: Mapping[str, Any]) -> bytes:
+        """Single-object encoding."""
+        return self._write(MAGIC + self.fp, value)
+
+    def encode_confluent(self, value: Mapping[str, Any], schema_id: int) -> bytes:
+        """The Confluent wire format, for the registry's ``schema_id`` of this codec's schema."""
+        return self._write(CONFLUENT_MAGIC + schema_id.to_bytes(4, "big"), value)
+
+    def _write(self, header: bytes, value: Mapping[str, Any]) -> bytes:
         buf = io.BytesIO()
-        buf.write(MAGIC)
-        buf.write(self.fp)
+        buf.write(header)
         try:
             fastavro.schemaless_writer(buf, self.schema, value, strict_allow_default=True)
         except (ValueError, TypeError, KeyError, AttributeError, struct.error) as exc:
@@ -75,20 +96,18 @@ class RecordCodec:
     def decode(self, data: bytes | None) -> dict[str, Any]:
         if data is None:
             raise CodecError(f"{self.record}: empty record (null value)")
-        if len(data) < HEADER_LEN or data[:2] != MAGIC:
+        if len(data) >= CONFLUENT_HEADER_LEN and data[:1] == CONFLUENT_MAGIC:
+            writer, exact, start = self._registered_writer(int.from_bytes(data[1:5], "big")), True, 5
+        elif len(data) >= HEADER_LEN and data[:2] == MAGIC:
+            writer, exact, start = self._known_writer(bytes(data[2:HEADER_LEN])), True, HEADER_LEN
+            if writer is None:
+                writer, exact = self.schema, False
+        else:
             raise CodecError(f"not a Slipstream {self.record}: expected the Avro single-object header "
-                             f"C3 01, got {bytes(data[:2]).hex(' ') or 'nothing'} ({len(data)} bytes)")
-        fp = bytes(data[2:HEADER_LEN])
+                             f"C3 01 or the Confluent header 00, got {bytes(data[:2]).hex(' ') or 'nothing'} "
+                             f"({len(data)} bytes)")
         body = io.BytesIO(data)  # shares the bytes (no copy of the payload), read from the header's end
-        body.seek(HEADER_LEN)
-        writer = self.known_writers.get(fp)
-        exact = writer is not None
-        if writer is None:
-            if fp not in self._warned:
-                self._warned.add(fp)
-                log.warning("%s written with unknown schema %s: reading the fields this reader knows",
-                            self.record, fp.hex())
-            writer = self.schema
+        body.seek(start)
         try:
             # the reader schema only when it differs: fastavro compares the two schemas on every call
             value = fastavro.schemaless_reader(body, writer, None if writer is self.schema else self.schema)
@@ -100,6 +119,31 @@ class RecordCodec:
         if exact and left:
             raise CodecError(f"{self.record}: {left} trailing bytes after the record")
         return value
+
+    def _known_writer(self, fp: bytes) -> Mapping[str, Any] | None:
+        """The writer schema of a single-object fingerprint; None (logged once) when unknown."""
+        writer = self.known_writers.get(fp)
+        if writer is None and fp not in self._warned:
+            self._warned.add(fp)
+            log.warning("%s written with unknown schema %s: reading the fields this reader knows",
+                        self.record, fp.hex())
+        return writer
+
+    def _registered_writer(self, schema_id: int) -> Mapping[str, Any]:
+        """The writer schema of a Confluent schema id: a known generation when the registry's schema
+        has its fingerprint (no resolution needed for our own records), else the registry's schema."""
+        if _REGISTRY is None:
+            raise CodecError(f"{self.record}: Confluent wire format (schema id {schema_id}) but no schema "
+                             f"registry is set (SLIPSTREAM_SCHEMA_REGISTRY_URL)")
+        writer = _BY_ID.get((self.record, schema_id))
+        if writer is None:
+            try:
+                registered = _REGISTRY.schema(schema_id)
+            except RegistryError as exc:
+                raise CodecError(f"{self.record}: writer schema {schema_id}: {exc}") from None
+            writer = _BY_ID[(self.record, schema_id)] = self.known_writers.get(
+                schema_fingerprint(registered), registered)
+        return writer
 
 
 _CODECS: dict[str, RecordCodec] = {}
@@ -119,8 +163,32 @@ def codec(record: str) -> RecordCodec:
     return c
 
 
-def encode(record: str, value: Mapping[str, Any]) -> bytes:
-    return codec(record).encode(value)
+def use_registry(url: str | None) -> SchemaRegistry | None:
+    """Write the Confluent wire format through the registry at ``url`` from now on (None: single-object
+    encoding); and read Confluent records with it. Returns the registry client."""
+    global _REGISTRY
+    _REGISTRY = SchemaRegistry(url) if url else None
+    _BY_ID.clear()
+    return _REGISTRY
+
+
+@cache
+def schema_json(record: str) -> str:
+    """The schema registered for ``record``: its ``.avsc`` with nested records expanded (self-contained)."""
+    return json.dumps(schemas.expanded(schemas.raw(record)))
+
+
+def encode(record: str, value: Mapping[str, Any], topic: str | None = None) -> bytes:
+    """``value`` as ``record``: the Confluent wire format under ``<topic>-value`` when a registry is set
+    and the topic is known, else single-object encoding."""
+    c = codec(record)
+    if _REGISTRY is None or topic is None:
+        return c.encode(value)
+    try:
+        schema_id = _REGISTRY.register(f"{topic}-value", schema_json(record))
+    except RegistryError as exc:
+        raise CodecError(f"cannot encode {record} for {topic}: {exc}") from None
+    return c.encode_confluent(value, schema_id)
 
 
 def decode(record: str, data: bytes | None) -> dict[str, Any]:

@@ -103,6 +103,12 @@ def _int(env: Mapping[str, str], name: str) -> int | None:
         raise ValueError(f"{name} must be an integer, got {raw!r}") from None
 
 
+def schema_registry_from_env(env: Mapping[str, str] | None = None) -> str | None:
+    """``SLIPSTREAM_SCHEMA_REGISTRY_URL``: a Confluent-compatible registry, which switches writers to the
+    Confluent wire format (``streams.codec.use_registry``); unset or empty: single-object encoding."""
+    return (os.environ if env is None else env).get("SLIPSTREAM_SCHEMA_REGISTRY_URL") or None
+
+
 def prefixes_from_env(env: Mapping[str, str] | None = None) -> tuple[str, str]:
     """(topic prefix, consumer-group prefix) from ``SLIPSTREAM_TOPIC_PREFIX`` / ``SLIPSTREAM_GROUP_PREFIX``."""
     e = os.environ if env is None else env

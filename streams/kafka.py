@@ -79,11 +79,12 @@ def headers_for(record: str) -> list[tuple[str, bytes]]:
 
 async def send(prod: AIOKafkaProducer, topic: str, record: str, value: Mapping[str, Any],
                key: str | bytes | None = None, timestamp_ns: int | None = None):
-    """Encode ``value`` as ``record`` and send it; returns the delivery future (await it to confirm)."""
+    """Encode ``value`` as ``record`` for ``topic`` (``streams.codec.encode``: the Confluent wire format
+    when a schema registry is set) and send it; returns the delivery future (await it to confirm)."""
     if isinstance(key, str):
         key = key.encode()
     ts_ms = (timestamp_ns if timestamp_ns is not None else time.time_ns()) // 1_000_000
-    return await prod.send(topic, codec.encode(record, value), key=key, timestamp_ms=ts_ms,
+    return await prod.send(topic, codec.encode(record, value, topic), key=key, timestamp_ms=ts_ms,
                            headers=headers_for(record))
 
 

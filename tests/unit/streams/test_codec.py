@@ -131,3 +131,29 @@ def test_records_of_the_previous_generation_decode_exactly(record, caplog):
         with pytest.raises(CodecError, match="trailing bytes"):  # a known writer, read exactly
             codec.decode(record, data + b"\x00")
     assert not caplog.records
+
+
+# ----------------------------------------------------------------------------------------------
+# The Confluent framing without a registry (with one: tests/integration/test_schema_registry.py).
+
+
+def test_without_a_registry_records_are_single_object_and_confluent_ones_name_what_is_missing():
+    codec.use_registry(None)
+    data = codec.encode("InferenceRequest", REQ, "slipstream.p.s.in")
+    assert data[:2] == b"\xc3\x01"
+    with pytest.raises(CodecError, match=r"Confluent wire format \(schema id 7\) but no schema registry "
+                                         r"is set \(SLIPSTREAM_SCHEMA_REGISTRY_URL\)"):
+        codec.decode("InferenceRequest", b"\x00\x00\x00\x00\x07" + data[10:])
+
+
+def test_an_unreachable_registry_is_an_encode_error_naming_it():
+    try:
+        codec.use_registry("http://127.0.0.1:9/apis/ccompat/v7")  # discard port: nothing listens
+        with pytest.raises(CodecError, match=r"cannot encode InferenceRequest for t: schema registry POST "
+                                             r"http://127.0.0.1:9/apis/ccompat/v7/subjects/t-value/versions"):
+            codec.encode("InferenceRequest", REQ, "t")
+        assert codec.encode("InferenceRequest", REQ)[:2] == b"\xc3\x01"  # no topic: single-object
+    finally:
+        codec.use_registry(None)
+    with pytest.raises(ValueError, match="must be http"):
+        codec.use_registry("127.0.0.1:8081")
