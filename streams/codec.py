@@ -132,9 +132,10 @@ class RecordCodec:
     def _registered_writer(self, schema_id: int) -> Mapping[str, Any]:
         """The writer schema of a Confluent schema id: a known generation when the registry's schema
         has its fingerprint (no resolution needed for our own records), else the registry's schema."""
-        if _REGISTRY is None:
-            raise CodecError(f"{self.record}: Confluent wire format (schema id {schema_id}) but no schema "
-                             f"registry is set (SLIPSTREAM_SCHEMA_REGISTRY_URL)")
+        if _REGISTRY is None:  # garbage starting with 00 lands here too
+            raise CodecError(f"not a Slipstream {self.record}: expected the Avro single-object header C3 01, "
+                             f"got 00: a record in the Confluent wire format (schema id {schema_id}) needs a "
+                             f"schema registry (SLIPSTREAM_SCHEMA_REGISTRY_URL)")
         writer = _BY_ID.get((self.record, schema_id))
         if writer is None:
             try:
