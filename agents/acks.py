@@ -1,7 +1,8 @@
 """In-order acks per partition: an input offset is acked only when it and every earlier offset of its
-partition read by this worker are done. faust commits the acked prefix, but its gap check lets a
-commit pass a single unacked offset at the head of a partition (faust-streaming #606/#707); acking in
-offset order means there is never such a gap to pass, so a rebalance cannot skip a request.
+partition read by this worker are done. faust commits exactly that done prefix (``agents.intake``
+asks :meth:`AckTracker.committable`), not its own record of per-message acks, whose gap check lets a
+commit pass a single unacked offset at the head of a partition (faust-streaming #606/#707), so a
+rebalance cannot skip a request.
 
 The tracker also knows, per partition, the offset to commit (one past the done prefix): faust drops
 its own record of acked offsets of revoked partitions *before* telling the app about the revocation,
@@ -38,6 +39,12 @@ class AckTracker:
 
     def read(self, tp: Hashable, offset: int, event: Any) -> None:
         self._pending.setdefault(tp, OrderedDict())[offset] = [event, False, []]
+
+    def read_many(self, tp: Hashable, records: list) -> None:
+        """Every record (with ``.offset``) of one partition's fetch, in offset order."""
+        part = self._pending.setdefault(tp, OrderedDict())
+        for r in records:
+            part[r.offset] = [r, False, []]
 
     def attach(self, tp: Hashable, offset: int, outputs: list) -> None:
         """Outputs that must become visible together with the commit of ``offset`` (ignored when the

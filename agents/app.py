@@ -20,6 +20,7 @@ import sys
 
 import faust
 
+from agents.intake import use_bulk_intake
 from agents.join_worker import JOIN, build_join_app
 from agents.metrics import StageMetrics
 from agents.ready import serve_worker
@@ -43,16 +44,17 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
                                commit_interval_s=commit_interval_s))
     metrics = StageMetrics.create(pipe.name, stage, pipe.slo_ms)
     worker = StageWorker(pipe, stage, kafka, factory, metrics, max_instances=max_instances, profiles=profiles)
-    # exactly-once: offsets are committed only inside the worker's transactions, so faust records no
-    # acked offsets of the source (acks=False) and commits none
-    source = app.topic(topics.stage_input(pipe.name, stage), value_serializer="raw", key_serializer="raw",
-                       acks=not kafka.exactly_once)
+    # faust's consumer hands each fetch of the source to the worker in one call and commits the
+    # worker's done prefix (agents.intake; exactly-once: none, the worker's transactions commit), so
+    # faust records no per-message acks of the source (acks=False)
+    source_name = topics.stage_input(pipe.name, stage)
+    use_bulk_intake(app, {source_name: worker})
+    source = app.topic(source_name, value_serializer="raw", key_serializer="raw", acks=False)
 
     @app.agent(source, concurrency=1, name=f"{stage}-agent")
-    async def stage_agent(stream):
-        worker.stream = s = stream.noack()
-        async for event in s.events():
-            await worker.on_event(event)
+    async def stage_agent(stream):  # subscribes the source; its records reach the worker in bulk
+        async for event in stream.noack().events():  # only if faust's per-message path delivered one
+            worker.on_records(event.message.tp, [event.message])
 
     @app.task
     async def start_worker() -> None:

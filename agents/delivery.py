@@ -14,8 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from agents import routing
 from streams import kafka as kclient
@@ -24,8 +23,7 @@ from streams.spec import Pipeline
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Sent:
+class Sent(NamedTuple):  # one per output: a tuple is the cheapest record to make
     out: routing.Out
     item: Any  # the queued input it answers (``agents.worker.Item``); None for a dead letter of a bad record
     fut: Any = None  # the producer's delivery future
@@ -57,6 +55,9 @@ class Delivery:
     async def settle(self, sent: list[Sent]) -> None:
         """Wait until each output, or what replaced it, is in Kafka; never raises."""
         for s in sent:
+            f = s.fut
+            if f is not None and f.done() and not f.cancelled() and f.exception() is None:
+                continue  # delivered (most of a window, once its first record is)
             await self._settle_one(s)
 
     async def _settle_one(self, s: Sent) -> None:
@@ -96,9 +97,9 @@ class Delivery:
         if s.item is not None and s.out.record != "DeadLetter" and not is_error:
             return routing.ended(self.pipe, s.item.req, "error", reason[:2000], time.time_ns())
         if s.item is not None and s.out.record != "DeadLetter":
-            m = s.item.event.message
-            return routing.dead_letter(self.pipe, self.stage, s.item.event.value, m.topic, m.partition,
-                                       m.offset, reason[:2000], time.time_ns())
+            m = s.item.record
+            return routing.dead_letter(self.pipe, self.stage, m.value, m.topic, m.partition, m.offset,
+                                       reason[:2000], time.time_ns())
         return None
 
 

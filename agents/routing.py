@@ -13,18 +13,17 @@ Every record carries the hops so far plus this stage's own ``HopTiming``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Mapping
+from functools import lru_cache
+from typing import Any, Mapping, NamedTuple
 
 from streams import topics
 from streams.executor import ItemOutput
 from streams.spec import Pipeline
 
 
-@dataclass(frozen=True)
-class Out:
-    """One record to produce."""
+class Out(NamedTuple):
+    """One record to produce (a tuple: one is made per output)."""
 
     topic: str
     key: str
@@ -39,6 +38,17 @@ def hop(stage: str, variant: str, batch_size: int, enqueued_ns: int, started_ns:
             "received_ns": received_ns, "model_digest": model_digest}
 
 
+@lru_cache(maxsize=4096)
+def fraction(text: str) -> Fraction:
+    """A record's ``fragment`` (parsed once per distinct text: most are "1")."""
+    return Fraction(text)
+
+
+def child_stages(pipe: Pipeline, stage: str) -> list[str]:
+    """The stages ``stage`` sends to (computed once per batch, not per record)."""
+    return [e.dst for e in pipe.children(stage)]
+
+
 def enqueued_ns(req: Mapping[str, Any]) -> int:
     """When the request was handed to this stage: the previous hop's finish, or its creation."""
     hops = req.get("hops") or []
@@ -49,7 +59,7 @@ def _result(pipe: Pipeline, req: Mapping[str, Any], hops: list, status: str, rea
             finished_ns: int, output: bytes = b"", content_type: str = "application/octet-stream",
             accuracy: float | None = None, fragment: Fraction | None = None,
             path: list | None = None) -> Out:
-    frag = Fraction(req.get("fragment", "1")) if fragment is None else fragment
+    frag = fraction(req.get("fragment", "1")) if fragment is None else fragment
     whole = frag == 1
     value = {
         "request_id": req["request_id"], "pipeline": req["pipeline"], "status": status,
@@ -70,12 +80,12 @@ def ended(pipe: Pipeline, req: Mapping[str, Any], status: str, reason: str, now_
 
 
 def forward(pipe: Pipeline, stage: str, req: Mapping[str, Any], out: ItemOutput, own_hop: dict,
-            variant_accuracy: float) -> list[Out]:
-    """Records for everything one item produced at ``stage``."""
+            variant_accuracy: float, children: list[str] | None = None) -> list[Out]:
+    """Records for everything one item produced at ``stage`` (``children``: its children, if known)."""
     hops = list(req.get("hops", [])) + [own_hop]
     accuracy = req.get("accuracy", 1.0) * variant_accuracy
     now = own_hop["finished_ns"]
-    children = [e.dst for e in pipe.children(stage)]
+    children = child_stages(pipe, stage) if children is None else children
     if not children:  # a sink: the emits are the output
         if len(out.emits) == 1:
             e = out.emits[0]
@@ -93,7 +103,7 @@ def forward(pipe: Pipeline, stage: str, req: Mapping[str, Any], out: ItemOutput,
     if not targets:  # fan-out of zero: this fragment is complete, with nothing to show
         return [_result(pipe, req, hops, "done", "no outputs", now, b"", "application/json",
                         accuracy)]
-    frag = Fraction(req.get("fragment", "1"))
+    frag = fraction(req.get("fragment", "1"))
     n = len(targets)
     base = {k: v for k, v in req.items() if k not in ("hops", "fragment", "path", "payload",
                                                       "content_type", "accuracy")}
@@ -110,7 +120,7 @@ def forward(pipe: Pipeline, stage: str, req: Mapping[str, Any], out: ItemOutput,
 def _split_results(pipe: Pipeline, req: Mapping[str, Any], hops: list, out: ItemOutput, now: int,
                    accuracy: float) -> list[Out]:
     """A sink that emitted 0 or several outputs: one fragment result each (0 = done, empty)."""
-    frag = Fraction(req.get("fragment", "1"))
+    frag = fraction(req.get("fragment", "1"))
     if not out.emits:
         return [_result(pipe, req, hops, "done", "no outputs", now, b"", "application/json", accuracy)]
     n = len(out.emits)

@@ -32,7 +32,7 @@ from streams.spec import Pipeline
 class Item:
     """One decoded request in the worker's queue."""
 
-    event: Any  # the faust event: acked when its window is done
+    record: Any  # the Kafka record it was read from (``.topic``, ``.partition``, ``.offset``, ``.value``)
     req: dict
     arrival_ns: int  # when the worker took it from Kafka (the hop's ``received_ns``)
     tp: Hashable
@@ -114,6 +114,7 @@ def batch_outputs(pipe: Pipeline, stage: str, variant: str, accuracy: float, bat
     model failed: ``error``; or routing refused an output). ``outs`` is None when ``error`` is set;
     ``model_digest`` (the executor's) goes into each item's hop."""
     records = []
+    children = routing.child_stages(pipe, stage)
     for k, it in enumerate(batch):
         h = routing.hop(stage, variant, len(batch), routing.enqueued_ns(it.req), started_ns, finished_ns,
                         worker, it.arrival_ns, model_digest)
@@ -121,7 +122,7 @@ def batch_outputs(pipe: Pipeline, stage: str, variant: str, accuracy: float, bat
             records.append([routing.ended(pipe, it.req, "error", error, finished_ns, h)])
             continue
         try:
-            records.append(routing.forward(pipe, stage, it.req, outs[k], h, accuracy))
+            records.append(routing.forward(pipe, stage, it.req, outs[k], h, accuracy, children))
         except ValueError as exc:
             records.append([routing.ended(pipe, it.req, "error", str(exc), finished_ns, h)])
     return records

@@ -1,13 +1,15 @@
 """One stage worker: the faust shell around the window planner (``agents.window``).
 
-The agent's body only appends each record to an intake list. The batch loop reads everything that
+faust's consumer hands each fetch of the stage's input to :meth:`StageWorker.on_records`
+(``agents.intake``), which only appends it to an intake list. The batch loop reads everything that
 arrived at once (decodes it; undecodable or oversize records go to the dead-letter topic), hands it to
 the :class:`~agents.window.WindowPlanner`, and takes windows when the planner says so (the decision is
 ``streams.batching``, which the estimator runs too). A window goes to a free model instance
 (``agents.instances``: c instances behind one queue) and is worked off on that instance's thread as
 ``streams.batching`` describes. Then, in one place (:meth:`StageWorker._finish`), its outputs (results,
 children's inputs, drops, errors) are produced together, their delivery is awaited, and the window's
-input offsets are acked together, in offset order per partition (``agents.acks``), so offsets are
+input offsets are marked done together, in offset order per partition (``agents.acks``); faust
+commits one past each partition's done prefix (:meth:`StageWorker.committable`), so offsets are
 committed only past work whose outputs are in Kafka. With ``processing: exactly-once``
 (``streams.config``) the same place commits a window's outputs and its input offsets in one Kafka
 transaction per input partition (``agents.transactions``), and faust commits nothing.
@@ -47,6 +49,9 @@ from streams.spec import Pipeline
 log = logging.getLogger(__name__)
 
 MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
+# Records read but not yet in a window (intake and queue): above this, the consumer waits before it
+# hands over the next fetch (``agents.intake``), as faust's stream buffer (4,096) made it wait.
+MAX_QUEUED = 4096
 # A window's outputs are sent in one burst; the linger only has to cover the burst, and a producer
 # batch (per partition) holds a whole window of small records, so a window is one produce request per
 # partition instead of one per 16 KiB (aiokafka's default batch).
@@ -57,7 +62,7 @@ WINDOW_BATCH_BYTES = 1024 * 1024
 # instead, it would fail an idempotent producer's batch and every later batch of that partition
 # (OutOfOrderSequenceNumber stops aiokafka's sender).
 MAX_OUTPUT_BYTES = 1_000_000
-__all__ = ["ExecutorFactory", "StageWorker", "check_all"]
+__all__ = ["ExecutorFactory", "StageWorker", "check_all", "check_and_run"]
 
 
 class StageWorker:
@@ -74,13 +79,15 @@ class StageWorker:
         self.config: ActiveConfig = defaults(pipe, stage)
         self.fleet = Fleet()
         self._pending: tuple[ActiveConfig, Fleet] | None = None
-        self._intake: list = []  # (faust event, received_ns) read since the batch loop last looked
+        self._intake: list = []  # (tp, records, received_ns) per fetch since the batch loop last looked
+        self._intake_n = 0  # records on it
+        self.room = asyncio.Event()  # set while fewer than MAX_QUEUED records wait (agents.intake)
+        self.room.set()
         self.planner = WindowPlanner()
         self._wake = asyncio.Event()  # an arrival, a free instance or a new config
         # loads and warm-ups of new instances run beside serving, so no batch waits on a load
         self.loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"load-{stage}")
         self.producer = None
-        self.stream = None
         self.warmup_batches = warmup_batches
         self.started = asyncio.Event()
         self.acks = AckTracker()
@@ -161,35 +168,51 @@ class StageWorker:
 
     # ------------------------------------------------------------------ reading
 
-    async def on_event(self, event: Any) -> None:
-        """The agent's body, per record: only put it on the intake list. Decoding, checks, metrics
-        and the ack tracker work on everything read so far at once (:meth:`_read_intake`)."""
-        self._intake.append((event, time.time_ns()))
+    def on_records(self, tp: Any, records: list) -> None:
+        """One partition's records of one fetch (``agents.intake``: faust's consumer hands them over
+        in one call): only put them on the intake list. Decoding, checks, metrics and the ack tracker
+        work on everything read so far at once (:meth:`_read_intake`)."""
+        self._intake.append((tp, records, time.time_ns()))
+        self._intake_n += len(records)
+        self._update_room()
         if not self._wake.is_set():
             self._wake.set()
+
+    def _update_room(self) -> None:
+        if self._intake_n + len(self.planner) < MAX_QUEUED:
+            self.room.set()
+        else:
+            self.room.clear()
+
+    def committable(self, tp: Any) -> int | None:
+        """The offset faust commits for ``tp`` (``agents.intake``): one past the done prefix; None
+        with exactly-once, where each window's transaction commits its offsets."""
+        return None if self.txns is not None else self.acks.committable({tp}).get(tp)
 
     def _read_intake(self) -> None:
         """Decode every record read since the last call onto the window planner's queue; undecodable
         or oversize ones, and requests for another pipeline, go to the dead-letter topic."""
         if not self._intake:
             return
-        events, self._intake = self._intake, []
+        fetches, self._intake, self._intake_n = self._intake, [], 0
         good: list[Item] = []
-        bad: list[tuple[Any, str]] = []
+        bad: list[tuple[Any, Any, str]] = []
         decode = codec.codec("InferenceRequest").decode
-        for event, received_ns in events:
-            msg, data = event.message, event.value
-            self.acks.read(msg.tp, msg.offset, event)
-            try:
-                if data is not None and len(data) > MAX_PAYLOAD_BYTES:
-                    raise CodecError(f"oversize record: {len(data)} bytes > {MAX_PAYLOAD_BYTES}")
-                req = decode(data)
-                if req["pipeline"] != self.pipe.name:
-                    raise CodecError(f"request for pipeline {req['pipeline']!r} on {self.pipe.name!r}'s topic")
-            except CodecError as exc:
-                bad.append((event, str(exc)))
-                continue
-            good.append(Item(event, req, received_ns, msg.tp, msg.offset))
+        name = self.pipe.name
+        for tp, records, received_ns in fetches:
+            self.acks.read_many(tp, records)
+            for rec in records:
+                data = rec.value
+                try:
+                    if data is not None and len(data) > MAX_PAYLOAD_BYTES:
+                        raise CodecError(f"oversize record: {len(data)} bytes > {MAX_PAYLOAD_BYTES}")
+                    req = decode(data)
+                    if req["pipeline"] != name:
+                        raise CodecError(f"request for pipeline {req['pipeline']!r} on {name!r}'s topic")
+                except CodecError as exc:
+                    bad.append((tp, rec, str(exc)))
+                    continue
+                good.append(Item(rec, req, received_ns, tp, rec.offset))
         if good:
             self.metrics.lab(self.metrics.requests).inc(len(good))
             self.planner.add(good)
@@ -197,16 +220,15 @@ class StageWorker:
         if bad:
             self._track(self._dead_letters(bad))
 
-    async def _dead_letters(self, bad: list[tuple[Any, str]]) -> None:
+    async def _dead_letters(self, bad: list[tuple[Any, Any, str]]) -> None:
         now = time.time_ns()
-        records = []
-        for event, error in bad:
-            m = event.message
+        entries = []
+        for tp, m, error in bad:
             log.warning("dead letter %s[%d]@%d: %s", m.topic, m.partition, m.offset, error)
-            records.append((routing.dead_letter(self.pipe, self.stage, event.value, m.topic, m.partition,
-                                                m.offset, error, now), None))
+            out = routing.dead_letter(self.pipe, self.stage, m.value, m.topic, m.partition, m.offset, error, now)
+            entries.append((tp, m.offset, [(out, None)]))
         self.metrics.lab(self.metrics.dead_letters).inc(len(bad))
-        await self._deliver([(e.message.tp, e.message.offset, [r]) for (e, _), r in zip(bad, records)])
+        await self._deliver(entries)
 
     async def on_revoked(self, revoked: set, commit_offsets) -> None:
         """Before partitions move: forget read and queued (unprocessed, unacked) items of the revoked
@@ -214,8 +236,10 @@ class StageWorker:
         every processed window is delivered and acked, and commit their offsets, so the new owner starts
         right after the work done here (see ``agents.acks`` for why faust's own commit cannot)."""
         mark("revoked", partitions=len(revoked))
-        self._intake = [(e, t) for e, t in self._intake if e.message.tp not in revoked]
+        self._intake = [f for f in self._intake if f[0] not in revoked]
+        self._intake_n = sum(len(f[1]) for f in self._intake)
         self.planner.forget(revoked)
+        self._update_room()
         await self.drain()
         offsets = self.acks.committable(revoked)
         if self.txns is not None:  # the offsets are committed already, each in its window's transaction
@@ -292,6 +316,7 @@ class StageWorker:
             step = self.planner.poll(time.time_ns(), s, inst is not None)
             if isinstance(step, Take):
                 self.metrics.lab(self.metrics.queue_depth).set(len(self.planner))
+                self._update_room()
                 inst.busy = True
                 self._track(self._window(inst, step.items, s))
                 continue
@@ -351,16 +376,13 @@ class StageWorker:
         """Deliver each input's outputs ((out, item) pairs) and ack the inputs: at least once (every
         output in Kafka, then the acks), or exactly once (outputs and offsets in one transaction per
         partition, in offset order; ``agents.transactions``)."""
-        if self.txns is None:
+        if self.txns is None:  # faust commits the done prefix (``agents.intake``, :meth:`committable`)
             await self.delivery.settle(await self.delivery.send_all([r for _, _, rs in entries for r in rs]))
-            for event in self.acks.done_many([(tp, off) for tp, off, _ in entries]):
-                await self.stream.ack(event)
+            self.acks.done_many([(tp, off) for tp, off, _ in entries])
             return
         for tp, off, rs in entries:
             self.acks.attach(tp, off, rs)
-        for release in await self.txns.commit(self.acks.release([(tp, off) for tp, off, _ in entries])):
-            for event in release.events:  # faust's bookkeeping only: the source topic has acks off
-                await self.stream.ack(event)
+        await self.txns.commit(self.acks.release([(tp, off) for tp, off, _ in entries]))
 
     async def work_off(self, inst: Instance, variants: dict[str, VariantState], window: list[Item],
                        s: batching.BatchSettings, answers: list) -> None:
@@ -370,17 +392,6 @@ class StageWorker:
             now = time.time_ns()
             answers += [([routing.ended(self.pipe, it.req, "dropped", why, now)], it) for it, why in floor]
             self.metrics.lab(self.metrics.drops, reason="accuracy-floor").inc(len(floor))
-        loop = asyncio.get_running_loop()
-        for variant, items in list(groups.items()):
-            # input checks decode (images: milliseconds), so they run on the model thread, not the loop
-            bad = await loop.run_in_executor(inst.pool, check_all, inst.executors[variant],
-                                             [it.req["payload"] for it in items])
-            if any(bad):
-                now = time.time_ns()
-                answers += [([routing.ended(self.pipe, it.req, "error", f"bad input: {why}", now)], it)
-                            for it, why in zip(items, bad) if why]
-                self.metrics.lab(self.metrics.results, status="error").inc(sum(1 for why in bad if why))
-                groups[variant] = [it for it, why in zip(items, bad) if not why]
         for variant, pending in groups.items():
             vs = variants[variant]
             while pending:
@@ -401,28 +412,35 @@ class StageWorker:
 
     async def _run(self, inst: Instance, variant: str, vs: VariantState, batch: list[Item]
                    ) -> list[tuple[list[routing.Out], Item]]:
+        """One hand-off to the model thread: the executor's input checks (they decode: images take
+        milliseconds), then the model on the items that passed."""
         started = time.time_ns()
         queueing = self.metrics.lab(self.metrics.queueing)
         for it in batch:
             queueing.observe((started - it.arrival_ns) / 1e9)
-        ex = inst.executors[variant]
         try:
-            outs = await asyncio.get_running_loop().run_in_executor(
-                inst.pool, ex.run, [it.req["payload"] for it in batch])
-            if len(outs) != len(batch):
-                raise RuntimeError(f"{variant} returned {len(outs)} outputs for {len(batch)} inputs")
+            bad, outs = await asyncio.get_running_loop().run_in_executor(
+                inst.pool, check_and_run, inst.executors[variant], [it.req["payload"] for it in batch])
             error = None
         except Exception as exc:  # a model error fails this batch, not the worker
             log.exception("model %s failed on a batch of %d", variant, len(batch))
-            outs, error = None, f"model error in {self.stage}/{variant}: {type(exc).__name__}: {exc}"
+            bad, outs = [None] * len(batch), None
+            error = f"model error in {self.stage}/{variant}: {type(exc).__name__}: {exc}"
         finished = time.time_ns()
-        vs.predictor.observe(len(batch), finished - started)
-        self.metrics.lab(self.metrics.batch_size, variant=variant).observe(len(batch))
-        self.metrics.lab(self.metrics.inference, variant=variant).observe((finished - started) / 1e9)
-        records = batch_outputs(self.pipe, self.stage, variant, vs.accuracy, batch, outs, error, started,
-                                finished, f"{self.worker_id}/{inst.index}", inst.executors[variant].digest)
-        self.metrics.lab(self.metrics.results, status="error" if error else "done").inc(len(batch))
-        return list(zip(records, batch))
+        good = [it for it, why in zip(batch, bad) if why is None]
+        answers = [([routing.ended(self.pipe, it.req, "error", f"bad input: {why}", finished)], it)
+                   for it, why in zip(batch, bad) if why is not None]
+        if answers:
+            self.metrics.lab(self.metrics.results, status="error").inc(len(answers))
+        if good:
+            vs.predictor.observe(len(good), finished - started)
+            self.metrics.lab(self.metrics.batch_size, variant=variant).observe(len(good))
+            self.metrics.lab(self.metrics.inference, variant=variant).observe((finished - started) / 1e9)
+            records = batch_outputs(self.pipe, self.stage, variant, vs.accuracy, good, outs, error, started,
+                                    finished, f"{self.worker_id}/{inst.index}", inst.executors[variant].digest)
+            self.metrics.lab(self.metrics.results, status="error" if error else "done").inc(len(good))
+            answers += zip(records, good)
+        return answers
 
 
 def check_all(ex: Executor, payloads: list[bytes]) -> list[str | None]:
@@ -430,3 +448,15 @@ def check_all(ex: Executor, payloads: list[bytes]) -> list[str | None]:
     accept everything."""
     check = getattr(ex, "check", None)
     return [check(p) for p in payloads] if check is not None else [None] * len(payloads)
+
+
+def check_and_run(ex: Executor, payloads: list[bytes]) -> tuple[list[str | None], list]:
+    """On the model thread, in one hand-off: each payload's check (``check_all``), then the model on
+    the payloads that passed; (the reasons, None for the good ones; the good ones' outputs, in order).
+    A model that returns a wrong number of outputs raises."""
+    bad = check_all(ex, payloads)
+    good = [p for p, why in zip(payloads, bad) if why is None]
+    outs = ex.run(good) if good else []
+    if len(outs) != len(good):
+        raise RuntimeError(f"{getattr(ex, 'variant', 'model')} returned {len(outs)} outputs for {len(good)} inputs")
+    return bad, outs

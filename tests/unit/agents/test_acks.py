@@ -50,3 +50,15 @@ def test_release_is_per_partition_and_ignores_revoked_inputs():
     t.attach("p0", 1, ["y"])
     (r,) = t.release([("p0", 1), ("p1", 7)])
     assert (r.tp, r.outputs, r.next_offset) == ("p0", ["y"], 2)
+
+
+def test_read_many_tracks_a_fetch_like_reads_one_by_one():
+    class R:
+        def __init__(self, offset):
+            self.offset = offset
+
+    t = AckTracker()
+    fetch = [R(3), R(4), R(5)]
+    t.read_many("p0", fetch)
+    assert t.done_many([("p0", 4), ("p0", 3)]) == fetch[:2]
+    assert t.unfinished() == 1 and t.committable({"p0"}) == {"p0": 5}

@@ -10,8 +10,7 @@ PIPE = parse_pipeline({
     "stages": [{"name": "s", "variants": [{"name": "v", "model": "noop", "accuracy": 1.0}]}], "edges": []})
 REQ = {"request_id": "r1", "pipeline": "p", "created_ns": 1, "deadline_ns": 2, "content_type": "x",
        "payload": b"in", "hops": [], "fragment": "1", "path": [], "accuracy": 1.0}
-ITEM = SimpleNamespace(req=REQ, event=SimpleNamespace(value=b"raw-input", message=SimpleNamespace(
-    topic="t", partition=3, offset=42)))
+ITEM = SimpleNamespace(req=REQ, record=SimpleNamespace(value=b"raw-input", topic="t", partition=3, offset=42))
 
 
 def test_replacement_chain():

@@ -17,7 +17,7 @@ MS = 1_000_000
 def item(i: int, arrival_ms: float = 0, deadline_ms: float = 1e6, tp: str = "p0", floor=None) -> Item:
     req = {"request_id": f"r{i}", "pipeline": "p", "created_ns": 0, "deadline_ns": int(deadline_ms * MS),
            "accuracy_floor": floor, "payload": b"x", "hops": []}
-    return Item(event=None, req=req, arrival_ns=int(arrival_ms * MS), tp=tp, offset=i)
+    return Item(record=None, req=req, arrival_ns=int(arrival_ms * MS), tp=tp, offset=i)
 
 
 @pytest.fixture
