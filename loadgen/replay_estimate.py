@@ -156,8 +156,9 @@ def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequen
     simulation per seed (``seed``, ``seed + 1``, ...); the run with the median p99 is the estimate (a
     single run's p99 moves by tens of percent from seed to seed once service and transits vary)."""
     arrivals, ids = run_arrivals(results)
-    sims = sorted((simulate(problem, plan, arrivals, seed=seed + i, schedule=tuple(run_changes(summary, plan)),
-                            request_ids=ids, **sim_options) for i in range(seeds)), key=lambda r: r.p99_ms)
+    changes = tuple(run_changes(summary, plan))
+    sims = sorted((simulate(problem, plan, arrivals, seed=seed + i, schedule=changes, request_ids=ids, **sim_options)
+                   for i in range(seeds)), key=lambda r: r.p99_ms)
     network = network_for(problem, sim_options.get("network"), sim_options.get("hop_ms"))
     service = sim_options.get("service") or problem.service
     return replace(compare(summary, results, sims[len(sims) // 2]), seed_p99_ms=tuple(r.p99_ms for r in sims),

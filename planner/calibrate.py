@@ -67,14 +67,17 @@ def components(results: Iterable[Mapping[str, Any]]):
                    h["finished_ns"] - h["started_ns"])
 
 
-def batches(results: Iterable[Mapping[str, Any]]) -> dict[tuple, tuple[str, str, int]]:
-    """Every batch run once: (worker, started, finished) -> (stage, variant, batch size)."""
-    out = {}
+def batch_hops(results: Iterable[Mapping[str, Any]]):
+    """Each stage hop with a receipt time, as (its batch: (worker, started, finished), the hop)."""
     for r in results:
         for h in r.get("hops", ()):
             if h["stage"] != "join" and h.get("received_ns"):
-                out[(h["worker"], h["started_ns"], h["finished_ns"])] = (h["stage"], h["variant"], h["batch_size"])
-    return out
+                yield (h["worker"], h["started_ns"], h["finished_ns"]), h
+
+
+def batches(results: Iterable[Mapping[str, Any]]) -> dict[tuple, tuple[str, str, int]]:
+    """Every batch run once: (worker, started, finished) -> (stage, variant, batch size)."""
+    return {b: (h["stage"], h["variant"], h["batch_size"]) for b, h in batch_hops(results)}
 
 
 def dispatch_ms(results: Iterable[Mapping[str, Any]], timeouts_ms: Mapping[str, float] | None = None) -> np.ndarray:
@@ -84,12 +87,10 @@ def dispatch_ms(results: Iterable[Mapping[str, Any]], timeouts_ms: Mapping[str, 
     stage -> ms; started that long or more after its first item) is left out: that wait is the
     batching policy's, which the estimator computes."""
     runs: dict[tuple, list[int]] = {}
-    for r in results:
-        for h in r.get("hops", ()):
-            if h["stage"] != "join" and h.get("received_ns"):
-                runs.setdefault((h["worker"], h["started_ns"], h["finished_ns"], h["stage"]), []).append(h["received_ns"])
+    for b, h in batch_hops(results):
+        runs.setdefault((*b, h["stage"]), []).append(h["received_ns"])
     out, last_end = [], {}
-    for (w, s, f, stage), recv in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+    for (w, s, f, stage), recv in sorted(runs.items()):
         timeout_ns = (timeouts_ms or {}).get(stage, 0.0) * 1e6
         if not timeout_ns or s - min(recv) < timeout_ns:
             out.append(max(0, s - max(max(recv), last_end.get(w, 0))) / 1e6)

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import time
 import uuid
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -189,16 +190,23 @@ def running_pid(b: LocalBroker) -> int | None:
     return pid if b"kafka.Kafka" in cmdline else None
 
 
-async def _probe(bootstrap: str, timeout_s: float) -> int:
+@asynccontextmanager
+async def _admin(bootstrap: str, timeout_s: float):
+    """An admin client of ``bootstrap`` that gives up after ``timeout_s`` per call (a probe, not a user)."""
     from aiokafka.admin import AIOKafkaAdminClient
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
     try:
         await asyncio.wait_for(admin.start(), timeout_s)
-        await asyncio.wait_for(admin.list_topics(), timeout_s)
-        return len((await asyncio.wait_for(admin.describe_cluster(), timeout_s))["brokers"])
+        yield admin
     finally:
         await admin.close()
+
+
+async def _probe(bootstrap: str, timeout_s: float) -> int:
+    async with _admin(bootstrap, timeout_s) as admin:
+        await asyncio.wait_for(admin.list_topics(), timeout_s)
+        return len((await asyncio.wait_for(admin.describe_cluster(), timeout_s))["brokers"])
 
 
 def live_brokers(bootstrap: str, timeout_s: float = 3.0) -> int:
@@ -382,15 +390,9 @@ def start_node(c: LocalCluster, node_id: int, timeout_s: float = 120.0) -> int:
 
 async def _out_of_sync(bootstrap: str, node_id: int, timeout_s: float) -> int:
     """Partitions (every topic) that have ``node_id`` as a replica but not in their in-sync set."""
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
-    try:
-        await asyncio.wait_for(admin.start(), timeout_s)
+    async with _admin(bootstrap, timeout_s) as admin:
         metas = await asyncio.wait_for(admin.describe_topics(await admin.list_topics()), timeout_s)
         return sum(node_id in p["replicas"] and node_id not in p["isr"] for t in metas for p in t["partitions"])
-    finally:
-        await admin.close()
 
 
 def wait_in_sync(c: LocalCluster, node_id: int, timeout_s: float = 120.0) -> None:

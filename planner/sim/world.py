@@ -9,6 +9,7 @@ on one effect leaves the other effects' draws alone.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -45,7 +46,7 @@ class World:
         self.predict_margin = service.agent_factor(PREDICT_WINDOW, PREDICT_PERCENTILE)  # what agents predict
         # the worker's time per batch (ns), or None; its stream exists only then, so runs without it
         # draw exactly as before
-        self.dispatch = _draws(service.dispatch, self.stream()) if service.has_dispatch else None
+        self.dispatch = Draws(partial(service.dispatch.sample_ns, self.stream())).one if service.has_dispatch else None
         self.network = network
         self.activation_ns = activation_ns
         self.pause_ns = pause_ns
@@ -75,21 +76,6 @@ class World:
         q.parts = [] if parts is None else parts[order].tolist()
         q.head = 0
         q.poke(0)
-
-
-def _draws(t: Transit, rng: np.random.Generator):
-    """``next()`` of a transit's draws in ns, drawn 4096 at a time."""
-    buf = iter(())
-
-    def draw() -> int:
-        nonlocal buf
-        x = next(buf, None)
-        if x is None:
-            buf = iter(t.sample_ns(rng, 4096).tolist())
-            x = next(buf)
-        return x
-
-    return draw
 
 
 class _HopTimes:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import asynccontextmanager
 from typing import Iterable
 
 from loadgen.collect import Delivery, check_exactly_once
@@ -59,14 +60,21 @@ async def assert_exactly_once(kafka, pipeline: str, sent: Iterable[str]) -> list
     return raw
 
 
-async def committed_offsets(kafka, group: str, topic: str) -> dict[int, tuple[int | None, int]]:
-    """Per partition of ``topic``: (the group's committed offset or None, the end offset)."""
+@asynccontextmanager
+async def assigned(kafka, topic: str, group: str | None = None):
+    """A consumer (of ``group``, never committing) assigned every partition of ``topic``: (consumer,
+    partitions, end offsets)."""
     cons = kclient.consumer(kafka, group_id=group, enable_auto_commit=False)
     await cons.start()
     try:
         tps = await kclient.topic_partitions(cons, topic)
         cons.assign(tps)
-        ends = await cons.end_offsets(tps)
-        return {tp.partition: (await cons.committed(tp), ends[tp]) for tp in tps}
+        yield cons, tps, await cons.end_offsets(tps)
     finally:
         await cons.stop()
+
+
+async def committed_offsets(kafka, group: str, topic: str) -> dict[int, tuple[int | None, int]]:
+    """Per partition of ``topic``: (the group's committed offset or None, the end offset)."""
+    async with assigned(kafka, topic, group) as (cons, tps, ends):
+        return {tp.partition: (await cons.committed(tp), ends[tp]) for tp in tps}

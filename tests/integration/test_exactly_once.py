@@ -25,7 +25,7 @@ from streams.client import PipelineClient, make_request
 from streams.config import EXACTLY_ONCE, KafkaSettings
 from streams.spec import load_pipeline
 
-from .helpers import committed_offsets, read_topic
+from .helpers import assigned, committed_offsets, read_topic
 from .test_data_plane import FANOUT3, collect, fanout3_with_workers, send_all
 from .workers import Workers, unique_pipeline
 
@@ -59,12 +59,7 @@ async def test_exactly_once_fanout_delivers_each_request_once_and_commits_throug
 async def last_record_offsets(kafka, topic: str) -> dict[int, int]:
     """Per partition with records: the offset of its last record (a topic written in transactions ends
     with a commit marker, which takes an offset of its own, so this is not the end offset minus one)."""
-    cons = kclient.consumer(kafka, group_id=None, enable_auto_commit=False)
-    await cons.start()
-    try:
-        tps = await kclient.topic_partitions(cons, topic)
-        cons.assign(tps)
-        ends = await cons.end_offsets(tps)
+    async with assigned(kafka, topic) as (cons, tps, ends):
         await cons.seek_to_beginning(*tps)
         last: dict[int, int] = {}
         async with asyncio.timeout(30):
@@ -72,8 +67,6 @@ async def last_record_offsets(kafka, topic: str) -> dict[int, int]:
                 for tp, ms in (await cons.getmany(timeout_ms=300)).items():
                     last[tp.partition] = ms[-1].offset
         return last
-    finally:
-        await cons.stop()
 
 
 def _kill(proc) -> None:
