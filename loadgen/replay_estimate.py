@@ -129,7 +129,7 @@ def components(problem: Problem, plan: Plan, results: Sequence[Mapping[str, Any]
             curves = {a.variant: problem.stage(stage).variant(a.variant).latency[a.hardware] for a in sp.assignments}
             base = np.array([curves[r[1]].ms(r[2]) for r in rows if r[1] in curves])
             if base.size:
-                f = base * service.factors(rng, base.size)
+                f = base * service.factors(rng, base.size, base)
                 est_s = (_p(f, 50), _p(f, 99))
         col = list(zip(*rows))
         out += [Component(stage, "transit", (_p(col[3], 50), _p(col[3], 99)), (_p(model_t, 50), _p(model_t, 99))),

@@ -11,8 +11,14 @@ From every hop of every result (``HopTiming``: enqueued, received, started, fini
 - **service** per (variant, hardware), ``(finished - started) / l(b)`` against the *uncalibrated*
   profile curve at the hop's batch size: the mean ratio is the ``scale`` the profile store then
   applies (the planner plans, and the workers predict, with the scaled curve); its spread around the
-  scale is the estimator's lognormal ``service_cv``. The scale takes in whatever made batches slower
-  than profiled in that run: cores shared with other replicas, the broker and the load generator.
+  scale is the estimator's lognormal ``service_cv``, and the same spread by how long a batch runs
+  (``service_cv_by_ms``, :func:`spread_by_duration`): a 4 ms batch varies several times more,
+  relatively, than a 100 ms one, so one pooled cv made large batches far too variable. The scale
+  takes in whatever made batches slower than profiled in that run: cores shared with other replicas,
+  the broker and the load generator.
+
+Several runs on the same host fit as one (:func:`fit_runs`; each run with the hardware its plan gave
+each variant), so a calibration can cover every variant the modes use.
 
 - **host**: batches of every stage run on the same cores. Each batch's mean concurrency ``k`` over
   its run (how many batches, its own included, ran meanwhile) comes from the hop timings; the fit
@@ -30,7 +36,7 @@ Queue and batch formation (``started - received``) are otherwise what the estima
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -43,6 +49,7 @@ QUANTILES = np.linspace(0.0, 100.0, 201)  # every half percent, both ends includ
 HOP_KINDS = ("ingress", "between", "to_join")
 MIN_CV = 0.05  # below this the spread is noise: deterministic service
 SLOWDOWN_WINDOW_S = 1.0
+SPREAD_BIN = 40  # batches per bin of the service spread by duration, at least
 
 
 class CalibrationFitError(ValueError):
@@ -154,62 +161,122 @@ def slowdown(starts_ns: np.ndarray, factor: np.ndarray, window_s: float = None) 
     return pace, within
 
 
+class RunHops(NamedTuple):
+    """One live run to fit: its results, (stage, variant) -> the hardware that ran it, and stage ->
+    its batch timeout in ms (see :func:`dispatch_ms`)."""
+
+    results: list
+    hardware_of: Mapping[tuple[str, str], str]
+    timeouts_ms: Mapping[str, float] | None = None
+
+
 def fit(results: Iterable[Mapping[str, Any]], curves: Mapping[tuple[str, str], LatencyCurve],
         hardware_of: Mapping[tuple[str, str], str], source: str = "", cores: float | None = None,
         min_batches: int = 1, timeouts_ms: Mapping[str, float] | None = None) -> dict:
-    """The calibration document of a run. ``curves``: (variant, hardware) -> uncalibrated curve;
-    ``hardware_of``: (stage, variant) -> the hardware that ran it; ``cores``: the host's (default:
-    this machine's); ``min_batches``: fewer batches than this is too little to fit; ``timeouts_ms``:
-    stage -> its batch timeout (see :func:`dispatch_ms`)."""
+    """The calibration document of one run (:func:`fit_runs`)."""
+    return fit_runs([RunHops(list(results), hardware_of, timeouts_ms)], curves, source, cores, min_batches)
+
+
+def fit_runs(runs: Sequence[RunHops], curves: Mapping[tuple[str, str], LatencyCurve], source: str = "",
+             cores: float | None = None, min_batches: int = 1) -> dict:
+    """The calibration document of one or more runs on the same host. ``curves``: (variant, hardware)
+    -> uncalibrated curve; ``cores``: the host's (default: this machine's); ``min_batches``: fewer
+    batches than this is too little to fit."""
     import os
 
-    results = list(results)
     transit: dict[str, list[float]] = defaultdict(list)
-    hops = 0
-    for kind, _stage, _variant, _batch, t_ns, _w, _s in components(results):
-        hops += 1
-        transit[kind].append(max(t_ns, 0) / 1e6)
-    if not hops:
+    for run in runs:
+        for kind, _stage, _variant, _batch, t_ns, _w, _s in components(run.results):
+            transit[kind].append(max(t_ns, 0) / 1e6)
+    if not transit:
         raise CalibrationFitError("no hop carries received_ns: the run was made before hop timings recorded "
                                   "it; run it again with this version")
-    runs = [(w, s, f, *info) for (w, s, f), info in batches(results).items()]
-    if len(runs) < min_batches:
-        raise CalibrationFitError(f"{len(runs)} batches ran; a fit needs {min_batches}")
-    keys = {}
-    ratio, group, spans = [], [], []
-    for _w, s, f, stage, variant, b in runs:
-        hw = hardware_of.get((stage, variant))
-        curve = curves.get((variant, hw)) if hw else None
-        spans.append((s, f))
-        if curve is None:
-            group.append(-1)
-            ratio.append(np.nan)
-            continue
-        group.append(keys.setdefault(key(variant, hw), len(keys)))
-        ratio.append((f - s) / 1e6 / curve.ms(b))
-    if not keys:
-        raise CalibrationFitError(f"no hop's variant has a profile: hops ran {sorted(hardware_of)}, "
-                                  f"profiles are {sorted(curves)}")
-    span = np.array(spans, dtype=np.int64)
-    k = mean_concurrency(span[:, 0], span[:, 1])
-    group, ratio = np.array(group), np.array(ratio)
-    ok = group >= 0
+    b = _run_batches(runs, curves)
+    if len(b.ratio) < min_batches:
+        raise CalibrationFitError(f"{len(b.ratio)} batches ran; a fit needs {min_batches}")
+    if not b.keys:
+        raise CalibrationFitError(f"no hop's variant has a profile: hops ran "
+                                  f"{sorted({k for r in runs for k in r.hardware_of})}, profiles are {sorted(curves)}")
+    ok = b.group >= 0
+    ratio, k, g, base = b.ratio[ok], b.k[ok], b.group[ok], b.base_ms[ok]
     cores = float(cores or os.cpu_count() or 1)
-    free, scale = fit_host(ratio[ok], k[ok], group[ok], cores)
-    left = ratio[ok] / (scale[group[ok]] * np.maximum(1.0, k[ok] / free))
-    names = sorted(keys, key=keys.get)
-    g = group[ok]
-    service = {n: {"scale": float(scale[i] * left[g == i].mean()), "samples": int((group == i).sum())}
+    # the shared cores with a scale per run and variant: runs differ in pace (what else ran on the
+    # machine), which one scale per variant would misread as core sharing
+    per_run = np.unique(b.run[ok] * len(b.keys) + g, return_inverse=True)[1]
+    free = fit_host(ratio, k, per_run, cores)[0]
+    shared = np.maximum(1.0, k / free)
+    scale = np.array([np.exp(np.log(np.maximum(ratio / shared, 1e-9))[g == i].mean()) for i in range(len(b.keys))])
+    left = ratio / (scale[g] * shared)
+    names = sorted(b.keys, key=b.keys.get)
+    service = {n: {"scale": float(scale[i] * left[g == i].mean()), "samples": int((b.group == i).sum())}
                for i, n in enumerate(names)}
     left = left / np.array([left[g == i].mean() for i in range(len(names))])[g]  # mean 1 per variant
-    pace, within = slowdown(span[ok, 0], left)
-    host = {"cores": cores, "free_cores": free, "mean_concurrency": float(k[ok].mean())} if free < cores else None
+    pace, within = [], np.empty_like(left)
+    for r in np.unique(b.run[ok]):
+        mine = b.run[ok] == r
+        p, within[mine] = slowdown(b.start[ok][mine], left[mine])
+        pace.extend(p)
+    scaled_ms = base * np.array([service[n]["scale"] for n in names])[g]
+    host = {"cores": cores, "free_cores": free, "mean_concurrency": float(k.mean())} if free < cores else None
+    dispatch = np.concatenate([dispatch_ms(r.results, r.timeouts_ms) for r in runs])
     return {"fitted_at": now_iso(), "source": source, "machine": machine_info(), "service": service,
-            "service_cv": float(np.std(within)), "host": host,
-            "slowdown": {"window_s": SLOWDOWN_WINDOW_S, "factors": [round(float(x), 4) for x in pace]},
-            "transit_ms": {k: _quantiles(np.asarray(v)) for k, v in sorted(transit.items())},
-            "dispatch_ms": _quantiles(dispatch_ms(results, timeouts_ms)),
-            "samples": {"hops": hops, "batches": len(runs), "results": len(results)}}
+            "service_cv": float(np.std(within)), "service_cv_by_ms": spread_by_duration(scaled_ms, within),
+            "host": host, "slowdown": {"window_s": SLOWDOWN_WINDOW_S, "factors": [round(float(x), 4) for x in pace]},
+            "transit_ms": {kd: _quantiles(np.asarray(v)) for kd, v in sorted(transit.items())},
+            "dispatch_ms": _quantiles(dispatch),
+            "samples": {"hops": sum(len(v) for v in transit.values()), "batches": len(b.ratio),
+                        "results": sum(len(r.results) for r in runs), "runs": len(runs)}}
+
+
+class _Batches(NamedTuple):
+    """Every batch of the runs: its run, start (ns), mean concurrency, key group (-1: no profile),
+    measured / profiled ratio and profiled latency (ms); ``keys``: "variant@hardware" -> group."""
+
+    run: np.ndarray
+    start: np.ndarray
+    k: np.ndarray
+    group: np.ndarray
+    ratio: np.ndarray
+    base_ms: np.ndarray
+    keys: dict[str, int]
+
+
+def _run_batches(runs: Sequence[RunHops], curves: Mapping[tuple[str, str], LatencyCurve]) -> _Batches:
+    keys: dict[str, int] = {}
+    cols: list[list] = [[], [], [], [], [], []]
+    for r, run in enumerate(runs):
+        rows = [(w, s, f, *info) for (w, s, f), info in batches(run.results).items()]
+        span = np.array([(s, f) for _w, s, f, *_ in rows], dtype=np.int64).reshape(-1, 2)
+        k = mean_concurrency(span[:, 0], span[:, 1]) if len(rows) else np.empty(0)
+        for (_w, s, f, stage, variant, size), kk in zip(rows, k):
+            hw = run.hardware_of.get((stage, variant))
+            curve = curves.get((variant, hw)) if hw else None
+            group = -1 if curve is None else keys.setdefault(key(variant, hw), len(keys))
+            ms = curve.ms(size) if curve is not None else np.nan
+            for col, v in zip(cols, (r, s, kk, group, (f - s) / 1e6 / ms, ms)):
+                col.append(v)
+    run_, start, k, group, ratio, base = cols
+    return _Batches(np.array(run_, dtype=int), np.array(start, dtype=np.int64), np.array(k, dtype=float),
+                    np.array(group, dtype=int), np.array(ratio, dtype=float), np.array(base, dtype=float), keys)
+
+
+def spread_by_duration(ms: np.ndarray, factor: np.ndarray, min_batches: int = SPREAD_BIN) -> list[list[float]]:
+    """The service spread by how long batches run: batches in order of their (calibrated) profiled
+    latency ``ms``, cut into bins of at least ``min_batches`` that span at least a factor of 2; per
+    bin, the geometric mean latency and the lognormal cv of the bin's ``factor`` (from the spread of
+    its log). Fewer than two bins: [] (the one pooled cv is all the data says)."""
+    order = np.argsort(ms, kind="stable")
+    ms, logf = ms[order], np.log(np.maximum(factor[order], 1e-9))
+    points, i = [], 0
+    while len(ms) - i >= min_batches:
+        j = i + min_batches
+        while j < len(ms) and ms[j] < 2 * ms[i]:
+            j += 1
+        if len(ms) - j < min_batches:
+            j = len(ms)  # the rest is too small for a bin of its own
+        points.append([float(np.exp(np.log(ms[i:j]).mean())), float(np.sqrt(np.expm1(np.var(logf[i:j]))))])
+        i = j
+    return points if len(points) > 1 else []
 
 
 def host_model(doc: Mapping[str, Any] | None) -> HostModel | None:
@@ -230,29 +297,35 @@ def network(doc: Mapping[str, Any] | None) -> Network | None:
 
 
 def service_time(doc: Mapping[str, Any] | None) -> ServiceTime:
-    """The service spread of a calibration: within a second (lognormal ``service_cv``), from second to
-    second (``slowdown``), and the worker's own time per batch (``dispatch_ms``; older calibrations
-    have none)."""
+    """The service spread of a calibration: within a second (lognormal ``service_cv``, by batch
+    duration where it was measured: ``service_cv_by_ms``), from second to second (``slowdown``), and
+    the worker's own time per batch (``dispatch_ms``); older calibrations lack the last two."""
     cv = float(doc.get("service_cv", 0.0)) if doc else 0.0
     slow = (doc or {}).get("slowdown") or {}
     pace = tuple(slow.get("factors", ()))
     pace = pace if len(pace) > 1 and np.std(pace) >= MIN_CV else ()
     kind, cv = ("lognormal", cv) if cv >= MIN_CV else ("deterministic", 0.0)
     dispatch = (doc or {}).get("dispatch_ms")
+    by_ms = tuple((float(ms), max(float(c), MIN_CV)) for ms, c in (doc or {}).get("service_cv_by_ms") or ())
     return ServiceTime(kind, cv, pace, float(slow.get("window_s", SLOWDOWN_WINDOW_S)),
-                       Transit.empirical(dispatch) if dispatch else Transit())
+                       Transit.empirical(dispatch) if dispatch else Transit(), by_ms if kind == "lognormal" else ())
 
 
 def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     """A person's view of a calibration."""
+    runs = doc["samples"].get("runs", 1)
     lines = [f"calibration v{doc.get('version', '?')} from {doc.get('source') or '?'} "
-             f"({doc['samples']['hops']} hops of {doc['samples']['results']} results)"]
+             f"({doc['samples']['hops']} hops of {doc['samples']['results']} results"
+             f"{f' of {runs} runs' if runs > 1 else ''})"]
     h = doc.get("host")
     lines.append(f"  host: batches share {h['free_cores']:.2f} of {h['cores']:.0f} cores (mean concurrency "
                  f"{h['mean_concurrency']:.2f})" if h else "  host: core sharing explains nothing; left out")
     for k, v in doc["service"].items():
         lines.append(f"  service {k:<24} x{v['scale']:.2f} of the profile ({v['samples']} batches)")
     lines.append(f"  service spread (cv)            {doc['service_cv']:.2f} within a second")
+    if doc.get("service_cv_by_ms"):
+        lines.append("    by batch duration             " + "  ".join(f"{ms:.0f} ms: {c:.2f}"
+                                                                    for ms, c in doc["service_cv_by_ms"]))
     pace = (doc.get("slowdown") or {}).get("factors") or [1.0]
     lines.append(f"  pace from second to second     p10 {np.percentile(pace, 10):.2f}  p90 "
                  f"{np.percentile(pace, 90):.2f}  max {max(pace):.2f} ({len(pace)} seconds)")

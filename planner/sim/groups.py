@@ -22,13 +22,14 @@ Both take a stage's items with ``put(now, vis, reqs, sent)`` and the tuner's cha
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from planner.sim.params import ReplicaChange
+from planner.sim.params import ReplicaChange, ServiceTime
 from planner.sim.servers import Queue, Server
 from streams.batching import BatchSettings
+from streams.latency import PREDICT_PERCENTILE, PREDICT_WINDOW, LatencyCurve
 
 if TYPE_CHECKING:
     from planner.sim.stages import Stage
@@ -44,19 +45,35 @@ def range_assign(partitions: int, consumers: int) -> list[int]:
     return owner
 
 
+class Latency(NamedTuple):
+    """A variant's batch latency on its hardware, per batch size b (index 0 unused), in ns: ``base``
+    as profiled (what a batch's run is drawn around) and ``predict``, what the agents predict and
+    decide with (``base`` x ``ServiceTime.agent_factor`` at that latency)."""
+
+    predict: Callable[[int], int]
+    base: list[int]
+
+    @classmethod
+    def of(cls, curve: LatencyCurve, max_batch: int, service: ServiceTime) -> "Latency":
+        sizes = range(1, max_batch + 1)
+        predict = [int(curve.ns(b) * service.agent_factor(PREDICT_WINDOW, PREDICT_PERCENTILE, curve.ms(b)))
+                   for b in sizes]
+        return cls(([0] + predict).__getitem__, [0] + [int(curve.ns(b)) for b in sizes])
+
+
 class Mix:
     """A mixed stage's variants: which one serves each request (``streams.shares.choose``, computed by
-    ``world.build``) and each one's predicted batch latency on the pool's hardware."""
+    ``world.build``) and each one's batch latency on the pool's hardware."""
 
-    __slots__ = ("of", "predicts")
+    __slots__ = ("of", "latencies")
 
-    def __init__(self, of: Sequence[int], predicts: list[Callable[[int], int]]) -> None:
+    def __init__(self, of: Sequence[int], latencies: list[Latency]) -> None:
         self.of = of  # request -> variant index
-        self.predicts = predicts  # variant index -> predict(b) ns
+        self.latencies = latencies  # variant index -> its Latency
 
-    def split(self, reqs: Sequence[int]) -> list[tuple[Callable[[int], int], list[int]]]:
+    def split(self, reqs: Sequence[int]) -> list[tuple[Latency, list[int]]]:
         """A window's items (indices into ``reqs``) per variant, FIFO, variants in the order of their
-        first item (``agents.window.split_variants``), each with its predictor."""
+        first item (``agents.window.split_variants``), each with its latency."""
         of, parts = self.of, {}
         for i, r in enumerate(reqs):
             v = of[r]
@@ -64,26 +81,26 @@ class Mix:
                 parts[v].append(i)
             else:
                 parts[v] = [i]
-        return [(self.predicts[v], idx) for v, idx in parts.items()]
+        return [(self.latencies[v], idx) for v, idx in parts.items()]
 
 
 class Group:
     """What the servers of a group read: batching settings, latency table, deadlines, the world."""
 
-    def __init__(self, world: "World", stage: "Stage", settings: BatchSettings, table: list[int],
+    def __init__(self, world: "World", stage: "Stage", settings: BatchSettings, latency: Latency,
                  counts: list[int], mix: Mix | None) -> None:
         self.world = world
         self.stage = stage
         self.settings = settings
-        self.predict: Callable[[int], int] = table.__getitem__  # predict(b) -> ns, b in 1..max_batch
+        self.predict: Callable[[int], int] = latency.predict  # predict(b) -> ns, b in 1..max_batch
+        self.base = latency.base  # l(b) as profiled, ns: a batch's run is l(b) x a factor
         self.mix = mix  # None: one variant
         self.counts = counts  # replicas per assignment of the stage; the group runs their sum
         self.deadline: Callable[[int], int] = world.deadline.__getitem__
         self.engine = world.engine
         self.host = world.host
         self.log = world.log
-        self.factor = world.factor  # a service-time factor per batch, or None (deterministic)
-        self.margin = world.predict_margin  # predict(b) = l(b) x margin; a batch's work is l(b) x factor
+        self.factor = world.factor  # factor(now, l(b)) per batch, or None (deterministic)
         self.dispatch = world.dispatch  # the worker's own time per batch, or None
         self.servers: list[Server] = []
 
@@ -97,9 +114,9 @@ class Group:
 
 
 class InstanceGroup(Group):
-    def __init__(self, world: "World", stage: "Stage", settings: BatchSettings, table: list[int],
+    def __init__(self, world: "World", stage: "Stage", settings: BatchSettings, latency: Latency,
                  counts: list[int], mix: Mix | None) -> None:
-        super().__init__(world, stage, settings, table, counts, mix)
+        super().__init__(world, stage, settings, latency, counts, mix)
         self.queue = Queue(self, 0, world.fetch_cadence())
         self.servers = [Server(self, self.queue) for _ in range(sum(counts))]
         self.queue.idle.extend(self.servers)
@@ -128,9 +145,9 @@ class InstanceGroup(Group):
 
 
 class PartitionGroup(Group):
-    def __init__(self, world: "World", stage: "Stage", settings: BatchSettings, table: list[int],
+    def __init__(self, world: "World", stage: "Stage", settings: BatchSettings, latency: Latency,
                  counts: list[int], mix: Mix | None, partitions: int) -> None:
-        super().__init__(world, stage, settings, table, counts, mix)
+        super().__init__(world, stage, settings, latency, counts, mix)
         replicas = sum(counts)
         self.queues_made = 0
         self.partitions = max(partitions, replicas)

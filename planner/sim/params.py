@@ -12,6 +12,7 @@ Every check names the bad value; the simulator itself never validates again.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from statistics import NormalDist
 from dataclasses import dataclass
 from numbers import Integral
@@ -211,8 +212,10 @@ class ServiceTime:
 
     ``deterministic``: exactly l(b) (the profile's high percentile, what the agents predict with).
     ``exponential``: an exponential of mean l(b). ``lognormal``: mean l(b), coefficient of variation
-    ``cv``. Drop and batch decisions predict l(b) x :meth:`agent_factor`, what a worker's predictor
-    settles at; they cannot know the draw.
+    ``cv``; with ``cv_by_ms`` ((profiled ms, cv) points, ascending) the cv depends on how long the
+    batch runs, interpolated in log-log between the points and flat beyond them (a calibration
+    measures them: a 4 ms batch varies far more, relatively, than a 100 ms one). Drop and batch decisions predict l(b) x
+    :meth:`agent_factor`, what a worker's predictor settles at; they cannot know the draw.
 
     ``slowdown`` (mean 1): the machine's pace over time, one factor per ``slowdown_window_s``. Every
     batch that starts in a window is multiplied by that window's factor, drawn at random from
@@ -230,6 +233,7 @@ class ServiceTime:
     slowdown: tuple[float, ...] = ()
     slowdown_window_s: float = 1.0
     dispatch: Transit = Transit()
+    cv_by_ms: tuple[tuple[float, float], ...] = ()  # (): the same cv for every batch
 
     def __post_init__(self) -> None:
         if self.kind not in SERVICE_KINDS:
@@ -242,6 +246,22 @@ class ServiceTime:
             _finite_at_least(f"ServiceTime.slowdown[{i}]", v)
         if not (self.slowdown_window_s > 0 and math.isfinite(self.slowdown_window_s)):
             raise ValueError(f"ServiceTime.slowdown_window_s must be > 0, got {self.slowdown_window_s!r}")
+        for i, (ms, cv) in enumerate(self.cv_by_ms):
+            if not (ms > 0 and cv > 0 and math.isfinite(ms) and math.isfinite(cv)):
+                raise ValueError(f"ServiceTime.cv_by_ms[{i}] must be (ms > 0, cv > 0), got {(ms, cv)!r}")
+        if [p[0] for p in self.cv_by_ms] != sorted({p[0] for p in self.cv_by_ms}):
+            raise ValueError(f"ServiceTime.cv_by_ms must be in ascending ms, got {self.cv_by_ms!r}")
+
+    def cv_at(self, ms):
+        """The lognormal's coefficient of variation for batches whose profiled latency is ``ms`` (a
+        number or an array)."""
+        if not self.cv_by_ms:
+            return self.cv if np.ndim(ms) == 0 else np.full(np.shape(ms), self.cv)
+        at, cv = np.log(np.array(self.cv_by_ms)).T
+        return np.exp(np.interp(np.log(np.maximum(ms, 1e-9)), at, cv))
+
+    def _log_sd(self, ms):
+        return np.sqrt(np.log1p(self.cv_at(ms) ** 2))
 
     @property
     def is_deterministic(self) -> bool:
@@ -252,49 +272,63 @@ class ServiceTime:
         return not (self.dispatch.is_constant and self.dispatch.mean_ms == 0)
 
     def pace(self, rng: np.random.Generator):
-        """``factor(now_ns)`` of a run: a slowdown window's factor (drawn once per window) times a
-        per-batch draw of :meth:`factors`."""
+        """``factor(now_ns, base_ns)`` of a run whose profiled latency is ``base_ns``: a slowdown
+        window's factor (drawn once per window) times a per-batch draw (:meth:`factors`)."""
         window_ns = int(self.slowdown_window_s * 1e9)
         paces: dict[int, float] = {}
         slow = np.asarray(self.slowdown or (1.0,), dtype=float)
         within = iter(())
+        lognormal = self.kind == "lognormal"
+        sd: dict[int, tuple[float, float]] = {}  # base_ns -> (log-sd, -log-sd^2 / 2)
 
-        def factor(now: int) -> float:
+        def factor(now: int, base_ns: int) -> float:
             nonlocal within
             w = now // window_ns
             m = paces.get(w)
             if m is None:
                 m = paces[w] = float(rng.choice(slow))
-            f = next(within, None)
-            if f is None:
-                within = iter(self.factors(rng, 4096).tolist())
-                f = next(within)
-            return m * f
+            z = next(within, None)
+            if z is None:
+                within = iter((rng.standard_normal(4096) if lognormal else self.factors(rng, 4096)).tolist())
+                z = next(within)
+            if not lognormal:
+                return m * z
+            s = sd.get(base_ns)
+            if s is None:
+                v = float(self._log_sd(base_ns / NS_PER_MS))
+                s = sd[base_ns] = (v, -v * v / 2)
+            return m * math.exp(s[1] + s[0] * z)
 
         return factor
 
-    def agent_factor(self, window: int, percentile: float) -> float:
+    def agent_factor(self, window: int, percentile: float, ms: float = 0.0) -> float:
         """The factor a worker's predictor settles at (``streams.latency.RecentLatency``: the
-        ``percentile``-th of its last ``window`` runs): the median of that order statistic of the
-        factor. The estimator's drop and batch decisions predict l(b) times this, as the agents do."""
+        ``percentile``-th of its last ``window`` runs) for batches of profiled latency ``ms``: the
+        median of that order statistic of the factor. The estimator's drop and batch decisions
+        predict l(b) times this, as the agents do."""
         if self.is_deterministic:
             return 1.0
         k = min(window, max(1, math.ceil(percentile / 100.0 * window)))
         u = _median_order_statistic(k, window)
         if self.kind == "exponential":
             return -math.log1p(-u)
-        s2 = math.log1p(self.cv ** 2)
-        return math.exp(-s2 / 2 + math.sqrt(s2) * NormalDist().inv_cdf(u))
+        sd = float(self._log_sd(ms))
+        return math.exp(-sd * sd / 2 + sd * NormalDist().inv_cdf(u))
 
-    def factors(self, rng: np.random.Generator, n: int) -> np.ndarray:
+    def factors(self, rng: np.random.Generator, n: int, ms: np.ndarray | None = None) -> np.ndarray:
+        """``n`` per-batch factors of mean 1 (for batches of profiled latency ``ms``, one each)."""
         if self.kind == "exponential":
             return rng.exponential(1.0, n)
         if self.kind == "lognormal":
-            s2 = math.log1p(self.cv ** 2)
-            return np.exp(rng.normal(-s2 / 2, math.sqrt(s2), n))
+            if ms is None or not self.cv_by_ms:
+                s2 = math.log1p(self.cv ** 2)
+                return np.exp(rng.normal(-s2 / 2, math.sqrt(s2), n))
+            sd = self._log_sd(np.asarray(ms, dtype=float))
+            return np.exp(-sd * sd / 2 + sd * rng.standard_normal(n))
         return np.ones(n)
 
 
+@lru_cache(maxsize=None)
 def _median_order_statistic(k: int, n: int) -> float:
     """The median of the k-th smallest of n uniforms (Beta(k, n - k + 1)), by bisection on its CDF."""
     def cdf(x: float) -> float:

@@ -178,8 +178,8 @@ _DISPATCHED = object()  # a Server's token: its worker's own time is over, the b
 
 
 class Server:
-    __slots__ = ("group", "queue", "win_t", "win_r", "win_s", "rest", "predict", "key", "br", "bs", "busy",
-                 "retired", "paused_until", "version", "pending")
+    __slots__ = ("group", "queue", "win_t", "win_r", "win_s", "rest", "predict", "base", "key", "br", "bs",
+                 "busy", "retired", "paused_until", "version", "pending")
 
     def __init__(self, group: "Group", queue: Queue, paused_until: int = 0) -> None:
         self.group = group
@@ -187,8 +187,9 @@ class Server:
         self.win_t: list[int] = []  # the deferred rest of the current window
         self.win_r: list[int] = []
         self.win_s: list[int] = []
-        self.rest: list[tuple] = []  # a mixed window's variants still to come, last first: (predict, t, r, s)
+        self.rest: list[tuple] = []  # a mixed window's variants still to come, last first: (latency, t, r, s)
         self.predict = group.predict  # of the variant being worked off
+        self.base = group.base
         self.key = 0  # completion key of the next sub-batch
         self.br: list[int] = []  # the running batch: requests, produce times
         self.bs: list[int] = []
@@ -211,7 +212,7 @@ class Server:
     def next_variant(self, now: int) -> bool:
         """Work off the window's next variants until one runs a batch; False when none does."""
         while self.rest:
-            self.predict, self.win_t, self.win_r, self.win_s = self.rest.pop()
+            (self.predict, self.base), self.win_t, self.win_r, self.win_s = self.rest.pop()
             if self.work(now):
                 return True
         return False
@@ -230,7 +231,11 @@ class Server:
             if lat < 0:
                 return False
         self.busy = True
-        work = lat if g.factor is None else int(lat / g.margin * g.factor(now))
+        if g.factor is None:
+            work = lat
+        else:
+            base = self.base[len(self.br)]
+            work = int(base * g.factor(now, base))
         if g.dispatch is None:
             g.host.run(self, work, now, self.key)
         else:  # the worker's own time first: it holds the instance, not the host's shared cores

@@ -17,7 +17,7 @@ import numpy as np
 from planner.plan import Plan
 from planner.problem import Problem
 from planner.sim.engine import Draws, Engine
-from planner.sim.groups import InstanceGroup, Mix, PartitionGroup
+from planner.sim.groups import InstanceGroup, Latency, Mix, PartitionGroup
 from planner.sim.host import Dedicated, SharedHost
 from planner.sim.params import HostModel, Network, ServiceTime, Transit
 from planner.sim.record import Log
@@ -42,8 +42,8 @@ class World:
         self.log = Log()
         self.deadline = deadline
         self.request_ids = request_ids  # what a mixed stage's routing rule reads (None: str(i))
-        self.factor = None if service.is_deterministic else service.pace(svc)  # factor(now)
-        self.predict_margin = service.agent_factor(PREDICT_WINDOW, PREDICT_PERCENTILE)  # what agents predict
+        self.factor = None if service.is_deterministic else service.pace(svc)  # factor(now, base_ns)
+        self.service = service
         # the worker's time per batch (ns), or None; its stream exists only then, so runs without it
         # draw exactly as before
         self.dispatch = Draws(partial(service.dispatch.sample_ns, self.stream())).one if service.has_dispatch else None
@@ -122,7 +122,7 @@ def build(problem: Problem, plan: Plan, world: World, scaling: Mapping[str, str]
             if curve is None:
                 raise Unprofiled(f"stage {name} is deployed on {a.hardware} (its primary assignment's) but variant "
                                  f"{v} has no latency profile there")
-            tables.append([0] + [int(curve.ns(b) * world.predict_margin) for b in range(1, a.max_batch + 1)])
+            tables.append(Latency.of(curve, a.max_batch, world.service))
         mix = None
         if len(variants) > 1:
             key = tuple(sorted(use.items()))
@@ -130,7 +130,7 @@ def build(problem: Problem, plan: Plan, world: World, scaling: Mapping[str, str]
                 ids = world.request_ids if world.request_ids is not None else map(str, range(len(world.deadline)))
                 routed[key] = [shares.choose(r, use) for r in ids]
             index = {v: k for k, v in enumerate(variants)}
-            mix = Mix([index[v] for v in routed[key]], [t.__getitem__ for t in tables])
+            mix = Mix([index[v] for v in routed[key]], tables)
         settings = BatchSettings.from_ms(a.max_batch, a.batch_timeout_ms, drop_late)
         counts = [x.replicas for x in sp.assignments]
         if scaling[name] == "instances":

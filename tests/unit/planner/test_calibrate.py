@@ -183,3 +183,39 @@ def test_dispatch_time_counts_from_the_instance_being_free_and_leaves_out_batch_
           {"hops": [hop("b", "x/0", 100, 130, 140)]}]  # b's batch timeout is 30 ms: it may have waited for it
     assert dispatch_ms(rs).tolist() == [1.0, 2.0, 4.0, 30.0]
     assert dispatch_ms(rs, {"b": 30.0}).tolist() == [1.0, 2.0, 4.0]
+
+
+def test_spread_by_duration_recovers_a_spread_that_shrinks_with_batch_length():
+    from planner.calibrate import spread_by_duration
+
+    rng = np.random.default_rng(2)
+    ms = np.repeat([4.0, 100.0], 400)
+    sd = np.where(ms < 10, 0.4, 0.1)
+    points = spread_by_duration(ms, np.exp(sd * rng.standard_normal(ms.size)))
+    assert [p[0] for p in points] == pytest.approx([4.0, 100.0])
+    assert [p[1] for p in points] == pytest.approx([np.sqrt(np.expm1(0.16)), np.sqrt(np.expm1(0.01))], rel=0.1)
+    assert spread_by_duration(np.full(400, 4.0), np.ones(400)) == []  # one bin: the pooled cv says it all
+    assert spread_by_duration(np.array([4.0, 100.0]), np.ones(2)) == []  # too few batches for two bins
+
+
+def test_several_runs_fit_as_one_with_each_runs_hardware_and_their_pace_is_not_core_sharing():
+    from planner.calibrate import RunHops, fit_runs
+
+    def run(scale: float, offset_s: int, overlap: bool, hw: str) -> RunHops:
+        rs = [result(i, transit_in=1, transit_between=1, scale=scale, every_ms=20 if overlap else 1000)
+              for i in range(100)]
+        for r in rs:  # far apart in time, as two runs are
+            r["created_ns"] += offset_s * 10**9
+            for h in r["hops"]:
+                h.update({k: h[k] + offset_s * 10**9 for k in ("enqueued_ns", "received_ns", "started_ns", "finished_ns")})
+                h["worker"] = f"w{offset_s}"
+        return RunHops(rs, {("a", "va"): hw, ("b", "vb"): "cpu"})
+
+    curves = {**CURVES, ("va", "gpu"): CURVE}
+    # a slow run whose batches overlap, a fast one whose batches never do, on 2 free cores: no sharing
+    slow, fast = run(1.5, 0, True, "cpu"), run(1.0, 10_000, False, "gpu")
+    doc = fit_runs([slow, fast], curves, cores=2.0)
+    assert doc["samples"]["runs"] == 2 and doc["samples"]["results"] == 200
+    assert doc["service"]["va@cpu"]["scale"] == pytest.approx(1.5, rel=1e-3)
+    assert doc["service"]["va@gpu"]["scale"] == pytest.approx(1.0, rel=1e-3)  # va ran on gpu in the fast run
+    assert doc["host"] is None  # one scale per variant would have read the slow run's overlap as sharing

@@ -103,8 +103,8 @@ DIGESTS = {
     "example-round": "bca21891f53d1566d53c",  # re-pinned: the deployed form (module docstring)
     "example-poisson-events": "899215f57adaa8b1e071",  # re-pinned
     "example-schedule-rebalance": "1ddc985c899b47991ef0",  # re-pinned
-    "example-calibrated": "cc1144646b72a4897470",  # re-pinned
-    "example-calibrated-schedule": "6f8ca6be1a264f67188d",  # re-pinned
+    "example-calibrated": "2c8d8f9d6ad467d1465a",  # re-pinned: a run drawn around l(b) in ns, not predict / margin (same p99, mean, drops, batches)
+    "example-calibrated-schedule": "880d10a2dc44dfbab494",  # re-pinned, as above
     "example-two-variants": "7ad784278f987dfee2a9",
     "example-two-variants-events": "e87772d4b80377450c14",
 }

@@ -26,6 +26,8 @@ from planner_builders import one_stage, single_plan
     (lambda: ServiceTime("uniform"), "'uniform'"),
     (lambda: ServiceTime("lognormal"), "cv 0.0"),
     (lambda: ServiceTime("exponential", cv=0.3), "cv 0.3"),
+    (lambda: ServiceTime("lognormal", 0.3, cv_by_ms=((4.0, 0.4), (0.0, 0.1))), "(0.0, 0.1"),
+    (lambda: ServiceTime("lognormal", 0.3, cv_by_ms=((40.0, 0.4), (4.0, 0.1))), "ascending"),
     (lambda: ReplicaChange(1.0, "a", 0), "0"),
     (lambda: ReplicaChange(1.0, "a", 2, index=-1), "-1"),
 ])
@@ -101,3 +103,26 @@ def test_the_workers_own_time_per_batch_holds_the_instance_before_the_model_runs
     assert np.sort(sim.latency_ms).tolist() == pytest.approx([13.0, 13.0, 26.0])  # the second waits 13 ms
     plain = simulate(one, PLAN, np.array([0.0, 0.0, 1.0]), hop_ms=0.0, method=method)
     assert np.sort(plain.latency_ms).tolist() == pytest.approx([10.0, 10.0, 20.0])
+
+
+def test_the_spread_by_batch_length_interpolates_between_its_points_and_is_flat_beyond():
+    svc = ServiceTime("lognormal", 0.3, cv_by_ms=((4.0, 0.4), (100.0, 0.1)))
+    assert svc.cv_at(4.0) == pytest.approx(0.4) and svc.cv_at(100.0) == pytest.approx(0.1)
+    assert svc.cv_at(20.0) == pytest.approx(0.2)  # halfway in log-log
+    assert svc.cv_at(1.0) == pytest.approx(0.4) and svc.cv_at(1000.0) == pytest.approx(0.1)
+    assert ServiceTime("lognormal", 0.3).cv_at(1000.0) == 0.3
+    f = svc.factors(np.random.default_rng(0), 40_000, np.repeat([4.0, 100.0], 20_000))
+    assert np.std(f[:20_000]) == pytest.approx(0.4, rel=0.05) and np.std(f[20_000:]) == pytest.approx(0.1, rel=0.05)
+    assert np.mean(f) == pytest.approx(1.0, abs=0.01)
+    assert svc.agent_factor(10, 99, 4.0) > svc.agent_factor(10, 99, 100.0) > 1.0  # a worker's margin shrinks too
+
+
+def test_a_long_batch_runs_with_the_small_spread_of_long_batches():
+    plan = single_plan({"a": [Assignment("v", "cpu", 1, 1)]})
+    svc = ServiceTime("lognormal", 0.5, cv_by_ms=((4.0, 0.5), (100.0, 0.05)))
+    spread = {}
+    for ms in (4.0, 100.0):
+        problem = one_stage({1: ms}, slo_ms=100 * ms)
+        lat = simulate(problem, plan, np.arange(0.0, 400.0, 2.0), service=svc, hop_ms=0.0, seed=4).latency_ms
+        spread[ms] = np.std(lat) / np.mean(lat)
+    assert spread[4.0] == pytest.approx(0.5, rel=0.2) and spread[100.0] == pytest.approx(0.05, rel=0.2)
