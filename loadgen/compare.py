@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from loadgen.report import LATE, Summary
 
@@ -37,6 +37,8 @@ class ComparisonRow:
     requests: int = 0
     cost_vs_baseline: float = math.nan  # cost / cg-peak cost
     predicted_p99_ms: float = math.nan  # real runs: the estimator on the run's own arrivals and scale events
+    predicted_attainment: float = math.nan
+    predicted_seeds_ms: tuple[float, ...] = ()  # its p99 with each seed (the median is predicted_p99_ms)
     error: str = ""
     failed: bool = False  # the error is a failure, not ModeNotApplicable
 
@@ -51,9 +53,10 @@ def parse_mode(spec: str) -> tuple[str, bool]:
     return mode, bool(plus)
 
 
-def compare_runs(specs: Sequence[str], runner: Callable[[str, bool], Summary | tuple[Summary, float]]
+def compare_runs(specs: Sequence[str], runner: Callable[[str, bool], Summary | tuple[Summary, Any]]
                  ) -> list[ComparisonRow]:
-    """``runner(mode, tuned)`` returns the run's Summary, or (Summary, predicted p99 ms) for real runs."""
+    """``runner(mode, tuned)`` returns the run's Summary, or for real runs (Summary, the estimator on
+    that run: ``loadgen.replay_estimate.LikeForLike``)."""
     rows = []
     for spec in specs:
         mode, tuned = parse_mode(spec)
@@ -65,11 +68,12 @@ def compare_runs(specs: Sequence[str], runner: Callable[[str, bool], Summary | t
         except Exception as exc:  # noqa: BLE001 - one mode failing must not hide the others
             rows.append(ComparisonRow(spec, mode, tuned, error=f"{type(exc).__name__}: {exc}", failed=True))
             continue
-        s, predicted = out if isinstance(out, tuple) else (out, None)
+        s, est = out if isinstance(out, tuple) else (out, None)
         acc = math.nan if s.mean_accuracy is None else s.mean_accuracy
+        predicted = {} if est is None else dict(predicted_p99_ms=est.estimated_p99_ms, predicted_seeds_ms=est.seed_p99_ms,
+                                                predicted_attainment=est.estimated_attainment)
         rows.append(ComparisonRow(spec, mode, tuned, s.cost_total_usd, s.cost_mean_per_hour, s.attainment,
-                                  s.latency.p99_ms, acc, s.dropped, s.requests,
-                                  predicted_p99_ms=math.nan if predicted is None else float(predicted)))
+                                  s.latency.p99_ms, acc, s.dropped, s.requests, **predicted))
     base = next((r for r in rows if r.mode == BASELINE and not r.error), None)
     if base is not None and base.cost_total_usd > 0:
         rows = [r if r.error else _with_ratio(r, r.cost_total_usd / base.cost_total_usd) for r in rows]
@@ -92,7 +96,7 @@ def format_comparison(rows: Sequence[ComparisonRow]) -> str:
             f"{'accuracy':>9}{'dropped':>9}")
     predicted = any(not math.isnan(r.predicted_p99_ms) for r in rows)
     if predicted:
-        head += f"{'est. p99':>10}{'est/meas':>9}"
+        head += f"{'est. p99':>10}{'est/meas':>9}{'seeds ms':>16}{'est. SLO':>10}"
     lines = [head]
     for r in rows:
         if r.error:
@@ -105,7 +109,18 @@ def format_comparison(rows: Sequence[ComparisonRow]) -> str:
                 f"{100 * r.attainment:>8.2f}%{p99:>22}{acc:>9}{r.dropped:>9}")
         if predicted:
             est = r.predicted_p99_ms
-            ratio = est / r.p99_ms if r.p99_ms > 0 and math.isfinite(r.p99_ms) else math.nan
-            line += f"{'-' if math.isnan(est) else f'{est:.1f}':>10}{'-' if math.isnan(ratio) else f'{ratio:.2f}':>9}"
+            seeds = f"{min(r.predicted_seeds_ms):.0f}-{max(r.predicted_seeds_ms):.0f}" if r.predicted_seeds_ms else "-"
+            att = "-" if math.isnan(r.predicted_attainment) else f"{100 * r.predicted_attainment:.2f}%"
+            line += f"{'-' if math.isnan(est) else f'{est:.1f}':>10}{est_ratio(est, r.p99_ms):>9}{seeds:>16}{att:>10}"
         lines.append(line)
     return "\n".join(lines)
+
+
+def est_ratio(est: float, measured: float) -> str:
+    """estimated / measured p99 as printed: ``inf=inf`` when both are past the SLO's reach (more than
+    1 % dropped or late beyond measure on both sides), ``-`` when one side is missing."""
+    if math.isnan(est) or math.isnan(measured) or measured <= 0:
+        return "-"
+    if math.isinf(est) and math.isinf(measured):
+        return "inf=inf"
+    return "inf" if math.isinf(est) else f"{est / measured:.2f}"

@@ -228,6 +228,17 @@ def fit_runs(runs: Sequence[RunHops], curves: Mapping[tuple[str, str], LatencyCu
                         "results": sum(len(r.results) for r in runs), "runs": len(runs)}}
 
 
+def carried_forward(doc: dict, previous: Mapping[str, Any] | None) -> dict:
+    """``doc`` with the service scales of ``previous`` for every variant and hardware ``doc``'s runs
+    did not run (marked ``carried_from``: the version, else the source, they came from): a run
+    measures what it ran, and the rest keeps what was measured before rather than the bare profile."""
+    old = (previous or {}).get("service", {})
+    origin = f"v{previous['version']}" if previous and "version" in previous else (previous or {}).get("source", "?")
+    carried = {k: {**v, "carried_from": v.get("carried_from", origin)}
+               for k, v in old.items() if k not in doc["service"]}
+    return {**doc, "service": {**doc["service"], **carried}} if carried else doc
+
+
 class _Batches(NamedTuple):
     """Every batch of the runs: its run, start (ns), mean concurrency, key group (-1: no profile),
     measured / profiled ratio and profiled latency (ms); ``keys``: "variant@hardware" -> group."""
@@ -321,7 +332,8 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     lines.append(f"  host: batches share {h['free_cores']:.2f} of {h['cores']:.0f} cores (mean concurrency "
                  f"{h['mean_concurrency']:.2f})" if h else "  host: core sharing explains nothing; left out")
     for k, v in doc["service"].items():
-        lines.append(f"  service {k:<24} x{v['scale']:.2f} of the profile ({v['samples']} batches)")
+        came = f"carried from {v['carried_from']}" if "carried_from" in v else f"{v['samples']} batches"
+        lines.append(f"  service {k:<24} x{v['scale']:.2f} of the profile ({came})")
     lines.append(f"  service spread (cv)            {doc['service_cv']:.2f} within a second")
     if doc.get("service_cv_by_ms"):
         lines.append("    by batch duration             " + "  ".join(f"{ms:.0f} ms: {c:.2f}"

@@ -172,6 +172,7 @@ class Replanner:
                                 timeouts_ms=calibrate.timeouts_of(plan.to_dict()))
         except calibrate.CalibrationFitError:
             return self
+        doc = calibrate.carried_forward(doc, self.calibration)
         return replace(self, base=calibrate.recalibrated(self.base, doc, self.calibration), calibration=doc)
 
     def step(self, state: ReplanState, arrivals_s: np.ndarray, now_ns: int) -> tuple[ReplanOutput, ReplanState]:

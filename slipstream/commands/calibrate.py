@@ -43,14 +43,15 @@ def uncalibrated_curves(pipe, store) -> dict[tuple[str, str], object]:
 
 def fit_report(report_dirs: str | Path | list, pipe, profiles_dir: str | Path, *, store: bool = True) -> dict:
     """Fit one or more live runs' reports against the uncalibrated profiles; store the fit as the next
-    version."""
-    from planner.calibrate import fit_runs
+    version (with the scales of variants these runs did not run carried from the calibration in force)."""
+    from planner.calibrate import carried_forward, fit_runs
     from streams.profile_store import ProfileStore
 
     reports = [Path(report_dirs)] if isinstance(report_dirs, (str, Path)) else [Path(r) for r in report_dirs]
     raw = ProfileStore(profiles_dir, calibration="off")  # fit against the profiles as measured
     runs = [run_hops(r, pipe, raw) for r in reports]
-    doc = fit_runs(runs, uncalibrated_curves(pipe, raw), source=", ".join(map(str, reports)))
+    doc = carried_forward(fit_runs(runs, uncalibrated_curves(pipe, raw), source=", ".join(map(str, reports))),
+                          ProfileStore(profiles_dir).calibration)
     return raw.calibrations.save(doc) if store else doc
 
 

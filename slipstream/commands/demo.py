@@ -175,7 +175,7 @@ def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_re
                                replan_s if tuned else 0.0)
             run = live_run(pipe, pipeline_file, arrivals, sample, store, Path(report_dir) / name, opts,
                            f"{pipe.name} {name} {spec}")
-            return run.summary, run.estimate.estimated_p99_ms
+            return run.summary, run.estimate
 
         rows = compare_runs([m.strip() for m in modes.split(",") if m.strip()], runner)
         click.echo("\n" + format_comparison(rows))

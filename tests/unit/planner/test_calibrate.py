@@ -219,3 +219,17 @@ def test_several_runs_fit_as_one_with_each_runs_hardware_and_their_pace_is_not_c
     assert doc["service"]["va@cpu"]["scale"] == pytest.approx(1.5, rel=1e-3)
     assert doc["service"]["va@gpu"]["scale"] == pytest.approx(1.0, rel=1e-3)  # va ran on gpu in the fast run
     assert doc["host"] is None  # one scale per variant would have read the slow run's overlap as sharing
+
+
+def test_a_fit_keeps_the_earlier_scales_of_variants_its_run_did_not_run(tmp_path):
+    from planner.calibrate import carried_forward, summary_lines
+
+    earlier = CalibrationStore(tmp_path).save({"service": {"va@cpu": {"scale": 3.0, "samples": 9},
+                                                           "vc@gpu": {"scale": 1.7, "samples": 9}},
+                                               "service_cv": 0.0, "transit_ms": {}, "samples": {"hops": 1, "results": 1}})
+    doc = carried_forward(fit([result(i, transit_in=1, transit_between=1, scale=2.0) for i in range(20)], CURVES, HW),
+                          earlier)
+    assert doc["service"]["va@cpu"]["scale"] == pytest.approx(2.0)  # measured again: the new value
+    assert doc["service"]["vc@gpu"] == {"scale": 1.7, "samples": 9, "carried_from": "v1"}
+    assert any("vc@gpu" in line and "carried from v1" in line for line in summary_lines(doc))
+    assert carried_forward(doc, None) is doc
