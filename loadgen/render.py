@@ -1,6 +1,8 @@
 """A Summary as JSON and as a short text table, and the report directory (JSON + text + plots).
 
-JSON is strict (NaN becomes null) so any tool can read ``summary.json``.
+JSON is strict (NaN and infinity become null) so any tool can read ``summary.json``;
+:func:`read_summary` reads it back (a latency percentile that is null over requests that exist is
+infinite: more than that share was not done in time).
 """
 from __future__ import annotations
 
@@ -19,6 +21,41 @@ def to_jsonable(summary: Summary) -> dict[str, Any]:
         doc["lag"]["kept_up"] = summary.lag.kept_up
         doc["lag"]["verdict"] = summary.lag.verdict()
     return doc
+
+
+def read_summary(path: str | Path) -> Summary:
+    """The Summary :func:`write_report` wrote to ``path`` (``summary.json``)."""
+    from loadgen.report import Envelope, Series, StageBreakdown
+    from loadgen.schedule import LagStats
+
+    d = json.loads(Path(path).read_text())
+
+    def stats(x: dict) -> LatencyStats:
+        gone = math.inf if x["count"] else math.nan
+        return LatencyStats(x["count"], *(gone if x[k] is None else x[k] for k in _STATS[1:]))
+
+    def nums(xs) -> tuple[float, ...]:
+        return tuple(math.nan if v is None else v for v in xs)
+
+    s = d["series"]
+    series = Series(s["window_s"], tuple(s["t_s"]), tuple(s["sent"]), nums(s["p50_ms"]), nums(s["p99_ms"]),
+                    nums(s["attainment"]), nums(s["cost_per_hour"]), {k: tuple(v) for k, v in s["replicas"].items()})
+    stages = tuple(StageBreakdown(b["stage"], b["items"], stats(b["residence"]), stats(b["queue"]), stats(b["service"]),
+                                  b["mean_batch"], b["variants"]) for b in d["stages"])
+    e, lag = d.get("envelope"), d.get("lag")
+    envelope = None if e is None else Envelope(tuple(e["windows_s"]), nums(e["live_qps"]),
+                                               None if e["planned_qps"] is None else nums(e["planned_qps"]),
+                                               e["planned_label"])
+    lag = None if lag is None else LagStats(**{f.name: lag[f.name] for f in dataclasses.fields(LagStats)})
+    rest = {k: d[k] for k in ("label", "pipeline", "source", "slo_ms", "duration_s", "requests", "results", "done",
+                              "dropped", "errors", "missing", "attainment", "drops_by_reason", "errors_by_reason",
+                              "mean_accuracy", "cost_total_usd", "cost_mean_per_hour")}
+    return Summary(**rest, latency=stats(d["latency"]), stages=stages, series=series, cdf_ms=nums(d["cdf_ms"]),
+                   cdf_q=tuple(d["cdf_q"]), envelope=envelope, lag=lag, duplicates=d.get("duplicates", 0),
+                   notes=tuple(d.get("notes", ())))
+
+
+_STATS = tuple(f.name for f in dataclasses.fields(LatencyStats))
 
 
 def _clean(obj: Any) -> Any:

@@ -117,6 +117,16 @@ class Plan:
             "notes": list(self.notes),
         }
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Plan":
+        """The plan :meth:`to_dict` wrote (e.g. a report's ``plan.json``)."""
+        stages = tuple(StagePlan(s["stage"], tuple(Assignment(**a) for a in s["assignments"]), s.get("partitions", 4))
+                       for s in d["stages"])
+        rest = {k: d[k] for k in ("reason", "cost_per_hour", "accuracy", "analytic_latency_ms", "predicted_p99_ms",
+                                  "attainment", "solve_time_s", "rate_qps") if k in d}
+        return cls(d["mode"], stages, d["feasible"], rounds=tuple(Round(**r) for r in d.get("rounds", ())),
+                   notes=tuple(d.get("notes", ())), **rest)
+
 
 def infeasible(mode: str, reason: str, *, solve_time_s: float = 0.0, notes: tuple[str, ...] = (),
                rate_qps: float = 0.0) -> Plan:

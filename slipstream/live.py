@@ -249,14 +249,21 @@ def live_run(pipe, pipeline_file: str, arrivals: np.ndarray, sample: np.ndarray,
 
 
 def estimate_live(problem, plan, summary, report_dir: Path, opts: LiveOptions):
-    """The estimator on the run's own arrivals and replica changes (``loadgen.replay_estimate``),
-    written next to the report as ``estimate.txt``."""
-    from loadgen.replay_estimate import estimate_run, format_like_for_like
+    """The estimator on the run's own arrivals and replica changes (:func:`like_for_like`), written
+    next to the report as ``estimate.txt``."""
+    from loadgen.replay_estimate import format_like_for_like
+
+    est = like_for_like(problem, plan, summary, report_dir, opts)
+    (report_dir / "estimate.txt").write_text(format_like_for_like(est) + "\n")
+    return est
+
+
+def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions):
+    """``loadgen.replay_estimate.estimate_run`` on a live run's report (its ``results.jsonl``)."""
+    from loadgen.replay_estimate import estimate_run
     from planner.estimator import Transit, network_for
 
     results = [json.loads(line) for line in (report_dir / "results.jsonl").read_text().splitlines() if line]
     # a result's finished_ns is stamped before the hop to the results topic: leave that hop out
-    est = estimate_run(problem, plan, summary, results, seed=opts.seed, activation_s=opts.activation_s,
-                       network=replace(network_for(problem), to_results=Transit.constant(0.0)))
-    (report_dir / "estimate.txt").write_text(format_like_for_like(est) + "\n")
-    return est
+    return estimate_run(problem, plan, summary, results, seed=opts.seed, activation_s=opts.activation_s,
+                        network=replace(network_for(problem), to_results=Transit.constant(0.0)))

@@ -311,13 +311,13 @@ def _plan_placements(path: str, pipe: Pipeline) -> dict[str, Placement]:
     ``slipstream plan --json`` file."""
     import json
 
-    from planner.plan import Assignment, StagePlan
+    from planner.plan import Plan
 
     try:
         doc = json.loads(Path(path).read_text())
         if not doc.get("feasible"):
             raise ValueError(f"the plan is infeasible: {doc.get('reason')}")
-        plans = [StagePlan(s["stage"], tuple(Assignment(**a) for a in s["assignments"])) for s in doc["stages"]]
+        plans = Plan.from_dict(doc).stages
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise click.BadParameter(f"{path}: not a plan of slipstream plan --json: {exc}", param_hint="--plan") from None
     place = {sp.stage: Placement(sp.primary.hardware, sp.replicas) for sp in plans}

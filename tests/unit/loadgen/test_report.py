@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from loadgen.cost import ConfigEvent, events_from_records, step_values, total_cost_usd
-from loadgen.render import format_table, to_jsonable, write_report
+from loadgen.render import format_table, read_summary, to_jsonable, write_report
 from loadgen.report import Envelope, reason_category, summarize
 from loadgen.schedule import lag_stats
 
@@ -131,6 +131,9 @@ def test_summary_renders_as_strict_json_and_text(tmp_path):
     assert "SLO attainment 45.45%" in table and "deadline 4" in table and "kept up" in table
     files = write_report(s, tmp_path, plots=False)
     assert {f.name for f in files} == {"summary.json", "summary.txt"}
+    back = read_summary(tmp_path / "summary.json")  # what slipstream estimate reads a finished run from
+    assert back.latency.p99_ms == math.inf and back.series.replicas == s.series.replicas
+    assert to_jsonable(back) == doc
     empty = summarize([], slo_ms=50, sent=3)
     assert empty.attainment == 0 and empty.latency.p50_ms == math.inf  # 3 sent, none answered
     json.dumps(to_jsonable(empty), allow_nan=False)

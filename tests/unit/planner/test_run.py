@@ -39,3 +39,12 @@ def test_measured_p99_counts_results_not_done_as_infinitely_late():
     assert m.p99_ms(25 * 1_000_000_000) == 99.0  # done-only would be np.percentile(1..99, 99) = 98.02
     m.add(result(20, 1.0, "error"))
     assert m.p99_ms(25 * 1_000_000_000) == math.inf
+
+
+def test_a_plan_reads_back_from_what_it_wrote():
+    from planner.plan import Assignment, Plan, Round, StagePlan
+
+    plan = Plan("milp", (StagePlan("a", (Assignment("v", "cpu", 4, 2, 0.6, 5.0), Assignment("w", "gpu", 8, 1, 0.4)), 8),),
+                True, cost_per_hour=1.5, predicted_p99_ms=90.0, rounds=(Round(100.0, 20.0, 1.5, 90.0, 0.99, True),),
+                notes=("binding: slo",), rate_qps=20.0)
+    assert Plan.from_dict(plan.to_dict()) == plan

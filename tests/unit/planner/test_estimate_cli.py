@@ -1,0 +1,57 @@
+"""`slipstream estimate`: the estimator on a finished live run, with the calibration in force or one
+fitted on given runs; fitting on a run makes the estimate of it agree with what it measured."""
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from loadgen.render import write_report
+from loadgen.report import summarize
+from planner.plan import Assignment, Plan, StagePlan
+from planner.profiles import BatchPoint, Profile, ProfileStore
+from slipstream.commands.calibrate import estimate_cmd
+
+MS = 1_000_000
+PIPE = """name: one
+slo_ms: 300
+hardware: {cpu: {kind: cpu, threads: 1, cost_per_hour: 0.05}}
+stages:
+  - name: a
+    variants: [{name: va, model: m, accuracy: 0.7}]
+"""
+
+
+def finished_run(tmp_path):
+    """A run whose batches took 5x the profiled 4 ms, 30 ms after a 10 ms transit, one request every 100 ms."""
+    results = []
+    for i in range(300):
+        t0 = 10**12 + i * 100 * MS
+        hop = {"stage": "a", "variant": "va", "batch_size": 1, "enqueued_ns": t0, "received_ns": t0 + 10 * MS,
+               "started_ns": t0 + 10 * MS, "finished_ns": t0 + 30 * MS, "worker": "w/0"}
+        results.append({"request_id": f"r{i}", "pipeline": "one", "status": "done", "reason": "", "created_ns": t0,
+                        "deadline_ns": t0 + 300 * MS, "finished_ns": t0 + 30 * MS, "hops": [hop]})
+    report = tmp_path / "run"
+    write_report(summarize(results, slo_ms=300, pipeline="one", label="one milp"), report, plots=False)
+    (report / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results))
+    plan = Plan("milp", (StagePlan("a", (Assignment("va", "cpu", 1, 1),)),), feasible=True, rate_qps=10.0)
+    (report / "plan.json").write_text(json.dumps(plan.to_dict()))
+    return report
+
+
+def ratio(output: str) -> float:
+    return float(output.strip().splitlines()[-1].split()[3])
+
+
+def test_estimate_replays_a_finished_run_and_a_fit_on_it_agrees(tmp_path):
+    ProfileStore(tmp_path / "p").save(Profile("va", "cpu", {1: BatchPoint(3, 4), 4: BatchPoint(8, 10)}))
+    (tmp_path / "one.yaml").write_text(PIPE)
+    report = finished_run(tmp_path)
+    args = ["--report", str(report), "--pipeline", str(tmp_path / "one.yaml"), "--profiles", str(tmp_path / "p")]
+    bare = CliRunner().invoke(estimate_cmd, args)
+    assert bare.exit_code == 0, bare.output
+    assert "calibration: none" in bare.output and ratio(bare.output) < 0.6  # 4 ms + a 6 ms hop against 30 ms
+    fitted = CliRunner().invoke(estimate_cmd, [*args, "--fit", str(report)])
+    assert fitted.exit_code == 0, fitted.output
+    assert "not stored" in fitted.output and abs(ratio(fitted.output) - 1.0) < 0.05
+    assert not (tmp_path / "p" / "calibration").exists()  # --fit stores nothing
