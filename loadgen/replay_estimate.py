@@ -11,6 +11,9 @@ and per stage (the same definition on both sides: drops count as infinitely late
   routes by);
 - replica changes: where the run's replica series changes (``loadgen.report.scale_events``), as
   the estimator's ``ReplicaChange`` of the stage's primary assignment;
+- re-plans: every StageConfig the run saw on the control topic (the report's ``control.jsonl``) that
+  changed a stage's variant, hardware, max batch or batch timeout, as a ``BatchingChange`` at its
+  time (a new variant or hardware a model load later: the run's activation);
 - per stage, measured residence is a hop's ``finished_ns - enqueued_ns`` (Kafka transit in, queue,
   batch and service), the longest over the request's items at that stage, as the estimator reports it;
 - per stage, the components of a hop (:class:`Component`): transit (``received - enqueued``), queue
@@ -28,7 +31,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from loadgen.report import Summary, scale_events
-from planner.estimator import ReplicaChange, SimResult, network_for, simulate
+from planner.estimator import BatchingChange, ReplicaChange, SimResult, network_for, simulate
 from planner.sim.params import Network, ServiceTime
 from planner.plan import Plan
 from planner.problem import Problem
@@ -92,6 +95,40 @@ def run_changes(summary: Summary, plan: Plan) -> list[ReplicaChange]:
     return out
 
 
+def batching_changes(control: Sequence[tuple[int, Mapping[str, Any]]], plan: Plan, start_ns: int,
+                     activation_s: float) -> list[BatchingChange]:
+    """The re-plans' batching as the run saw them: ``control`` is (Kafka timestamp ns, record) of the
+    control topic; the newest epoch per stage wins; what was in force when the run started (``start_ns``,
+    its first arrival) is a change at 0 s where it differs from ``plan``; a later change that brings a
+    new variant or hardware takes effect a model load (``activation_s``) after its record."""
+    configs, epoch = [], {}  # (s after the start, stage, batching) of each newest-epoch StageConfig
+    stages = {sp.stage for sp in plan.stages}
+    for at_ns, rec in sorted(control, key=lambda r: r[0]):
+        stage = rec.get("stage")
+        if "epoch" not in rec or stage not in stages or rec["epoch"] < epoch.get(stage, -1):
+            continue  # a ScalingAction (replicas only: the replica series has them), or an older epoch
+        epoch[stage] = rec["epoch"]
+        configs.append(((at_ns - start_ns) / NS, stage,
+                        (rec["variant"], rec["hardware"], int(rec["max_batch"]), float(rec["batch_timeout_ms"]))))
+    current = {sp.stage: _batching(sp.primary) for sp in plan.stages}
+    out = []
+    for stage in current:
+        before = [b for t, st, b in configs if st == stage and t <= 0]
+        if before and before[-1] != current[stage]:
+            current[stage] = before[-1]
+            out.append(BatchingChange(0.0, stage, *before[-1]))
+    for t, stage, new in configs:
+        if t > 0 and new != current[stage]:
+            load = activation_s if new[:2] != current[stage][:2] else 0.0
+            out.append(BatchingChange(t + load, stage, *new))
+            current[stage] = new
+    return out
+
+
+def _batching(a) -> tuple[str, str, int, float]:
+    return a.variant, a.hardware, a.max_batch, float(a.batch_timeout_ms)
+
+
 def measured_residence_ms(results: Sequence[Mapping[str, Any]], stage: str) -> np.ndarray:
     """Per request that reached ``stage``: its longest hop residence there (drops at it: infinite)."""
     out = []
@@ -151,12 +188,16 @@ def compare(summary: Summary, results: Sequence[Mapping[str, Any]], sim: SimResu
 
 
 def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequence[Mapping[str, Any]], *,
-                 seed: int = 0, seeds: int = SEEDS, **sim_options: Any) -> LikeForLike:
-    """The estimator on this run's arrivals and replica changes, against what was measured: one
-    simulation per seed (``seed``, ``seed + 1``, ...); the run with the median p99 is the estimate (a
-    single run's p99 moves by tens of percent from seed to seed once service and transits vary)."""
+                 control: Sequence[tuple[int, Mapping[str, Any]]] = (), seed: int = 0, seeds: int = SEEDS,
+                 **sim_options: Any) -> LikeForLike:
+    """The estimator on this run's arrivals, replica changes and re-plans (``control``: what it saw
+    on the control topic), against what was measured: one simulation per seed (``seed``,
+    ``seed + 1``, ...); the run with the median p99 is the estimate (a single run's p99 moves by tens
+    of percent from seed to seed once service and transits vary)."""
     arrivals, ids = run_arrivals(results)
-    changes = tuple(run_changes(summary, plan))
+    start_ns = min((r["created_ns"] for r in results), default=0)
+    activation_s = sim_options.get("activation_s", problem.activation_s)
+    changes = (*run_changes(summary, plan), *batching_changes(control, plan, start_ns, activation_s))
     sims = sorted((simulate(problem, plan, arrivals, seed=seed + i, schedule=changes, request_ids=ids, **sim_options)
                    for i in range(seeds)), key=lambda r: r.p99_ms)
     network = network_for(problem, sim_options.get("network"), sim_options.get("hop_ms"))

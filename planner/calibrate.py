@@ -45,7 +45,9 @@ from streams.calibration import key
 from streams.latency import LatencyCurve
 from streams.profile_store import machine_info, now_iso
 
-QUANTILES = np.linspace(0.0, 100.0, 201)  # every half percent, both ends included
+# every half percent to the 99th, then finer into the tail: a draw interpolates between stored
+# quantiles, so the top segment's share must be small (one in 10,000) for a run's one outlier
+QUANTILES = np.concatenate([np.linspace(0.0, 99.0, 199), [99.2, 99.4, 99.6, 99.8, 99.9, 99.95, 99.98, 99.99, 100.0]])
 HOP_KINDS = ("ingress", "between", "to_join")
 MIN_CV = 0.05  # below this the spread is noise: deterministic service
 SLOWDOWN_WINDOW_S = 1.0
@@ -222,6 +224,7 @@ def fit_runs(runs: Sequence[RunHops], curves: Mapping[tuple[str, str], LatencyCu
     return {"fitted_at": now_iso(), "source": source, "machine": machine_info(), "service": service,
             "service_cv": float(np.std(within)), "service_cv_by_ms": spread_by_duration(scaled_ms, within),
             "host": host, "slowdown": {"window_s": SLOWDOWN_WINDOW_S, "factors": [round(float(x), 4) for x in pace]},
+            "quantile_pct": [float(p) for p in QUANTILES],
             "transit_ms": {kd: _quantiles(np.asarray(v)) for kd, v in sorted(transit.items())},
             "dispatch_ms": _quantiles(dispatch),
             "samples": {"hops": sum(len(v) for v in transit.values()), "batches": len(b.ratio),
@@ -303,8 +306,18 @@ def network(doc: Mapping[str, Any] | None) -> Network | None:
         return None
     q = doc["transit_ms"]
     base = q.get("between") or q.get("ingress") or next(iter(q.values()))
-    ingress, between = Transit.empirical(q.get("ingress", base)), Transit.empirical(q.get("between", base))
-    return Network(ingress, between, Transit.empirical(q.get("to_join", base)), Transit.constant(0.0))
+    ingress, between, to_join = (quantiles(doc, q.get(kind, base)) for kind in ("ingress", "between", "to_join"))
+    return Network(ingress, between, to_join, Transit.constant(0.0))
+
+
+def quantiles(doc: Mapping[str, Any], values: Sequence[float]) -> Transit:
+    """A calibration's stored quantiles as a distribution (older calibrations stored every half percent
+    without saying so)."""
+    return Transit.quantiles(values, doc.get("quantile_pct"))
+
+
+def _at(doc: Mapping[str, Any], values: Sequence[float], pct: float) -> float:
+    return float(np.interp(pct, doc.get("quantile_pct") or np.linspace(0.0, 100.0, len(values)), values))
 
 
 def service_time(doc: Mapping[str, Any] | None) -> ServiceTime:
@@ -319,7 +332,7 @@ def service_time(doc: Mapping[str, Any] | None) -> ServiceTime:
     dispatch = (doc or {}).get("dispatch_ms")
     by_ms = tuple((float(ms), max(float(c), MIN_CV)) for ms, c in (doc or {}).get("service_cv_by_ms") or ())
     return ServiceTime(kind, cv, pace, float(slow.get("window_s", SLOWDOWN_WINDOW_S)),
-                       Transit.empirical(dispatch) if dispatch else Transit(), by_ms if kind == "lognormal" else ())
+                       quantiles(doc, dispatch) if dispatch else Transit(), by_ms if kind == "lognormal" else ())
 
 
 def summary_lines(doc: Mapping[str, Any]) -> list[str]:
@@ -342,11 +355,12 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     lines.append(f"  pace from second to second     p10 {np.percentile(pace, 10):.2f}  p90 "
                  f"{np.percentile(pace, 90):.2f}  max {max(pace):.2f} ({len(pace)} seconds)")
     for kind, q in doc["transit_ms"].items():
-        lines.append(f"  transit {kind:<10} p50 {q[100]:6.1f} ms  p99 {q[198]:6.1f} ms  "
+        lines.append(f"  transit {kind:<10} p50 {_at(doc, q, 50):6.1f} ms  p99 {_at(doc, q, 99):6.1f} ms  "
                      f"max {q[-1]:6.1f} ms")
     if doc.get("dispatch_ms"):
         q = doc["dispatch_ms"]
-        lines.append(f"  worker's own time per batch    p50 {q[100]:6.1f} ms  p99 {q[198]:6.1f} ms  max {q[-1]:6.1f} ms")
+        lines.append(f"  worker's own time per batch    p50 {_at(doc, q, 50):6.1f} ms  p99 {_at(doc, q, 99):6.1f} ms  "
+                     f"max {q[-1]:6.1f} ms")
     return lines
 
 

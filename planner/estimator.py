@@ -33,8 +33,8 @@ from planner.problem import Problem
 from planner.results import QueryResult, SimResult, nearest_rank  # noqa: F401  (re-exported)
 from planner.sim.engine import CHANGE
 from planner.sim.groups import range_assign  # noqa: F401  (re-exported)
-from planner.sim.params import (HostModel, Network, ReplicaChange, ServiceTime, Transit,  # noqa: F401
-                                scaling_modes)
+from planner.sim.params import (BatchingChange, HostModel, Network, ReplicaChange, ServiceTime,  # noqa: F401
+                                Transit, scaling_modes)
 from planner.sim.record import after_hop, finish_ns, to_result
 from planner.sim import stagewise
 from planner.sim.world import Unprofiled, World, build  # noqa: F401  (Unprofiled re-exported)
@@ -56,7 +56,7 @@ def network_for(problem: Problem, network: Network | None = None, hop_ms: float 
 
 
 def simulate(problem: Problem, plan: Plan, arrivals_s: np.ndarray | None = None, *,
-             seed: int | None = None, schedule: Sequence[ReplicaChange] = (),
+             seed: int | None = None, schedule: Sequence[ReplicaChange | BatchingChange] = (),
              activation_s: float | None = None, hop_ms: float | None = None, fanout_dist: str = "round",
              drop_late: bool = True, scaling: str | Mapping[str, str] = "instances",
              pause_s: float | None = None, host: HostModel | None = None, network: Network | None = None,
@@ -64,7 +64,8 @@ def simulate(problem: Problem, plan: Plan, arrivals_s: np.ndarray | None = None,
              request_ids: Sequence[str] | None = None) -> SimResult:
     """Replay ``arrivals_s`` (seconds; the problem's sample when None) through ``plan``.
 
-    ``seed`` (default: the problem's) seeds every draw; ``schedule`` is the tuner's replica changes;
+    ``seed`` (default: the problem's) seeds every draw; ``schedule`` is the tuner's replica changes
+    and the re-plans' batching changes;
     ``activation_s`` (default: the problem's) is a new replica's load and warm-up; ``hop_ms`` (default:
     the problem's) a constant Kafka transit on every hop, or give ``network`` instead; ``scaling`` is
     ``instances`` or ``rebalance``, for all stages or per stage; ``pause_s`` the rebalance pause
@@ -121,8 +122,12 @@ def _ingress(world: World, arr_ns: np.ndarray) -> np.ndarray:
     return after_hop(arr_ns, world.network.ingress, None, world.net_rng)
 
 
-def _group_of(stages: list, c: ReplicaChange):
+def _group_of(stages: list, c: ReplicaChange | BatchingChange):
     by_name = {st.name: st for st in stages}
+    if isinstance(c, BatchingChange):
+        if c.stage not in by_name:
+            raise ValueError(f"BatchingChange names no stage of the plan: {c.stage!r} (stages {list(by_name)})")
+        return by_name[c.stage].group
     if c.stage not in by_name or c.index >= len(by_name[c.stage].group.counts):
         raise ValueError(f"ReplicaChange names no assignment of the plan: stage {c.stage!r}, index {c.index} "
                          f"(stages {list(by_name)})")

@@ -264,6 +264,10 @@ def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions):
     from planner.estimator import Transit, network_for
 
     results = [json.loads(line) for line in (report_dir / "results.jsonl").read_text().splitlines() if line]
+    control_file = report_dir / "control.jsonl"  # older reports have none: replica changes only
+    control = [(d["at_ns"], d["record"]) for d in map(json.loads, control_file.read_text().splitlines())] \
+        if control_file.exists() else []
     # a result's finished_ns is stamped before the hop to the results topic: leave that hop out
-    return estimate_run(problem, plan, summary, results, seed=opts.seed, activation_s=opts.activation_s,
+    return estimate_run(problem, plan, summary, results, control=control, seed=opts.seed,
+                        activation_s=opts.activation_s,
                         network=replace(network_for(problem), to_results=Transit.constant(0.0)))

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from planner.sim.params import ReplicaChange, ServiceTime
+from planner.sim.params import BatchingChange, ReplicaChange, ServiceTime
 from planner.sim.servers import Queue, Server
 from streams.batching import BatchSettings
 from streams.latency import PREDICT_PERCENTILE, PREDICT_WINDOW, LatencyCurve
@@ -92,6 +92,7 @@ class Group:
         self.world = world
         self.stage = stage
         self.settings = settings
+        self.latency_of: Callable[[str, str, int], Latency] | None = None  # (variant, hardware, max batch), set by build
         self.predict: Callable[[int], int] = latency.predict  # predict(b) -> ns, b in 1..max_batch
         self.base = latency.base  # l(b) as profiled, ns: a batch's run is l(b) x a factor
         self.mix = mix  # None: one variant
@@ -105,9 +106,22 @@ class Group:
         self.servers: list[Server] = []
 
     def fire(self, now: int, change: object) -> None:
+        if isinstance(change, BatchingChange):
+            self.rebatch(change, now)
+            return
         assert isinstance(change, ReplicaChange)
         self.counts[change.index] = change.replicas
         self.resize(sum(self.counts), now)
+
+    def rebatch(self, c: BatchingChange, now: int) -> None:
+        """New batching (and the latency of the variant and hardware it names) for windows taken from
+        now on; a window already taken finishes as it was planned. A mixed pool keeps its split."""
+        latency = self.latency_of(c.variant, c.hardware, c.max_batch)
+        self.predict, self.base = latency.predict, latency.base
+        self.settings = BatchSettings.from_ms(c.max_batch, c.batch_timeout_ms, self.settings.drop_late)
+        for q in {id(s.queue): s.queue for s in self.servers}.values():
+            q.version, q.wake_at = q.version + 1, -1  # a wake-up planned under the old timeout is stale
+            q.poke(now)
 
     def resize(self, replicas: int, now: int) -> None:  # pragma: no cover - both subclasses define it
         raise NotImplementedError

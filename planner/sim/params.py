@@ -23,7 +23,7 @@ import numpy as np
 from streams.batching import NS_PER_MS
 
 SCALING_MODES = ("instances", "rebalance")
-TRANSIT_KINDS = ("constant", "shifted-exponential", "lognormal", "empirical")
+TRANSIT_KINDS = ("constant", "shifted-exponential", "lognormal", "empirical", "quantiles")
 SERVICE_KINDS = ("deterministic", "exponential", "lognormal")
 
 
@@ -50,6 +50,26 @@ class ReplicaChange:
             raise ValueError(f"ReplicaChange.time_s must be finite, got {self.time_s!r}")
 
 
+@dataclass(frozen=True)
+class BatchingChange:
+    """At ``time_s`` the stage runs ``variant`` on ``hardware`` with a new ``max_batch`` and
+    ``batch_timeout_ms`` (a re-plan's StageConfig): windows taken from then on use them."""
+
+    time_s: float
+    stage: str
+    variant: str
+    hardware: str
+    max_batch: int
+    batch_timeout_ms: float
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_batch, bool) or not isinstance(self.max_batch, Integral) or self.max_batch < 1:
+            raise ValueError(f"BatchingChange.max_batch must be an integer >= 1, got {self.max_batch!r}")
+        _finite_at_least("BatchingChange.batch_timeout_ms", self.batch_timeout_ms)
+        if not math.isfinite(self.time_s):
+            raise ValueError(f"BatchingChange.time_s must be finite, got {self.time_s!r}")
+
+
 def scaling_modes(scaling: str | Mapping[str, str], stages: Sequence[str]) -> dict[str, str]:
     """Each stage's scaling mode from one mode for all, or a mapping (stages not named: instances)."""
     per = {s: scaling for s in stages} if isinstance(scaling, str) else {s: "instances" for s in stages}
@@ -71,6 +91,9 @@ class Transit:
     ``constant``: always ``shift_ms``. ``shifted-exponential``: ``shift_ms`` + an exponential of mean
     ``scale_ms``. ``lognormal``: ``shift_ms`` + a lognormal of median ``scale_ms`` and log-sd ``sigma``.
     ``empirical``: a uniform draw from ``samples_ms`` (measured transits, e.g. ``bench dataplane``'s).
+    ``quantiles``: ``samples_ms`` are the quantiles at percentiles ``at_pct`` (ascending, 0 to 100); a
+    draw is the quantile at a uniform percentile, interpolated (a calibration stores these: the
+    largest value is drawn as rarely as it was measured, not once per stored point).
     """
 
     kind: str = "constant"
@@ -78,6 +101,7 @@ class Transit:
     scale_ms: float = 0.0
     sigma: float = 0.0
     samples_ms: tuple[float, ...] = ()
+    at_pct: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in TRANSIT_KINDS:
@@ -87,11 +111,18 @@ class Transit:
         _finite_at_least("Transit.sigma", self.sigma)
         if self.kind == "lognormal" and self.scale_ms <= 0:
             raise ValueError(f"Transit.scale_ms (the lognormal's median) must be > 0, got {self.scale_ms!r}")
-        if (self.kind == "empirical") != bool(self.samples_ms):
-            raise ValueError(f"Transit.samples_ms must be given exactly for kind 'empirical' "
+        if (self.kind in ("empirical", "quantiles")) != bool(self.samples_ms):
+            raise ValueError(f"Transit.samples_ms must be given exactly for kinds 'empirical' and 'quantiles' "
                              f"(kind {self.kind!r}, {len(self.samples_ms)} samples)")
         for i, v in enumerate(self.samples_ms):
             _finite_at_least(f"Transit.samples_ms[{i}]", v)
+        if self.kind == "quantiles":
+            p = self.at_pct
+            if len(p) != len(self.samples_ms) or len(p) < 2 or p[0] != 0 or p[-1] != 100 or list(p) != sorted(set(p)):
+                raise ValueError(f"Transit.at_pct must ascend from 0 to 100, one per sample ({len(self.samples_ms)}), "
+                                 f"got {p!r}")
+            if list(self.samples_ms) != sorted(self.samples_ms):
+                raise ValueError("Transit.samples_ms of kind 'quantiles' must not decrease")
 
     @classmethod
     def constant(cls, ms: float) -> "Transit":
@@ -110,6 +141,12 @@ class Transit:
         return cls("empirical", samples_ms=tuple(float(v) for v in samples_ms))
 
     @classmethod
+    def quantiles(cls, values_ms: Sequence[float], at_pct: Sequence[float] | None = None) -> "Transit":
+        """From quantiles ``values_ms`` at percentiles ``at_pct`` (default: evenly spaced, 0 to 100)."""
+        at = np.linspace(0.0, 100.0, len(values_ms)) if at_pct is None else at_pct
+        return cls("quantiles", samples_ms=tuple(float(v) for v in values_ms), at_pct=tuple(float(p) for p in at))
+
+    @classmethod
     def fit_shifted_exponential(cls, samples_ms: Sequence[float]) -> "Transit":
         """Moment fit to measured transits: shift = the minimum, exponential mean = mean - minimum."""
         a = np.asarray(samples_ms, dtype=float)
@@ -126,6 +163,9 @@ class Transit:
     def mean_ms(self) -> float:
         if self.kind == "empirical":
             return float(np.mean(self.samples_ms))
+        if self.kind == "quantiles":  # piecewise linear inverse CDF: the mean of each segment's ends
+            v, p = np.asarray(self.samples_ms), np.diff(self.at_pct) / 100.0
+            return float(np.sum(p * (v[1:] + v[:-1]) / 2))
         if self.kind == "lognormal":
             return self.shift_ms + self.scale_ms * math.exp(self.sigma ** 2 / 2)
         return self.shift_ms + self.scale_ms
@@ -134,6 +174,8 @@ class Transit:
         """``n`` transits in ms."""
         if self.kind == "empirical":
             return rng.choice(np.asarray(self.samples_ms, dtype=float), size=n)
+        if self.kind == "quantiles":
+            return np.interp(100.0 * rng.random(n), self.at_pct, self.samples_ms)
         if self.is_constant:
             return np.full(n, self.mean_ms)
         if self.kind == "lognormal":

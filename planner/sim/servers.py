@@ -201,9 +201,11 @@ class Server:
 
     def take(self, now: int, offset: int, wt: list[int], wr: list[int], ws: list[int]) -> bool:
         self.key = self.queue.key | offset << SUB_BITS
-        mix = self.group.mix
+        g = self.group
+        mix = g.mix
         if mix is None:
             self.win_t, self.win_r, self.win_s = wt, wr, ws
+            self.predict, self.base = g.predict, g.base  # the batching in force when the window is taken
             return self.work(now)
         self.rest = [(p, [wt[i] for i in idx], [wr[i] for i in idx], [ws[i] for i in idx])
                      for p, idx in reversed(mix.split(wr))]

@@ -97,6 +97,13 @@ class _HopTimes:
         return [vis[i] for i in order], [reqs[i] for i in order]
 
 
+def _latency_of(stage, service: ServiceTime, variant: str, hardware: str, max_batch: int) -> Latency:
+    curve = stage.variant(variant).latency.get(hardware)
+    if curve is None:
+        raise Unprofiled(f"stage {stage.name}: variant {variant} has no latency profile on {hardware}")
+    return Latency.of(curve, max_batch, service)
+
+
 class Unprofiled(ValueError):
     """A mixed stage's deployed form runs a variant on hardware it has no latency profile for."""
 
@@ -132,11 +139,13 @@ def build(problem: Problem, plan: Plan, world: World, scaling: Mapping[str, str]
             index = {v: k for k, v in enumerate(variants)}
             mix = Mix([index[v] for v in routed[key]], tables)
         settings = BatchSettings.from_ms(a.max_batch, a.batch_timeout_ms, drop_late)
+        latency_of = partial(_latency_of, problem.stage(name), world.service)
         counts = [x.replicas for x in sp.assignments]
         if scaling[name] == "instances":
             st.group = InstanceGroup(world, st, settings, tables[0], counts, mix)
         else:
             st.group = PartitionGroup(world, st, settings, tables[0], counts, mix, sp.partitions)
+        st.group.latency_of = latency_of
         stages.append(st)
     index = {name: i for i, name in enumerate(names)}
     for st in stages:

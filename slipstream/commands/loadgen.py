@@ -155,6 +155,7 @@ def replay_report(pipe, arrivals_s, payloads, *, seed: int = 0, rate_scale: floa
     if report_dir:
         files = write_report(summary, report_dir)
         _write_results(outcome.collector.collected(), Path(report_dir) / "results.jsonl")
+        _write_control(outcome.config_records, Path(report_dir) / "control.jsonl")
         click.echo(f"report: {', '.join(str(f) for f in files)}", err=True)
     return summary
 
@@ -180,6 +181,15 @@ def _write_results(results, path: Path) -> None:
     with path.open("w") as fh:
         for r in results:
             fh.write(json.dumps({k: v for k, v in r.items() if k != "output"}) + "\n")
+
+
+def _write_control(records, path: Path) -> None:
+    """What the run saw on the control topic (StageConfigs, ScalingActions), each with its Kafka
+    timestamp: ``{"at_ns": ..., "record": {...}}`` per line (``slipstream estimate`` replays the
+    re-plans' batching changes from it)."""
+    with path.open("w") as fh:
+        for at_ns, rec in records:
+            fh.write(json.dumps({"at_ns": int(at_ns), "record": rec}) + "\n")
 
 
 @loadgen.command()

@@ -68,3 +68,30 @@ def test_the_estimate_is_the_median_p99_over_seeds(planned):
     assert len(set(est.seed_p99_ms)) > 1  # the seeds differ, so the median is a choice
     assert est.estimated_p99_ms == est.seed_p99_ms[2]
     assert "per seed" in format_like_for_like(est)
+
+
+def test_the_replans_batching_comes_from_what_the_run_saw_on_the_control_topic():
+    from loadgen.replay_estimate import batching_changes
+    from planner.estimator import BatchingChange
+    from planner.plan import Assignment, Plan, StagePlan
+
+    plan = Plan("milp", (StagePlan("a", (Assignment("v", "cpu", 8, 1, 1.0, 100.0),)),
+                         StagePlan("b", (Assignment("x", "cpu", 1, 1),))), feasible=True)
+    s0 = 10**18
+
+    def cfg(t_s, epoch, variant="v", batch=8, timeout=100.0, stage="a"):
+        return (s0 + int(t_s * 1e9), {"stage": stage, "epoch": epoch, "variant": variant, "hardware": "cpu",
+                                      "replicas": 1, "max_batch": batch, "batch_timeout_ms": timeout})
+
+    control = [cfg(-60, 3, "w", 2, 5.0),  # an earlier run's
+               cfg(-1, 7),  # this run's plan: as planned, no change
+               cfg(-1, 7, "x", 1, 0.0, stage="b"),
+               cfg(10, 8, batch=4, timeout=50.0),  # a re-plan: smaller batches, same model: at once
+               (s0 + 11 * 10**9, {"stage": "a", "replicas": 2, "reason": "scale-up"}),  # a ScalingAction
+               cfg(12, 6, "w", 1, 0.0),  # an older epoch arriving late: ignored
+               cfg(20, 9, "w", 4, 50.0),  # another variant: after a model load
+               cfg(25, 10, "w", 4, 50.0)]  # the same again (a replica change): nothing new
+    assert batching_changes(control, plan, s0, activation_s=1.5) == [
+        BatchingChange(10.0, "a", "v", "cpu", 4, 50.0), BatchingChange(21.5, "a", "w", "cpu", 4, 50.0)]
+    started_on_other = batching_changes([cfg(-1, 7, "w", 2, 5.0)], plan, s0, activation_s=1.5)
+    assert started_on_other == [BatchingChange(0.0, "a", "w", "cpu", 2, 5.0)]  # the run started on epoch 7, not the plan

@@ -55,3 +55,22 @@ def test_estimate_replays_a_finished_run_and_a_fit_on_it_agrees(tmp_path):
     assert fitted.exit_code == 0, fitted.output
     assert "not stored" in fitted.output and abs(ratio(fitted.output) - 1.0) < 0.05
     assert not (tmp_path / "p" / "calibration").exists()  # --fit stores nothing
+
+
+def test_estimate_replays_the_batching_the_run_saw_on_the_control_topic(tmp_path):
+    ProfileStore(tmp_path / "p").save(Profile("va", "cpu", {1: BatchPoint(3, 4), 4: BatchPoint(8, 10)}))
+    (tmp_path / "one.yaml").write_text(PIPE)
+    report = finished_run(tmp_path)
+    # the plan file says batches of 4 with a 100 ms timeout; what ran (epoch 2, from before the start) was batches of 1
+    plan = Plan("milp", (StagePlan("a", (Assignment("va", "cpu", 4, 1, 1.0, 100.0),)),), feasible=True, rate_qps=10.0)
+    (report / "plan.json").write_text(json.dumps(plan.to_dict()))
+    args = ["--report", str(report), "--pipeline", str(tmp_path / "one.yaml"), "--profiles", str(tmp_path / "p"),
+            "--fit", str(report)]
+    waits = CliRunner().invoke(estimate_cmd, args)
+    assert ratio(waits.output) > 3  # every request waits out the 100 ms timeout
+    ran = {"stage": "a", "epoch": 2, "variant": "va", "hardware": "cpu", "replicas": 1, "max_batch": 1,
+           "batch_timeout_ms": 0.0}
+    (report / "control.jsonl").write_text(json.dumps({"at_ns": 10**12 - 10**9, "record": ran}) + "\n")
+    seen = CliRunner().invoke(estimate_cmd, args)
+    assert seen.exit_code == 0, seen.output
+    assert abs(ratio(seen.output) - 1.0) < 0.05

@@ -86,3 +86,23 @@ def test_scale_down_then_up_before_activation():
     assert res.latency_ms == pytest.approx([10.0, 10.0])
     res = run([0.55, 0.55], 1, sched, activation_s=0.5)
     assert sorted(res.latency_ms) == pytest.approx([10.0, 20.0])
+
+
+@pytest.mark.parametrize("scaling", ["instances", "rebalance"])
+def test_a_replans_batching_applies_to_windows_taken_after_it(scaling):
+    # one request every 500 ms: with max batch 4 and a 100 ms timeout each waits out the timeout; a
+    # re-plan at 5 s to max batch 1 (no timeout) on another variant serves each at once, in its 4 ms
+    from planner.estimator import BatchingChange
+    from planner.problem import parse_problem
+
+    doc = {"slo_ms": 1e6, "arrival": {"rate_qps": 2.0, "sim_seconds": 10.0}, "hardware": {"cpu": {"cost_per_hour": 1.0}},
+           "stages": [{"name": "a", "variants": [{"name": "v", "accuracy": 0.9, "latency_ms": {"cpu": {"1": 10, "4": 16}}},
+                                                 {"name": "w", "accuracy": 0.8, "latency_ms": {"cpu": {"1": 4}}}]}]}
+    plan = single_plan({"a": [Assignment("v", "cpu", 4, 1, 1.0, 100.0)]})
+    arr = np.arange(0.0, 10.0, 0.5)
+    change = BatchingChange(5.0, "a", "w", "cpu", 1, 0.0)
+    res = simulate(parse_problem(doc), plan, arr, schedule=[change], hop_ms=0.0, drop_late=False, scaling=scaling)
+    assert res.latency_ms[arr < 5.0] == pytest.approx(110.0)  # the timeout, then l(1) of v
+    assert res.latency_ms[arr >= 5.0] == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="'b'"):
+        simulate(parse_problem(doc), plan, arr, schedule=[BatchingChange(5.0, "b", "w", "cpu", 1, 0.0)])
