@@ -101,11 +101,13 @@ def calibrate_cmd(report_dirs: tuple[str, ...], pipeline_file: str, profiles_dir
                    "in force: fit on some runs, check on others.")
 @click.option("--activation-s", default=1.0, show_default=True, help="As the live runs had it.")
 @click.option("--seed", default=0, show_default=True)
-def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_s, seed) -> None:
+@click.option("--detail", is_flag=True, help="Also each run's per-stage table (residence, hop components).")
+def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_s, seed, detail) -> None:
     """The estimator on finished live runs, like for like: each run's own arrivals, replica changes and
     plan, with the calibration in force ($SLIPSTREAM_CALIBRATION) or one fitted with --fit."""
     from loadgen.compare import est_ratio
     from loadgen.render import read_summary
+    from loadgen.replay_estimate import format_like_for_like
     from planner.calibrate import recalibrated
     from planner.plan import Plan
     from slipstream.live import LiveOptions, like_for_like, local_problem
@@ -127,6 +129,8 @@ def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_
         click.echo(f"{str(rep):<40}{est.measured_p99_ms:>9.1f}{est.estimated_p99_ms:>10.1f}"
                    f"{est_ratio(est.estimated_p99_ms, est.measured_p99_ms):>9}{seeds:>12}"
                    f"{100 * est.measured_attainment:>8.2f}%{100 * est.estimated_attainment:>8.2f}%")
+        if detail:
+            click.echo(format_like_for_like(est) + "\n")
 
 
 def _named(doc: dict | None) -> str:
