@@ -18,7 +18,9 @@ off one variant after the other (``planner.sim.servers``). A replica change name
   reassigned (they only grow), every replica pauses ``pause``, and new ones wait for ``activation``
   too (the two overlap: a new replica serves ``max(pause, activation)`` after the change).
 
-Both take a stage's items with ``put(now, vis, reqs, sent)`` and the tuner's changes as events.
+Both take a stage's items with ``put(now, vis, reqs, sent)``, and the tuner's replica changes and
+the re-plans' batching changes (:meth:`Group.rebatch`: windows taken afterwards use the new max
+batch, timeout and latency) as events.
 """
 from __future__ import annotations
 
