@@ -10,7 +10,9 @@ From every hop of every result (``HopTiming``: enqueued, received, started, fini
   latency leaves it out too, so the estimator does the same;
 - **service** per (variant, hardware), ``(finished - started) / l(b)`` against the *uncalibrated*
   profile curve at the hop's batch size: the mean ratio is the ``scale`` the profile store then
-  applies (the planner plans, and the workers predict, with the scaled curve); its spread around the
+  applies (the planner plans, and the workers predict, with the scaled curve), per batch size where
+  two sizes or more ran often enough (``by_batch``: the worker's per-item work, e.g. decoding an
+  image, weighs more in a small batch: resize ran x1.9 of its profile at batch 1, x1.5 at 4); its spread around the
   scale is the estimator's lognormal ``service_cv``, and the same spread by how long a batch runs
   (``service_cv_by_ms``, :func:`spread_by_duration`): a 4 ms batch varies several times more,
   relatively, than a 100 ms one, so one pooled cv made large batches far too variable. The scale
@@ -41,7 +43,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from planner.sim.params import HostModel, Network, ServiceTime, Transit
-from streams.calibration import key
+from streams.calibration import batch_scale, key
 from streams.latency import LatencyCurve
 from streams.profile_store import machine_info, now_iso
 
@@ -52,6 +54,7 @@ HOP_KINDS = ("ingress", "between", "to_join")
 MIN_CV = 0.05  # below this the spread is noise: deterministic service
 SLOWDOWN_WINDOW_S = 1.0
 SPREAD_BIN = 40  # batches per bin of the service spread by duration, at least
+SCALE_BIN = 30  # batches of one size for a scale of its own
 
 
 class CalibrationFitError(ValueError):
@@ -200,25 +203,23 @@ def fit_runs(runs: Sequence[RunHops], curves: Mapping[tuple[str, str], LatencyCu
         raise CalibrationFitError(f"no hop's variant has a profile: hops ran "
                                   f"{sorted({k for r in runs for k in r.hardware_of})}, profiles are {sorted(curves)}")
     ok = b.group >= 0
-    ratio, k, g, base = b.ratio[ok], b.k[ok], b.group[ok], b.base_ms[ok]
+    ratio, k, g, base, size = b.ratio[ok], b.k[ok], b.group[ok], b.base_ms[ok], b.size[ok]
     cores = float(cores or os.cpu_count() or 1)
     # the shared cores with a scale per run and variant: runs differ in pace (what else ran on the
     # machine), which one scale per variant would misread as core sharing
     per_run = np.unique(b.run[ok] * len(b.keys) + g, return_inverse=True)[1]
     free = fit_host(ratio, k, per_run, cores)[0]
     shared = np.maximum(1.0, k / free)
-    scale = np.array([np.exp(np.log(np.maximum(ratio / shared, 1e-9))[g == i].mean()) for i in range(len(b.keys))])
-    left = ratio / (scale[g] * shared)
     names = sorted(b.keys, key=b.keys.get)
-    service = {n: {"scale": float(scale[i] * left[g == i].mean()), "samples": int((b.group == i).sum())}
-               for i, n in enumerate(names)}
+    service, expected = service_scales(ratio / shared, g, size, names)
+    left = ratio / (expected * shared)
     left = left / np.array([left[g == i].mean() for i in range(len(names))])[g]  # mean 1 per variant
     pace, within = [], np.empty_like(left)
     for r in np.unique(b.run[ok]):
         mine = b.run[ok] == r
         p, within[mine] = slowdown(b.start[ok][mine], left[mine])
         pace.extend(p)
-    scaled_ms = base * np.array([service[n]["scale"] for n in names])[g]
+    scaled_ms = base * expected
     host = {"cores": cores, "free_cores": free, "mean_concurrency": float(k.mean())} if free < cores else None
     dispatch = np.concatenate([dispatch_ms(r.results, r.timeouts_ms) for r in runs])
     return {"fitted_at": now_iso(), "source": source, "machine": machine_info(), "service": service,
@@ -229,6 +230,24 @@ def fit_runs(runs: Sequence[RunHops], curves: Mapping[tuple[str, str], LatencyCu
             "dispatch_ms": _quantiles(dispatch),
             "samples": {"hops": sum(len(v) for v in transit.values()), "batches": len(b.ratio),
                         "results": sum(len(r.results) for r in runs), "runs": len(runs)}}
+
+
+def service_scales(r: np.ndarray, g: np.ndarray, size: np.ndarray, names: Sequence[str],
+                   min_batches: int = SCALE_BIN) -> tuple[dict, np.ndarray]:
+    """Per variant (group ``g``, named ``names``): the mean of its batches' measured / profiled ratios
+    ``r`` (core sharing taken out) as its ``scale``, and per batch ``size`` (``by_batch``) where at
+    least ``min_batches`` batches of two sizes or more ran; with each batch's own expected scale."""
+    service, expected = {}, np.empty_like(r)
+    for i, name in enumerate(names):
+        mine = g == i
+        entry = service[name] = {"scale": float(r[mine].mean()), "samples": int(mine.sum())}
+        expected[mine] = entry["scale"]
+        sizes = [s for s in np.unique(size[mine]) if (mine & (size == s)).sum() >= min_batches]
+        if len(sizes) > 1:
+            entry["by_batch"] = {str(int(s)): float(r[mine & (size == s)].mean()) for s in sizes}
+            for s in np.unique(size[mine]):
+                expected[mine & (size == s)] = batch_scale(entry["by_batch"], int(s))
+    return service, expected
 
 
 def carried_forward(doc: dict, previous: Mapping[str, Any] | None) -> dict:
@@ -252,12 +271,13 @@ class _Batches(NamedTuple):
     group: np.ndarray
     ratio: np.ndarray
     base_ms: np.ndarray
+    size: np.ndarray
     keys: dict[str, int]
 
 
 def _run_batches(runs: Sequence[RunHops], curves: Mapping[tuple[str, str], LatencyCurve]) -> _Batches:
     keys: dict[str, int] = {}
-    cols: list[list] = [[], [], [], [], [], []]
+    cols: list[list] = [[], [], [], [], [], [], []]
     for r, run in enumerate(runs):
         rows = [(w, s, f, *info) for (w, s, f), info in batches(run.results).items()]
         span = np.array([(s, f) for _w, s, f, *_ in rows], dtype=np.int64).reshape(-1, 2)
@@ -267,11 +287,12 @@ def _run_batches(runs: Sequence[RunHops], curves: Mapping[tuple[str, str], Laten
             curve = curves.get((variant, hw)) if hw else None
             group = -1 if curve is None else keys.setdefault(key(variant, hw), len(keys))
             ms = curve.ms(size) if curve is not None else np.nan
-            for col, v in zip(cols, (r, s, kk, group, (f - s) / 1e6 / ms, ms)):
+            for col, v in zip(cols, (r, s, kk, group, (f - s) / 1e6 / ms, ms, size)):
                 col.append(v)
-    run_, start, k, group, ratio, base = cols
+    run_, start, k, group, ratio, base, sizes = cols
     return _Batches(np.array(run_, dtype=int), np.array(start, dtype=np.int64), np.array(k, dtype=float),
-                    np.array(group, dtype=int), np.array(ratio, dtype=float), np.array(base, dtype=float), keys)
+                    np.array(group, dtype=int), np.array(ratio, dtype=float), np.array(base, dtype=float),
+                    np.array(sizes, dtype=int), keys)
 
 
 def spread_by_duration(ms: np.ndarray, factor: np.ndarray, min_batches: int = SPREAD_BIN) -> list[list[float]]:
@@ -347,6 +368,9 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     for k, v in doc["service"].items():
         came = f"carried from {v['carried_from']}" if "carried_from" in v else f"{v['samples']} batches"
         lines.append(f"  service {k:<24} x{v['scale']:.2f} of the profile ({came})")
+        if v.get("by_batch"):
+            lines.append("    by batch size                " + "  ".join(f"{b}: x{s:.2f}" for b, s in
+                                                                     sorted(v["by_batch"].items(), key=lambda x: int(x[0]))))
     lines.append(f"  service spread (cv)            {doc['service_cv']:.2f} within a second")
     if doc.get("service_cv_by_ms"):
         lines.append("    by batch duration             " + "  ".join(f"{ms:.0f} ms: {c:.2f}"
@@ -364,8 +388,10 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _scaled(curve: LatencyCurve, factor: float) -> LatencyCurve:
-    return curve if factor == 1.0 else LatencyCurve.fit({b: v * factor for b, v in curve.points_ms.items()})
+def _scaled(curve: LatencyCurve, factor) -> LatencyCurve:
+    """``curve`` with each point times ``factor(batch size)``."""
+    f = {b: factor(b) for b in curve.points_ms}
+    return curve if all(x == 1.0 for x in f.values()) else LatencyCurve.fit({b: v * f[b] for b, v in curve.points_ms.items()})
 
 
 def recalibrated(problem, new: Mapping[str, Any], old: Mapping[str, Any] | None):
@@ -376,7 +402,8 @@ def recalibrated(problem, new: Mapping[str, Any], old: Mapping[str, Any] | None)
     from streams.calibration import service_scale
 
     stages = tuple(replace(st, variants=tuple(
-        replace(v, latency={hw: _scaled(c, service_scale(new, v.name, hw) / service_scale(old, v.name, hw))
+        replace(v, latency={hw: _scaled(c, lambda b, v=v, hw=hw: service_scale(new, v.name, hw, b)
+                                        / service_scale(old, v.name, hw, b))
                             for hw, c in v.latency.items()}) for v in st.variants)) for st in problem.stages)
     return replace(problem, stages=stages, network=network(new) or problem.network, service=service_time(new),
                    host=host_model(new))
@@ -386,5 +413,5 @@ def profiled_curves(problem, calibration: Mapping[str, Any] | None) -> dict[tupl
     """(variant, hardware) -> the curve as profiled, from a problem scaled by ``calibration``."""
     from streams.calibration import service_scale
 
-    return {(v.name, hw): _scaled(c, 1.0 / service_scale(calibration, v.name, hw))
+    return {(v.name, hw): _scaled(c, lambda b, v=v, hw=hw: 1.0 / service_scale(calibration, v.name, hw, b))
             for st in problem.stages for v in st.variants for hw, c in v.latency.items()}

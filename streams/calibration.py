@@ -6,7 +6,8 @@ Layout: ``<profiles>/calibration/v<NNNN>.json``, one file per fit, never rewritt
 
     {"format": 1, "version": 3, "fitted_at": "2026-11-23T14:00:00Z", "source": "reports/demo",
      "machine": {...},
-     "service": {"lite0@cpu-1": {"scale": 2.4, "samples": 812}},  # measured / profiled batch time
+     "service": {"lite0@cpu-1": {"scale": 2.4, "samples": 812,   # measured / profiled batch time
+                                 "by_batch": {"1": 2.6, "4": 2.1}}},  # the same per batch size, where measured
      "service_cv": 0.35,                     # spread of a batch's time around its scaled profile
      "transit_ms": {"ingress": [q0, q1, ..., q100], "between": [...], "to_join": [...]},
      "samples": {"hops": 5230, "results": 2400}}
@@ -17,6 +18,7 @@ wait included). Which calibration is in force: the newest, unless ``SLIPSTREAM_C
 """
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -79,9 +81,24 @@ class CalibrationStore:
             raise CalibrationError(f"{ENV}: expected off, latest or a version number, got {choice!r}") from None
 
 
-def service_scale(doc: Mapping[str, Any] | None, variant: str, hardware: str) -> float:
-    """How much longer than its profile a batch of ``variant`` on ``hardware`` runs (1: as profiled)."""
-    if not doc:
+def service_scale(doc: Mapping[str, Any] | None, variant: str, hardware: str, batch: int | None = None) -> float:
+    """How much longer than its profile a batch of ``variant`` on ``hardware`` runs (1: as profiled):
+    at size ``batch``, the scale of the sizes measured (``by_batch``: a worker's per-item work, e.g.
+    decoding images, weighs more in a small batch), else the one scale of all sizes."""
+    entry = (doc or {}).get("service", {}).get(key(variant, hardware))
+    if not entry:
         return 1.0
-    entry = doc.get("service", {}).get(key(variant, hardware))
-    return float(entry["scale"]) if entry else 1.0
+    by = entry.get("by_batch")
+    return batch_scale(by, batch) if by and batch is not None else float(entry["scale"])
+
+
+def batch_scale(by_batch: Mapping[str, float], batch: int) -> float:
+    """The scale at ``batch`` from scales measured at some sizes: interpolated in log size between
+    them, the nearest one's beyond them."""
+    pts = sorted((int(b), float(s)) for b, s in by_batch.items())
+    x = math.log(max(batch, 1))
+    for (b0, s0), (b1, s1) in zip(pts, pts[1:]):
+        if x <= math.log(b1):
+            t = max(0.0, (x - math.log(b0)) / (math.log(b1) - math.log(b0)))
+            return s0 + t * (s1 - s0)
+    return pts[-1][1]

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping
 
-from streams.calibration import CalibrationStore, service_scale
+from streams.calibration import CalibrationStore, batch_scale, key, service_scale
 from streams.jsonfile import read_versioned, write_atomic
 from streams.latency import LatencyCurve
 from streams.spec import Variant
@@ -56,11 +56,13 @@ class Profile:
     percentile: str = "p99"
     accuracy: float | None = None
     scale: float = 1.0  # the calibration's service scale (not stored in the profile file)
+    by_batch: Mapping[str, float] | None = None  # the same per batch size, where the calibration measured it
 
     def curve(self) -> LatencyCurve:
         key = f"{self.percentile}_ms"
         pts = {b: getattr(p, key) if getattr(p, key) is not None else p.p99_ms for b, p in self.points.items()}
-        return LatencyCurve.fit({b: v * self.scale for b, v in pts.items()})
+        return LatencyCurve.fit({b: v * (batch_scale(self.by_batch, b) if self.by_batch else self.scale)
+                                 for b, v in pts.items()})
 
     def to_json(self) -> dict:
         return {"format": FORMAT_VERSION, "variant": self.variant, "hardware": self.hardware,
@@ -125,5 +127,7 @@ def lookup(store: ProfileStore, variant: Variant, hardware: str) -> Profile | No
     """A variant's profile on ``hardware`` (by its name, else by its model's name), scaled by the
     store's calibration for this variant (calibrations key by the pipeline's variant names)."""
     prof = store.get(variant.name, hardware) or store.get(slug(variant.model), hardware)
-    scale = service_scale(store.calibration, variant.name, hardware)
-    return replace(prof, scale=scale) if prof is not None and scale != 1.0 else prof
+    entry = (store.calibration or {}).get("service", {}).get(key(variant.name, hardware))
+    if prof is None or not entry:
+        return prof
+    return replace(prof, scale=service_scale(store.calibration, variant.name, hardware), by_batch=entry.get("by_batch"))

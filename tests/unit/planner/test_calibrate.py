@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from planner.calibrate import CalibrationFitError, fit, network, service_time
+from planner.calibrate import CalibrationFitError, fit, network, service_time, summary_lines
 from planner.estimator import simulate
 from planner.plan import Assignment, Plan, StagePlan
 from planner.profiles import BatchPoint, Profile, ProfileStore, problem_from_pipeline
@@ -233,3 +233,21 @@ def test_a_fit_keeps_the_earlier_scales_of_variants_its_run_did_not_run(tmp_path
     assert doc["service"]["vc@gpu"] == {"scale": 1.7, "samples": 9, "carried_from": "v1"}
     assert any("vc@gpu" in line and "carried from v1" in line for line in summary_lines(doc))
     assert carried_forward(doc, None) is doc
+
+
+def test_scales_per_batch_size_where_several_sizes_ran_and_the_profile_store_applies_them(tmp_path):
+    from streams.calibration import batch_scale
+
+    # batches of 1 took 2x the profile (a per-item cost weighs more), batches of 4 took 1x
+    rs = [result(i, transit_in=1, transit_between=1, scale=2.0 if i % 2 else 1.0, batch=1 if i % 2 else 4)
+          for i in range(120)]
+    doc = fit(rs, CURVES, HW)
+    assert doc["service"]["va@cpu"]["by_batch"] == pytest.approx({"1": 2.0, "4": 1.0}, rel=1e-3)
+    assert batch_scale({"1": 2.0, "4": 1.0}, 2) == pytest.approx(1.5)  # halfway in log size
+    assert batch_scale({"1": 2.0, "4": 1.0}, 16) == 1.0
+    assert "by batch size" in "\n".join(summary_lines(doc))
+    ProfileStore(tmp_path).save(Profile("va", "cpu", {1: BatchPoint(3, 4), 4: BatchPoint(8, 10)}))
+    CalibrationStore(tmp_path).save(doc)
+    curve = lookup(ProfileStore(tmp_path), PIPE.stage("a").variant("va"), "cpu").curve()
+    assert curve.ms(1) == pytest.approx(8.0) and curve.ms(4) == pytest.approx(10.0)
+    assert "by_batch" not in fit(rs[::2], CURVES, HW)["service"]["va@cpu"]  # one size: the one scale
