@@ -34,7 +34,7 @@ from agents.control import ActiveConfig, accept, defaults
 from agents.delivery import Delivery
 from agents.executors import check_digest, pinned
 from agents.instances import ExecutorFactory, Fleet, Instance, VariantState, new_instance, warmup_curve
-from agents.metrics import StageMetrics
+from agents.metrics import StageMetrics, observe_many
 from agents.transactions import PartitionTransactions
 from agents.window import Item, Take, WindowPlanner, batch_outputs, split_variants, sub_batch
 from streams.timeline import mark
@@ -415,9 +415,7 @@ class StageWorker:
         """One hand-off to the model thread: the executor's input checks (they decode: images take
         milliseconds), then the model on the items that passed."""
         started = time.time_ns()
-        queueing = self.metrics.lab(self.metrics.queueing)
-        for it in batch:
-            queueing.observe((started - it.arrival_ns) / 1e9)
+        observe_many(self.metrics.lab(self.metrics.queueing), [(started - it.arrival_ns) / 1e9 for it in batch])
         try:
             bad, outs = await asyncio.get_running_loop().run_in_executor(
                 inst.pool, check_and_run, inst.executors[variant], [it.req["payload"] for it in batch])

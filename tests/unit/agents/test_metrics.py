@@ -9,9 +9,10 @@ from collections import namedtuple
 from types import SimpleNamespace
 
 import pytest
+from prometheus_client import CollectorRegistry, Histogram
 
 from agents.acks import AckTracker
-from agents.metrics import StageMetrics
+from agents.metrics import StageMetrics, observe_many
 from agents.ready import Readiness, consumer_lag
 from agents.routing import Out
 from streams import topics
@@ -116,3 +117,22 @@ def test_endpoint_serves_metrics_health_and_readiness():
         assert get(base + "/nothing")[0] == 404
     finally:
         ep.close()
+
+
+
+def test_observe_many_counts_as_observe_does_one_by_one():
+    reg = CollectorRegistry()
+    h = Histogram("h", "", ["k"], buckets=(0.01, 0.1, 1.0), registry=reg)
+    amounts = [0.0, 0.005, 0.01, 0.0100001, 0.1, 0.5, 1.0, 2.0, 2.0, -1.0]  # one on a bound counts in that bucket
+    for a in amounts:
+        h.labels(k="one").observe(a)
+    observe_many(h.labels(k="many"), amounts)
+    observe_many(h.labels(k="many"), [])
+
+    def read(k):
+        return {(part, le, reg.get_sample_value(f"h_{part}", {"k": k, **({"le": le} if le else {})}))
+                for part, les in (("bucket", ("0.01", "0.1", "1.0", "+Inf")), ("sum", ("",)), ("count", ("",)))
+                for le in les}
+
+    assert read("many") == read("one")
+    assert ("bucket", "0.01", 4.0) in read("many")
