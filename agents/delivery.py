@@ -7,7 +7,9 @@ keeps running either way.
 - A permanent one (the record too large, an unknown topic, a value the schema refuses) replaces the
   output by an ``error`` result for the request it belonged to; if even that cannot be written, the
   input is dead-lettered (its original bytes, topic, partition, offset and the reason).
-Each step is logged with the request id.
+A window goes out as one producer batch per partition; a batch that fails fails each of its records,
+and each is then handled as above (sent again on its own, or replaced). Each step is logged with the
+request id.
 """
 from __future__ import annotations
 
@@ -36,14 +38,37 @@ class Delivery:
         self.producer, self.pipe, self.stage = producer, pipe, stage
         self.on_failure = on_failure  # a metric: called with "retried", "replaced" or "given-up"
         self.max_backoff_s = max_backoff_s
-
-    async def send(self, outs: list[routing.Out], item: Any) -> list[Sent]:
-        return [await self._send_one(o, item) for o in outs]
+        self._waiting: list[tuple[list, asyncio.Future]] = []  # windows for the next send_window
+        self._sender: asyncio.Future | None = None
 
     async def send_all(self, pairs: list[tuple[routing.Out, Any]]) -> list[Sent]:
-        """Send a window's records, each with the input it answers, back to back (into the
-        producer's batches, one produce request per partition and linger)."""
-        return [await self._send_one(o, item) for o, item in pairs]
+        """Send a window's records, each with the input it answers, as one producer batch per
+        partition (``streams.kafka.send_window``); a record's future is its batch's. Windows that
+        come while the previous send waits for the producer (its last batch of a partition not yet
+        taken by the sender) go out together in the next, so batches grow with the broker's round
+        trip, as the producer's own batches do."""
+        done = asyncio.get_running_loop().create_future()
+        self._waiting.append((pairs, done))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.ensure_future(self._send_waiting())
+        return await done
+
+    async def _send_waiting(self) -> None:
+        while self._waiting:
+            taken, self._waiting = self._waiting, []
+            try:
+                futs = iter(await kclient.send_window(self.producer, [o for ps, _ in taken for o, _ in ps]))
+            except BaseException as exc:  # cancelled (shutting down) or a bug: every waiting caller hears it
+                taken, self._waiting = taken + self._waiting, []
+                for _, done in taken:
+                    if not done.done():
+                        done.cancel() if isinstance(exc, asyncio.CancelledError) else done.set_exception(exc)
+                raise
+            for pairs, done in taken:  # zip stops at the end of ``pairs``: ``futs`` goes on to the next window
+                sent = [Sent(o, item, error=f) if isinstance(f, BaseException) else Sent(o, item, f)
+                        for (o, item), f in zip(pairs, futs)]
+                if not done.done():  # else its caller was cancelled; its records went out all the same
+                    done.set_result(sent)
 
     async def _send_one(self, out: routing.Out, item: Any) -> Sent:
         try:

@@ -6,7 +6,7 @@ Only ``streams/`` imports aiokafka; other layers get clients from here. Every re
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
@@ -86,6 +86,69 @@ async def send(prod: AIOKafkaProducer, topic: str, record: str, value: Mapping[s
     ts_ms = (timestamp_ns if timestamp_ns is not None else time.time_ns()) // 1_000_000
     return await prod.send(topic, codec.encode(record, value, topic), key=key, timestamp_ms=ts_ms,
                            headers=headers_for(record))
+
+
+# send_window uses aiokafka internals (``_serialize``, ``_partition``, ``client._wait_on_metadata``):
+# private, so only the version pinned in constraints.txt (aiokafka==0.14.0) is known to have them as used
+# here; tests/integration/test_delivery.py holds the partitions equal to ``send``'s.
+async def send_window(prod: AIOKafkaProducer, records: Sequence[tuple[str, str | bytes | None, str, Mapping[str, Any]]]
+                      ) -> list:
+    """Encode and send many records ((topic, key, record type, value), as ``agents.routing.Out``) with
+    aiokafka's batch API: one producer batch per partition, in record order (another when one fills),
+    each record on the partition ``send`` would choose (:func:`_partition_of`). Returns, per record,
+    its batch's delivery future (a failed batch fails each of its records) or the exception that
+    refused it before sending (encode error, over ``max_request_size``, unknown topic). Inside a
+    transaction as ``send`` is (``send_batch`` adds the partition to it)."""
+    ts_ms = time.time_ns() // 1_000_000
+    out: list = [None] * len(records)
+    batches: list[tuple[str, int, Any, list[int]]] = []  # (topic, partition, batch, its records' indexes)
+    open_: dict[tuple[str, int], int] = {}  # (topic, partition) -> its open batch in ``batches``
+    known: dict = {}
+    for i, (topic, key, record, value) in enumerate(records):
+        try:
+            key = key.encode() if isinstance(key, str) else key
+            data, headers = codec.encode(record, value, topic), headers_for(record)
+            prod._serialize(key, data, headers)  # private: aiokafka's own size check (MessageSizeTooLargeError)
+            p = await _partition_of(prod, topic, key, data, known)
+        except Exception as exc:  # noqa: BLE001 - refused before sending: the caller replaces it
+            out[i] = exc
+            continue
+        j = open_.get((topic, p))
+        if j is None or batches[j][2].append(timestamp=ts_ms, key=key, value=data, headers=headers) is None:
+            batch = prod.create_batch()  # none open, or full: a new one (its first record always fits)
+            batch.append(timestamp=ts_ms, key=key, value=data, headers=headers)
+            j = open_[topic, p] = len(batches)
+            batches.append((topic, p, batch, []))
+        batches[j][3].append(i)
+    for topic, p, batch, idx in batches:  # in the order they were opened: a partition's stay in order
+        batch.close()  # complete: the sender takes it at once instead of after linger_ms
+        try:
+            fut = await prod.send_batch(batch, topic, partition=p)
+        except Exception as exc:  # noqa: BLE001 - closed producer, queue timeout: each record fails
+            fut = exc
+        for i in idx:
+            out[i] = fut
+    return out
+
+
+async def _partition_of(prod: AIOKafkaProducer, topic: str, key: bytes | None, data: bytes, known: dict) -> int:
+    """The partition ``prod.send(topic, key=key)`` would choose (the producer's partitioner: Kafka's
+    default, murmur2 of the key), computed once per (topic, key) and the topic's partitions fetched
+    once (a failure too) per ``known`` (one window). Private aiokafka calls, see above."""
+    p = known.get((topic, key))
+    if p is None:
+        tps = known.get(topic)
+        if tps is None:
+            try:
+                tps = await prod.client._wait_on_metadata(topic)
+            except Exception as exc:  # noqa: BLE001 - an unknown topic: waited for once per window
+                tps = exc
+            known[topic] = tps
+        if isinstance(tps, Exception):
+            raise tps
+        # one partition: murmur2(key) % 1 is 0 for every key, so the hash (Python code) is skipped
+        p = known[topic, key] = next(iter(tps)) if len(tps) == 1 else prod._partition(topic, None, key, data, key, data)
+    return p
 
 
 async def topic_partitions(consumer, topic: str) -> list:
