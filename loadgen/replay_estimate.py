@@ -36,6 +36,7 @@ from planner.sim.params import Network, ServiceTime
 from planner.plan import Plan
 from planner.problem import Problem
 from planner.results import nearest_rank
+from streams.calibration import key
 
 NS = 1_000_000_000
 SEEDS = 5  # simulations per like-for-like estimate
@@ -163,10 +164,14 @@ def components(problem: Problem, plan: Plan, results: Sequence[Mapping[str, Any]
         est_s = None
         if stage in {sp.stage for sp in plan.stages}:
             sp = plan.stage(stage)
-            curves = {a.variant: problem.stage(stage).variant(a.variant).latency[a.hardware] for a in sp.assignments}
-            base = np.array([curves[r[1]].ms(r[2]) for r in rows if r[1] in curves])
-            if base.size:
-                f = base * service.factors(rng, base.size, base)
+            drawn = []
+            for a in {a.variant: a for a in sp.assignments}.values():  # each with its own spread (for_variant)
+                curve = problem.stage(stage).variant(a.variant).latency[a.hardware]
+                base = np.array([curve.ms(r[2]) for r in rows if r[1] == a.variant])
+                if base.size:
+                    drawn.append(base * service.for_variant(key(a.variant, a.hardware)).factors(rng, base.size, base))
+            if drawn:
+                f = np.concatenate(drawn)
                 est_s = (_p(f, 50), _p(f, 99))
         col = list(zip(*rows))
         out += [Component(stage, "transit", (_p(col[3], 50), _p(col[3], 99)), (_p(model_t, 50), _p(model_t, 99))),

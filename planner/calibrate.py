@@ -15,9 +15,14 @@ From every hop of every result (``HopTiming``: enqueued, received, started, fini
   image, weighs more in a small batch: resize ran x1.9 of its profile at batch 1, x1.5 at 4); its spread around the
   scale is the estimator's lognormal ``service_cv``, and the same spread by how long a batch runs
   (``service_cv_by_ms``, :func:`spread_by_duration`): a 4 ms batch varies several times more,
-  relatively, than a 100 ms one, so one pooled cv made large batches far too variable. The scale
-  takes in whatever made batches slower than profiled in that run: cores shared with other replicas,
-  the broker and the load generator.
+  relatively, than a 100 ms one, so one pooled cv made large batches far too variable. Each variant
+  with enough batches also gets its own spread (``cv_by_ms`` in its ``service`` entry, by duration
+  where its batches span it), which the estimator draws and predicts that variant with: the spread
+  is the code's more than the length's (a Python image resize varied by 0.35-0.6 where an ONNX
+  classifier at 20-80 ms varied by 0.05-0.2 in the same runs), and a pooled spread gave an
+  unmeasured 80 ms classifier the 0.24 of a 14 ms one, so the estimator over-predicted its drops.
+  The scale takes in whatever made batches slower than profiled in that run: cores shared with
+  other replicas, the broker and the load generator.
 
 Several runs on the same host fit as one (:func:`fit_runs`; each run with the hardware its plan gave
 each variant), so a calibration can cover every variant the modes use.
@@ -220,6 +225,11 @@ def fit_runs(runs: Sequence[RunHops], curves: Mapping[tuple[str, str], LatencyCu
         p, within[mine] = slowdown(b.start[ok][mine], left[mine])
         pace.extend(p)
     scaled_ms = base * expected
+    for i, name in enumerate(names):  # each variant's own spread: the code it runs sets it, not its length
+        mine = g == i
+        if mine.sum() >= SPREAD_BIN:
+            service[name]["cv_by_ms"] = spread_by_duration(scaled_ms[mine], within[mine]) or \
+                [[float(np.exp(np.log(scaled_ms[mine]).mean())), lognormal_cv(within[mine])]]
     host = {"cores": cores, "free_cores": free, "mean_concurrency": float(k.mean())} if free < cores else None
     dispatch = np.concatenate([dispatch_ms(r.results, r.timeouts_ms) for r in runs])
     return {"fitted_at": now_iso(), "source": source, "machine": machine_info(), "service": service,
@@ -295,6 +305,11 @@ def _run_batches(runs: Sequence[RunHops], curves: Mapping[tuple[str, str], Laten
                     np.array(sizes, dtype=int), keys)
 
 
+def lognormal_cv(factor: np.ndarray) -> float:
+    """The coefficient of variation of the lognormal with the spread of ``log(factor)``."""
+    return float(np.sqrt(np.expm1(np.var(np.log(np.maximum(factor, 1e-9))))))
+
+
 def spread_by_duration(ms: np.ndarray, factor: np.ndarray, min_batches: int = SPREAD_BIN) -> list[list[float]]:
     """The service spread by how long batches run: batches in order of their (calibrated) profiled
     latency ``ms``, cut into bins of at least ``min_batches`` that span at least a factor of 2; per
@@ -352,8 +367,12 @@ def service_time(doc: Mapping[str, Any] | None) -> ServiceTime:
     kind, cv = ("lognormal", cv) if cv >= MIN_CV else ("deterministic", 0.0)
     dispatch = (doc or {}).get("dispatch_ms")
     by_ms = tuple((float(ms), max(float(c), MIN_CV)) for ms, c in (doc or {}).get("service_cv_by_ms") or ())
+    own = tuple((k, tuple((float(ms), max(float(c), MIN_CV)) for ms, c in v["cv_by_ms"]))
+                for k, v in sorted(((doc or {}).get("service") or {}).items()) if v.get("cv_by_ms"))
+    lognormal = kind == "lognormal"
     return ServiceTime(kind, cv, pace, float(slow.get("window_s", SLOWDOWN_WINDOW_S)),
-                       quantiles(doc, dispatch) if dispatch else Transit(), by_ms if kind == "lognormal" else ())
+                       quantiles(doc, dispatch) if dispatch else Transit(), by_ms if lognormal else (),
+                       own if lognormal else ())
 
 
 def summary_lines(doc: Mapping[str, Any]) -> list[str]:
@@ -368,6 +387,8 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     for k, v in doc["service"].items():
         came = f"carried from {v['carried_from']}" if "carried_from" in v else f"{v['samples']} batches"
         lines.append(f"  service {k:<24} x{v['scale']:.2f} of the profile ({came})")
+        if v.get("cv_by_ms"):
+            lines.append("    its spread (cv)              " + "  ".join(f"{ms:.0f} ms: {c:.2f}" for ms, c in v["cv_by_ms"]))
         if v.get("by_batch"):
             lines.append("    by batch size                " + "  ".join(f"{b}: x{s:.2f}" for b, s in
                                                                      sorted(v["by_batch"].items(), key=lambda x: int(x[0]))))

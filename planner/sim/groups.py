@@ -50,17 +50,20 @@ def range_assign(partitions: int, consumers: int) -> list[int]:
 class Latency(NamedTuple):
     """A variant's batch latency on its hardware, per batch size b (index 0 unused), in ns: ``base``
     as profiled (what a batch's run is drawn around) and ``predict``, what the agents predict and
-    decide with (``base`` x ``ServiceTime.agent_factor`` at that latency)."""
+    decide with (``base`` x ``ServiceTime.agent_factor`` at that latency); ``spread``, the variant's
+    service time (``ServiceTime.for_variant``), whose spread its runs are drawn with."""
 
     predict: Callable[[int], int]
     base: list[int]
+    spread: ServiceTime | None = None
 
     @classmethod
     def of(cls, curve: LatencyCurve, max_batch: int, service: ServiceTime) -> "Latency":
+        """``service`` is the variant's own (``ServiceTime.for_variant``)."""
         sizes = range(1, max_batch + 1)
         predict = [int(curve.ns(b) * service.agent_factor(PREDICT_WINDOW, PREDICT_PERCENTILE, curve.ms(b)))
                    for b in sizes]
-        return cls(([0] + predict).__getitem__, [0] + [int(curve.ns(b)) for b in sizes])
+        return cls(([0] + predict).__getitem__, [0] + [int(curve.ns(b)) for b in sizes], service)
 
 
 class Mix:
@@ -97,6 +100,7 @@ class Group:
         self.latency_of: Callable[[str, str, int], Latency] | None = None  # (variant, hardware, max batch), set by build
         self.predict: Callable[[int], int] = latency.predict  # predict(b) -> ns, b in 1..max_batch
         self.base = latency.base  # l(b) as profiled, ns: a batch's run is l(b) x a factor
+        self.spread = latency.spread  # the variant's service time: the factor's spread
         self.mix = mix  # None: one variant
         self.counts = counts  # replicas per assignment of the stage; the group runs their sum
         self.deadline: Callable[[int], int] = world.deadline.__getitem__
@@ -119,7 +123,7 @@ class Group:
         """New batching (and the latency of the variant and hardware it names) for windows taken from
         now on; a window already taken finishes as it was planned. A mixed pool keeps its split."""
         latency = self.latency_of(c.variant, c.hardware, c.max_batch)
-        self.predict, self.base = latency.predict, latency.base
+        self.predict, self.base, self.spread = latency
         self.settings = BatchSettings.from_ms(c.max_batch, c.batch_timeout_ms, self.settings.drop_late)
         for q in {id(s.queue): s.queue for s in self.servers}.values():
             q.version, q.wake_at = q.version + 1, -1  # a wake-up planned under the old timeout is stale

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 from statistics import NormalDist
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from numbers import Integral
 from typing import Mapping, Sequence
 
@@ -268,6 +268,12 @@ class ServiceTime:
     start (its last item fetched and the instance free) to the model starting it: taking the window,
     decoding, the hand-off to the model thread, the previous window's produce and acks. It holds the
     instance like service does (a calibration measures it; zero by default).
+
+    ``by_variant``: each variant@hardware's own spread, ``(key, cv points)`` with points as in
+    ``cv_by_ms`` (one point: the same cv at every length). How much a batch varies is a property of
+    the code that runs it more than of its length (a Python image resize varies by 0.3-0.6, an ONNX
+    classifier by 0.05-0.2 at the same length on the same machine), so a variant with its own spread
+    is drawn, and predicted, with it (:meth:`for_variant`); ``cv`` and ``cv_by_ms`` are for the rest.
     """
 
     kind: str = "deterministic"
@@ -276,6 +282,7 @@ class ServiceTime:
     slowdown_window_s: float = 1.0
     dispatch: Transit = Transit()
     cv_by_ms: tuple[tuple[float, float], ...] = ()  # (): the same cv for every batch
+    by_variant: tuple[tuple[str, tuple[tuple[float, float], ...]], ...] = ()  # variant@hardware -> cv points
 
     def __post_init__(self) -> None:
         if self.kind not in SERVICE_KINDS:
@@ -293,6 +300,23 @@ class ServiceTime:
                 raise ValueError(f"ServiceTime.cv_by_ms[{i}] must be (ms > 0, cv > 0), got {(ms, cv)!r}")
         if [p[0] for p in self.cv_by_ms] != sorted({p[0] for p in self.cv_by_ms}):
             raise ValueError(f"ServiceTime.cv_by_ms must be in ascending ms, got {self.cv_by_ms!r}")
+        for name, points in self.by_variant:
+            if self.kind != "lognormal":
+                raise ValueError(f"ServiceTime.by_variant needs kind 'lognormal' (a spread to vary), got {self.kind!r}")
+            if not points:
+                raise ValueError(f"ServiceTime.by_variant[{name!r}] has no (ms, cv) point")
+            try:
+                ServiceTime("lognormal", points[0][1], cv_by_ms=tuple(points))
+            except ValueError as exc:
+                raise ValueError(f"ServiceTime.by_variant[{name!r}]: {exc}") from None
+
+    def for_variant(self, key: str) -> "ServiceTime":
+        """The service time of the variant@hardware ``key``: its own spread where ``by_variant`` has
+        one (everything else as here), else this one."""
+        for name, points in self.by_variant:
+            if name == key:
+                return replace(self, cv=points[0][1], cv_by_ms=tuple(points), by_variant=())
+        return self
 
     def cv_at(self, ms):
         """The lognormal's coefficient of variation for batches whose profiled latency is ``ms`` (a
@@ -314,16 +338,18 @@ class ServiceTime:
         return not (self.dispatch.is_constant and self.dispatch.mean_ms == 0)
 
     def pace(self, rng: np.random.Generator):
-        """``factor(now_ns, base_ns)`` of a run whose profiled latency is ``base_ns``: a slowdown
-        window's factor (drawn once per window) times a per-batch draw (:meth:`factors`)."""
+        """``factor(now_ns, base_ns, spread)`` of a run whose profiled latency is ``base_ns``: a slowdown
+        window's factor (drawn once per window) times a per-batch draw (:meth:`factors`) with the
+        spread of ``spread`` (the variant's :meth:`for_variant`; None: this one's)."""
         window_ns = int(self.slowdown_window_s * 1e9)
         paces: dict[int, float] = {}
         slow = np.asarray(self.slowdown or (1.0,), dtype=float)
         within = iter(())
         lognormal = self.kind == "lognormal"
-        sd: dict[int, tuple[float, float]] = {}  # base_ns -> (log-sd, -log-sd^2 / 2)
+        # (base_ns, id(spread)) -> (log-sd, -log-sd^2 / 2, spread): holding the spread keeps its id unique
+        sd: dict[tuple[int, int], tuple] = {}
 
-        def factor(now: int, base_ns: int) -> float:
+        def factor(now: int, base_ns: int, spread: "ServiceTime | None" = None) -> float:
             nonlocal within
             w = now // window_ns
             m = paces.get(w)
@@ -335,10 +361,11 @@ class ServiceTime:
                 z = next(within)
             if not lognormal:
                 return m * z
-            s = sd.get(base_ns)
+            k = (base_ns, id(spread))
+            s = sd.get(k)
             if s is None:
-                v = float(self._log_sd(base_ns / NS_PER_MS))
-                s = sd[base_ns] = (v, -v * v / 2)
+                v = float((spread or self)._log_sd(base_ns / NS_PER_MS))
+                s = sd[k] = (v, -v * v / 2, spread)
             return m * math.exp(s[1] + s[0] * z)
 
         return factor

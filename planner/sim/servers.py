@@ -178,7 +178,7 @@ _DISPATCHED = object()  # a Server's token: its worker's own time is over, the b
 
 
 class Server:
-    __slots__ = ("group", "queue", "win_t", "win_r", "win_s", "rest", "predict", "base", "key", "br", "bs",
+    __slots__ = ("group", "queue", "win_t", "win_r", "win_s", "rest", "predict", "base", "spread", "key", "br", "bs",
                  "busy", "retired", "paused_until", "version", "pending")
 
     def __init__(self, group: "Group", queue: Queue, paused_until: int = 0) -> None:
@@ -190,6 +190,7 @@ class Server:
         self.rest: list[tuple] = []  # a mixed window's variants still to come, last first: (latency, t, r, s)
         self.predict = group.predict  # of the variant being worked off
         self.base = group.base
+        self.spread = group.spread  # the variant's service time (its spread)
         self.key = 0  # completion key of the next sub-batch
         self.br: list[int] = []  # the running batch: requests, produce times
         self.bs: list[int] = []
@@ -205,7 +206,7 @@ class Server:
         mix = g.mix
         if mix is None:
             self.win_t, self.win_r, self.win_s = wt, wr, ws
-            self.predict, self.base = g.predict, g.base  # the batching in force when the window is taken
+            self.predict, self.base, self.spread = g.predict, g.base, g.spread  # the batching in force now
             return self.work(now)
         self.rest = [(p, [wt[i] for i in idx], [wr[i] for i in idx], [ws[i] for i in idx])
                      for p, idx in reversed(mix.split(wr))]
@@ -214,7 +215,7 @@ class Server:
     def next_variant(self, now: int) -> bool:
         """Work off the window's next variants until one runs a batch; False when none does."""
         while self.rest:
-            (self.predict, self.base), self.win_t, self.win_r, self.win_s = self.rest.pop()
+            (self.predict, self.base, self.spread), self.win_t, self.win_r, self.win_s = self.rest.pop()
             if self.work(now):
                 return True
         return False
@@ -237,7 +238,7 @@ class Server:
             work = lat
         else:
             base = self.base[len(self.br)]
-            work = int(base * g.factor(now, base))
+            work = int(base * g.factor(now, base, self.spread))
         if g.dispatch is None:
             g.host.run(self, work, now, self.key)
         else:  # the worker's own time first: it holds the instance, not the host's shared cores

@@ -139,7 +139,7 @@ def serve_queue(g: InstanceGroup | PartitionGroup, times: list[int], dls: list[i
         if mix is not None:
             end, sub = t, 0
             out.windows += 1
-            for (p, _base), idx in mix.split(reqs[h:e].tolist()):
+            for (p, *_), idx in mix.split(reqs[h:e].tolist()):
                 pos = [h + i for i in idx]
                 end, sub = _work_off(g, p, end, h, sub, pos, dls, reqs, out)
         elif (lat := whole_ns(dls[h:e], t, predict, s)) >= 0:  # the whole window in one batch: the common case

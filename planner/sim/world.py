@@ -24,6 +24,7 @@ from planner.sim.record import Log
 from planner.sim.servers import Queue
 from planner.sim.stages import Stage
 from streams import shares
+from streams.calibration import key as variant_key
 from streams.batching import NS_PER_MS, BatchSettings
 from streams.latency import PREDICT_PERCENTILE, PREDICT_WINDOW
 
@@ -101,7 +102,7 @@ def _latency_of(stage, service: ServiceTime, variant: str, hardware: str, max_ba
     curve = stage.variant(variant).latency.get(hardware)
     if curve is None:
         raise Unprofiled(f"stage {stage.name}: variant {variant} has no latency profile on {hardware}")
-    return Latency.of(curve, max_batch, service)
+    return Latency.of(curve, max_batch, service.for_variant(variant_key(variant, hardware)))
 
 
 class Unprofiled(ValueError):
@@ -129,7 +130,7 @@ def build(problem: Problem, plan: Plan, world: World, scaling: Mapping[str, str]
             if curve is None:
                 raise Unprofiled(f"stage {name} is deployed on {a.hardware} (its primary assignment's) but variant "
                                  f"{v} has no latency profile there")
-            tables.append(Latency.of(curve, a.max_batch, world.service))
+            tables.append(Latency.of(curve, a.max_batch, world.service.for_variant(variant_key(v, a.hardware))))
         mix = None
         if len(variants) > 1:
             key = tuple(sorted(use.items()))

@@ -251,3 +251,26 @@ def test_scales_per_batch_size_where_several_sizes_ran_and_the_profile_store_app
     curve = lookup(ProfileStore(tmp_path), PIPE.stage("a").variant("va"), "cpu").curve()
     assert curve.ms(1) == pytest.approx(8.0) and curve.ms(4) == pytest.approx(10.0)
     assert "by_batch" not in fit(rs[::2], CURVES, HW)["service"]["va@cpu"]  # one size: the one scale
+
+
+def test_each_variant_gets_its_own_spread_and_the_estimator_draws_it_with_that():
+    # stage a's batches alternate 1x and 3x within every second, stage b's never vary: one pooled
+    # spread would give b's variant a's, which is what made the estimator over-drop unmeasured variants
+    rs = [result(i, transit_in=1, transit_between=1, scale=1.0, every_ms=100) for i in range(200)]
+    for i, r in enumerate(rs):
+        a, b = r["hops"]
+        later = int((0.0 if i % 2 else 2.0) * CURVE.ms(4) * MS)
+        a["finished_ns"] += later
+        b.update({k: b[k] + later for k in ("enqueued_ns", "received_ns", "started_ns", "finished_ns")})
+    doc = fit(rs, CURVES, HW)
+    assert doc["host"] is None and doc["slowdown"]["factors"] == pytest.approx([1.0] * 20)
+    (ms_a, cv_a), = doc["service"]["va@cpu"]["cv_by_ms"]
+    (ms_b, cv_b), = doc["service"]["vb@cpu"]["cv_by_ms"]
+    assert cv_a == pytest.approx(np.sqrt(np.expm1(np.log(3.0 / np.sqrt(3.0)) ** 2)), rel=1e-3) and cv_b < 1e-6
+    assert doc["service_cv"] > 0.3  # the pooled spread is a's and b's together
+    svc = service_time(doc)
+    assert svc.for_variant("va@cpu").cv_at(10.0) == pytest.approx(cv_a)
+    assert svc.for_variant("vb@cpu").cv_at(10.0) == pytest.approx(0.05)  # MIN_CV: no spread below it
+    assert svc.for_variant("vc@cpu") is svc  # a variant not measured: the pooled spread
+    assert any("its spread" in line for line in summary_lines(doc))
+    assert "cv_by_ms" not in fit(rs[:30], CURVES, HW)["service"]["va@cpu"]  # too few batches for a spread of its own

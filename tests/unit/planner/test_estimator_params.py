@@ -126,3 +126,30 @@ def test_a_long_batch_runs_with_the_small_spread_of_long_batches():
         lat = simulate(problem, plan, np.arange(0.0, 400.0, 2.0), service=svc, hop_ms=0.0, seed=4).latency_ms
         spread[ms] = np.std(lat) / np.mean(lat)
     assert spread[4.0] == pytest.approx(0.5, rel=0.2) and spread[100.0] == pytest.approx(0.05, rel=0.2)
+
+
+def test_a_variant_with_its_own_spread_runs_and_is_predicted_with_it():
+    # the pooled spread is large, variant v's own (a calibration measured it) small: v's batches are
+    # drawn, and the agents predict v's batches, with v's; another variant keeps the pooled one
+    plan = single_plan({"a": [Assignment("v", "cpu", 1, 1)]})
+    problem = one_stage({1: 50.0}, slo_ms=5000.0)
+    pooled = ServiceTime("lognormal", 0.6)
+    own = ServiceTime("lognormal", 0.6, by_variant=(("v@cpu", ((50.0, 0.05),)),))
+    assert own.for_variant("v@cpu").cv_at(50.0) == pytest.approx(0.05)
+    assert own.for_variant("w@cpu") is own and own.for_variant("v@gpu") is own
+    arrivals = np.arange(0.0, 400.0, 2.0)  # far apart: residence is the batch's run
+    spread = {}
+    for name, svc in (("pooled", pooled), ("own", own)):
+        lat = simulate(problem, plan, arrivals, service=svc, hop_ms=0.0, seed=4).latency_ms
+        spread[name] = np.std(lat) / np.mean(lat)
+    assert spread["pooled"] == pytest.approx(0.6, rel=0.2) and spread["own"] == pytest.approx(0.05, rel=0.2)
+    # a deadline between v's own margin and the pooled one: only the pooled prediction drops
+    margins = (own.for_variant("v@cpu").agent_factor(10, 99, 50.0), pooled.agent_factor(10, 99, 50.0))
+    assert margins[0] < 1.2 < 1.5 < margins[1]
+    tight = one_stage({1: 50.0}, slo_ms=50.0 * sum(margins) / 2)
+    assert simulate(tight, plan, arrivals, service=own, hop_ms=0.0, seed=4).drop_rate == 0
+    assert simulate(tight, plan, arrivals, service=pooled, hop_ms=0.0, seed=4).drop_rate == 1
+    with pytest.raises(ValueError, match="by_variant"):
+        ServiceTime("deterministic", by_variant=(("v@cpu", ((50.0, 0.05),)),))
+    with pytest.raises(ValueError, match=r"by_variant\['v@cpu'\].*ascending"):
+        ServiceTime("lognormal", 0.3, by_variant=(("v@cpu", ((40.0, 0.4), (4.0, 0.1))),))
