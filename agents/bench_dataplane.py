@@ -48,8 +48,9 @@ MODES = {"stage": "at-least-once", "eos": "exactly-once"}  # figure prefix -> SL
 LATENCY_BATCH, THROUGHPUT_BATCH = 8, 64
 # Records per throughput round. A round is timed from the ready line to the last record read back,
 # so it includes fixed start-up costs (the counting consumer's start, the first fetch; the relay's
-# group join): at 5,000 records they were a fifth of a relay's round and raised the ratio (same run:
-# 0.57 at 5,000, 0.50 at 30,000), so a round drains a backlog long enough to hide them.
+# group join until its ready line came after its assignment): at 5,000 records they were a fifth of a
+# relay's round and raised the ratio (same run: 0.57 at 5,000, 0.50 at 30,000), so a round drains a
+# backlog long enough to hide them.
 BACKLOG = 30000
 
 
