@@ -17,9 +17,9 @@ finishes before an earlier one of the same partition waits for it.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any, Hashable, NamedTuple
 
 
 @dataclass(frozen=True)
@@ -32,26 +32,54 @@ class Release:
     next_offset: int
 
 
+class _Read(NamedTuple):
+    offset: int
+    event: Any
+
+
+class _Partition:
+    """One partition's read offsets in read order, their events, which are done, attached outputs."""
+    __slots__ = ("order", "events", "done", "outputs")
+
+    def __init__(self) -> None:
+        self.order: deque[int] = deque()
+        self.events: dict[int, Any] = {}
+        self.done: set[int] = set()
+        self.outputs: dict[int, list] = {}
+
+
 class AckTracker:
     def __init__(self) -> None:
-        self._pending: dict[Hashable, OrderedDict[int, list]] = {}  # tp -> offset -> [event, done, outputs]
+        self._pending: dict[Hashable, _Partition] = {}
         self._next: dict[Hashable, int] = {}  # tp -> offset after the done prefix (to commit)
 
     def read(self, tp: Hashable, offset: int, event: Any) -> None:
-        self._pending.setdefault(tp, OrderedDict())[offset] = [event, False, []]
+        self.read_many(tp, [_Read(offset, event)], [event])
 
-    def read_many(self, tp: Hashable, records: list) -> None:
-        """Every record (with ``.offset``) of one partition's fetch, in offset order."""
-        part = self._pending.setdefault(tp, OrderedDict())
-        for r in records:
-            part[r.offset] = [r, False, []]
+    def read_many(self, tp: Hashable, records: list, events: list | None = None) -> None:
+        """Every record (with ``.offset``) of one partition's fetch, in offset order (``events``: what
+        to hand back for each when its prefix is done; the records themselves by default). An offset
+        read again (a seek back) is pending again, in its first place."""
+        part = self._pending.get(tp)
+        if part is None:
+            part = self._pending[tp] = _Partition()
+        offsets = [r.offset for r in records]
+        if part.events and offsets and offsets[0] <= part.order[-1]:
+            for off in offsets:
+                if off in part.events:
+                    part.done.discard(off)
+                else:
+                    part.order.append(off)
+        else:
+            part.order.extend(offsets)
+        part.events.update(zip(offsets, records if events is None else events))
 
     def attach(self, tp: Hashable, offset: int, outputs: list) -> None:
         """Outputs that must become visible together with the commit of ``offset`` (ignored when the
         partition was revoked meanwhile: its new owner makes them again)."""
-        entry = self._pending.get(tp, {}).get(offset)
-        if entry is not None:
-            entry[2].extend(outputs)
+        part = self._pending.get(tp)
+        if part is not None and offset in part.events:
+            part.outputs.setdefault(offset, []).extend(outputs)
 
     def done(self, tp: Hashable, offset: int) -> list:
         """Mark one offset done; return the events now safe to ack, in offset order."""
@@ -64,24 +92,22 @@ class AckTracker:
 
     def release(self, offsets) -> list[Release]:
         """Mark every (tp, offset) done; per partition whose done prefix grew, what it passed."""
-        touched = []
+        touched = {}
         for tp, offset in offsets:
             part = self._pending.get(tp)
-            if part is not None and offset in part:  # else revoked meanwhile
-                part[offset][1] = True
-                touched.append(tp)
+            if part is not None and offset in part.events:  # else revoked meanwhile
+                part.done.add(offset)
+                touched[tp] = part
         out = []
-        for tp in dict.fromkeys(touched):
-            part, events, outputs = self._pending[tp], [], []
-            while part:
-                first = next(iter(part))
-                event, is_done, outs = part[first]
-                if not is_done:
-                    break
-                part.popitem(last=False)
-                events.append(event)
-                outputs.extend(outs)
-                self._next[tp] = first + 1
+        for tp, part in touched.items():
+            order, done, events, outputs = part.order, part.done, [], []
+            while order and order[0] in done:
+                offset = order.popleft()
+                done.discard(offset)
+                events.append(part.events.pop(offset))
+                if part.outputs:
+                    outputs.extend(part.outputs.pop(offset, ()))
+                self._next[tp] = offset + 1
             if events:
                 out.append(Release(tp, events, outputs, self._next[tp]))
         return out
@@ -94,9 +120,11 @@ class AckTracker:
         """Drop partitions that were revoked; returns how many unfinished offsets were dropped."""
         dropped = 0
         for tp in tps:
-            dropped += sum(1 for _, d, _ in self._pending.pop(tp, {}).values() if not d)
+            part = self._pending.pop(tp, None)
+            if part is not None:
+                dropped += len(part.events) - len(part.done)
             self._next.pop(tp, None)
         return dropped
 
     def unfinished(self) -> int:
-        return sum(1 for part in self._pending.values() for _, d, _ in part.values() if not d)
+        return sum(len(p.events) - len(p.done) for p in self._pending.values())

@@ -44,6 +44,12 @@ def fraction(text: str) -> Fraction:
     return Fraction(text)
 
 
+@lru_cache(maxsize=4096)
+def fraction_text(text: str) -> str:
+    """A record's ``fragment`` as the results write it (``str`` of the fraction, once per text)."""
+    return str(Fraction(text))
+
+
 def child_stages(pipe: Pipeline, stage: str) -> list[str]:
     """The stages ``stage`` sends to (computed once per batch, not per record)."""
     return [e.dst for e in pipe.children(stage)]
@@ -59,14 +65,17 @@ def _result(pipe: Pipeline, req: Mapping[str, Any], hops: list, status: str, rea
             finished_ns: int, output: bytes = b"", content_type: str = "application/octet-stream",
             accuracy: float | None = None, fragment: Fraction | None = None,
             path: list | None = None) -> Out:
-    frag = fraction(req.get("fragment", "1")) if fragment is None else fragment
-    whole = frag == 1
+    if fragment is None:
+        text = req.get("fragment", "1")
+        whole, frag_text = fraction(text) == 1, fraction_text(text)
+    else:
+        whole, frag_text = fragment == 1, str(fragment)
     value = {
         "request_id": req["request_id"], "pipeline": req["pipeline"], "status": status,
         "reason": reason, "created_ns": req["created_ns"], "deadline_ns": req["deadline_ns"],
         "finished_ns": finished_ns, "content_type": content_type, "output": output, "hops": hops,
         "accuracy": req.get("accuracy", 1.0) if accuracy is None else accuracy, "parts": 1,
-        "fragment": str(frag), "path": list(req.get("path", [])) if path is None else path,
+        "fragment": frag_text, "path": list(req.get("path", [])) if path is None else path,
     }
     topic = topics.results(pipe.name) if whole else topics.join(pipe.name)
     return Out(topic, req["request_id"], "InferenceResult", value)

@@ -24,7 +24,7 @@ from typing import Any, Callable, Hashable, Iterable, Mapping, NamedTuple, Seque
 
 from agents import routing
 from agents.control import ActiveConfig, choose_variant
-from streams import batching
+from streams import batching, shares
 from streams.spec import Pipeline
 
 
@@ -81,6 +81,9 @@ def split_variants(window: Sequence[Item], cfg: ActiveConfig, accuracy: Mapping[
     """(items per variant, FIFO; items no variant in service may serve, with the reason)."""
     groups: dict[str, list[Item]] = {}
     dropped: list[tuple[Item, str]] = []
+    in_use = shares.in_service(cfg.routing, cfg.variant)
+    if window and len(in_use) == 1 and all(it.req.get("accuracy_floor") is None for it in window):
+        return {next(iter(in_use)): list(window)}, []  # the common case: no choice to make per item
     for it in window:
         variant, why = choose_variant(it.req["request_id"], it.req.get("accuracy_floor"), cfg, accuracy)
         if variant is None:

@@ -104,12 +104,15 @@ async def send_window(prod: AIOKafkaProducer, records: Sequence[tuple[str, str |
     batches: list[tuple[str, int, Any, list[int]]] = []  # (topic, partition, batch, its records' indexes)
     open_: dict[tuple[str, int], int] = {}  # (topic, partition) -> its open batch in ``batches``
     known: dict = {}
+    single: dict[str, int] = {}
     for i, (topic, key, record, value) in enumerate(records):
         try:
             key = key.encode() if isinstance(key, str) else key
             data, headers = codec.encode(record, value, topic), headers_for(record)
             prod._serialize(key, data, headers)  # private: aiokafka's own size check (MessageSizeTooLargeError)
-            p = await _partition_of(prod, topic, key, data, known)
+            p = single.get(topic)  # a one-partition topic: no hash, no await per record
+            if p is None:
+                p = await _partition_of(prod, topic, key, data, known, single)
         except Exception as exc:  # noqa: BLE001 - refused before sending: the caller replaces it
             out[i] = exc
             continue
@@ -131,10 +134,12 @@ async def send_window(prod: AIOKafkaProducer, records: Sequence[tuple[str, str |
     return out
 
 
-async def _partition_of(prod: AIOKafkaProducer, topic: str, key: bytes | None, data: bytes, known: dict) -> int:
+async def _partition_of(prod: AIOKafkaProducer, topic: str, key: bytes | None, data: bytes, known: dict,
+                        single: dict | None = None) -> int:
     """The partition ``prod.send(topic, key=key)`` would choose (the producer's partitioner: Kafka's
     default, murmur2 of the key), computed once per (topic, key) and the topic's partitions fetched
-    once (a failure too) per ``known`` (one window). Private aiokafka calls, see above."""
+    once (a failure too) per ``known`` (one window); a topic of one partition goes into ``single``.
+    Private aiokafka calls, see above."""
     p = known.get((topic, key))
     if p is None:
         tps = known.get(topic)
@@ -146,8 +151,12 @@ async def _partition_of(prod: AIOKafkaProducer, topic: str, key: bytes | None, d
             known[topic] = tps
         if isinstance(tps, Exception):
             raise tps
-        # one partition: murmur2(key) % 1 is 0 for every key, so the hash (Python code) is skipped
-        p = known[topic, key] = next(iter(tps)) if len(tps) == 1 else prod._partition(topic, None, key, data, key, data)
+        if len(tps) == 1:  # murmur2(key) % 1 is 0 for every key: the hash (Python code) is skipped
+            p = next(iter(tps))
+            if single is not None:
+                single[topic] = p
+        else:
+            p = known[topic, key] = prod._partition(topic, None, key, data, key, data)
     return p
 
 

@@ -17,14 +17,15 @@ def bench() -> None:
 @bench.command("dataplane")
 @click.option("--requests", "n_latency", default=400, show_default=True, help="Requests per latency round.")
 @click.option("--rate", default=100.0, show_default=True, help="Open-loop rate of the latency rounds (req/s).")
-@click.option("--backlog", "n_throughput", default=5000, show_default=True, help="Records per throughput round.")
+@click.option("--backlog", "n_throughput", type=int, default=None,
+              help="Records per throughput round.  [default: agents.bench_dataplane.BACKLOG, 30000]")
 @click.option("--repeats", default=3, show_default=True, help="Rounds; medians are reported.")
 @click.option("--json", "as_json", is_flag=True)
 def dataplane(n_latency, rate, n_throughput, repeats, as_json) -> None:
     """Stage worker vs a plain aiokafka relay: added latency per hop and msgs/s (needs the broker)."""
     from agents import bench_dataplane
 
-    fig = bench_dataplane.run(KafkaSettings.from_env(), n_latency, rate, n_throughput, repeats,
+    fig = bench_dataplane.run(KafkaSettings.from_env(), n_latency, rate, n_throughput or bench_dataplane.BACKLOG, repeats,
                               progress=lambda m: click.echo(m, err=True))
     click.echo(json.dumps(fig, indent=2) if as_json else bench_dataplane.format_report(fig))
 
@@ -38,6 +39,19 @@ def executor(runs, payload) -> None:
 
     rows = bench_executor.bench_executor(runs=runs, payload=payload)
     click.echo(bench_executor.format_rows(rows))
+
+
+@bench.command("memory")
+@click.option("--timeout", "timeout_s", default=600.0, show_default=True,
+              help="Seconds a worker may take to be ready (a first start exports its model).")
+def memory(timeout_s) -> None:
+    """Resident memory of a ready worker of each kind the repo ships, and whether torch is loaded
+    (needs the broker)."""
+    from agents import bench_memory
+
+    rows = bench_memory.run(KafkaSettings.from_env(), timeout_s=timeout_s,
+                            progress=lambda m: click.echo(m, err=True))
+    click.echo(bench_memory.format_rows(rows))
 
 
 # benchmarks of the other layers, each a click command in its own module

@@ -62,3 +62,34 @@ def test_read_many_tracks_a_fetch_like_reads_one_by_one():
     t.read_many("p0", fetch)
     assert t.done_many([("p0", 4), ("p0", 3)]) == fetch[:2]
     assert t.unfinished() == 1 and t.committable({"p0"}) == {"p0": 5}
+
+
+def test_gaps_in_offsets_do_not_hold_the_prefix():
+    """Offsets need not be contiguous (transaction markers, compaction): the prefix is of offsets read."""
+    t = AckTracker()
+    for off in (10, 12, 15):
+        t.read("p0", off, off)
+    assert t.done_many([("p0", 12), ("p0", 10)]) == [10, 12]
+    assert t.committable({"p0"}) == {"p0": 13}
+    assert t.done("p0", 15) == [15] and t.committable({"p0"}) == {"p0": 16}
+
+
+def test_an_offset_read_again_is_pending_again_in_its_first_place():
+    """A seek back can hand over offsets already read and not yet passed: each is tracked once, in its
+    first place, and must be done (again) before the prefix passes it; the prefix never sticks on a
+    second copy."""
+    t = AckTracker()
+    for off in (1, 2, 3):
+        t.read("p0", off, f"a{off}")
+    assert t.done("p0", 2) == []  # 1 still open
+    t.read_many("p0", [_R(2), _R(3), _R(4)], ["b2", "b3", "b4"])  # seek back to 2
+    assert t.unfinished() == 4
+    assert t.done("p0", 1) == ["a1"]  # 2 is pending again
+    assert t.done_many([("p0", 3), ("p0", 4)]) == []
+    assert t.done("p0", 2) == ["b2", "b3", "b4"]
+    assert t.unfinished() == 0 and t.committable({"p0"}) == {"p0": 5}
+
+
+class _R:
+    def __init__(self, offset):
+        self.offset = offset

@@ -105,3 +105,18 @@ def test_batch_outputs_route_on_or_end_as_errors_with_the_hop(pipe):
     bad = w.batch_outputs(pipe, "a", "noop", 0.9, batch[:1], [ItemOutput((Emit(b"y", "t", to="zz"),))],
                           None, 1 * MS, 2 * MS, "w/0")
     assert bad[0][0].value["status"] == "error" and "zz" in bad[0][0].value["reason"]
+
+
+@pytest.mark.parametrize("routing", [{}, {"b": 1.0}, {"a": 0.0, "b": 2.0}, {"a": 1.0, "b": 1.0}])
+def test_split_variants_common_case_equals_the_per_item_rule(routing):
+    """One variant in service and no floors is split without a choice per item: what the rule
+    (``agents.control.choose_variant``) would choose item by item, the primary or not."""
+    from agents.control import choose_variant
+    cfg = ActiveConfig("a", "cpu-1", 8, 0, routing=routing)
+    acc = {"a": 0.7, "b": 0.8}
+    window = [item(i) for i in range(40)]
+    groups, dropped = w.split_variants(window, cfg, acc)
+    expect: dict = {}
+    for it in window:
+        expect.setdefault(choose_variant(it.req["request_id"], None, cfg, acc)[0], []).append(it.offset)
+    assert {v: [it.offset for it in its] for v, its in groups.items()} == expect and dropped == []

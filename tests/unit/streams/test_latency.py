@@ -33,3 +33,21 @@ def test_recent_latency_uses_high_percentile_and_scales_unseen_sizes():
     for v in (1, 1, 1, 1, 1, 1):
         r.observe(1, v * MS)
     assert r.predict_ns(1) == 1 * MS  # old measurements age out of the window
+
+
+def test_unseen_size_scale_is_numpys_median_of_the_ratios():
+    """The scale is the median of the recent ratios exactly as numpy computes it (the mean of the
+    two middle ones for an even count), so swapping the implementation changes no prediction."""
+    import random
+
+    import numpy as np
+
+    rng = random.Random(3)
+    curve = LatencyCurve.fit({1: 2.0, 8: 9.0})
+    for n in (1, 2, 7, 32, 40):
+        r = RecentLatency(curve)
+        for _ in range(n):
+            b = rng.choice((1, 8))
+            r.observe(b, int(curve.ns(b) * rng.uniform(0.5, 3.0)))
+        scale = float(np.median(r._ratios))
+        assert r.predict_ns(5) == int(curve.ns(5) * scale)
