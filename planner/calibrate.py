@@ -251,6 +251,7 @@ def service_scales(r: np.ndarray, g: np.ndarray, size: np.ndarray, names: Sequen
     for i, name in enumerate(names):
         mine = g == i
         entry = service[name] = {"scale": float(r[mine].mean()), "samples": int(mine.sum())}
+        entry["sizes"] = {str(int(s)): int((mine & (size == s)).sum()) for s in np.unique(size[mine])}
         expected[mine] = entry["scale"]
         sizes = [s for s in np.unique(size[mine]) if (mine & (size == s)).sum() >= min_batches]
         if len(sizes) > 1:
@@ -263,12 +264,36 @@ def service_scales(r: np.ndarray, g: np.ndarray, size: np.ndarray, names: Sequen
 def carried_forward(doc: dict, previous: Mapping[str, Any] | None) -> dict:
     """``doc`` with the service scales of ``previous`` for every variant and hardware ``doc``'s runs
     did not run (marked ``carried_from``: the version, else the source, they came from): a run
-    measures what it ran, and the rest keeps what was measured before rather than the bare profile."""
+    measures what it ran, and the rest keeps what was measured before rather than the bare profile.
+    The same per batch size (:func:`merged_sizes`): a run that ran a variant at one size keeps the
+    scales measured before at its other sizes."""
     old = (previous or {}).get("service", {})
     origin = f"v{previous['version']}" if previous and "version" in previous else (previous or {}).get("source", "?")
     carried = {k: {**v, "carried_from": v.get("carried_from", origin)}
                for k, v in old.items() if k not in doc["service"]}
-    return {**doc, "service": {**doc["service"], **carried}} if carried else doc
+    merged = {k: m for k, v in doc["service"].items() if k in old
+              and (m := merged_sizes(v, old[k], origin)) is not v}
+    return {**doc, "service": {**doc["service"], **merged, **carried}} if carried or merged else doc
+
+
+def merged_sizes(new: Mapping[str, Any], old: Mapping[str, Any], origin: str) -> Mapping[str, Any]:
+    """A variant's new service entry with the per-size scales (``by_batch``) of its old one at the
+    batch sizes the new runs did not measure, rescaled by how the two compare at the sizes both
+    measured (the geometric mean of new / old there; the new runs' pace sets the level, the older
+    measurement the shape); ``new`` itself when the old entry has no sizes to add. Without this, a
+    refit on a run of batches of 1 (the demo's plan) gave resize-260 its batch-1 scale (x1.77) at
+    every size, where batches of 2-8 had run x0.86-1.09: the estimator ran a baseline's batches of 8
+    at 1.7x their measured time and over-dropped."""
+    old_by = old.get("by_batch") or {}
+    own = new.get("by_batch") or ({b: new["scale"] for b in new.get("sizes", {})} if len(new.get("sizes", {})) == 1 else {})
+    extra = {b: v for b, v in old_by.items() if b not in own}
+    if not own or not extra:
+        return new
+    both = [b for b in own if b in old_by]
+    level = float(np.exp(np.mean([np.log(own[b] / old_by[b]) for b in both]))) if both else 1.0
+    return {**new, "by_batch": {**{b: v * level for b, v in extra.items()}, **own},
+            "by_batch_carried_from": {"from": old.get("carried_from", origin), "sizes": sorted(extra, key=int),
+                                      "level": level}}
 
 
 class _Batches(NamedTuple):

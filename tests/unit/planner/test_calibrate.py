@@ -274,3 +274,25 @@ def test_each_variant_gets_its_own_spread_and_the_estimator_draws_it_with_that()
     assert svc.for_variant("vc@cpu") is svc  # a variant not measured: the pooled spread
     assert any("its spread" in line for line in summary_lines(doc))
     assert "cv_by_ms" not in fit(rs[:30], CURVES, HW)["service"]["va@cpu"]  # too few batches for a spread of its own
+
+
+def test_a_refit_at_one_batch_size_keeps_the_scales_measured_before_at_the_others(tmp_path):
+    from planner.calibrate import carried_forward
+
+    # measured before: batches of 1 at 2x the profile, of 4 at 1x; the new run ran batches of 1 only,
+    # 10 % slower than then: its batches of 4 keep their measured shape at the new run's level
+    earlier = CalibrationStore(tmp_path).save({"service": {"va@cpu": {"scale": 1.5, "samples": 120,
+                                                                      "by_batch": {"1": 2.0, "4": 1.0}}},
+                                               "service_cv": 0.0, "transit_ms": {}, "samples": {"hops": 1, "results": 1}})
+    new = fit([result(i, transit_in=1, transit_between=1, scale=2.2, batch=1) for i in range(60)], CURVES, HW)
+    assert new["service"]["va@cpu"]["sizes"] == {"1": 60} and "by_batch" not in new["service"]["va@cpu"]
+    doc = carried_forward(new, earlier)
+    va = doc["service"]["va@cpu"]
+    assert va["scale"] == pytest.approx(2.2, rel=1e-3)
+    assert va["by_batch"] == pytest.approx({"1": 2.2, "4": 1.1}, rel=1e-3)
+    assert va["by_batch_carried_from"]["sizes"] == ["4"] and va["by_batch_carried_from"]["from"] == "v1"
+    assert doc["service"]["vb@cpu"] == new["service"]["vb@cpu"]  # nothing measured before: as fitted
+    # a run that measured both sizes again keeps its own
+    both = fit([result(i, transit_in=1, transit_between=1, scale=3.0 if i % 2 else 1.5, batch=1 if i % 2 else 4)
+                for i in range(120)], CURVES, HW)
+    assert carried_forward(both, earlier)["service"]["va@cpu"]["by_batch"] == pytest.approx({"1": 3.0, "4": 1.5}, rel=1e-3)
