@@ -266,13 +266,14 @@ def carried_forward(doc: dict, previous: Mapping[str, Any] | None) -> dict:
     did not run (marked ``carried_from``: the version, else the source, they came from): a run
     measures what it ran, and the rest keeps what was measured before rather than the bare profile.
     The same per batch size (:func:`merged_sizes`): a run that ran a variant at one size keeps the
-    scales measured before at its other sizes."""
+    scales measured before at its other sizes, and its spread at lengths it did not run
+    (:func:`merged_spread`)."""
     old = (previous or {}).get("service", {})
     origin = f"v{previous['version']}" if previous and "version" in previous else (previous or {}).get("source", "?")
     carried = {k: {**v, "carried_from": v.get("carried_from", origin)}
                for k, v in old.items() if k not in doc["service"]}
     merged = {k: m for k, v in doc["service"].items() if k in old
-              and (m := merged_sizes(v, old[k], origin)) is not v}
+              and (m := merged_spread(merged_sizes(v, old[k], origin), old[k], origin)) is not v}
     return {**doc, "service": {**doc["service"], **merged, **carried}} if carried or merged else doc
 
 
@@ -294,6 +295,21 @@ def merged_sizes(new: Mapping[str, Any], old: Mapping[str, Any], origin: str) ->
     return {**new, "by_batch": {**{b: v * level for b, v in extra.items()}, **own},
             "by_batch_carried_from": {"from": old.get("carried_from", origin), "sizes": sorted(extra, key=int),
                                       "level": level}}
+
+
+def merged_spread(new: Mapping[str, Any], old: Mapping[str, Any], origin: str) -> Mapping[str, Any]:
+    """A variant's new service entry with the spread points (``cv_by_ms``) of its old one at batch
+    lengths more than 2x beyond the new points (a spread bin spans 2x), where the new runs measured
+    nothing; ``new`` itself when there are none (or either has no spread of its own)."""
+    mine, before = new.get("cv_by_ms") or [], old.get("cv_by_ms") or []
+    if not mine or not before:
+        return new
+    lo, hi = min(p[0] for p in mine), max(p[0] for p in mine)
+    extra = [p for p in before if p[0] > 2 * hi or p[0] < lo / 2]
+    if not extra:
+        return new
+    return {**new, "cv_by_ms": sorted([*mine, *extra]),
+            "cv_carried_from": {"from": old.get("carried_from", origin), "ms": [p[0] for p in extra]}}
 
 
 class _Batches(NamedTuple):

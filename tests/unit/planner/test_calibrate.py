@@ -282,7 +282,8 @@ def test_a_refit_at_one_batch_size_keeps_the_scales_measured_before_at_the_other
     # measured before: batches of 1 at 2x the profile, of 4 at 1x; the new run ran batches of 1 only,
     # 10 % slower than then: its batches of 4 keep their measured shape at the new run's level
     earlier = CalibrationStore(tmp_path).save({"service": {"va@cpu": {"scale": 1.5, "samples": 120,
-                                                                      "by_batch": {"1": 2.0, "4": 1.0}}},
+                                                                      "by_batch": {"1": 2.0, "4": 1.0},
+                                                                      "cv_by_ms": [[9.0, 0.3], [40.0, 0.1]]}},
                                                "service_cv": 0.0, "transit_ms": {}, "samples": {"hops": 1, "results": 1}})
     new = fit([result(i, transit_in=1, transit_between=1, scale=2.2, batch=1) for i in range(60)], CURVES, HW)
     assert new["service"]["va@cpu"]["sizes"] == {"1": 60} and "by_batch" not in new["service"]["va@cpu"]
@@ -291,8 +292,22 @@ def test_a_refit_at_one_batch_size_keeps_the_scales_measured_before_at_the_other
     assert va["scale"] == pytest.approx(2.2, rel=1e-3)
     assert va["by_batch"] == pytest.approx({"1": 2.2, "4": 1.1}, rel=1e-3)
     assert va["by_batch_carried_from"]["sizes"] == ["4"] and va["by_batch_carried_from"]["from"] == "v1"
+    assert [p[0] for p in va["cv_by_ms"]] == pytest.approx([8.8, 40.0])  # its own at 8.8 ms, the 40 ms one kept
     assert doc["service"]["vb@cpu"] == new["service"]["vb@cpu"]  # nothing measured before: as fitted
     # a run that measured both sizes again keeps its own
     both = fit([result(i, transit_in=1, transit_between=1, scale=3.0 if i % 2 else 1.5, batch=1 if i % 2 else 4)
                 for i in range(120)], CURVES, HW)
     assert carried_forward(both, earlier)["service"]["va@cpu"]["by_batch"] == pytest.approx({"1": 3.0, "4": 1.5}, rel=1e-3)
+
+
+def test_a_refit_keeps_the_spread_measured_before_at_batch_lengths_it_did_not_run():
+    from planner.calibrate import merged_spread
+
+    old = {"scale": 1.0, "cv_by_ms": [[4.0, 0.4], [14.0, 0.25], [60.0, 0.1]]}
+    new = {"scale": 1.1, "cv_by_ms": [[5.0, 0.45]]}  # batches of 1 only, about 5 ms
+    got = merged_spread(new, old, "v2")
+    assert got["cv_by_ms"] == [[5.0, 0.45], [14.0, 0.25], [60.0, 0.1]]  # 4 ms is within 2x of 5 ms: re-measured
+    assert got["cv_carried_from"] == {"from": "v2", "ms": [14.0, 60.0]}
+    assert merged_spread({"scale": 1.0, "cv_by_ms": [[5.0, 0.4], [60.0, 0.1]]}, old, "v2")["cv_by_ms"] == \
+        [[5.0, 0.4], [60.0, 0.1]]  # the new runs spanned it all
+    assert merged_spread({"scale": 1.0}, old, "v2") == {"scale": 1.0}  # too few batches for a spread: pooled
