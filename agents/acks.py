@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Hashable, NamedTuple
+from typing import Any, Hashable
 
 
 @dataclass(frozen=True)
@@ -30,11 +30,6 @@ class Release:
     events: list
     outputs: list
     next_offset: int
-
-
-class _Read(NamedTuple):
-    offset: int
-    event: Any
 
 
 class _Partition:
@@ -54,16 +49,18 @@ class AckTracker:
         self._next: dict[Hashable, int] = {}  # tp -> offset after the done prefix (to commit)
 
     def read(self, tp: Hashable, offset: int, event: Any) -> None:
-        self.read_many(tp, [_Read(offset, event)], [event])
+        self._read(tp, [offset], [event])
 
     def read_many(self, tp: Hashable, records: list, events: list | None = None) -> None:
         """Every record (with ``.offset``) of one partition's fetch, in offset order (``events``: what
         to hand back for each when its prefix is done; the records themselves by default). An offset
         read again (a seek back) is pending again, in its first place."""
+        self._read(tp, [r.offset for r in records], records if events is None else events)
+
+    def _read(self, tp: Hashable, offsets: list[int], events: list) -> None:
         part = self._pending.get(tp)
         if part is None:
             part = self._pending[tp] = _Partition()
-        offsets = [r.offset for r in records]
         if part.events and offsets and offsets[0] <= part.order[-1]:
             for off in offsets:
                 if off in part.events:
@@ -72,7 +69,7 @@ class AckTracker:
                     part.order.append(off)
         else:
             part.order.extend(offsets)
-        part.events.update(zip(offsets, records if events is None else events))
+        part.events.update(zip(offsets, events))
 
     def attach(self, tp: Hashable, offset: int, outputs: list) -> None:
         """Outputs that must become visible together with the commit of ``offset`` (ignored when the

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streams import admin, topics
+from streams.broker import REPO_ROOT
 from streams.config import KafkaSettings
 from streams.procs import ReadyProcess, worker_argv
 from streams.spec import load_pipeline
 
-PIPELINES = Path(__file__).resolve().parent.parent / "deploy" / "pipelines"
+PIPELINES = REPO_ROOT / "deploy" / "pipelines"
 # (pipeline file, stage, what it serves): one worker of each kind the repo ships
 KINDS = (
     ("image-classify.yaml", "resize", "model-free (image-resize)"),

@@ -47,7 +47,7 @@ def fraction(text: str) -> Fraction:
 @lru_cache(maxsize=4096)
 def fraction_text(text: str) -> str:
     """A record's ``fragment`` as the results write it (``str`` of the fraction, once per text)."""
-    return str(Fraction(text))
+    return str(fraction(text))
 
 
 def child_stages(pipe: Pipeline, stage: str) -> list[str]:

@@ -135,7 +135,7 @@ async def send_window(prod: AIOKafkaProducer, records: Sequence[tuple[str, str |
 
 
 async def _partition_of(prod: AIOKafkaProducer, topic: str, key: bytes | None, data: bytes, known: dict,
-                        single: dict | None = None) -> int:
+                        single: dict) -> int:
     """The partition ``prod.send(topic, key=key)`` would choose (the producer's partitioner: Kafka's
     default, murmur2 of the key), computed once per (topic, key) and the topic's partitions fetched
     once (a failure too) per ``known`` (one window); a topic of one partition goes into ``single``.
@@ -152,9 +152,7 @@ async def _partition_of(prod: AIOKafkaProducer, topic: str, key: bytes | None, d
         if isinstance(tps, Exception):
             raise tps
         if len(tps) == 1:  # murmur2(key) % 1 is 0 for every key: the hash (Python code) is skipped
-            p = next(iter(tps))
-            if single is not None:
-                single[topic] = p
+            p = single[topic] = next(iter(tps))
         else:
             p = known[topic, key] = prod._partition(topic, None, key, data, key, data)
     return p

@@ -78,7 +78,8 @@ class RecentLatency:
     percentile: float = PREDICT_PERCENTILE
     _recent: dict[int, deque] = field(default_factory=dict)
     _ratios: deque = field(default_factory=lambda: deque(maxlen=32))
-    _scale: float | None = None  # the median of _ratios, computed once per observation when asked
+    # the median of _ratios, computed once per observation when asked (a cache: not compared or shown)
+    _scale: float | None = field(default=None, compare=False, repr=False)
 
     def observe(self, batch: int, latency_ns: int) -> None:
         self._recent.setdefault(batch, deque(maxlen=self.window)).append(latency_ns)
