@@ -39,6 +39,7 @@ class ComparisonRow:
     predicted_p99_ms: float = math.nan  # real runs: the estimator on the run's own arrivals and scale events
     predicted_attainment: float = math.nan
     predicted_seeds_ms: tuple[float, ...] = ()  # its p99 with each seed (the median is predicted_p99_ms)
+    drawn_p99_ms: float = math.nan  # the same with the machine's pace drawn from the calibration, not the run's
     error: str = ""
     failed: bool = False  # the error is a failure, not ModeNotApplicable
 
@@ -71,7 +72,8 @@ def compare_runs(specs: Sequence[str], runner: Callable[[str, bool], Summary | t
         s, est = out if isinstance(out, tuple) else (out, None)
         acc = math.nan if s.mean_accuracy is None else s.mean_accuracy
         predicted = {} if est is None else dict(predicted_p99_ms=est.estimated_p99_ms, predicted_seeds_ms=est.seed_p99_ms,
-                                                predicted_attainment=est.estimated_attainment)
+                                                predicted_attainment=est.estimated_attainment,
+                                                drawn_p99_ms=getattr(est, "drawn_p99_ms", math.nan))
         rows.append(ComparisonRow(spec, mode, tuned, s.cost_total_usd, s.cost_mean_per_hour, s.attainment,
                                   s.latency.p99_ms, acc, s.dropped, s.requests, **predicted))
     base = next((r for r in rows if r.mode == BASELINE and not r.error), None)
@@ -96,7 +98,7 @@ def format_comparison(rows: Sequence[ComparisonRow]) -> str:
             f"{'accuracy':>9}{'dropped':>9}")
     predicted = any(not math.isnan(r.predicted_p99_ms) for r in rows)
     if predicted:
-        head += f"{'est. p99':>10}{'est/meas':>9}{'seeds ms':>16}{'est. SLO':>10}"
+        head += f"{'est. p99':>10}{'est/meas':>9}{'seeds ms':>16}{'est. SLO':>10}{'drawn p99':>10}{'drawn/meas':>11}"
     lines = [head]
     for r in rows:
         if r.error:
@@ -111,7 +113,9 @@ def format_comparison(rows: Sequence[ComparisonRow]) -> str:
             est = r.predicted_p99_ms
             seeds = f"{min(r.predicted_seeds_ms):.0f}-{max(r.predicted_seeds_ms):.0f}" if r.predicted_seeds_ms else "-"
             att = "-" if math.isnan(r.predicted_attainment) else f"{100 * r.predicted_attainment:.2f}%"
-            line += f"{'-' if math.isnan(est) else f'{est:.1f}':>10}{est_ratio(est, r.p99_ms):>9}{seeds:>16}{att:>10}"
+            drawn = "-" if math.isnan(r.drawn_p99_ms) else f"{r.drawn_p99_ms:.1f}"
+            line += (f"{'-' if math.isnan(est) else f'{est:.1f}':>10}{est_ratio(est, r.p99_ms):>9}{seeds:>16}{att:>10}"
+                     f"{drawn:>10}{est_ratio(r.drawn_p99_ms, r.p99_ms):>11}")
         lines.append(line)
     return "\n".join(lines)
 

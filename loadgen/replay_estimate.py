@@ -7,6 +7,12 @@ and per stage (the same definition on both sides: drops count as infinitely late
 
 - seeds: the estimate is the median p99 of :data:`SEEDS` simulations (each draws its own service
   times and transits), printed beside every seed's p99;
+- the machine's pace: each variant's own, second by second, as the run measured it
+  (``planner.calibrate.run_pace``: its batches' service against the calibrated profile and the
+  modelled core sharing), so a second in which another process took the cores is as slow in the
+  replay as it was in the run. That is an input of the run like its arrivals; the estimate with
+  the pace drawn from the calibration instead, as the planner must predict, is kept beside it
+  (``drawn_p99_ms``);
 - arrivals: every result's ``created_ns``, from the first, with its request id (what a mixed stage
   routes by);
 - replica changes: where the run's replica series changes (``loadgen.report.scale_events``), as
@@ -66,6 +72,9 @@ class LikeForLike:
     stages: tuple[StageCompare, ...]
     components: tuple[Component, ...] = ()
     seed_p99_ms: tuple[float, ...] = ()  # the estimator's p99 with each seed; the median is the estimate
+    drawn_p99_ms: float = math.nan  # the same with the machine's pace drawn from the calibration
+    drawn_attainment: float = math.nan
+    served_ms: tuple[float, float] = (math.nan, math.nan)  # p99 of the served requests: measured, estimated
 
     @property
     def ratio(self) -> float:
@@ -194,21 +203,48 @@ def compare(summary: Summary, results: Sequence[Mapping[str, Any]], sim: SimResu
 
 def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequence[Mapping[str, Any]], *,
                  control: Sequence[tuple[int, Mapping[str, Any]]] = (), seed: int = 0, seeds: int = SEEDS,
-                 **sim_options: Any) -> LikeForLike:
+                 pace: bool = True, **sim_options: Any) -> LikeForLike:
     """The estimator on this run's arrivals, replica changes and re-plans (``control``: what it saw
-    on the control topic), against what was measured: one simulation per seed (``seed``,
-    ``seed + 1``, ...); the run with the median p99 is the estimate (a single run's p99 moves by tens
-    of percent from seed to seed once service and transits vary)."""
+    on the control topic) and, with ``pace``, the machine's pace as the run measured it, against what
+    was measured: one simulation per seed (``seed``, ``seed + 1``, ...); the run with the median p99
+    is the estimate (a single run's p99 moves by tens of percent from seed to seed once service and
+    transits vary). ``drawn_p99_ms`` is the same with the pace drawn from the calibration."""
     arrivals, ids = run_arrivals(results)
     start_ns = min((r["created_ns"] for r in results), default=0)
     activation_s = sim_options.get("activation_s", problem.activation_s)
     changes = (*run_changes(summary, plan), *batching_changes(control, plan, start_ns, activation_s))
-    sims = sorted((simulate(problem, plan, arrivals, seed=seed + i, schedule=changes, request_ids=ids, **sim_options)
-                   for i in range(seeds)), key=lambda r: r.p99_ms)
+    service = sim_options.pop("service", None) or problem.service
+
+    def median_run(svc: ServiceTime) -> tuple[SimResult, tuple[float, ...]]:
+        sims = sorted((simulate(problem, plan, arrivals, seed=seed + i, schedule=changes, request_ids=ids,
+                                service=svc, **sim_options) for i in range(seeds)), key=lambda r: r.p99_ms)
+        return sims[len(sims) // 2], tuple(r.p99_ms for r in sims)
+
+    drawn, drawn_seeds = median_run(service)
+    own = run_service(problem, plan, results, control, start_ns, service) if pace else service
+    sim, seed_p99 = (drawn, drawn_seeds) if own is service else median_run(own)
     network = network_for(problem, sim_options.get("network"), sim_options.get("hop_ms"))
-    service = sim_options.get("service") or problem.service
-    return replace(compare(summary, results, sims[len(sims) // 2]), seed_p99_ms=tuple(r.p99_ms for r in sims),
+    done = [(r["finished_ns"] - r["created_ns"]) / 1e6 for r in results if r["status"] == "done"]
+    served = sim.latency_ms[~sim.dropped]
+    return replace(compare(summary, results, sim), seed_p99_ms=seed_p99, drawn_p99_ms=drawn.p99_ms,
+                   drawn_attainment=drawn.attainment, served_ms=(_p(done, 99), _p(served, 99)),
                    components=components(problem, plan, results, network, service, seed))
+
+
+def run_service(problem: Problem, plan: Plan, results: Sequence[Mapping[str, Any]],
+                control: Sequence[tuple[int, Mapping[str, Any]]], start_ns: int, service: ServiceTime) -> ServiceTime:
+    """``service`` with each variant's pace as this run measured it (``ServiceTime.timelines``, one
+    window per ``service.slowdown_window_s``); ``service`` itself when no batch of the run has a
+    profile in ``problem``."""
+    from planner.calibrate import RunHops, configs_in_force, run_pace
+
+    hardware_of = {(sp.stage, a.variant): a.hardware for sp in plan.stages for a in sp.assignments}
+    for rec in configs_in_force(control, start_ns):  # a re-plan may have run a variant on other hardware
+        if "variant" in rec:
+            hardware_of.setdefault((rec["stage"], rec["variant"]), rec["hardware"])
+    curves = {(v.name, hw): c for st in problem.stages for v in st.variants for hw, c in v.latency.items()}
+    paces = run_pace(RunHops(list(results), hardware_of), curves, problem.host, start_ns, service.slowdown_window_s)
+    return replace(service, timelines=tuple(sorted(paces.items()))) if paces else service
 
 
 def format_like_for_like(x: LikeForLike) -> str:
@@ -217,6 +253,13 @@ def format_like_for_like(x: LikeForLike) -> str:
              f"{'SLO attainment':<22}{100 * x.measured_attainment:>11.2f}%{100 * x.estimated_attainment:>11.2f}%"]
     if len(x.seed_p99_ms) > 1:
         lines.append(f"(estimator p99 per seed: {' / '.join(f'{v:.1f}' for v in x.seed_p99_ms)} ms; the median above)")
+    if not math.isnan(x.drawn_p99_ms):
+        r = x.drawn_p99_ms / x.measured_p99_ms if x.measured_p99_ms > 0 else math.nan
+        lines.append(f"{'p99, pace drawn':<22}{x.measured_p99_ms:>12.1f}{x.drawn_p99_ms:>12.1f}{r:>8.2f}")
+        lines.append(f"{'SLO, pace drawn':<22}{100 * x.measured_attainment:>11.2f}%{100 * x.drawn_attainment:>11.2f}%")
+    m, e = x.served_ms
+    if not math.isnan(m):
+        lines.append(f"{'p99 of served ms':<22}{m:>12.1f}{e:>12.1f}{e / m if m > 0 else math.nan:>8.2f}")
     for s in x.stages:
         for k, q in ((0, "p50"), (1, "p99")):
             m, e = s.measured_ms[k], s.estimated_ms[k]

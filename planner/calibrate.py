@@ -120,10 +120,36 @@ def _quantiles(a: np.ndarray) -> list[float]:
     return [float(x) for x in np.percentile(a, QUANTILES)] if a.size else []
 
 
-def timeouts_of(plan: Mapping[str, Any] | None) -> dict[str, float]:
-    """stage -> its longest batch timeout in a plan document (``Plan.to_dict``)."""
-    return {sp["stage"]: max(a["batch_timeout_ms"] for a in sp["assignments"])
-            for sp in (plan or {}).get("stages", []) if sp["assignments"]}
+def timeouts_of(plan: Mapping[str, Any] | None, control: Iterable[Mapping[str, Any]] = ()) -> dict[str, float]:
+    """stage -> the shortest batch timeout in ms it had in a run: its longest in the plan document
+    (``Plan.to_dict``) or, if shorter, one a re-plan set (``control``: the run's StageConfig records).
+    A batch that waited that long may have waited for the timeout (:func:`dispatch_ms`): a re-plan
+    that shortened resize's from 27.4 to 25.1 ms made every batch of its last 13 s look like 25 ms of
+    the worker's own time, when the plan's timeout alone was checked."""
+    out = {sp["stage"]: max(a["batch_timeout_ms"] for a in sp["assignments"])
+           for sp in (plan or {}).get("stages", []) if sp["assignments"]}
+    for rec in control:
+        if "batch_timeout_ms" in rec and rec.get("stage") in out:
+            out[rec["stage"]] = min(out[rec["stage"]], float(rec["batch_timeout_ms"]))
+    return out
+
+
+def configs_in_force(control: Iterable[tuple[int, Mapping[str, Any]]], start_ns: int) -> list[Mapping[str, Any]]:
+    """The StageConfig records of a control topic (``(timestamp ns, record)``) in force at some time
+    from ``start_ns`` on: per stage, the newest epoch published by then, and every newer epoch after
+    it (the topic also holds earlier runs' configs; scaling actions carry no epoch)."""
+    before: dict[str, Mapping[str, Any]] = {}
+    later, epoch = [], {}
+    for at_ns, rec in sorted(control, key=lambda r: r[0]):
+        stage = rec.get("stage")
+        if "epoch" not in rec or rec["epoch"] < epoch.get(stage, -1):
+            continue
+        epoch[stage] = rec["epoch"]
+        if at_ns <= start_ns:
+            before[stage] = rec
+        else:
+            later.append(rec)
+    return [*before.values(), *later]
 
 
 def mean_concurrency(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -178,6 +204,43 @@ class RunHops(NamedTuple):
     results: list
     hardware_of: Mapping[tuple[str, str], str]
     timeouts_ms: Mapping[str, float] | None = None
+
+
+def run_pace(run: RunHops, curves: Mapping[tuple[str, str], LatencyCurve], host: HostModel | None,
+             start_ns: int, window_s: float = SLOWDOWN_WINDOW_S) -> dict[str, tuple[float, ...]]:
+    """How slow each variant@hardware ran, window by window from ``start_ns``, in a run that
+    happened: the mean of its batches' measured / expected service in each window (shrunk by
+    :func:`shrunk_means`), expected being ``curves`` (the calibrated ones the estimator draws around)
+    at the batch's size, slowed by ``host``'s core sharing at the batch's measured concurrency. What
+    is left is what a calibration cannot know beforehand: what else ran on the machine in that
+    second, and how it hit each model (an ONNX classifier's thread loses its core to the broker and
+    the load generator in a burst where a Python resize between them does not). For a like-for-like
+    replay of that run (``ServiceTime.timelines``)."""
+    b = _run_batches([run], curves)
+    ok = b.group >= 0
+    if not ok.any():
+        return {}
+    k, g, ratio = b.k[ok], b.group[ok], b.ratio[ok]
+    factor = ratio / (np.maximum(1.0, k / host.free_cores) if host is not None else 1.0)
+    w = np.maximum((b.start[ok] - start_ns) // int(window_s * 1e9), 0)
+    return {name: tuple(round(float(x), 4) for x in shrunk_means(w[g == i], factor[g == i]))
+            for name, i in b.keys.items() if (g == i).any()}
+
+
+def shrunk_means(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per window ``0..max(w)``, the mean of the values ``x`` in it, shrunk toward the mean of all by
+    how little its few values say (empirical Bayes: a window of n values keeps tau2 / (tau2 + v / n)
+    of its difference, v the variance within windows, tau2 what the windows' means vary by beyond
+    it): three batches with one 100 ms outlier among them are not a slow second. A window without
+    values gets the mean of all."""
+    n = np.bincount(w).astype(float)
+    means = np.bincount(w, weights=x) / np.maximum(n, 1)
+    mu = float(x.mean())
+    v = float(((x - means[w]) ** 2).sum() / max(len(x) - int((n > 0).sum()), 1))
+    seen = n > 0
+    tau2 = max(0.0, float(np.average((means[seen] - mu) ** 2, weights=n[seen])) - v * seen.sum() / len(x))
+    keep = np.where(seen, tau2 / (tau2 + v / np.maximum(n, 1)) if tau2 > 0 else 0.0, 0.0)
+    return mu + (means - mu) * keep
 
 
 def fit(results: Iterable[Mapping[str, Any]], curves: Mapping[tuple[str, str], LatencyCurve],

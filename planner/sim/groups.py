@@ -31,7 +31,7 @@ import numpy as np
 from planner.sim.params import BatchingChange, ReplicaChange, ServiceTime
 from planner.sim.servers import Queue, Server
 from streams.batching import BatchSettings
-from streams.latency import PREDICT_PERCENTILE, PREDICT_WINDOW, LatencyCurve
+from streams.latency import PREDICT_PERCENTILE, PREDICT_WINDOW, LatencyCurve, RecentLatency
 
 if TYPE_CHECKING:
     from planner.sim.stages import Stage
@@ -50,20 +50,28 @@ def range_assign(partitions: int, consumers: int) -> list[int]:
 class Latency(NamedTuple):
     """A variant's batch latency on its hardware, per batch size b (index 0 unused), in ns: ``base``
     as profiled (what a batch's run is drawn around) and ``predict``, what the agents predict and
-    decide with (``base`` x ``ServiceTime.agent_factor`` at that latency); ``spread``, the variant's
-    service time (``ServiceTime.for_variant``), whose spread its runs are drawn with."""
+    decide with; ``spread``, the variant's service time (``ServiceTime.for_variant``), whose spread
+    its runs are drawn with; ``observe(b, ns)``, told every batch's run (None: nothing to learn).
+
+    When runs vary, ``predict`` is the worker's own predictor (``streams.latency.RecentLatency``,
+    seeded with the same curve) learning from the simulated runs as the worker's learns from its
+    real ones: after a slow second it predicts longer and runs smaller batches or drops, as the worker
+    does. When runs are exactly ``base`` (``learn`` False: deterministic service on dedicated cores)
+    it is ``base`` itself, all that predictor would ever say."""
 
     predict: Callable[[int], int]
     base: list[int]
     spread: ServiceTime | None = None
+    observe: Callable[[int, int], None] | None = None
 
     @classmethod
-    def of(cls, curve: LatencyCurve, max_batch: int, service: ServiceTime) -> "Latency":
+    def of(cls, curve: LatencyCurve, max_batch: int, service: ServiceTime, learn: bool = True) -> "Latency":
         """``service`` is the variant's own (``ServiceTime.for_variant``)."""
-        sizes = range(1, max_batch + 1)
-        predict = [int(curve.ns(b) * service.agent_factor(PREDICT_WINDOW, PREDICT_PERCENTILE, curve.ms(b)))
-                   for b in sizes]
-        return cls(([0] + predict).__getitem__, [0] + [int(curve.ns(b)) for b in sizes], service)
+        base = [0] + [int(curve.ns(b)) for b in range(1, max_batch + 1)]
+        if not learn:
+            return cls(base.__getitem__, base, service)
+        learner = RecentLatency(curve, PREDICT_WINDOW, PREDICT_PERCENTILE)
+        return cls(learner.predict_ns, base, service, learner.observe)
 
 
 class Mix:
@@ -101,6 +109,7 @@ class Group:
         self.predict: Callable[[int], int] = latency.predict  # predict(b) -> ns, b in 1..max_batch
         self.base = latency.base  # l(b) as profiled, ns: a batch's run is l(b) x a factor
         self.spread = latency.spread  # the variant's service time: the factor's spread
+        self.observe = latency.observe  # the predictor's observe(b, ns), or None
         self.mix = mix  # None: one variant
         self.counts = counts  # replicas per assignment of the stage; the group runs their sum
         self.deadline: Callable[[int], int] = world.deadline.__getitem__
@@ -123,7 +132,7 @@ class Group:
         """New batching (and the latency of the variant and hardware it names) for windows taken from
         now on; a window already taken finishes as it was planned. A mixed pool keeps its split."""
         latency = self.latency_of(c.variant, c.hardware, c.max_batch)
-        self.predict, self.base, self.spread = latency
+        self.predict, self.base, self.spread, self.observe = latency
         self.settings = BatchSettings.from_ms(c.max_batch, c.batch_timeout_ms, self.settings.drop_late)
         for q in {id(s.queue): s.queue for s in self.servers}.values():
             q.version, q.wake_at = q.version + 1, -1  # a wake-up planned under the old timeout is stale

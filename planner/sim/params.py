@@ -12,8 +12,6 @@ Every check names the bad value; the simulator itself never validates again.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
-from statistics import NormalDist
 from dataclasses import dataclass, replace
 from numbers import Integral
 from typing import Mapping, Sequence
@@ -256,8 +254,9 @@ class ServiceTime:
     ``exponential``: an exponential of mean l(b). ``lognormal``: mean l(b), coefficient of variation
     ``cv``; with ``cv_by_ms`` ((profiled ms, cv) points, ascending) the cv depends on how long the
     batch runs, interpolated in log-log between the points and flat beyond them (a calibration
-    measures them: a 4 ms batch varies far more, relatively, than a 100 ms one). Drop and batch decisions predict l(b) x
-    :meth:`agent_factor`, what a worker's predictor settles at; they cannot know the draw.
+    measures them: a 4 ms batch varies far more, relatively, than a 100 ms one). Drop and batch decisions
+    predict with the worker's own predictor, which learns from the runs drawn
+    (``planner.sim.groups.Latency``); they cannot know the draw.
 
     ``slowdown`` (mean 1): the machine's pace over time, one factor per ``slowdown_window_s``. Every
     batch that starts in a window is multiplied by that window's factor, drawn at random from
@@ -283,6 +282,8 @@ class ServiceTime:
     dispatch: Transit = Transit()
     cv_by_ms: tuple[tuple[float, float], ...] = ()  # (): the same cv for every batch
     by_variant: tuple[tuple[str, tuple[tuple[float, float], ...]], ...] = ()  # variant@hardware -> cv points
+    timeline: tuple[float, ...] = ()  # window i's pace, in time order from 0 (a run's own); () = drawn
+    timelines: tuple[tuple[str, tuple[float, ...]], ...] = ()  # variant@hardware -> its own timeline
 
     def __post_init__(self) -> None:
         if self.kind not in SERVICE_KINDS:
@@ -291,8 +292,10 @@ class ServiceTime:
         if (self.kind == "lognormal") != (self.cv > 0):
             raise ValueError(f"ServiceTime.cv must be > 0 exactly for kind 'lognormal' "
                              f"(kind {self.kind!r}, cv {self.cv!r})")
-        for i, v in enumerate(self.slowdown):
-            _finite_at_least(f"ServiceTime.slowdown[{i}]", v)
+        for name, seq in (("slowdown", self.slowdown), ("timeline", self.timeline),
+                          *((f"timelines[{k!r}]", t) for k, t in self.timelines)):
+            for i, v in enumerate(seq):
+                _finite_at_least(f"ServiceTime.{name}[{i}]", v)
         if not (self.slowdown_window_s > 0 and math.isfinite(self.slowdown_window_s)):
             raise ValueError(f"ServiceTime.slowdown_window_s must be > 0, got {self.slowdown_window_s!r}")
         for i, (ms, cv) in enumerate(self.cv_by_ms):
@@ -312,11 +315,13 @@ class ServiceTime:
 
     def for_variant(self, key: str) -> "ServiceTime":
         """The service time of the variant@hardware ``key``: its own spread where ``by_variant`` has
-        one (everything else as here), else this one."""
+        one and its own ``timeline`` where ``timelines`` has one (everything else as here), else this one."""
+        own = dict(self.timelines).get(key)
         for name, points in self.by_variant:
             if name == key:
-                return replace(self, cv=points[0][1], cv_by_ms=tuple(points), by_variant=())
-        return self
+                return replace(self, cv=points[0][1], cv_by_ms=tuple(points), by_variant=(), timelines=(),
+                               timeline=own or self.timeline)
+        return replace(self, timeline=own, timelines=()) if own else self
 
     def cv_at(self, ms):
         """The lognormal's coefficient of variation for batches whose profiled latency is ``ms`` (a
@@ -331,7 +336,7 @@ class ServiceTime:
 
     @property
     def is_deterministic(self) -> bool:
-        return self.kind == "deterministic" and not self.slowdown
+        return self.kind == "deterministic" and not self.slowdown and not self.timeline and not self.timelines
 
     @property
     def has_dispatch(self) -> bool:
@@ -344,6 +349,7 @@ class ServiceTime:
         window_ns = int(self.slowdown_window_s * 1e9)
         paces: dict[int, float] = {}
         slow = np.asarray(self.slowdown or (1.0,), dtype=float)
+        timeline = self.timeline
         within = iter(())
         lognormal = self.kind == "lognormal"
         # (base_ns, id(spread)) -> (log-sd, -log-sd^2 / 2, spread): holding the spread keeps its id unique
@@ -352,8 +358,10 @@ class ServiceTime:
         def factor(now: int, base_ns: int, spread: "ServiceTime | None" = None) -> float:
             nonlocal within
             w = now // window_ns
-            m = paces.get(w)
-            if m is None:
+            own = spread.timeline if spread is not None else timeline
+            if w < len(own):
+                m = own[w]
+            elif (m := paces.get(w)) is None:
                 m = paces[w] = float(rng.choice(slow))
             z = next(within, None)
             if z is None:
@@ -370,20 +378,6 @@ class ServiceTime:
 
         return factor
 
-    def agent_factor(self, window: int, percentile: float, ms: float = 0.0) -> float:
-        """The factor a worker's predictor settles at (``streams.latency.RecentLatency``: the
-        ``percentile``-th of its last ``window`` runs) for batches of profiled latency ``ms``: the
-        median of that order statistic of the factor. The estimator's drop and batch decisions
-        predict l(b) times this, as the agents do."""
-        if self.is_deterministic:
-            return 1.0
-        k = min(window, max(1, math.ceil(percentile / 100.0 * window)))
-        u = _median_order_statistic(k, window)
-        if self.kind == "exponential":
-            return -math.log1p(-u)
-        sd = float(self._log_sd(ms))
-        return math.exp(-sd * sd / 2 + sd * NormalDist().inv_cdf(u))
-
     def factors(self, rng: np.random.Generator, n: int, ms: np.ndarray | None = None) -> np.ndarray:
         """``n`` per-batch factors of mean 1 (for batches of profiled latency ``ms``, one each)."""
         if self.kind == "exponential":
@@ -395,16 +389,3 @@ class ServiceTime:
             sd = self._log_sd(np.asarray(ms, dtype=float))
             return np.exp(-sd * sd / 2 + sd * rng.standard_normal(n))
         return np.ones(n)
-
-
-@lru_cache(maxsize=None)
-def _median_order_statistic(k: int, n: int) -> float:
-    """The median of the k-th smallest of n uniforms (Beta(k, n - k + 1)), by bisection on its CDF."""
-    def cdf(x: float) -> float:
-        return sum(math.comb(n, j) * x ** j * (1 - x) ** (n - j) for j in range(k, n + 1))
-
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < 0.5 else (lo, mid)
-    return (lo + hi) / 2

@@ -178,8 +178,8 @@ _DISPATCHED = object()  # a Server's token: its worker's own time is over, the b
 
 
 class Server:
-    __slots__ = ("group", "queue", "win_t", "win_r", "win_s", "rest", "predict", "base", "spread", "key", "br", "bs",
-                 "busy", "retired", "paused_until", "version", "pending")
+    __slots__ = ("group", "queue", "win_t", "win_r", "win_s", "rest", "predict", "base", "spread", "observe", "key", "br", "bs",
+                 "busy", "ran_at", "retired", "paused_until", "version", "pending")
 
     def __init__(self, group: "Group", queue: Queue, paused_until: int = 0) -> None:
         self.group = group
@@ -191,6 +191,8 @@ class Server:
         self.predict = group.predict  # of the variant being worked off
         self.base = group.base
         self.spread = group.spread  # the variant's service time (its spread)
+        self.observe = group.observe  # its predictor's observe(b, ns), or None
+        self.ran_at = 0  # when the running batch went to the host
         self.key = 0  # completion key of the next sub-batch
         self.br: list[int] = []  # the running batch: requests, produce times
         self.bs: list[int] = []
@@ -206,7 +208,7 @@ class Server:
         mix = g.mix
         if mix is None:
             self.win_t, self.win_r, self.win_s = wt, wr, ws
-            self.predict, self.base, self.spread = g.predict, g.base, g.spread  # the batching in force now
+            self.predict, self.base, self.spread, self.observe = g.predict, g.base, g.spread, g.observe  # in force now
             return self.work(now)
         self.rest = [(p, [wt[i] for i in idx], [wr[i] for i in idx], [ws[i] for i in idx])
                      for p, idx in reversed(mix.split(wr))]
@@ -215,7 +217,7 @@ class Server:
     def next_variant(self, now: int) -> bool:
         """Work off the window's next variants until one runs a batch; False when none does."""
         while self.rest:
-            (self.predict, self.base, self.spread), self.win_t, self.win_r, self.win_s = self.rest.pop()
+            (self.predict, self.base, self.spread, self.observe), self.win_t, self.win_r, self.win_s = self.rest.pop()
             if self.work(now):
                 return True
         return False
@@ -234,12 +236,10 @@ class Server:
             if lat < 0:
                 return False
         self.busy = True
-        if g.factor is None:
-            work = lat
-        else:
-            base = self.base[len(self.br)]
-            work = int(base * g.factor(now, base, self.spread))
+        base = self.base[len(self.br)]  # the run is drawn around the profile; ``lat`` is only the prediction
+        work = base if g.factor is None else int(base * g.factor(now, base, self.spread))
         if g.dispatch is None:
+            self.ran_at = now
             g.host.run(self, work, now, self.key)
         else:  # the worker's own time first: it holds the instance, not the host's shared cores
             self.pending = (work, self.key)
@@ -264,9 +264,12 @@ class Server:
     def fire(self, now: int, token: object) -> None:
         """``token`` None: the running batch is done. Else the end of a pause (stale unless current)."""
         if token is _DISPATCHED:
+            self.ran_at = now
             self.group.host.run(self, self.pending[0], now, self.pending[1])
         elif token is None:
             self.busy = False
+            if self.observe is not None:  # the worker's predictor learns from every run (``Latency``)
+                self.observe(len(self.br), now - self.ran_at)
             self.group.stage.done(self.br, self.bs, now)
             self.next(now)
         elif token == self.version and not self.busy:

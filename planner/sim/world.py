@@ -45,6 +45,7 @@ class World:
         self.request_ids = request_ids  # what a mixed stage's routing rule reads (None: str(i))
         self.factor = None if service.is_deterministic else service.pace(svc)  # factor(now, base_ns)
         self.service = service
+        self.learns = host is not None or not service.is_deterministic  # runs differ from the profile
         # the worker's time per batch (ns), or None; its stream exists only then, so runs without it
         # draw exactly as before
         self.dispatch = Draws(partial(service.dispatch.sample_ns, self.stream())).one if service.has_dispatch else None
@@ -98,11 +99,11 @@ class _HopTimes:
         return [vis[i] for i in order], [reqs[i] for i in order]
 
 
-def _latency_of(stage, service: ServiceTime, variant: str, hardware: str, max_batch: int) -> Latency:
+def _latency_of(stage, service: ServiceTime, learn: bool, variant: str, hardware: str, max_batch: int) -> Latency:
     curve = stage.variant(variant).latency.get(hardware)
     if curve is None:
         raise Unprofiled(f"stage {stage.name}: variant {variant} has no latency profile on {hardware}")
-    return Latency.of(curve, max_batch, service.for_variant(variant_key(variant, hardware)))
+    return Latency.of(curve, max_batch, service.for_variant(variant_key(variant, hardware)), learn)
 
 
 class Unprofiled(ValueError):
@@ -130,7 +131,8 @@ def build(problem: Problem, plan: Plan, world: World, scaling: Mapping[str, str]
             if curve is None:
                 raise Unprofiled(f"stage {name} is deployed on {a.hardware} (its primary assignment's) but variant "
                                  f"{v} has no latency profile there")
-            tables.append(Latency.of(curve, a.max_batch, world.service.for_variant(variant_key(v, a.hardware))))
+            tables.append(Latency.of(curve, a.max_batch, world.service.for_variant(variant_key(v, a.hardware)),
+                                     world.learns))
         mix = None
         if len(variants) > 1:
             key = tuple(sorted(use.items()))
@@ -140,7 +142,7 @@ def build(problem: Problem, plan: Plan, world: World, scaling: Mapping[str, str]
             index = {v: k for k, v in enumerate(variants)}
             mix = Mix([index[v] for v in routed[key]], tables)
         settings = BatchSettings.from_ms(a.max_batch, a.batch_timeout_ms, drop_late)
-        latency_of = partial(_latency_of, problem.stage(name), world.service)
+        latency_of = partial(_latency_of, problem.stage(name), world.service, world.learns)
         counts = [x.replicas for x in sp.assignments]
         if scaling[name] == "instances":
             st.group = InstanceGroup(world, st, settings, tables[0], counts, mix)

@@ -57,14 +57,18 @@ def fit_report(report_dirs: str | Path | list, pipe, profiles_dir: str | Path, *
 
 def run_hops(report: Path, pipe, raw_store):
     """A report's results, the hardware its plan ran each variant on and its batch timeouts."""
-    from planner.calibrate import RunHops, timeouts_of
+    from planner.calibrate import RunHops, configs_in_force, timeouts_of
 
     results_file, plan_file = report / "results.jsonl", report / "plan.json"
     if not results_file.exists():
         raise click.ClickException(f"{results_file}: no results in this report")
     results = [json.loads(line) for line in results_file.read_text().splitlines() if line.strip()]
     plan_doc = json.loads(plan_file.read_text()) if plan_file.exists() else None
-    return RunHops(results, hardware_of(pipe, raw_store, plan_doc), timeouts_of(plan_doc))
+    control_file = report / "control.jsonl"  # the re-plans the run saw (older reports have none)
+    control = [(d["at_ns"], d["record"]) for d in map(json.loads, control_file.read_text().splitlines())] \
+        if control_file.exists() else []
+    start_ns = min((r["created_ns"] for r in results), default=0)
+    return RunHops(results, hardware_of(pipe, raw_store, plan_doc), timeouts_of(plan_doc, configs_in_force(control, start_ns)))
 
 
 @click.command("calibrate")
@@ -118,7 +122,8 @@ def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_
     doc = fit_report(list(fit_dirs), pipe, profiles_dir, store=False) if fit_dirs else store.calibration
     click.echo(f"calibration: {_named(doc)}")
     opts = LiveOptions(activation_s=activation_s, seed=seed)
-    click.echo(f"{'report':<40}{'p99 ms':>9}{'est. p99':>10}{'est/meas':>9}{'seeds ms':>12}{'SLO met':>9}{'est. SLO':>9}")
+    click.echo(f"{'report':<40}{'p99 ms':>9}{'est. p99':>10}{'est/meas':>9}{'seeds ms':>12}{'SLO met':>9}{'est. SLO':>9}"
+               f"{'drawn p99':>10}{'drawn/meas':>11}")
     for rep in map(Path, report_dirs):
         summary, plan = read_summary(rep / "summary.json"), Plan.from_dict(json.loads((rep / "plan.json").read_text()))
         problem = local_problem(pipe, store, opts, rate_qps=max(plan.rate_qps, 1.0))  # the run's arrivals replace it
@@ -128,7 +133,8 @@ def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_
         seeds = f"{min(est.seed_p99_ms):.0f}-{max(est.seed_p99_ms):.0f}"
         click.echo(f"{str(rep):<40}{est.measured_p99_ms:>9.1f}{est.estimated_p99_ms:>10.1f}"
                    f"{est_ratio(est.estimated_p99_ms, est.measured_p99_ms):>9}{seeds:>12}"
-                   f"{100 * est.measured_attainment:>8.2f}%{100 * est.estimated_attainment:>8.2f}%")
+                   f"{100 * est.measured_attainment:>8.2f}%{100 * est.estimated_attainment:>8.2f}%"
+                   f"{est.drawn_p99_ms:>10.1f}{est_ratio(est.drawn_p99_ms, est.measured_p99_ms):>11}")
         if detail:
             click.echo(format_like_for_like(est) + "\n")
 

@@ -311,3 +311,61 @@ def test_a_refit_keeps_the_spread_measured_before_at_batch_lengths_it_did_not_ru
     assert merged_spread({"scale": 1.0, "cv_by_ms": [[5.0, 0.4], [60.0, 0.1]]}, old, "v2")["cv_by_ms"] == \
         [[5.0, 0.4], [60.0, 0.1]]  # the new runs spanned it all
     assert merged_spread({"scale": 1.0}, old, "v2") == {"scale": 1.0}  # too few batches for a spread: pooled
+
+
+def test_a_batch_timeout_a_re_plan_shortened_is_not_taken_for_the_workers_own_time():
+    from planner.calibrate import configs_in_force, timeouts_of
+
+    plan = {"stages": [{"stage": "a", "assignments": [{"batch_timeout_ms": 27.4}]}]}
+    start = 10**12
+    control = [(start - 10**9, {"stage": "a", "epoch": 50, "batch_timeout_ms": 0.0}),  # an earlier run's
+               (start - 10**6, {"stage": "a", "epoch": 53, "batch_timeout_ms": 27.4}),  # in force at the start
+               (start + 10**9, {"stage": "a", "replicas": 2}),  # a scaling action: no batching
+               (start + 5 * 10**9, {"stage": "a", "epoch": 55, "batch_timeout_ms": 25.1}),  # a re-plan
+               (start + 6 * 10**9, {"stage": "a", "epoch": 54, "batch_timeout_ms": 1.0})]  # stale: older epoch
+    assert [r["epoch"] for r in configs_in_force(control, start)] == [53, 55]
+    assert timeouts_of(plan) == {"a": 27.4}
+    assert timeouts_of(plan, configs_in_force(control, start)) == {"a": 25.1}
+
+
+def test_shrunk_means_keep_well_measured_seconds_and_discount_a_thin_noisy_one():
+    from planner.calibrate import shrunk_means
+
+    rng = np.random.default_rng(0)
+    w = np.repeat(np.arange(20), 50)
+    level = 1.0 + 0.3 * rng.standard_normal(20)  # seconds really differ; 50 batches each say by how much
+    x = level[w] + 0.1 * rng.standard_normal(w.size)
+    out = shrunk_means(w, x)
+    raw = np.bincount(w, weights=x) / 50
+    assert np.abs(out - raw).max() < 0.01
+    # seconds that barely differ (0.02) under a noisy spread (0.3): a second of two batches, one an
+    # outlier, says little, and keeps little of its raw mean of 2.0
+    x = (1.0 + 0.02 * rng.standard_normal(20))[w] + 0.3 * rng.standard_normal(w.size)
+    out = shrunk_means(np.concatenate([w, [20, 20]]), np.concatenate([x, [1.0, 3.0]]))
+    assert abs(out[20] - 1.0) < 0.1
+    assert np.ptp(shrunk_means(w, np.ones(w.size))) == 0.0  # nothing varies: every second at the mean
+
+
+def test_run_pace_is_each_variants_measured_over_expected_service_by_window_with_sharing_taken_out():
+    from planner.calibrate import RunHops, run_pace
+    from planner.sim.params import HostModel
+
+    # one request every 100 ms; its stage-b batch runs 2x its profile in second 3, else as profiled
+    results = [result(i, transit_in=1.0, transit_between=1.0, scale=2.0 if 3000 <= i * 100 < 4000 else 1.0,
+                      every_ms=100) for i in range(60)]
+    for r in results:  # stage a as profiled throughout
+        a = r["hops"][0]
+        a["finished_ns"] = a["started_ns"] + int(CURVE.ms(4) * MS)
+    pace = run_pace(RunHops(results, HW), CURVES, None, 0)
+    assert set(pace) == {"va@cpu", "vb@cpu"}
+    assert pace["va@cpu"] == pytest.approx([1.0] * 6, abs=0.01)
+    b = pace["vb@cpu"]
+    assert b[3] > 1.8 and all(abs(v - 1.0) < 0.2 for i, v in enumerate(b) if i != 3)
+    # the same batches as if two ran at once on one free core: sharing explains 2x, the pace is 1
+    shared = [result(i, transit_in=1.0, transit_between=1.0, scale=2.0, every_ms=100) for i in range(60)]
+    for r in shared:
+        r["hops"][1]["worker"] = "w2"
+        r["hops"][1]["started_ns"], r["hops"][1]["finished_ns"] = r["hops"][0]["started_ns"], r["hops"][0]["finished_ns"]
+        r["hops"][0]["finished_ns"] = r["hops"][0]["started_ns"] + int(2 * CURVE.ms(4) * MS)
+    both = run_pace(RunHops(shared, HW), CURVES, HostModel(1.0), 0)
+    assert both["vb@cpu"] == pytest.approx([1.0] * 6, abs=0.01)
