@@ -107,8 +107,9 @@ def calibrate_cmd(report_dirs: tuple[str, ...], pipeline_file: str, profiles_dir
 @click.option("--seed", default=0, show_default=True)
 @click.option("--detail", is_flag=True, help="Also each run's per-stage table (residence, hop components).")
 def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_s, seed, detail) -> None:
-    """The estimator on finished live runs, like for like: each run's own arrivals, replica changes and
-    plan, with the calibration in force ($SLIPSTREAM_CALIBRATION) or one fitted with --fit."""
+    """The estimator on finished live runs, like for like: each run's own arrivals, replica changes,
+    re-plans, plan and each model's measured pace (est. p99; drawn p99: the pace drawn from the
+    calibration instead), with the calibration in force ($SLIPSTREAM_CALIBRATION) or one fitted with --fit."""
     from loadgen.compare import est_ratio
     from loadgen.render import read_summary
     from loadgen.replay_estimate import format_like_for_like

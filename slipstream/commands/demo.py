@@ -137,7 +137,8 @@ def demo(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, 
         plan, summary = run.plan, run.summary
         click.echo(f"\nplan ({mode}): planner's estimate for its sample: p99 {plan.predicted_p99_ms:.1f} ms at "
                    f"{plan.rate_qps:.1f} qps")
-        click.echo("the estimator on this run's own arrivals and replica changes, against the measured run:")
+        click.echo("the estimator on this run's own arrivals, replica changes, re-plans and each model's measured "
+                   "pace (and with the pace drawn from the calibration), against the measured run:")
         click.echo(format_like_for_like(run.estimate))
         refit(pipe, store, Path(report_dir))
         click.echo(f"report and plots in {report_dir}/ (summary.txt, summary.json, *.png); "
