@@ -122,9 +122,12 @@ def format_comparison(rows: Sequence[ComparisonRow]) -> str:
 
 def est_ratio(est: float, measured: float) -> str:
     """estimated / measured p99 as printed: ``inf=inf`` when both are past the SLO's reach (more than
-    1 % dropped or late beyond measure on both sides), ``-`` when one side is missing."""
+    1 % dropped or late beyond measure on both sides), ``meas=inf`` when only the run is, ``-`` when
+    one side is missing."""
     if math.isnan(est) or math.isnan(measured) or measured <= 0:
         return "-"
     if math.isinf(est) and math.isinf(measured):
         return "inf=inf"
+    if math.isinf(measured):
+        return "meas=inf"  # the run lost more than 1 %, the estimate did not
     return "inf" if math.isinf(est) else f"{est / measured:.2f}"
