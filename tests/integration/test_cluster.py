@@ -71,5 +71,9 @@ async def test_replicated_topics_survive_one_broker_killed(cluster, unique):
     await asyncio.to_thread(broker.start_node, cluster, victim.node_id)
     await asyncio.to_thread(broker.wait_in_sync, cluster, victim.node_id, 120.0)
     async with admin.admin_client(settings) as a:
-        (meta,) = await a.describe_topics([topic])
+        for _ in range(100):  # each request asks a random broker, whose metadata cache may lag the one
+            (meta,) = await a.describe_topics([topic])  # wait_in_sync asked: bounded poll
+            if all(victim.node_id in p["isr"] for p in meta["partitions"]):
+                break
+            await asyncio.sleep(0.1)
     assert all(victim.node_id in p["isr"] for p in meta["partitions"])
