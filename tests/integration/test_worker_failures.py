@@ -58,13 +58,19 @@ async def test_an_output_the_broker_refuses_becomes_an_error_result_and_the_work
         await pub.publish(topics.control(pipe.name), "StageConfig", rec, "resize")
         await pub.stop()
         async with PipelineClient(pipe, kafka) as client:
-            # requests before the config takes effect all go small; wait until a big one is refused
-            ids = []
-            for _ in range(40):
-                req = make_request(pipe, png())
-                ids.append(req["request_id"])
-                await client.send(req)
-            results = {rid: await client.result(rid, 60) for rid in ids}
+            # requests before the config takes effect all go small: send rounds of 20 until a big one
+            # is refused (each round's results are the event to wait on; bounded)
+            ids, results = [], {}
+            for _ in range(15):
+                sent = []
+                for _ in range(20):
+                    req = make_request(pipe, png())
+                    sent.append(req["request_id"])
+                    await client.send(req)
+                ids += sent
+                results.update({rid: await client.result(rid, 60) for rid in sent})
+                if any(r["status"] == "error" for r in results.values()):
+                    break
         await assert_exactly_once(kafka, pipe.name, ids)
         refused = [r for r in results.values() if r["status"] == "error"]
         done = [r for r in results.values() if r["status"] == "done"]
