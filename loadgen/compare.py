@@ -73,7 +73,7 @@ def compare_runs(specs: Sequence[str], runner: Callable[[str, bool], Summary | t
         acc = math.nan if s.mean_accuracy is None else s.mean_accuracy
         predicted = {} if est is None else dict(predicted_p99_ms=est.estimated_p99_ms, predicted_seeds_ms=est.seed_p99_ms,
                                                 predicted_attainment=est.estimated_attainment,
-                                                drawn_p99_ms=getattr(est, "drawn_p99_ms", math.nan))
+                                                drawn_p99_ms=est.drawn_p99_ms)
         rows.append(ComparisonRow(spec, mode, tuned, s.cost_total_usd, s.cost_mean_per_hour, s.attainment,
                                   s.latency.p99_ms, acc, s.dropped, s.requests, **predicted))
     base = next((r for r in rows if r.mode == BASELINE and not r.error), None)

@@ -111,19 +111,15 @@ def batching_changes(control: Sequence[tuple[int, Mapping[str, Any]]], plan: Pla
     control topic; the newest epoch per stage wins; what was in force when the run started (``start_ns``,
     its first arrival) is a change at 0 s where it differs from ``plan``; a later change that brings a
     new variant or hardware takes effect a model load (``activation_s``) after its record."""
-    configs, epoch = [], {}  # (s after the start, stage, batching) of each newest-epoch StageConfig
-    stages = {sp.stage for sp in plan.stages}
-    for at_ns, rec in sorted(control, key=lambda r: r[0]):
-        stage = rec.get("stage")
-        if "epoch" not in rec or stage not in stages or rec["epoch"] < epoch.get(stage, -1):
-            continue  # a ScalingAction (replicas only: the replica series has them), or an older epoch
-        epoch[stage] = rec["epoch"]
-        configs.append(((at_ns - start_ns) / NS, stage,
-                        (rec["variant"], rec["hardware"], int(rec["max_batch"]), float(rec["batch_timeout_ms"]))))
+    from planner.calibrate import configs_in_force
+
     current = {sp.stage: _batching(sp.primary) for sp in plan.stages}
+    configs = [((at_ns - start_ns) / NS, rec["stage"],
+                (rec["variant"], rec["hardware"], int(rec["max_batch"]), float(rec["batch_timeout_ms"])))
+               for at_ns, rec in configs_in_force(control, start_ns) if rec["stage"] in current]
     out = []
     for stage in current:
-        before = [b for t, st, b in configs if st == stage and t <= 0]
+        before = [b for t, st, b in configs if st == stage and t <= 0]  # the one in force at the start
         if before and before[-1] != current[stage]:
             current[stage] = before[-1]
             out.append(BatchingChange(0.0, stage, *before[-1]))
@@ -203,9 +199,9 @@ def compare(summary: Summary, results: Sequence[Mapping[str, Any]], sim: SimResu
 
 def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequence[Mapping[str, Any]], *,
                  control: Sequence[tuple[int, Mapping[str, Any]]] = (), seed: int = 0, seeds: int = SEEDS,
-                 pace: bool = True, **sim_options: Any) -> LikeForLike:
+                 **sim_options: Any) -> LikeForLike:
     """The estimator on this run's arrivals, replica changes and re-plans (``control``: what it saw
-    on the control topic) and, with ``pace``, the machine's pace as the run measured it, against what
+    on the control topic) and the machine's pace as the run measured it, against what
     was measured: one simulation per seed (``seed``, ``seed + 1``, ...); the run with the median p99
     is the estimate (a single run's p99 moves by tens of percent from seed to seed once service and
     transits vary). ``drawn_p99_ms`` is the same with the pace drawn from the calibration."""
@@ -221,7 +217,7 @@ def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequen
         return sims[len(sims) // 2], tuple(r.p99_ms for r in sims)
 
     drawn, drawn_seeds = median_run(service)
-    own = run_service(problem, plan, results, control, start_ns, service) if pace else service
+    own = run_service(problem, plan, results, control, start_ns, service)
     sim, seed_p99 = (drawn, drawn_seeds) if own is service else median_run(own)
     network = network_for(problem, sim_options.get("network"), sim_options.get("hop_ms"))
     done = [(r["finished_ns"] - r["created_ns"]) / 1e6 for r in results if r["status"] == "done"]
@@ -238,8 +234,8 @@ def run_service(problem: Problem, plan: Plan, results: Sequence[Mapping[str, Any
     profile in ``problem``."""
     from planner.calibrate import RunHops, configs_in_force, run_pace
 
-    hardware_of = {(sp.stage, a.variant): a.hardware for sp in plan.stages for a in sp.assignments}
-    for rec in configs_in_force(control, start_ns):  # a re-plan may have run a variant on other hardware
+    hardware_of = plan.hardware_of()
+    for _at, rec in configs_in_force(control, start_ns):  # a re-plan may have run a variant on other hardware
         if "variant" in rec:
             hardware_of.setdefault((rec["stage"], rec["variant"]), rec["hardware"])
     curves = {(v.name, hw): c for st in problem.stages for v in st.variants for hw, c in v.latency.items()}

@@ -120,25 +120,29 @@ def _quantiles(a: np.ndarray) -> list[float]:
     return [float(x) for x in np.percentile(a, QUANTILES)] if a.size else []
 
 
-def timeouts_of(plan: Mapping[str, Any] | None, control: Iterable[Mapping[str, Any]] = ()) -> dict[str, float]:
+def timeouts_of(plan: Mapping[str, Any] | None, control: Iterable[tuple[int, Mapping[str, Any]]] = ()
+                ) -> dict[str, float]:
     """stage -> the shortest batch timeout in ms it had in a run: its longest in the plan document
-    (``Plan.to_dict``) or, if shorter, one a re-plan set (``control``: the run's StageConfig records).
+    (``Plan.to_dict``) or, if shorter, one a re-plan set (``control``: the run's StageConfig records,
+    (timestamp ns, record) as :func:`configs_in_force` gives them).
     A batch that waited that long may have waited for the timeout (:func:`dispatch_ms`): a re-plan
     that shortened resize's from 27.4 to 25.1 ms made every batch of its last 13 s look like 25 ms of
     the worker's own time, when the plan's timeout alone was checked."""
     out = {sp["stage"]: max(a["batch_timeout_ms"] for a in sp["assignments"])
            for sp in (plan or {}).get("stages", []) if sp["assignments"]}
-    for rec in control:
+    for _at, rec in control:
         if "batch_timeout_ms" in rec and rec.get("stage") in out:
             out[rec["stage"]] = min(out[rec["stage"]], float(rec["batch_timeout_ms"]))
     return out
 
 
-def configs_in_force(control: Iterable[tuple[int, Mapping[str, Any]]], start_ns: int) -> list[Mapping[str, Any]]:
-    """The StageConfig records of a control topic (``(timestamp ns, record)``) in force at some time
-    from ``start_ns`` on: per stage, the newest epoch published by then, and every newer epoch after
-    it (the topic also holds earlier runs' configs; scaling actions carry no epoch)."""
-    before: dict[str, Mapping[str, Any]] = {}
+def configs_in_force(control: Iterable[tuple[int, Mapping[str, Any]]], start_ns: int
+                     ) -> list[tuple[int, Mapping[str, Any]]]:
+    """The StageConfig records of a control topic (``(timestamp ns, record)``, kept as such) in force
+    at some time from ``start_ns`` on: per stage, the newest epoch published by then, and every newer
+    epoch after it, in time order (the topic also holds earlier runs' configs; scaling actions carry
+    no epoch)."""
+    before: dict[str, tuple[int, Mapping[str, Any]]] = {}
     later, epoch = [], {}
     for at_ns, rec in sorted(control, key=lambda r: r[0]):
         stage = rec.get("stage")
@@ -146,9 +150,9 @@ def configs_in_force(control: Iterable[tuple[int, Mapping[str, Any]]], start_ns:
             continue
         epoch[stage] = rec["epoch"]
         if at_ns <= start_ns:
-            before[stage] = rec
+            before[stage] = (at_ns, rec)
         else:
-            later.append(rec)
+            later.append((at_ns, rec))
     return [*before.values(), *later]
 
 

@@ -99,6 +99,10 @@ class Plan:
                 return s
         raise KeyError(name)
 
+    def hardware_of(self) -> dict[tuple[str, str], str]:
+        """(stage, variant) -> the hardware its assignment runs it on."""
+        return {(sp.stage, a.variant): a.hardware for sp in self.stages for a in sp.assignments}
+
     def key(self) -> tuple:
         """What identifies the deployed configuration (used to decide whether a plan changed)."""
         return tuple((s.stage, tuple((a.variant, a.hardware, a.max_batch, a.replicas,

@@ -165,7 +165,7 @@ class Replanner:
         fit (``refit_min_batches``) or nothing fits."""
         if not self.settings.refit_min_batches or plan is None:
             return self
-        hardware_of = {(sp.stage, a.variant): a.hardware for sp in plan.stages for a in sp.assignments}
+        hardware_of = plan.hardware_of()
         try:
             doc = calibrate.fit(results, calibrate.profiled_curves(self.base, self.calibration), hardware_of,
                                 source="results topic", min_batches=self.settings.refit_min_batches,

@@ -262,11 +262,10 @@ def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions):
     """``loadgen.replay_estimate.estimate_run`` on a live run's report (its ``results.jsonl``)."""
     from loadgen.replay_estimate import estimate_run
     from planner.estimator import Transit, network_for
+    from slipstream.commands.loadgen import read_control
 
     results = [json.loads(line) for line in (report_dir / "results.jsonl").read_text().splitlines() if line]
-    control_file = report_dir / "control.jsonl"  # older reports have none: replica changes only
-    control = [(d["at_ns"], d["record"]) for d in map(json.loads, control_file.read_text().splitlines())] \
-        if control_file.exists() else []
+    control = read_control(report_dir)
     # a result's finished_ns is stamped before the hop to the results topic: leave that hop out
     return estimate_run(problem, plan, summary, results, control=control, seed=opts.seed,
                         activation_s=opts.activation_s,

@@ -58,17 +58,16 @@ def fit_report(report_dirs: str | Path | list, pipe, profiles_dir: str | Path, *
 def run_hops(report: Path, pipe, raw_store):
     """A report's results, the hardware its plan ran each variant on and its batch timeouts."""
     from planner.calibrate import RunHops, configs_in_force, timeouts_of
+    from slipstream.commands.loadgen import read_control
 
     results_file, plan_file = report / "results.jsonl", report / "plan.json"
     if not results_file.exists():
         raise click.ClickException(f"{results_file}: no results in this report")
     results = [json.loads(line) for line in results_file.read_text().splitlines() if line.strip()]
     plan_doc = json.loads(plan_file.read_text()) if plan_file.exists() else None
-    control_file = report / "control.jsonl"  # the re-plans the run saw (older reports have none)
-    control = [(d["at_ns"], d["record"]) for d in map(json.loads, control_file.read_text().splitlines())] \
-        if control_file.exists() else []
     start_ns = min((r["created_ns"] for r in results), default=0)
-    return RunHops(results, hardware_of(pipe, raw_store, plan_doc), timeouts_of(plan_doc, configs_in_force(control, start_ns)))
+    return RunHops(results, hardware_of(pipe, raw_store, plan_doc),
+                   timeouts_of(plan_doc, configs_in_force(read_control(report), start_ns)))
 
 
 @click.command("calibrate")

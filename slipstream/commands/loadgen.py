@@ -53,6 +53,13 @@ def loadgen() -> None:
     """Workload traces, open-loop replay and reports."""
 
 
+def read_control(report_dir: Path) -> list[tuple[int, dict]]:
+    """A report's ``control.jsonl`` (:func:`_write_control`) as (Kafka timestamp ns, record); [] for
+    older reports, which have none (the estimator then replays replica changes only)."""
+    path = Path(report_dir) / "control.jsonl"
+    return [(d["at_ns"], d["record"]) for d in map(json.loads, path.read_text().splitlines())] if path.exists() else []
+
+
 @loadgen.command()
 @click.option("--trace", "spec", required=True, help="Trace spec, e.g. gamma:rate=50,cv2=4,duration=60.")
 @click.option("--seed", default=0, show_default=True)

@@ -112,7 +112,8 @@ def test_compare_rows_carry_the_estimate_of_each_real_run():
     from loadgen.compare import est_ratio
 
     res = [{"request_id": "x", "status": "done", "created_ns": 0, "finished_ns": 100 * 10**6, "deadline_ns": 10**9}]
-    est = SimpleNamespace(estimated_p99_ms=110.0, estimated_attainment=0.995, seed_p99_ms=(90.0, 110.0, 131.0))
+    est = SimpleNamespace(estimated_p99_ms=110.0, estimated_attainment=0.995, seed_p99_ms=(90.0, 110.0, 131.0),
+                          drawn_p99_ms=math.nan)
     rows = compare_runs(["milp"], lambda mode, tuned: (summarize(res, slo_ms=1000, end_ns=10**9, start_ns=0), est))
     assert rows[0].predicted_p99_ms == 110.0 and rows[0].predicted_attainment == 0.995
     table = format_comparison(rows)

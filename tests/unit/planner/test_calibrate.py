@@ -323,7 +323,7 @@ def test_a_batch_timeout_a_re_plan_shortened_is_not_taken_for_the_workers_own_ti
                (start + 10**9, {"stage": "a", "replicas": 2}),  # a scaling action: no batching
                (start + 5 * 10**9, {"stage": "a", "epoch": 55, "batch_timeout_ms": 25.1}),  # a re-plan
                (start + 6 * 10**9, {"stage": "a", "epoch": 54, "batch_timeout_ms": 1.0})]  # stale: older epoch
-    assert [r["epoch"] for r in configs_in_force(control, start)] == [53, 55]
+    assert [r["epoch"] for _at, r in configs_in_force(control, start)] == [53, 55]
     assert timeouts_of(plan) == {"a": 27.4}
     assert timeouts_of(plan, configs_in_force(control, start)) == {"a": 25.1}
 
