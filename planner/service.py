@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from planner import calibrate, milp
+from planner.capacity import StageCapacity, stage_capacity
 from planner.forecast import ForecastSettings, forecast_peak
 from planner.modes import make_planner
 from planner.plan import Plan, config_of
@@ -55,6 +56,7 @@ class TunerHandoff:
     rho: Mapping[str, float]
     visit_ratio: Mapping[str, float]
     replicas: Mapping[str, int]
+    capacity: Mapping[str, StageCapacity] = field(default_factory=dict)  # what the plan can serve, per stage
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ def handoff(problem: Problem, plan: Plan, envelope: EnvelopeFn | None = None) ->
         s_m = problem.visit_ratio(sp.stage)
         mu[sp.stage], sm[sp.stage], reps[sp.stage] = m, s_m, sp.replicas
         rho[sp.stage] = (plan.rate_qps * s_m) / (sp.replicas * m) if sp.replicas and m else math.inf
-    return TunerHandoff(plan.rate_qps, windows, rates, mu, rho, sm, reps)
+    return TunerHandoff(plan.rate_qps, windows, rates, mu, rho, sm, reps, stage_capacity(problem, plan, windows))
 
 
 def handoff_record(h: TunerHandoff, pipeline: str, epoch: int, at_ns: int = 0) -> dict[str, Any]:
@@ -124,7 +126,10 @@ def handoff_record(h: TunerHandoff, pipeline: str, epoch: int, at_ns: int = 0) -
             "windows_s": [float(w) for w in h.windows_s], "rates_qps": [float(r) for r in h.sample_rates],
             "stages": [{"stage": s, "replicas": int(h.replicas[s]), "mu_qps": float(h.mu_qps[s]),
                         "visit_ratio": float(h.visit_ratio[s])} for s in h.replicas],
-            "at_ns": int(at_ns)}
+            "at_ns": int(at_ns),
+            "capacity": [{"stage": c.stage, "budget_ms": float(c.budget_ms), "rate_qps": float(c.rate_qps),
+                          "window_qps": [float(x) for x in c.window_qps]}
+                         for c in h.capacity.values() if math.isfinite(c.rate_qps)]}
 
 
 def stage_configs(pipeline: str, plan: Plan, problem: Problem, epoch: int) -> tuple[dict[str, Any], ...]:
