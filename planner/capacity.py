@@ -41,16 +41,16 @@ def path_transit_ms(problem: Problem, path: Sequence[str]) -> float:
 
 
 def stage_latency_ms(problem: Problem, plan: Plan) -> dict[str, float]:
-    """Each stage's analytical latency (``planner.plan``: l(b) + (b - 1) / lambda_s, the largest of
-    its assignments) at the plan's rate."""
-    return {sp.stage: max(config_of(problem, sp.stage, a, plan.rate_qps).latency_ms for a in sp.assignments)
-            for sp in plan.stages}
+    """Each stage's latency under the batching rule with no queue: an item waits at most the batch
+    timeout, then its batch runs l(b) (the largest of the stage's assignments)."""
+    return {sp.stage: max(config_of(problem, sp.stage, a, plan.rate_qps).exec_ms + a.batch_timeout_ms
+                          for a in sp.assignments) for sp in plan.stages}
 
 
 def stage_budgets_ms(problem: Problem, plan: Plan) -> dict[str, float]:
     """Each stage's share of the SLO: the SLO less the path's transits, split over the path's stages in
-    proportion to their analytical latency; a stage on several paths takes its smallest share, so
-    the shares of every path sum to at most its budget."""
+    proportion to their :func:`stage_latency_ms`; a stage on several paths takes its smallest share,
+    so the shares of every path sum to at most its budget."""
     lat = stage_latency_ms(problem, plan)
     share: dict[str, float] = {}
     for p in problem.paths():
