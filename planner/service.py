@@ -188,9 +188,9 @@ class Replanner:
         problem = replace(self.base, rate_qps=rate, arrivals_s=sample)
         planner = make_planner(s.mode, solver=s.solver, time_limit_s=s.time_limit_s,
                                validate=s.validate and sample.size > 0)
-        plan = planner.plan(problem)
-        changed = plan.feasible and (state.plan is None or plan.key() != state.plan.key())
-        if not plan.feasible:
+        plan = planner.plan(problem)  # infeasible: the highest-capacity plan, deployed all the same
+        changed = bool(plan.stages) and (state.plan is None or plan.key() != state.plan.key())
+        if not plan.stages:
             out = ReplanOutput(plan, False, rate, (), None, problem)
             return out, replace(state, last_step_ns=now_ns)
         epoch = state.epoch + 1 if changed else state.epoch

@@ -98,9 +98,11 @@ def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, setting
     from tuner.envelope import envelope
 
     problem = local_problem(pipe, store, opts, arrivals_s=sample)
-    plan = make_planner(opts.mode).plan(problem)
+    plan = make_planner(opts.mode).plan(problem)  # infeasible: the highest-capacity plan (planner.fallback)
+    if not plan.stages:
+        raise ModeNotApplicable(f"no {opts.mode} plan: {plan.reason}")
     if not plan.feasible:
-        raise ModeNotApplicable(f"no feasible {opts.mode} plan: {plan.reason}")
+        click.echo(f"plan: {plan.notes[0]}", err=True)
     for sp in plan.stages:
         a = sp.primary
         click.echo(f"plan: {sp.stage}: {a.variant} on {a.hardware}, max batch {a.max_batch}, x{sp.replicas}")

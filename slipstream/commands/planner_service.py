@@ -52,7 +52,7 @@ def planner_cmd(pipeline_file, profiles_dir, mode, interval_s, lookback_s, once,
         p = out.plan
         metrics.observe(out)
         stepped.append(True)
-        status = "changed, published" if out.changed else ("unchanged" if p.feasible else f"infeasible: {p.reason}")
+        status = ("changed, published" if out.changed else "unchanged") + ("" if p.feasible else f"; {(p.notes or (p.reason,))[0]}")
         measured = "no results yet" if measured_p99_ms is None else f"{measured_p99_ms:.1f} ms"
         click.echo(f"forecast {out.forecast_qps:.1f} qps -> {p.mode} plan {status}; cost "
                    f"{p.cost_per_hour:.3f} $/h, p99 ({LATE}) predicted {p.predicted_p99_ms}, measured {measured}")
