@@ -31,7 +31,8 @@ class StageCapacity:
     stage: str
     budget_ms: float  # the stage's share of the SLO
     rate_qps: float  # what its planned replicas keep up with, back to back at the planned batch
-    window_qps: tuple[float, ...]  # per window w_i: the most arrivals in w_i served within budget, / w_i
+    window_qps: tuple[float, ...]  # per window w_i: the most arrivals in w_i served within budget, / w_i;
+    # empty when the stage cannot serve a lone item within its budget (no delay bound at any rate)
 
 
 def path_transit_ms(problem: Problem, path: Sequence[str]) -> float:
@@ -73,11 +74,13 @@ def stage_capacity(problem: Problem, plan: Plan, windows_s: Sequence[float]) -> 
         if s_m <= 0:  # no request reaches it: it limits nothing
             out[sp.stage] = StageCapacity(sp.stage, budgets[sp.stage], math.inf, tuple(math.inf for _ in windows_s))
             continue
-        one = [served_within(int(w * NS_PER_S), int(budgets[sp.stage] * NS_PER_MS), a.max_batch,
-                             max(1, int(c.exec_ms * NS_PER_MS)), int(a.batch_timeout_ms * NS_PER_MS))
-               for w in windows_s]
-        out[sp.stage] = StageCapacity(sp.stage, budgets[sp.stage], sp.replicas * c.throughput_qps / s_m,
-                                      tuple(sp.replicas * n / (s_m * w) for n, w in zip(one, windows_s)))
+        def served(w: float) -> int:
+            return served_within(int(w * NS_PER_S), int(budgets[sp.stage] * NS_PER_MS), a.max_batch,
+                                 max(1, int(c.exec_ms * NS_PER_MS)), int(a.batch_timeout_ms * NS_PER_MS))
+        # a stage that cannot serve even a lone item within its share (l(b) + timeout > budget) has no
+        # delay bound at any rate: no window capacity (the tuner sizes it to the sample, as before)
+        window = tuple(sp.replicas * served(w) / (s_m * w) for w in windows_s) if served(0.0) > 0 else ()
+        out[sp.stage] = StageCapacity(sp.stage, budgets[sp.stage], sp.replicas * c.throughput_qps / s_m, window)
     return out
 
 

@@ -129,7 +129,7 @@ def handoff_record(h: TunerHandoff, pipeline: str, epoch: int, at_ns: int = 0) -
             "at_ns": int(at_ns),
             "capacity": [{"stage": c.stage, "budget_ms": float(c.budget_ms), "rate_qps": float(c.rate_qps),
                           "window_qps": [float(x) for x in c.window_qps]}
-                         for c in h.capacity.values() if math.isfinite(c.rate_qps)]}
+                         for c in h.capacity.values() if math.isfinite(c.rate_qps) and c.window_qps]}
 
 
 def stage_configs(pipeline: str, plan: Plan, problem: Problem, epoch: int) -> tuple[dict[str, Any], ...]:

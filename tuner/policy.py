@@ -32,6 +32,7 @@ envelope at window w_i, r_i = the live envelope):
 """
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, replace
 from typing import Mapping
@@ -104,9 +105,15 @@ class TunerPlan:
         return stage.capacity_qps if stage.window_capacity_qps else self.mean_rate_qps
 
     def sized_envelope(self, stage: StagePlan) -> tuple[float, ...]:
-        """Per plan window, the rate the planned replicas are sized for: what they serve within the
-        SLO when the hand-off says it, else the sample's envelope (InferLine's r_i^plan)."""
-        return stage.window_capacity_qps or self.envelope.rates_qps
+        """Per plan window w_i, the rate the planned replicas are sized for. With the hand-off's
+        capacity: what they serve within the SLO of a burst that lasts as long again (the capacity
+        at the first plan window >= 2 w_i, the last beyond it): the tuner sees an excess only once
+        it has come, and the replicas it adds serve later. Without: the sample's envelope
+        (InferLine's r_i^plan)."""
+        if not stage.window_capacity_qps:
+            return self.envelope.rates_qps
+        ws, cap = self.envelope.windows_s, stage.window_capacity_qps
+        return tuple(cap[min(bisect.bisect_left(ws, 2 * w * (1 - _EPS)), len(ws) - 1)] for w in ws)
 
     @property
     def rho_min(self) -> float:

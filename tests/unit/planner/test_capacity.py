@@ -40,3 +40,13 @@ def test_stage_capacity_is_the_batching_service_curve_in_pipeline_requests():
     assert b.window_qps[1] == pytest.approx(3 * 4 * 12 / 2 / 1.0)  # floor(1296.875 / 100) = 12
     assert caps["a"].rate_qps == pytest.approx(100.0)
     assert capacity_qps(problem, plan) == (pytest.approx(60.0), "b")
+
+
+def test_a_stage_that_cannot_serve_a_lone_item_within_its_share_has_no_window_capacity():
+    """SLO 150: the path budget 120 ms is below its no-queue latency (160 ms), so every share is below its
+    stage's l(b) + timeout (a: 7.5 < 10, b: 112.5 < 150): no delay bound at any rate."""
+    problem = parse_problem({**DOC, "slo_ms": 150})
+    caps = stage_capacity(problem, plan_of(problem), (0.2, 1.0))
+    assert caps["b"].window_qps == () and caps["b"].rate_qps == pytest.approx(60.0)
+    assert caps["a"].window_qps == ()
+    assert stage_capacity(problem := parse_problem({**DOC, "slo_ms": 190}), plan_of(problem), (0.2,))["b"].window_qps

@@ -138,3 +138,16 @@ def test_a_capacity_must_cover_every_window():
         TunerPlan(EnvelopeSnapshot(WINDOWS, tuple(1.0 for _ in WINDOWS)), 1.0, (stage,))
     with pytest.raises(ValueError, match="capacity_qps > 0"):
         StagePlan("m", 1, 10.0, 1.0, 0.0, (20.0, 10.0))
+
+
+def test_a_burst_is_taken_to_last_as_long_again():
+    """A window's live rate is held to the capacity at twice the window (the burst goes on while new
+    replicas load), the last window to its own."""
+    caps = tuple(30.0 + 60.0 / (1 + i) for i in range(len(WINDOWS)))  # falling toward the sustained rate
+    stage = StagePlan("m", 1, 30.0, 1.0, 30.0, caps)
+    plan = TunerPlan(EnvelopeSnapshot(WINDOWS, tuple(5.0 for _ in WINDOWS)), 5.0, (stage,))
+    assert plan.sized_envelope(stage) == caps[1:] + caps[-1:]
+    rates = [0.0] * len(WINDOWS)
+    rates[2] = (caps[2] + caps[3]) / 2  # within the window's own capacity, beyond twice the window's
+    target, trigger = stage_up_target(plan, stage, 1, EnvelopeSnapshot(WINDOWS, tuple(rates)), 1.0, "per-window")
+    assert target == 2 and trigger.window_s == WINDOWS[2] and trigger.planned_rate_qps == pytest.approx(caps[3])
