@@ -13,6 +13,9 @@
   (each stage's most accurate variant on its fastest hardware, one common max batch: the largest
   whose analytical path latency fits the SLO), replicated to the trace's mean rate, or its peak rate
   over a sliding window as long as the SLO. Checked, never tightened (they are baselines).
+
+No mode refuses: ``make_planner`` wraps each in :class:`NeverRefuses`, which turns an infeasible
+result into the highest-capacity plan the mode's rules allow (``planner.fallback``).
 """
 from __future__ import annotations
 

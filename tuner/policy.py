@@ -5,8 +5,12 @@ that are tested alone: :func:`demand` (the replica formula at one window), :func
 (which windows trigger, and what they ask for), :func:`down_target` and :func:`bounded`.
 
 Formulas (s_m = visit ratio, mu_m = single-replica throughput at the planned batch, R_m = planned
-replicas, n_m = replicas running now, lambda = the sample trace's mean rate, r_i^plan = the sample
-envelope at window w_i, r_i = the live envelope):
+replicas, n_m = replicas running now, r_i = the live envelope at window w_i; what the planned
+replicas are sized for, :meth:`TunerPlan.sized_envelope` and :meth:`TunerPlan.sized_rate`: with the
+hand-off's capacity (docs/tuner.md, "What the plan can serve") r_i^plan = the rate they serve within
+the SLO of a burst seen over w_i that lasts as long again (the capacity at 2 w_i) and lambda = the
+rate they keep up with, and no noise slack (a computed bound); without it, r_i^plan = the sample
+envelope and lambda = the planned rate):
 
 - provisioning ratio ``rho_m = lambda * s_m / (mu_m * R_m)`` (InferLine's "lambda / mu" read so that
   the planned rate reproduces the planned replica count: ``ceil(lambda s_m / (mu_m rho_m)) = R_m``).
