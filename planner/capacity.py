@@ -74,12 +74,13 @@ def stage_capacity(problem: Problem, plan: Plan, windows_s: Sequence[float]) -> 
         if s_m <= 0:  # no request reaches it: it limits nothing
             out[sp.stage] = StageCapacity(sp.stage, budgets[sp.stage], math.inf, tuple(math.inf for _ in windows_s))
             continue
-        def served(w: float) -> int:
-            return served_within(int(w * NS_PER_S), int(budgets[sp.stage] * NS_PER_MS), a.max_batch,
-                                 max(1, int(c.exec_ms * NS_PER_MS)), int(a.batch_timeout_ms * NS_PER_MS))
+        budget_ns, batch_ns = int(budgets[sp.stage] * NS_PER_MS), max(1, int(c.exec_ms * NS_PER_MS))
+        timeout_ns = int(a.batch_timeout_ms * NS_PER_MS)
+        one = [served_within(int(w * NS_PER_S), budget_ns, a.max_batch, batch_ns, timeout_ns) for w in windows_s]
         # a stage that cannot serve even a lone item within its share (l(b) + timeout > budget) has no
         # delay bound at any rate: no window capacity (the tuner sizes it to the sample, as before)
-        window = tuple(sp.replicas * served(w) / (s_m * w) for w in windows_s) if served(0.0) > 0 else ()
+        bounded = served_within(0, budget_ns, a.max_batch, batch_ns, timeout_ns) > 0
+        window = tuple(sp.replicas * n / (s_m * w) for n, w in zip(one, windows_s)) if bounded else ()
         out[sp.stage] = StageCapacity(sp.stage, budgets[sp.stage], sp.replicas * c.throughput_qps / s_m, window)
     return out
 
