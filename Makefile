@@ -6,7 +6,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: venv test unit demo kafka-up kafka-down clean
+.PHONY: venv test unit faults demo kafka-up kafka-down clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
@@ -26,6 +26,11 @@ test: venv
 
 unit: venv
 	$(BIN)/python -m pytest -q tests/unit
+
+# Fault runs on a Kafka cluster of their own (three brokers on 127.0.0.1:19210..19215, one killed
+# mid-replay), started and stopped by the tests: exactly-once across a broker failure.
+faults: venv
+	$(BIN)/python -m pytest -q -m faults tests/integration
 
 demo: venv
 	$(BIN)/slipstream demo

@@ -39,16 +39,22 @@ def _with(fn):
 @click.option("--case", "only", multiple=True, help="Run only the cases whose name contains this (repeatable).")
 @click.option("--drain-s", default=90.0, show_default=True, help="Wait this long for results after the last send.")
 @click.option("--report", "report_dir", default=None, help="[default: reports/chaos-<brokers>b]")
+@click.option("--port", type=int, default=None,
+              help="Run on a Kafka of the run's own on this port (node 1's; started and stopped by the run), "
+                   "apart from a shared broker the broker faults must not kill.")
+@click.option("--kafka-state", default=None, help="State folder of that Kafka [default: .state/kafka or "
+                                                   ".state/kafka-cluster].")
 def chaos(pipeline_file, brokers, profiles_dir, mode, replan_s, trace, fault_at_s, broker_down_s, freeze_s,
-          freeze_stage, only, drain_s, report_dir) -> None:
+          freeze_stage, only, drain_s, report_dir, port, kafka_state) -> None:
     """Inject faults under an open-loop replay: kill -9 every stage worker, the join, the tuner and the
     planner service, SIGSTOP a worker past its session timeout, kill the broker (one of three with
-    --brokers 3). Per case: requests, missing, duplicates, conflicting statuses, recovery time."""
+    --brokers 3). Per case: requests, missing, duplicates, conflicting statuses, recovery time.
+    SLIPSTREAM_PROCESSING=exactly-once runs every process with exactly-once processing."""
     from slipstream.chaos import FREEZE_S, ChaosOptions, run_suite
 
     run_suite(ChaosOptions(pipeline_file, trace, fault_at_s, brokers, broker_down_s, freeze_s or FREEZE_S,
                            freeze_stage, tuple(only), profiles_dir, report_dir or f"reports/chaos-{brokers}b",
-                           mode, replan_s, drain_s))
+                           mode, replan_s, drain_s, port=port, kafka_state=kafka_state))
 
 
 @click.command()
