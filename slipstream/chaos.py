@@ -363,6 +363,7 @@ def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
                                        f"warm-{stamp}", opts.fault_at_s, opts.drain_s))
         click.echo(f"warm-up ({opts.warmup_s:g} s, not scored): {out.requests} requests, {out.missing} missing")
         for k, case in enumerate(cases):
+            t0 = time.monotonic()  # a case's time includes waiting for the last case's restarts
             stack.wait_settled()
             click.echo(f"\n== case {k + 1}/{len(cases)}: {case.name}")
             run_id = f"c{k:02d}-{stamp}"
@@ -373,7 +374,8 @@ def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
             (report / "cases" / f"{k:02d}.json").write_text(json.dumps(
                 {"name": case.name, "case": asdict(case), "outcome": out.row(), "fault_ns": injected.fault_ns,
                  "sent": sent, "results": records}) + "\n")
-            click.echo(chaos.format_table([out]).splitlines()[-1] + (f"  [{out.note}]" if out.note else ""))
+            click.echo(chaos.format_table([out]).splitlines()[-1] + (f"  [{out.note}]" if out.note else "")
+                       + f"  ({time.monotonic() - t0:.0f} s)")
     finally:
         restarts = tear_down(stack, settings, pipe, cluster, started)
     title = (f"slipstream chaos: {pipe.name}, {cluster.brokers} broker(s), {opts.trace}, fault at "

@@ -6,22 +6,29 @@
   again with a new producer (the old one's sequence numbers no longer match the broker's), the
   refused output replaced by an error result; the requests after it are still served;
 - a rebalance between two live exactly-once workers: a second worker of the stage joins mid-stream
-  and takes half the partitions, and a third later leaves again.
+  and takes half the partitions, and a third later leaves again;
+- a long broker outage (the test's own broker frozen with SIGSTOP past every step's deadline while
+  transactions are open): the transactions fail in their commit or abort, and their partitions are
+  read again from their committed offsets (a group rebalance) once the broker is back.
 """
 from __future__ import annotations
 
 import asyncio
 import os
+import re
+import signal
 import time
+import urllib.request
 
 import numpy as np
 import yaml
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from loadgen.collect import check_exactly_once
-from streams import admin, topics
+from agents.transactions import STEP_TIMEOUT_S
+from streams import admin, broker, topics
 from streams.client import PipelineClient, make_request
-from streams.config import EXACTLY_ONCE
+from streams.config import EXACTLY_ONCE, KafkaSettings
 from streams.spec import load_pipeline
 
 from .helpers import read_topic
@@ -38,9 +45,9 @@ RELAY = {  # one stage that returns its input: the result's size is the request'
 }
 
 
-def relay_pipeline(name: str, tmp_path):
+def relay_pipeline(name: str, tmp_path, **overrides):
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"name": name, **RELAY}))
+    path.write_text(yaml.safe_dump({"name": name, **RELAY, **overrides}))
     return path, load_pipeline(path)
 
 
@@ -140,3 +147,52 @@ async def test_a_rebalance_between_live_exactly_once_workers_loses_and_doubles_n
         exactly_once(raw, ids)
     finally:
         workers.stop()
+
+
+def counter(worker, name: str, **labels: str) -> float:
+    """A counter of ``worker``'s /metrics (the address from its ready line), summed over other labels."""
+    addr = re.search(r"metrics=(\S+)", "".join(worker.lines)).group(1)
+    text = urllib.request.urlopen(f"http://{addr}/metrics", timeout=10).read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def test_a_long_broker_outage_reads_the_open_transactions_partitions_again(own_broker, unique, tmp_path):
+    kafka = KafkaSettings(bootstrap=own_broker.bootstrap)
+    path, pipe = relay_pipeline(unique, tmp_path, slo_ms=300_000)  # no deadline passes in the outage
+    await admin.ensure_topics(kafka, topics.all_topics(pipe))
+    workers = Workers(path, kafka.bootstrap, EOS)
+    try:
+        (w,) = workers.start("relay")
+        async with PipelineClient(pipe, kafka) as client:
+            ids: list[str] = []
+
+            async def steady(n: int, rate: float) -> None:
+                for i in range(n):
+                    ids.extend(await send(client, pipe, [b"r-%d" % len(ids)]))
+                    await asyncio.sleep(1 / rate)
+
+            await steady(20, 20.0)
+            load = asyncio.create_task(steady(60, 20.0))  # transactions open when the broker freezes
+            await asyncio.sleep(1.0)
+            pid = broker.running_pid(own_broker)
+            os.kill(pid, signal.SIGSTOP)  # past a send's deadline plus an abort's: each attempt fails
+            try:
+                await asyncio.sleep(2 * STEP_TIMEOUT_S + 2)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            await load
+            for rid in ids:
+                await client.result(rid, 120)
+        raw = await read_topic(kafka, topics.results(pipe.name), min_count=len(ids), idle_s=3.0, short_ok=True)
+        got = exactly_once(raw, ids)
+        assert [got[rid]["status"] for rid in ids] == ["done"] * len(ids), [(got[r]["status"], got[r]["reason"])
+                                                                         for r in ids]
+        assert counter(w, "slipstream_delivery_failures_total", outcome="re-read") >= 1
+        assert w.proc.poll() is None  # the same worker process throughout
+    finally:
+        workers.stop()
+        print("".join(line for w in workers.running for line in w.lines)[-6000:])  # shown on failure
