@@ -95,5 +95,5 @@ def read(model: type[D], doc: Any, source: str, error: type[Exception]) -> D:
     try:
         return model.model_validate(doc)
     except ValidationError as exc:
-        lines = [f"{source}: {_message(e)}" for e in exc.errors(include_url=False)]
+        lines = [f"{source}: " * bool(source) + _message(e) for e in exc.errors(include_url=False)]
         raise error("\n".join(dict.fromkeys(lines))) from None

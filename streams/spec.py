@@ -206,11 +206,8 @@ def parse_pipeline(doc: Any, *, source_file: str = "<memory>") -> Pipeline:
         edges.append(Edge(src=e.src, dst=e.dst, fanout=e.fanout, probability=e.probability))
     pipe = Pipeline(name=d.name, slo_ms=d.slo_ms, hardware=hardware, stages=tuple(stages),
                     edges=tuple(edges), input_content_type=d.input_content_type, source_file=source_file)
-    sources = [s for s in snames if not pipe.parents(s)]
-    if len(sources) != 1:
-        raise fail("edges", "exactly one source stage (a stage with no incoming edge)", sources)
-    if len(pipe.topo_order) != len(stages):
-        raise fail("edges", "an acyclic graph", [f"{e.src}->{e.dst}" for e in edges])
+    if (wrong := pipe.shape_error()) is not None:
+        raise fail("edges", *wrong)
     return pipe
 
 
