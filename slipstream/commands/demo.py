@@ -18,6 +18,8 @@ from pathlib import Path
 
 import click
 
+from slipstream.options import state_default
+
 from loadgen.compare import ModeNotApplicable
 from loadgen.replay_estimate import format_like_for_like
 from loadgen.traces import first_step_s
@@ -38,7 +40,7 @@ common = [
                  help="The planner plans from this first part of the trace, the quiet phase before the "
                       "step (the tuner handles the rest) [default: a step trace's first at=; other "
                       "traces need it]."),
-    click.option("--profiles", "profiles_dir", default=".state/profiles", show_default=True),
+    click.option("--profiles", "profiles_dir", default=state_default("profiles"), show_default="STATE_DIR/profiles"),
     click.option("--activation-s", default=1.0, show_default=True,
                  help="Replica activation time for the tuner and estimator: a new model instance loads and "
                       "warms beside serving (slipstream bench scaling); scale-down waits 3x it."),

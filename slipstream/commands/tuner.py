@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from slipstream.options import key_values, metrics_addr_option
+from slipstream.options import key_values, metrics_addr_option, state_default
 import numpy as np
 import yaml
 
@@ -185,7 +185,8 @@ def _tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_ad
               show_default=True, help="With --profiles: the planner mode.")
 @click.option("--replan-s", default=30.0, show_default=True,
               help="With --profiles: the planner service re-plans from live arrivals this often (0: never).")
-@click.option("--log-dir", default=".state/workers", show_default=True, help="Worker stdout/stderr logs.")
+@click.option("--log-dir", default=state_default("workers"), show_default="STATE_DIR/workers",
+              help="Worker stdout/stderr logs.")
 def up_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, lookback_s, metrics_addr,
            reserve_cores, plan_file, sample, mu, profiles_dir, trace_spec, mode, replan_s, log_dir) -> None:
     """Run the pipeline's initial plan as local worker processes, with the tuner on top.
