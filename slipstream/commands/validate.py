@@ -35,4 +35,23 @@ def validate(specs: tuple[str, ...], schema: bool) -> None:
     sys.exit(1 if bad else 0)
 
 
-commands = [validate]
+@click.command()
+@click.option("--copy", "copy_to", type=click.Path(file_okay=False), default=None,
+              help="Copy the example pipelines (and their JSON Schema) into this folder.")
+def examples(copy_to: str | None) -> None:
+    """List the example pipelines that ship with Slipstream (their paths), or copy them somewhere."""
+    import shutil
+    from pathlib import Path
+
+    from streams.assets import deploy_dir
+
+    folder = deploy_dir() / "pipelines"
+    files = sorted(folder.glob("*.yaml")) + [folder / "pipeline.schema.json"]
+    if copy_to:
+        Path(copy_to).mkdir(parents=True, exist_ok=True)
+        files = [Path(shutil.copy(f, copy_to)) for f in files]
+    for f in files:
+        click.echo(str(f))
+
+
+commands = [validate, examples]
