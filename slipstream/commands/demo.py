@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from slipstream.options import state_default
+from slipstream.options import state_default, state_dir
 
 from loadgen.compare import ModeNotApplicable
 from loadgen.replay_estimate import format_like_for_like
@@ -151,7 +151,7 @@ def demo(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, 
         click.echo("interrupted: shutting down", err=True)
     finally:
         if started:
-            broker.down(broker.default_broker(), progress=click.echo)
+            broker.down(broker.default_broker(root=state_dir()), progress=click.echo)
 
 
 @click.command("compare-live")
@@ -186,7 +186,7 @@ def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_re
             raise click.ClickException(f"mode(s) failed:\n{failures(rows)}")
     finally:
         if started:
-            broker.down(broker.default_broker(), progress=click.echo)
+            broker.down(broker.default_broker(root=state_dir()), progress=click.echo)
 
 
 commands = [demo, compare_live]
