@@ -179,10 +179,13 @@ def _write_config(b: LocalBroker) -> Path:
 
 
 def _cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, base64url without padding (what random-uuid prints)."""
+    """A KRaft cluster id: 16 random bytes, base64url without padding (what random-uuid prints). Like
+    Kafka's Uuid.randomUuid, never one starting with '-': the storage tool would read it as an option."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while (cid := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+        pass
+    return cid
 
 
 def running_pid(b: LocalBroker) -> int | None:
