@@ -63,3 +63,23 @@ def profiles_option(**kw):
     return click.option("--profiles", "profiles_dir", default=state_default("profiles"),
                         show_default="STATE_DIR/profiles", type=click.Path(file_okay=False),
                         help="Profile store (slipstream profile).", **kw)
+
+
+class RenamedOption(click.Option):
+    """An option whose former spellings (``aliases``) still parse but are left out of ``--help``."""
+
+    def __init__(self, *args, aliases: tuple[str, ...] = (), **kw) -> None:
+        super().__init__(*args, **kw)
+        self.aliases = aliases
+
+    def get_help_record(self, ctx):
+        shown, self.opts = self.opts, [o for o in self.opts if o not in self.aliases]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = shown
+
+
+def renamed_option(name: str, former: str, dest: str, **kw):
+    """``name``, also accepted under its ``former`` spelling (hidden)."""
+    return click.option(name, former, dest, cls=RenamedOption, aliases=(former,), **kw)

@@ -7,7 +7,7 @@ import signal
 
 import click
 
-from slipstream.options import key_values, metrics_addr_option, profiles_option
+from slipstream.options import key_values, metrics_addr_option, profiles_option, renamed_option
 from streams.config import KafkaSettings
 
 MODES = ("milp", "inferline", "loki", "cg-mean", "cg-peak")
@@ -17,11 +17,10 @@ MODES = ("milp", "inferline", "loki", "cg-mean", "cg-peak")
 @click.option("--pipeline", "pipeline_file", required=True, type=click.Path(exists=True, dir_okay=False))
 @profiles_option()
 @click.option("--mode", type=click.Choice(MODES), default="milp", show_default=True)
-@click.option("--interval-s", "interval_s", type=float, default=None, help="Seconds between re-plans [default: 30].")
-@click.option("--interval", "interval_alias", type=float, default=None, hidden=True)  # the former spelling
-@click.option("--lookback-s", "lookback_s", type=float, default=None,
-              help="Seconds of arrival history read at start [default: 120].")
-@click.option("--lookback", "lookback_alias", type=float, default=None, hidden=True)  # the former spelling
+@renamed_option("--interval-s", "--interval", "interval_s", default=30.0, show_default=True,
+                help="Seconds between re-plans.")
+@renamed_option("--lookback-s", "--lookback", "lookback_s", default=120.0, show_default=True,
+                help="Seconds of arrival history read at start.")
 @click.option("--once", is_flag=True, help="Plan once from the history, publish, and exit.")
 @click.option("--handoff", type=click.Path(dir_okay=False), default=None,
               help="Write the tuner plan (sample envelope, mu, rho, visit ratios) here after each change.")
@@ -29,11 +28,9 @@ MODES = ("milp", "inferline", "loki", "cg-mean", "cg-peak")
 @click.option("--hardware", "pins", multiple=True,
               help="STAGE=HW: plan STAGE on hardware HW only (Kubernetes: a pod's hardware is fixed).")
 @metrics_addr_option()
-def planner_cmd(pipeline_file, profiles_dir, mode, interval_s, interval_alias, lookback_s, lookback_alias, once,
-                handoff, explain, pins, metrics_addr) -> None:
+def planner_cmd(pipeline_file, profiles_dir, mode, interval_s, lookback_s, once, handoff, explain, pins,
+                metrics_addr) -> None:
     """Re-plan from recent arrivals (forecast peak) and publish one StageConfig per stage on change."""
-    interval_s = next(v for v in (interval_s, interval_alias, 30.0) if v is not None)
-    lookback_s = next(v for v in (lookback_s, lookback_alias, 120.0) if v is not None)
     from planner.profiles import ProfileStore, problem_from_pipeline
     from planner.results import LATE
     from planner.run import run_planner
