@@ -7,6 +7,8 @@ import signal
 
 import click
 
+from slipstream.options import state_default
+
 PIPELINE = "deploy/pipelines/dag-fanout.yaml"
 common = [
     click.option("--pipeline", "pipeline_file", default=PIPELINE, show_default=True,
@@ -15,7 +17,7 @@ common = [
     click.option("--brokers", default=1, show_default=True, type=click.IntRange(1, 9),
                  help="1: the single local broker (or SLIPSTREAM_BOOTSTRAP); 3: the local cluster "
                       "(`kafka up --brokers 3`), started if needed and stopped again if started here."),
-    click.option("--profiles", "profiles_dir", default=".state/profiles", show_default=True),
+    click.option("--profiles", "profiles_dir", default=state_default("profiles"), show_default="STATE_DIR/profiles"),
     click.option("--mode", default="milp", show_default=True, help="Planner mode of the plan and the planner service."),
     click.option("--replan-s", default=30.0, show_default=True, help="The planner service's interval."),
 ]
