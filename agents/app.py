@@ -93,6 +93,7 @@ async def follow_control(pipe: Pipeline, stage: str, kafka: KafkaSettings, worke
     count = worker.metrics.lab(worker.metrics.control_invalid).inc
     try:
         async for msg in cons:
+            await codec.prefetch([msg.value])  # off the event loop when a registry is set
             try:
                 if msg.key is not None and msg.key != stage.encode():  # another stage's (or not UTF-8)
                     check_key(msg.key)

@@ -135,6 +135,7 @@ class KafkaArrivals:
             self._history = np.empty(0, dtype=np.int64)
         while True:
             batch = await self._consumer.getmany(timeout_ms=self._poll_ms)
+            await codec.prefetch([r.value for records in batch.values() for r in records])
             for records in batch.values():
                 for r in records:
                     self._control(r)
@@ -256,7 +257,8 @@ async def read_control(settings: KafkaSettings, pipeline: str, kind: str, *, tim
     await cons.start()
     found: list[dict] = []
 
-    def take(batch) -> None:
+    async def take(batch) -> None:
+        await codec.prefetch([r.value for records in batch.values() for r in records])
         found.extend(control_records([r for records in batch.values() for r in records], kind, pipeline, spec))
 
     try:
@@ -266,14 +268,14 @@ async def read_control(settings: KafkaSettings, pipeline: str, kind: str, *, tim
         await cons.seek_to_beginning(*tps)
         async with asyncio.timeout(timeout_s):
             while behind := [tp for tp in tps if await cons.position(tp) < ends[tp]]:
-                take(await cons.getmany(*behind, timeout_ms=200))
+                await take(await cons.getmany(*behind, timeout_ms=200))
         if found or wait_s <= 0:
             return found
         (on_wait or (lambda t, w: log.info("no %s on %s yet: waiting up to %.0f s", kind, t, w)))(topic, wait_s)
         try:
             async with asyncio.timeout(wait_s):
                 while not found:
-                    take(await cons.getmany(*tps, timeout_ms=1000))
+                    await take(await cons.getmany(*tps, timeout_ms=1000))
         except TimeoutError:
             pass
         return found

@@ -93,7 +93,9 @@ def test_every_handoff_field_is_bounded(change, says):
 
 
 def test_bodies_types_and_partitions_that_cannot_be_read_are_refused():
-    with pytest.raises(InvalidControl, match="undecodable|truncated"):
+    with pytest.raises(InvalidControl, match="undecodable|truncated|trailing"):
+        read_record(record(b"\xc3\x01" + codec.codec("StageConfig").fp + b"\xffgarbage"), "p", PIPE)
+    with pytest.raises(InvalidControl, match="unknown writer schema, fingerprint 0000000000000000"):
         read_record(record(b"\xc3\x01" + b"\x00" * 8 + b"garbage"), "p", PIPE)
     with pytest.raises(InvalidControl, match="null value"):
         read_record(record(None), "p", PIPE)
