@@ -96,8 +96,8 @@ class RecordCodec:
         buf.write(header)
         try:
             fastavro.schemaless_writer(buf, self.schema, value, strict_allow_default=True)
-        except (ValueError, TypeError, KeyError, AttributeError, struct.error) as exc:
-            raise CodecError(f"cannot encode {self.record}: {exc}") from None
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError, struct.error) as exc:
+            raise CodecError(f"cannot encode {self.record}: {type(exc).__name__}: {exc}") from None
         return buf.getvalue()
 
     def decode(self, data: bytes | None) -> dict[str, Any]:
