@@ -135,7 +135,7 @@ class KafkaArrivals:
             self._history = np.empty(0, dtype=np.int64)
         while True:
             batch = await self._consumer.getmany(timeout_ms=self._poll_ms)
-            await codec.prefetch([r.value for records in batch.values() for r in records])
+            await codec.prefetch(r.value for records in batch.values() for r in records)
             for records in batch.values():
                 for r in records:
                     self._control(r)
@@ -258,7 +258,7 @@ async def read_control(settings: KafkaSettings, pipeline: str, kind: str, *, tim
     found: list[dict] = []
 
     async def take(batch) -> None:
-        await codec.prefetch([r.value for records in batch.values() for r in records])
+        await codec.prefetch(r.value for records in batch.values() for r in records)
         found.extend(control_records([r for records in batch.values() for r in records], kind, pipeline, spec))
 
     try:
