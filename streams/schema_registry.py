@@ -35,7 +35,7 @@ class RegistryError(RuntimeError):
 @dataclass
 class SchemaRegistry:
     url: str  # base URL, e.g. http://127.0.0.1:18081/apis/ccompat/v7
-    timeout_s: float = 3.0
+    timeout_s: float = 5.0
     negative_ttl_s: float = 30.0
     clock: Callable[[], float] = time.monotonic
     _ids: dict[tuple[str, str], int] = field(default_factory=dict)
