@@ -26,6 +26,8 @@ class PlannerMetrics:
                                 ["pipeline"], **kw)
         self.shortfall = Gauge("slipstream_planner_shortfall_requests_per_second", "Forecast rate the latest "
                                "plan cannot serve (0 when it has the capacity)", ["pipeline"], **kw)
+        self.control_invalid = Counter("slipstream_planner_control_invalid", "Control records skipped as "
+                                       "invalid (streams.control_rules)", ["pipeline"], **kw)
         for outcome in ("changed", "unchanged", "infeasible"):
             self.replans.labels(pipeline, outcome)
         self.infeasible.labels(pipeline).set(0)

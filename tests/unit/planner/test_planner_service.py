@@ -80,3 +80,17 @@ def test_explain_runner_up_is_for_the_problem_the_plan_was_made_for():
     assert runner.feasible and runner.rate_qps == out.forecast_qps
     assert runner.key() != out.plan.key() and runner.cost_per_hour >= out.plan.cost_per_hour
     assert rp.runner_up(replace(out, plan=replace(out.plan, feasible=False))) is None
+
+
+def test_a_huge_epoch_read_from_the_topic_never_overflows_the_next_plan():
+    """An epoch of 2^63-1 (valid Avro) once made ``epoch + 1`` unencodable, and the planner crash-looped;
+    the written epoch is ``streams.control_rules.next_epoch``, clamped, and every config encodes."""
+    from streams import codec
+    from streams.control_rules import EPOCH_MAX
+
+    base = random_problem(3, stages=2, variants=2, hardware=2, batch_sizes=(1, 2, 4), rate_qps=1, slo_ms=400)
+    rp = Replanner(base, "demo", ReplanSettings(mode="milp", validate=False, sample_s=30))
+    out, st = rp.step(ReplanState(epoch=2**63 - 1), np.arange(0, 60, 1 / 40.0), 60 * 10**9)
+    assert out.changed and st.epoch == EPOCH_MAX
+    for rec in out.configs:
+        assert codec.decode("StageConfig", codec.encode("StageConfig", rec))["epoch"] == EPOCH_MAX

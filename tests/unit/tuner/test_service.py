@@ -189,3 +189,20 @@ async def test_a_new_plan_on_the_control_topic_replaces_the_tuners_plan_and_repl
     clock.ns = 2 * NS_PER_S
     await svc.tick()
     assert svc.plan.planned_replicas == {"detect": 4, "classify": 2}
+
+
+def test_a_huge_epoch_read_never_overflows_the_tuners_config():
+    """The stage's latest config with an epoch of 2^63-1 (say from a plan file): the republished one is
+    clamped (``streams.control_rules.next_epoch``) and encodes; it once raised OverflowError."""
+    from streams import codec
+    from streams.control_rules import EPOCH_MAX
+    from streams.spec import parse_pipeline
+    from tuner.service import stage_config_record
+
+    pipe = parse_pipeline({"name": "p", "slo_ms": 300,
+                           "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},
+                           "stages": [{"name": "s", "variants": [{"name": "v", "model": "m", "accuracy": 0.9}],
+                                       "defaults": {"variant": "v", "hardware": "cpu-1"}}]})
+    latest = stage_config_record(pipe, None, "s", 1, 4, "") | {"epoch": 2**63 - 1}
+    rec = stage_config_record(pipe, latest, "s", 2, 4, "scale-up")
+    assert rec["epoch"] == EPOCH_MAX and codec.decode("StageConfig", codec.encode("StageConfig", rec))["replicas"] == 2
