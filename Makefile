@@ -12,7 +12,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt -e '.[serve,models,test]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[worker,planner,plots,models,test]'
 	touch $(STAMP)
 
 # Unit tests and integration tests against the real broker (started here unless one already runs).

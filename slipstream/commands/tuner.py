@@ -14,7 +14,8 @@ import numpy as np
 import yaml
 
 from streams.config import KafkaSettings
-from streams.spec import Pipeline, SpecError, load_pipeline
+from slipstream.specs import load_or_fail
+from streams.spec import Pipeline
 from tuner import planfile
 from tuner.actuators import DryRunActuator
 from tuner.run import run_tuner
@@ -28,10 +29,7 @@ log = logging.getLogger("slipstream.tuner")
 
 
 def _pipeline(path: str) -> Pipeline:
-    try:
-        return load_pipeline(path)
-    except SpecError as exc:
-        raise click.BadParameter(str(exc), param_hint="--pipeline") from None
+    return load_or_fail(path, "--pipeline")
 
 
 def _plan(path: str, pipe: Pipeline) -> TunerPlan:
