@@ -298,13 +298,14 @@ def default_placements(pipe: Pipeline, replicas: Mapping[str, int] | None = None
 
 
 def pipeline_manifests(pipe: Pipeline, spec_text: str, *, image: str, profiles: Mapping[str, str],
-                       gpu_image: str | None = None, namespace: str = "default",
+                       gpu_image: str | None = None, control_image: str | None = None, namespace: str = "default",
                        placements: Mapping[str, Placement] | None = None, planner_mode: str = "milp",
                        bootstrap: str = DEFAULT_BOOTSTRAP, create_topics: bool = True,
                        max_pod_cpus: int = MAX_POD_CPUS) -> list[dict[str, Any]]:
     """Everything a pipeline runs on: its ConfigMaps, every worker (``Pipeline.worker_roles``: the stages
     and, when needed, the join), the planner and the tuner. ``gpu_image`` (default ``image``) runs the
-    stages placed on ``cuda`` hardware."""
+    stages placed on ``cuda`` hardware, ``control_image`` (default ``image``; the Dockerfile's target
+    ``control``) the planner and the tuner."""
     place = dict(placements or default_placements(pipe))
     missing = sorted({s.name for s in pipe.stages} - set(place))
     unknown = sorted(p.hardware for p in place.values() if p.hardware not in pipe.hardware)
@@ -317,7 +318,8 @@ def pipeline_manifests(pipe: Pipeline, spec_text: str, *, image: str, profiles: 
     for role in pipe.worker_roles({s: p.replicas for s, p in place.items()}):
         docs.append(worker_deployment(pipe, role, place.get(role), image=image, gpu_image=gpu_image or image,
                                       namespace=namespace, create_topics=create_topics, max_pod_cpus=max_pod_cpus))
-    docs.append(planner_deployment(pipe, place, profiles, image=image, mode=planner_mode, namespace=namespace,
+    control = control_image or image
+    docs.append(planner_deployment(pipe, place, profiles, image=control, mode=planner_mode, namespace=namespace,
                                    create_topics=create_topics))
     instances = {s: pod_instances(p.replicas, pipe.hardware[p.hardware], max_pod_cpus) for s, p in place.items()}
-    return docs + tuner_manifests(pipe, instances, image=image, namespace=namespace)
+    return docs + tuner_manifests(pipe, instances, image=control, namespace=namespace)

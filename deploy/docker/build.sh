@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds Slipstream's CPU image from deploy/docker/Dockerfile (docs/kubernetes.md), run from anywhere:
-#   deploy/docker/build.sh                 # base made here with debootstrap, image slipstream:<version>
+# Builds Slipstream's CPU images from deploy/docker/Dockerfile (docs/kubernetes.md), run from anywhere:
+#   deploy/docker/build.sh     # base made here with debootstrap; slipstream:<version> (target cpu, the
+#                              # stage workers) and slipstream:<version>-control (the planner and tuner)
 #   BASE=python:3.11-slim-bookworm deploy/docker/build.sh   # a public base instead (needs a registry)
+#   TARGETS=cpu deploy/docker/build.sh                      # one target only
 # Without BASE the base image slipstream-base:bookworm is made once from Debian's packages (debootstrap
 # bookworm, minbase, python3 and venv) and reused while it exists; the host's locally added CA
 # certificates (/usr/local/share/ca-certificates) go into it so pip inside the build trusts the same
@@ -10,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
-TAG=${TAG:-slipstream:$VERSION}
+TARGETS=${TARGETS:-cpu control}
 BASE_TAG=slipstream-base:bookworm
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
@@ -48,6 +50,9 @@ if [ -z "${BASE:-}" ]; then
 fi
 # The classic builder: no BuildKit frontend image to pull (no registry needed); layers are cached. The
 # host network: pip reaches the package index however the host does (dockerd runs with --bridge=none).
-step "build $TAG (target cpu, base $BASE)" env DOCKER_BUILDKIT=0 docker build -q --network host \
-  -f deploy/docker/Dockerfile --target cpu --build-arg "BASE=$BASE" -t "$TAG" .
-docker image ls "$TAG" --format 'image {{.Repository}}:{{.Tag}} {{.Size}}'
+for target in $TARGETS; do
+  tag=slipstream:$VERSION; [ "$target" = cpu ] || tag=$tag-$target
+  step "build $tag (target $target, base $BASE)" env DOCKER_BUILDKIT=0 docker build -q --network host \
+    -f deploy/docker/Dockerfile --target "$target" --build-arg "BASE=$BASE" -t "$tag" .
+  docker image ls "$tag" --format 'image {{.Repository}}:{{.Tag}} {{.Size}}'
+done

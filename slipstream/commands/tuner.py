@@ -263,7 +263,10 @@ def tuner_plan_cmd(pipeline_file, sample, mu, replicas, service_time_ms, output)
 
 @click.command("k8s-manifests")
 @click.option("--pipeline", "pipeline_file", required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--image", required=True, help="Container image (deploy/docker/Dockerfile, target cpu).")
+@click.option("--image", required=True, help="Stage workers' image (deploy/docker/Dockerfile, target cpu).")
+@click.option("--control-image", default=None,
+              help="The planner's and the tuner's image (target control: the solver and the kubernetes "
+                   "client) [default: --image, which must then be built with them].")
 @click.option("--gpu-image", default=None, help="Image of the stages on cuda hardware (target cuda) [default: --image].")
 @click.option("--profiles", "profiles_dir", required=True, type=click.Path(exists=True, file_okay=False),
               help="Profile store (slipstream profile --out) the planner reads; shipped as a ConfigMap.")
@@ -285,7 +288,7 @@ def tuner_plan_cmd(pipeline_file, sample, mu, replicas, service_time_ms, output)
 @click.option("--max-pod-cpus", default=MAX_POD_CPUS, show_default=True, type=click.IntRange(min=1),
               help="Largest worker pod: a stage's pod holds the most model instances (a divisor of its planned "
                    "replicas) whose threads fit this many CPUs.")
-def k8s_manifests_cmd(pipeline_file, image, gpu_image, profiles_dir, plan_file, replicas, namespace, planner_mode,
+def k8s_manifests_cmd(pipeline_file, image, control_image, gpu_image, profiles_dir, plan_file, replicas, namespace, planner_mode,
                       bootstrap, strimzi_cluster, topic_replicas, strimzi_api, out_dir, max_pod_cpus) -> None:
     """Every object the pipeline runs on (kubectl apply -f -, or -k with --out): its ConfigMaps, a
     Deployment per stage sized by its hardware, the join's when the pipeline has one, the planner and
@@ -300,7 +303,7 @@ def k8s_manifests_cmd(pipeline_file, image, gpu_image, profiles_dir, plan_file, 
         place[stage] = Placement(place[stage].hardware, n)
     try:
         docs = pipeline_manifests(
-            pipe, Path(pipeline_file).read_text(), image=image, gpu_image=gpu_image,
+            pipe, Path(pipeline_file).read_text(), image=image, gpu_image=gpu_image, control_image=control_image,
             profiles=read_profiles(profiles_dir), namespace=namespace, placements=place, planner_mode=planner_mode,
             bootstrap=bootstrap or (f"{strimzi_cluster}-kafka-bootstrap:9092" if strimzi_cluster else DEFAULT_BOOTSTRAP),
             create_topics=not strimzi_cluster, max_pod_cpus=max_pod_cpus)

@@ -165,6 +165,13 @@ def test_tuner_may_only_scale_this_pipelines_workers(tmp_path):
     assert "--plan" not in args and args[args.index("--namespace") + 1] == "$(POD_NAMESPACE)"
 
 
+def test_the_planner_and_tuner_run_the_control_image(tmp_path):
+    deps = by_name(render(tmp_path, "--control-image", "reg/slipstream:1-control"))
+    images = {n.split("-")[-1]: pod(d)["containers"][0]["image"] for n, d in deps.items()}
+    assert images == {"detect": "reg/slipstream:1-cuda", "classify": "reg/slipstream:1", "join": "reg/slipstream:1",
+                      "planner": "reg/slipstream:1-control", "tuner": "reg/slipstream:1-control"}
+
+
 def test_strimzi_topics_replace_the_topic_init_containers(tmp_path):
     plain = render(tmp_path)
     assert all(pod(d)["initContainers"][0]["args"][0] == "topics"
