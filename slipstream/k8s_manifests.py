@@ -30,9 +30,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Mapping
 
+from slipstream.model_fetch import fetched_models
 from streams.spec import Hardware, Pipeline
 from tuner.k8s import SCALE_RULE, deployment_name
 
@@ -192,12 +193,35 @@ def worker_deployment(pipe: Pipeline, role: str, placement: Placement | None, *,
     img = gpu_image if gpu else image
     k = pod_instances(placement.replicas, hw, max_pod_cpus) if hw else 1
     args = ["worker", "--pipeline", SPEC_PATH, "--stage", role, *(["--max-instances", str(k)] if hw else [])]
-    c = _container("worker", img, pipe.name, args, hardware_resources(hw, k) if hw else SMALL)
+    inits, mounts, volumes = model_fetches(pipe, role, img) if hw else ([], [], [])
+    c = _container("worker", img, pipe.name, args, hardware_resources(hw, k) if hw else SMALL, mounts)
     node = {"nodeSelector": dict(GPU_NODE_SELECTOR), "tolerations": list(GPU_TOLERATIONS)} if gpu else None
-    return _deployment(deployment_name(pipe.name, role), pipe.name, namespace, {f"{LABEL}/stage": role},
-                       None if hw else 1, [c], node=node,
-                       extra_labels={f"{LABEL}/hardware": hw.name} if hw else None,
-                       topics_image=img if create_topics else None)
+    dep = _deployment(deployment_name(pipe.name, role), pipe.name, namespace, {f"{LABEL}/stage": role},
+                      None if hw else 1, [c], node=node, volumes=volumes,
+                      extra_labels={f"{LABEL}/hardware": hw.name} if hw else None,
+                      topics_image=img if create_topics else None)
+    if inits:
+        spec = dep["spec"]["template"]["spec"]
+        spec["initContainers"] = [*spec.get("initContainers", []), *inits]
+    return dep
+
+
+def model_fetches(pipe: Pipeline, stage: str, image: str) -> tuple[list, list, list]:
+    """(init containers, worker mounts, volumes) delivering the stage's models named by a URI
+    (``params.uri``; ``slipstream fetch-model`` checks the sha256 ``params.digest``) into emptyDirs
+    mounted read-only at their ``params.path``'s directory."""
+    fetches = fetched_models({v.name: v.params for v in pipe.stage(stage).variants})
+    dirs = sorted({str(PurePosixPath(path).parent) for *_, path in fetches})
+    vol = {d: f"models-{i}" for i, d in enumerate(dirs)}
+    inits = [{"name": f"model-{i}", "image": image,
+              "args": ["fetch-model", "--uri", uri, "--sha256", sha, "--out", path],
+              "resources": SMALL, "securityContext": dict(CONTAINER_SECURITY),
+              "volumeMounts": [*_mounts(), {"name": vol[str(PurePosixPath(path).parent)],
+                                            "mountPath": str(PurePosixPath(path).parent)}]}
+             for i, (_, uri, sha, path) in enumerate(fetches)]
+    mounts = [{"name": vol[d], "mountPath": d, "readOnly": True} for d in dirs]
+    volumes = [{"name": vol[d], "emptyDir": {"sizeLimit": "8Gi"}} for d in dirs]
+    return _plain(inits), mounts, volumes
 
 
 def planner_deployment(pipe: Pipeline, placements: Mapping[str, Placement], profile_files: Iterable[str], *,
