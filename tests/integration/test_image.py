@@ -2,8 +2,9 @@
 deploy/docker/build.sh; .ci/run builds it) on the host network, against the real broker, serve
 requests end to end exactly once.
 
-The model reaches the container the way docs/kubernetes.md delivers it to a pod: a read-only volume
-holding the ONNX file the spec names and pins by digest. Each container is limited to one CPU
+The model reaches the workers the way docs/kubernetes.md delivers it to a pod: a ``fetch-model``
+container of the same image (the init container) fetches the file the spec names by URI into a
+volume, checking the spec's sha256, and the workers mount that volume read-only. Each container is limited to one CPU
 (``--cpus 1``, a cgroup CPU quota like a pod's ``limits.cpu``): asked for 2 replicas by a StageConfig,
 each worker holds 1 instance, read from its cgroup, not the host's core count.
 
@@ -12,6 +13,7 @@ Skips only when no docker engine answers; a missing image is a failure (run depl
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import json
 import os
@@ -61,11 +63,12 @@ def free_port() -> int:
 
 
 def spec_with_two_stages(model_dir: Path, name: str) -> dict:
-    """The own-onnx example's spec with a relay stage in front, the model read from /models."""
+    """The own-onnx example's spec with a relay stage in front, the model fetched to /models."""
     doc = yaml.safe_load((model_dir / "pipeline.yaml").read_text())
     doc["name"] = name
     score = doc["stages"][0]
-    score["variants"][0]["params"]["path"] = "/models/model.onnx"
+    score["variants"][0]["params"].update(path="/models/model.onnx", uri="file:///src/model.onnx",
+                                          digest=hashlib.sha256((model_dir / "model.onnx").read_bytes()).hexdigest())
     relay = {"name": "relay", "variants": [{"name": "pass", "model": "noop", "accuracy": 1.0,
                                             "params": {"content_type": "application/x-npy"}}],
              "defaults": {"variant": "pass", "hardware": "cpu-1", "max_batch": 8, "batch_timeout_ms": 2,
@@ -78,13 +81,14 @@ def spec_with_two_stages(model_dir: Path, name: str) -> dict:
 class Container:
     """One `slipstream worker` container; its /readyz and /metrics on a host port."""
 
-    def __init__(self, image: str, stage: str, model_dir: Path, bootstrap: str) -> None:
+    def __init__(self, image: str, stage: str, spec_dir: Path, models: Path, bootstrap: str) -> None:
         self.name = f"slipstream-test-{stage}-{uuid.uuid4().hex[:8]}"
         self.port = free_port()
         r = docker("run", "-d", "--rm", "--name", self.name, "--network", "host", "--cpus", "1",
                    "--read-only", "--tmpfs", "/tmp", "--tmpfs", "/home/slipstream/.cache",
-                   "-e", f"SLIPSTREAM_BOOTSTRAP={bootstrap}", "-v", f"{model_dir}:/models:ro", image,
-                   "worker", "--pipeline", "/models/spec.yaml", "--stage", stage,
+                   "-e", f"SLIPSTREAM_BOOTSTRAP={bootstrap}", "-v", f"{spec_dir}:/etc/slipstream:ro",
+                   "-v", f"{models}:/models:ro", image,
+                   "worker", "--pipeline", "/etc/slipstream/spec.yaml", "--stage", stage,
                    "--metrics-addr", f"127.0.0.1:{self.port}")
         assert r.returncode == 0, r.stderr
 
@@ -131,21 +135,32 @@ def npy(arr: np.ndarray) -> bytes:
 
 
 async def test_worker_containers_serve_requests_end_to_end(kafka, unique, tmp_path, image):
-    model_dir = tmp_path / "model"
+    model_dir, models = tmp_path / "model", tmp_path / "models"
     subprocess.run([sys.executable, str(EXAMPLE), str(model_dir)], check=True, timeout=120)
     doc = spec_with_two_stages(model_dir, unique)
     (model_dir / "spec.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    model_dir.chmod(0o755)  # the image's user (10001) reads the volume
+    models.mkdir()
+    os.chown(models, 10001, 10001)  # the image's user writes the fetched model (an emptyDir in a pod)
+    model_dir.chmod(0o755)  # and reads the source and the spec
     for f in model_dir.iterdir():
         f.chmod(0o644)
+    params = doc["stages"][1]["variants"][0]["params"]
+    fetched = docker("run", "--rm", "--network", "none", "--read-only", "-v", f"{model_dir}:/src:ro",
+                     "-v", f"{models}:/models", image, "fetch-model", "--uri", params["uri"],
+                     "--sha256", params["digest"], "--out", params["path"], timeout=120)
+    assert fetched.returncode == 0 and (models / "model.onnx").is_file(), fetched.stdout + fetched.stderr
+    refused = docker("run", "--rm", "--network", "none", "--read-only", "-v", f"{model_dir}:/src:ro",
+                     "-v", f"{models}:/models", image, "fetch-model", "--uri", params["uri"],
+                     "--sha256", "0" * 64, "--out", "/models/other.onnx", timeout=120)
+    assert refused.returncode == 1 and "not kept" in refused.stderr and not (models / "other.onnx").exists()
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump({**doc, "stages": [
-        {**s, "variants": [{**v, "params": {**v.get("params", {}), "path": str(model_dir / "model.onnx")}}
+        {**s, "variants": [{**v, "params": {**v.get("params", {}), "path": str(models / "model.onnx")}}
                            if v["model"] == "onnx" else v for v in s["variants"]]} for s in doc["stages"]]}))
     pipe = load_pipeline(tmp_path / "spec.yaml")  # the same spec, the model path as this host sees it
     await admin.ensure_topics(kafka, topics.all_topics(pipe))
     ex = example_module()
     features = np.random.default_rng(3).normal(size=(30, 4)).astype(np.float32)
-    containers = [Container(image, s, model_dir, kafka.bootstrap) for s in ("relay", "score")]
+    containers = [Container(image, s, model_dir, models, kafka.bootstrap) for s in ("relay", "score")]
     try:
         for c in containers:
             await c.until("/readyz", lambda status, _: status == 200, 120)
