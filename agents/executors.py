@@ -109,6 +109,11 @@ class DigestMismatch(ValueError):
     """The model a variant loaded is not the one pinned."""
 
 
+def is_sha256(text: str) -> bool:
+    """Whether ``text`` is a full sha256 (64 hex digits): what a model fetched by URI must pin."""
+    return len(text) == 64 and all(c in "0123456789abcdefABCDEF" for c in text)
+
+
 def digest_matches(digest: str, pin: str) -> bool:
     """Whether a model of ``digest`` satisfies ``pin`` (its 12 hex digits, or the full sha256 they
     start); an empty pin pins nothing."""

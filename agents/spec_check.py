@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from agents.executors import digest_matches, file_digest
+from agents.executors import digest_matches, file_digest, is_sha256
 from agents.zoo import PLUGIN_GROUP, ZOO, plugins
 from streams.docmodel import did_you_mean
 from streams.spec import Pipeline, Variant
@@ -50,6 +50,10 @@ def onnx_problems(params: Mapping[str, Any]) -> list[str]:
     if not isinstance(raw, str) or not raw:
         return [f"params.path: expected the path of an .onnx file, got {raw!r}"]
     path = Path(raw).expanduser().resolve()
+    if not path.is_file() and params.get("uri"):  # fetched into the pod (slipstream.model_fetch)
+        pin = params.get("digest")
+        return [] if isinstance(pin, str) and is_sha256(pin) else [
+            f"params.digest: a model fetched from params.uri needs its full sha256 (64 hex digits), got {pin!r}"]
     if not path.is_file():
         return [f"params.path: no such ONNX file {raw!r} ({path})"]
     pin = params.get("digest")

@@ -74,7 +74,7 @@ class StageWorker:
         self.spec = pipe.stage(stage)
         self.metrics = metrics or StageMetrics.create(pipe.name, stage)
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
-        self.max_instances = max_instances or placement.cores_left(0)
+        self.max_instances = placement.instance_cap(max_instances, placement.cgroup_cpu_limit())
         self.profiles = profiles  # the planner's profile store: predictors start from its numbers
         self.config: ActiveConfig = defaults(pipe, stage)
         self.fleet = Fleet()

@@ -22,8 +22,9 @@ from loadgen import soak
 from loadgen.chaos import window_attainment
 from slipstream.chaos import Stack, fresh_pipeline, interrupt_on_sigterm, tear_down
 from slipstream.chaos_cluster import use_cluster
-from streams import broker, kafka as kclient, topics
+from streams import broker, topics
 from streams.config import KafkaSettings
+from streams.lag import LagReader, stage_groups
 
 
 def rss_mb(pid: int) -> float:
@@ -40,35 +41,6 @@ def broker_pids(cluster) -> dict[str, int]:
     nodes = cluster.local.nodes if cluster.local else ([cluster.single] if cluster.single else [])
     return {f"broker {b.node_id}" if cluster.local else "broker": pid
             for b in nodes if (pid := broker.running_pid(b)) is not None}
-
-
-class LagReader:
-    """Each group's lag on its input topic: end offsets minus committed offsets."""
-
-    def __init__(self, settings: KafkaSettings, groups: dict[str, str]) -> None:
-        self.settings, self.groups = settings, groups  # group -> topic
-
-    async def start(self) -> None:
-        from streams.admin import admin_client
-
-        self._admin_cm = admin_client(self.settings)
-        self.admin = await self._admin_cm.__aenter__()
-        self.cons = kclient.consumer(self.settings, group_id=None, enable_auto_commit=False)
-        await self.cons.start()
-        self.tps = {t: await kclient.topic_partitions(self.cons, t) for t in set(self.groups.values())}
-
-    async def read(self) -> dict[str, float]:
-        out = {}
-        for group, topic in self.groups.items():
-            tps = self.tps[topic]
-            ends = await self.cons.end_offsets(tps)
-            committed = await self.admin.list_consumer_group_offsets(group)
-            out[group] = float(sum(ends[tp] - (committed[tp].offset if tp in committed else 0) for tp in tps))
-        return out
-
-    async def stop(self) -> None:
-        await self.cons.stop()
-        await self._admin_cm.__aexit__(None, None, None)
 
 
 @dataclass(frozen=True)
@@ -114,9 +86,7 @@ def run_soak(opts: SoakOptions) -> str:
     payload = _payload_factory(pipe, None)(0)
     stack = Stack(pipe, path, store, settings, report / "logs", mode=opts.mode, sample=arrivals[arrivals < 60],
                   replan_s=opts.replan_s)
-    groups = {topics.consumer_group(pipe.name, s.name): topics.stage_input(pipe.name, s.name) for s in pipe.stages}
-    if pipe.needs_join:
-        groups[topics.consumer_group(pipe.name, "join")] = topics.join(pipe.name)
+    groups = stage_groups(pipe)
     t_s: list[float] = []
     rss: dict[str, list[float]] = {}
     lag: dict[str, list[float]] = {}
@@ -136,7 +106,7 @@ def run_soak(opts: SoakOptions) -> str:
                 for name, pid in procs.items():
                     put(rss, name, rss_mb(pid))
                 for group, value in (await reader.read()).items():
-                    put(lag, group.removeprefix(topics.consumer_group(pipe.name, "")), value)
+                    put(lag, group.removeprefix(topics.consumer_group(pipe.name, "")), float(value))
                 for d in (rss, lag):
                     for ys in d.values():
                         ys.extend([float("nan")] * (len(t_s) - len(ys)))

@@ -9,12 +9,17 @@ consumers of the stage's group) change, and only that causes a rebalance.
 
 The worker (``agents``) and the actuators (``tuner``) both read the layout from here, so they agree
 on how many processes and how many instances each without talking to each other.
+
+The cores a process may use are its CPU limit when its cgroup sets one (a Kubernetes pod's
+``resources.limits.cpu``, ``docker run --cpus``), not the node's count: ``cgroup_cpu_limit`` reads
+cgroup v2's ``cpu.max`` or v1's ``cpu.cfs_quota_us``/``cpu.cfs_period_us``.
 """
 from __future__ import annotations
 
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -36,11 +41,58 @@ def layout(replicas: int, max_instances: int) -> Layout:
     return Layout(workers, math.ceil(replicas / workers))
 
 
+def cpu_limit_of(cpu_max: str | None = None, quota_us: str | None = None,
+                 period_us: str | None = None) -> float | None:
+    """CPUs a cgroup allows, from the text of v2's ``cpu.max`` ("QUOTA PERIOD", QUOTA "max" = no
+    limit) or v1's ``cpu.cfs_quota_us`` (-1 = no limit) and ``cpu.cfs_period_us``; None: no limit."""
+    if cpu_max is not None:
+        quota, _, period = cpu_max.strip().partition(" ")
+        if quota == "max":
+            return None
+        return int(quota) / int(period or 100_000)
+    if quota_us is None or int(quota_us) <= 0:
+        return None
+    return int(quota_us) / int(period_us or 100_000)
+
+
+def cgroup_cpu_limit(root: str | Path = "/sys/fs/cgroup") -> float | None:
+    """This process's CPU limit from its cgroup (v2 first, then v1's cpu controller); None: none set
+    or no cgroup filesystem."""
+    root = Path(root)
+    try:
+        if (root / "cpu.max").is_file():
+            return cpu_limit_of((root / "cpu.max").read_text())
+        for v1 in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+            quota = root / v1 / "cpu.cfs_quota_us"
+            if quota.is_file():
+                return cpu_limit_of(None, quota.read_text(), (root / v1 / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def available_cpus(limit: float | None = None, cpu_count: int | None = None) -> int:
+    """Whole cores this process may keep busy: its cgroup's CPU limit rounded down (at least 1), or the
+    host's count when no limit is set. ``limit``/``cpu_count`` default to this process's."""
+    n = (cpu_count if cpu_count is not None else os.cpu_count()) or 1
+    lim = cgroup_cpu_limit() if limit is None else limit
+    return n if lim is None else max(1, min(n, math.floor(lim + 1e-9)))
+
+
 def cores_left(reserve_cores: float, cpu_count: int | None = None) -> int:
     """Model threads one stage may run on this host: the cores not wholly taken by what else runs
     there (``reserve_cores``: the broker, the load generator, the control plane; a fraction of a core
     is load, not a pinned core), at least 1. 2 cores, 0.5 reserved: 2; 4 cores, 1.5 reserved: 3."""
-    n = os.cpu_count() if cpu_count is None else cpu_count
+    n = available_cpus() if cpu_count is None else cpu_count
     if reserve_cores < 0:
         raise ValueError(f"reserve_cores must be >= 0, got {reserve_cores}")
     return max(1, math.ceil((n or 1) - reserve_cores - 1e-9))
+
+
+def instance_cap(asked: int | None, limit: float | None, cpu_count: int | None = None) -> int:
+    """Model instances a worker may hold: ``asked`` (``--max-instances``; default the cores available),
+    never more than the whole cores of the cgroup's CPU ``limit`` when one is set (a pod sized for k
+    instances cannot run more without throttling all of them)."""
+    cores = available_cpus(limit, cpu_count) if limit is not None else None
+    want = asked if asked is not None else (cores or available_cpus(None, cpu_count))
+    return want if cores is None else max(1, min(want, cores))

@@ -9,7 +9,7 @@
   assignments) with SIGTERM, then SIGKILL after ``grace_s``. Exited workers are reaped on every call
   and :meth:`reconcile` replaces them, so a crashed worker comes back.
 - :class:`DryRunActuator` only remembers the counts (``slipstream tuner --dry-run``).
-- ``tuner.k8s.KubernetesActuator`` patches a Deployment's scale subresource.
+- ``tuner.k8s.KubernetesActuator`` applies a Deployment's scale subresource (pods of k instances).
 
 The worker command is a parameter (``argv_for(stage) -> argv``); production passes
 ``slipstream worker --pipeline FILE --stage NAME``.

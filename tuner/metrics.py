@@ -30,6 +30,9 @@ class TunerMetrics:
                           "(the latest StageConfig on the control topic)", ["pipeline", "stage"], **kw)
         self.control_invalid = Counter("slipstream_tuner_control_invalid", "Control records skipped as "
                                        "invalid (streams.control_rules)", ["pipeline"], **kw)
+        self.group_lag = Gauge("slipstream_group_lag_records", "Records of a worker role's input topic its "
+                               "consumer group has not committed, read from the broker by the tuner "
+                               "(known while the role has no pods)", ["pipeline", "stage"], **kw)
         self.decide_seconds = Histogram("slipstream_tuner_decide_seconds", "Run time of one decision",
                                         ["pipeline"], buckets=(1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2),
                                         **kw)

@@ -2,22 +2,29 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
+from streams import topics
 from streams.config import KafkaSettings
+from streams.lag import LagReader, stage_groups
+from streams.loops import periodically
 from streams.metrics_http import MetricsAddr
 from streams.spec import Pipeline
 from tuner.policy import TunerConfig, TunerPlan
 from tuner.service import ServiceSettings, TunerService
 
+log = logging.getLogger(__name__)
+
 
 async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuator, *, dry_run: bool,
                     settings: KafkaSettings, interval_s: float, lookback_s: float, stop: asyncio.Event,
                     metrics_addr: MetricsAddr | None, on_decision=None, max_instances: int | None = None,
-                    plan_epoch: int | None = None) -> None:
+                    plan_epoch: int | None = None, lag_interval_s: float = 5.0) -> None:
     """Run the tuner service on Kafka until ``stop`` is set: arrivals from the input topic, configs
     from the control topic, decisions applied through ``actuator`` and published (unless dry-run).
     ``plan_epoch``: ``plan`` is the planner's hand-off of that epoch (read from the control topic), so
-    only later hand-offs replace it."""
+    only later hand-offs replace it. Every ``lag_interval_s`` each worker role's consumer lag is read
+    from the broker (``streams.lag``) into ``slipstream_group_lag_records``."""
     from streams import control_io as kafka_io
     from tuner.metrics import TunerMetrics
 
@@ -52,10 +59,25 @@ async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuat
     if publisher:
         await publisher.start()
     await arrivals.start()
+    lags = LagReader(settings, stage_groups(pipe))
+    await lags.start()
+    roles = {g: g.removeprefix(topics.consumer_group(pipe.name, "")) for g in lags.groups}
+
+    async def read_lag() -> None:
+        try:
+            for group, n in (await lags.read()).items():
+                metrics.group_lag.labels(pipe.name, roles[group]).set(n)
+        except Exception as exc:  # a broker hiccup: the next read retries; the gauges keep their values
+            log.warning("reading consumer lag from the broker failed: %s", exc)
+
+    lag_task = asyncio.create_task(periodically(read_lag, lag_interval_s, stop))
     running.set()
     try:
         await service.run(arrivals, stop, on_decision)
     finally:
+        lag_task.cancel()
+        await asyncio.gather(lag_task, return_exceptions=True)
+        await lags.stop()
         await arrivals.stop()
         if publisher:
             await publisher.stop()

@@ -30,8 +30,10 @@ NPY_TYPE = "application/x-npy"
 RAW_TYPE = "application/octet-stream"
 CONTENT_TYPES = (NPY_TYPE, RAW_TYPE, "image/*")
 EMITS = ("tensor", "top5")
+# uri: where the Kubernetes manifests' init container fetches params.path from (slipstream.model_fetch);
+# the worker itself reads only params.path
 PARAMS = {"path": None, "input": None, "output": None, "content_type": NPY_TYPE, "shape": None,
-          "mean": 0.0, "std": 255.0, "emit": "tensor"}
+          "mean": 0.0, "std": 255.0, "emit": "tensor", "uri": None}
 DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
           "tensor(uint8)": np.uint8, "tensor(int8)": np.int8, "tensor(int32)": np.int32,
           "tensor(int64)": np.int64}

@@ -19,7 +19,8 @@ from streams.spec import Pipeline
 from tuner import planfile
 from tuner.actuators import DryRunActuator
 from tuner.run import run_tuner
-from tuner.k8s import DEFAULT_BOOTSTRAP, Placement, default_placements, pipeline_manifests, read_profiles
+from slipstream.k8s_manifests import (DEFAULT_BOOTSTRAP, MAX_POD_CPUS, Placement, default_placements,
+                                      pipeline_manifests, read_profiles)
 from slipstream.commands.planner_service import MODES
 from tuner.policy import ScaleDecision, TunerConfig, TunerPlan
 from tuner.service import ServiceSettings, TunerService
@@ -89,12 +90,20 @@ def _with_common(fn):
 @click.option("--actuator", type=click.Choice(["local", "k8s"]), default="local", show_default=True,
               help="local: run the workers as processes here (like `up`); k8s: scale stage Deployments.")
 @click.option("--namespace", default="default", show_default=True, help="Kubernetes namespace.")
+@click.option("--pod-instances", multiple=True,
+              help="k8s: STAGE=K model instances per pod of the stage (its workers' --max-instances, written "
+                   "by k8s-manifests); n replicas run in ceil(n/K) pods [default: 1].")
 def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, lookback_s, metrics_addr,
-              reserve_cores, plan_file, wait_plan_s, dry_run, actuator, namespace) -> None:
+              reserve_cores, plan_file, wait_plan_s, dry_run, actuator, namespace, pod_instances) -> None:
     """Scale stage replicas from the live traffic envelope (InferLine's tuner). The plan comes from
     --plan, else from the planner's latest hand-off on the control topic; later hand-offs are followed."""
     pipe = _pipeline(pipeline_file)
     config = _config(activation_s, max_replicas, rho_mode)
+    per_pod = key_values(pod_instances, int, "--pod-instances", "STAGE=K")
+    unknown = sorted(set(per_pod) - {s.name for s in pipe.stages})
+    if unknown or any(k < 1 for k in per_pod.values()):
+        raise click.BadParameter(f"stages {unknown} are not in the pipeline, or a K < 1: {per_pod}",
+                                 param_hint="--pod-instances")
     settings = KafkaSettings.from_env()
     plan, epoch = (_plan(plan_file, pipe), None) if plan_file else _plan_from_topic(pipe, settings, wait_plan_s)
     if not dry_run and actuator == "local":
@@ -110,7 +119,7 @@ def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, l
         else:
             from tuner.k8s import KubernetesActuator
             try:
-                act = KubernetesActuator(pipe.name, namespace)
+                act = KubernetesActuator(pipe.name, namespace, instances=per_pod)
             except RuntimeError as exc:
                 raise click.ClickException(str(exc)) from None
         await run_tuner(pipe, plan, config, act, dry_run=dry_run, settings=settings, interval_s=interval_s,
@@ -255,7 +264,10 @@ def tuner_plan_cmd(pipeline_file, sample, mu, replicas, service_time_ms, output)
 
 @click.command("k8s-manifests")
 @click.option("--pipeline", "pipeline_file", required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--image", required=True, help="Container image (deploy/docker/Dockerfile, target cpu).")
+@click.option("--image", required=True, help="Stage workers' image (deploy/docker/Dockerfile, target cpu).")
+@click.option("--control-image", default=None,
+              help="The planner's and the tuner's image (target control: the solver and the kubernetes "
+                   "client) [default: --image, which must then be built with them].")
 @click.option("--gpu-image", default=None, help="Image of the stages on cuda hardware (target cuda) [default: --image].")
 @click.option("--profiles", "profiles_dir", required=True, type=click.Path(exists=True, file_okay=False),
               help="Profile store (slipstream profile --out) the planner reads; shipped as a ConfigMap.")
@@ -274,12 +286,15 @@ def tuner_plan_cmd(pipeline_file, sample, mu, replicas, service_time_ms, output)
               help="KafkaTopic API version: v1 (Strimzi >= 0.49) or v1beta2 (Strimzi < 1.0).")
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
               help="Write a kustomization directory here (kubectl apply -k DIR) instead of printing.")
-def k8s_manifests_cmd(pipeline_file, image, gpu_image, profiles_dir, plan_file, replicas, namespace, planner_mode,
-                      bootstrap, strimzi_cluster, topic_replicas, strimzi_api, out_dir) -> None:
+@click.option("--max-pod-cpus", default=MAX_POD_CPUS, show_default=True, type=click.IntRange(min=1),
+              help="Largest worker pod: a stage's pod holds the most model instances (a divisor of its planned "
+                   "replicas) whose threads fit this many CPUs.")
+def k8s_manifests_cmd(pipeline_file, image, control_image, gpu_image, profiles_dir, plan_file, replicas, namespace, planner_mode,
+                      bootstrap, strimzi_cluster, topic_replicas, strimzi_api, out_dir, max_pod_cpus) -> None:
     """Every object the pipeline runs on (kubectl apply -f -, or -k with --out): its ConfigMaps, a
     Deployment per stage sized by its hardware, the join's when the pipeline has one, the planner and
     the tuner (with its RBAC), and with --strimzi its topics. docs/kubernetes.md."""
-    from tuner.kustomize import strimzi_topics, to_yaml, write_kustomization
+    from slipstream.kustomize import strimzi_topics, to_yaml, write_kustomization
 
     pipe = _pipeline(pipeline_file)
     place = _plan_placements(plan_file, pipe) if plan_file else default_placements(pipe)
@@ -289,10 +304,10 @@ def k8s_manifests_cmd(pipeline_file, image, gpu_image, profiles_dir, plan_file, 
         place[stage] = Placement(place[stage].hardware, n)
     try:
         docs = pipeline_manifests(
-            pipe, Path(pipeline_file).read_text(), image=image, gpu_image=gpu_image,
+            pipe, Path(pipeline_file).read_text(), image=image, gpu_image=gpu_image, control_image=control_image,
             profiles=read_profiles(profiles_dir), namespace=namespace, placements=place, planner_mode=planner_mode,
             bootstrap=bootstrap or (f"{strimzi_cluster}-kafka-bootstrap:9092" if strimzi_cluster else DEFAULT_BOOTSTRAP),
-            create_topics=not strimzi_cluster)
+            create_topics=not strimzi_cluster, max_pod_cpus=max_pod_cpus)
         if strimzi_cluster:
             docs += strimzi_topics(pipe, strimzi_cluster, replicas=topic_replicas, namespace=namespace,
                                    api=strimzi_api)
@@ -326,4 +341,19 @@ def _plan_placements(path: str, pipe: Pipeline) -> dict[str, Placement]:
     return place
 
 
-commands = [tuner_cmd, up_cmd, tuner_plan_cmd, k8s_manifests_cmd]
+@click.command("fetch-model")
+@click.option("--uri", required=True, help="http(s):// or file:// URI of the model file.")
+@click.option("--sha256", required=True, help="Its sha256 (64 hex digits): the spec's params.digest.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Where to write it (params.path).")
+def fetch_model_cmd(uri, sha256, out) -> None:
+    """Fetch a model file and keep it only if its sha256 matches (the manifests' model init container)."""
+    from slipstream.model_fetch import fetch
+
+    try:
+        fetch(uri, out, sha256)
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"fetched {uri} to {out} (sha256 {sha256.lower()})")
+
+
+commands = [tuner_cmd, up_cmd, tuner_plan_cmd, k8s_manifests_cmd, fetch_model_cmd]

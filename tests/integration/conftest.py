@@ -1,7 +1,9 @@
 """Integration tests run against a real Kafka broker, reached through the one `kafka` fixture:
 
 - ``SLIPSTREAM_BOOTSTRAP`` set: that cluster (CI's .ci/run starts the local KRaft broker and sets it);
-- else a testcontainers Kafka container when a Docker engine answers (never required);
+- else, with ``SLIPSTREAM_TESTCONTAINERS=1``, a testcontainers Kafka container (needs a Docker engine
+  that can pull Kafka's image); a running engine alone never changes the broker (CI runs one for the
+  image tests);
 - else the local KRaft broker of `slipstream kafka up`, started here and stopped at the end if this
   session started it.
 
@@ -47,7 +49,7 @@ def kafka() -> KafkaSettings:
             pytest.fail(f"SLIPSTREAM_BOOTSTRAP={settings.bootstrap} does not answer metadata requests")
         yield settings
         return
-    if _docker_engine():
+    if os.environ.get("SLIPSTREAM_TESTCONTAINERS") == "1" and _docker_engine():
         try:
             from testcontainers.kafka import KafkaContainer
         except ImportError:

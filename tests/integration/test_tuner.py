@@ -22,7 +22,7 @@ from .helpers import drain
 def spec(name: str) -> dict:
     return {"name": name, "slo_ms": 300,
             "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},
-            "stages": [{"name": "src", "variants": [{"name": "v", "model": "m", "accuracy": 0.9}],
+            "stages": [{"name": "src", "variants": [{"name": "v", "model": "noop", "accuracy": 0.9}],
                         "defaults": {"variant": "v", "hardware": "cpu-1", "replicas": 1, "partitions": 2}}]}
 
 

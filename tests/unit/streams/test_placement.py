@@ -1,7 +1,8 @@
 """Where replicas run: instances inside as few workers as hold them, within the host's cores."""
 import pytest
 
-from streams.placement import Layout, cores_left, layout
+from streams.placement import (Layout, available_cpus, cgroup_cpu_limit, cores_left, cpu_limit_of, instance_cap,
+                               layout)
 
 
 @pytest.mark.parametrize("replicas,cap,want", [(1, 4, Layout(1, 1)), (4, 4, Layout(1, 4)),
@@ -26,3 +27,46 @@ def test_cores_left_counts_cores_not_wholly_reserved():
     assert cores_left(8.0, cpu_count=2) == 1  # never below one
     with pytest.raises(ValueError):
         cores_left(-1, cpu_count=2)
+
+
+# ------------------------------------------------------------------ the cgroup's CPU limit
+
+
+def cgroup_files(root, files: dict[str, str]):
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+@pytest.mark.parametrize("files,want", [
+    ({"cpu.max": "200000 100000\n"}, 2.0),  # v2: a pod with limits.cpu: 2
+    ({"cpu.max": "150000 100000\n"}, 1.5),
+    ({"cpu.max": "max 100000\n"}, None),  # v2, no limit
+    ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3.0),  # v1
+    ({"cpu,cpuacct/cpu.cfs_quota_us": "50000\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"}, 0.5),
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),  # v1, no limit
+    ({}, None),  # no cgroup filesystem
+])
+def test_the_cgroup_cpu_limit_is_read_from_v2_or_v1_files(tmp_path, files, want):
+    got = cgroup_cpu_limit(cgroup_files(tmp_path, files))
+    assert got == pytest.approx(want) if want is not None else got is None
+
+
+def test_available_cpus_is_the_limit_not_the_nodes_count():
+    assert available_cpus(limit=2.0, cpu_count=64) == 2
+    assert available_cpus(limit=2.5, cpu_count=64) == 2  # a fraction of a core is no model thread
+    assert available_cpus(limit=0.5, cpu_count=64) == 1  # never below one
+    assert available_cpus(limit=8.0, cpu_count=4) == 4
+    assert cpu_limit_of("max 100000") is None and cpu_limit_of(None, "-1", "100000") is None
+
+
+@pytest.mark.parametrize("asked,limit,cpus,want", [
+    (None, 3.0, 64, 3),  # a pod limited to 3 CPUs on a 64-core node holds 3 instances, not 64
+    (None, None, 64, 64),  # no limit: the host's cores (a local run)
+    (2, 3.0, 64, 2),  # the manifests' --max-instances within the limit
+    (5, 3.0, 64, 3),  # more than the pod's CPUs allow: bounded by them
+    (4, None, 2, 4),  # no limit: an explicit count is the caller's (local tests oversubscribe on purpose)
+])
+def test_a_workers_instances_are_bounded_by_its_cgroup(asked, limit, cpus, want):
+    assert instance_cap(asked, limit, cpu_count=cpus) == want

@@ -1,4 +1,5 @@
-"""Kubernetes objects of `slipstream k8s-manifests` (tuner/k8s.py): what each holds, and the actuator."""
+"""Kubernetes objects of `slipstream k8s-manifests` (slipstream/k8s_manifests.py): what each holds, and the
+tuner's actuator (tuner/k8s.py)."""
 from __future__ import annotations
 
 import json
@@ -13,8 +14,8 @@ from slipstream.cli import main as cli
 from slipstream.commands.planner_service import pin_hardware
 from slipstream.commands.tuner import k8s_manifests_cmd
 from tests.k8s_inputs import SPEC, by_name, inputs, plan_file, pod, render
-from tuner.k8s import (GPU_RESOURCE, PROFILES_DIR, RUN_AS, SCALE_RULE, SPEC_PATH, KubernetesActuator,
-                       deployment_name, scale_patch)
+from slipstream.k8s_manifests import GPU_RESOURCE, PROFILES_DIR, RUN_AS, SPEC_PATH
+from tuner.k8s import FIELD_MANAGER, SCALE_RULE, KubernetesActuator, deployment_name, pods_for, scale_apply
 
 
 def test_every_process_of_a_fanout_pipeline_join_included(tmp_path):
@@ -25,7 +26,9 @@ def test_every_process_of_a_fanout_pipeline_join_included(tmp_path):
     assert sorted(d["kind"] for d in docs if d["kind"] != "Deployment") == [
         "ConfigMap", "ConfigMap", "ConfigMap", "Role", "RoleBinding", "ServiceAccount"]
     assert all(d["metadata"]["namespace"] == "ml" for d in docs)
-    assert [deps[f"slipstream-shop-{r}"]["spec"]["replicas"] for r in ("detect", "classify", "join")] == [2, 5, 1]
+    # the stages' replica counts are the tuner's (no spec.replicas to reset it); the join runs one pod
+    assert ["replicas" in deps[f"slipstream-shop-{r}"]["spec"] for r in ("detect", "classify")] == [False, False]
+    assert deps["slipstream-shop-join"]["spec"]["replicas"] == 1
     assert pod(deps["slipstream-shop-join"])["containers"][0]["args"][:6] == [
         "worker", "--pipeline", SPEC_PATH, "--stage", "join", "--metrics-addr"]
 
@@ -56,8 +59,9 @@ def test_the_plan_places_stages_and_pins_the_live_planner(tmp_path):
     deps = by_name(render(tmp_path, "--plan", str(plan)))
     det = pod(deps["slipstream-shop-detect"])
     assert det["containers"][0]["resources"]["limits"] == {"cpu": "4", "memory": "6Gi"}
-    assert "nodeSelector" not in det and deps["slipstream-shop-detect"]["spec"]["replicas"] == 3
-    assert pod(deps["slipstream-shop-classify"])["containers"][0]["resources"]["limits"]["cpu"] == "1"
+    assert "nodeSelector" not in det and "replicas" not in deps["slipstream-shop-detect"]["spec"]
+    # classify: planned at 2 on cpu-1, so one pod of 2 instances and 2 CPUs (docs/kubernetes.md)
+    assert pod(deps["slipstream-shop-classify"])["containers"][0]["resources"]["limits"]["cpu"] == "2"
     # the selector never holds the hardware: a re-render with another plan must apply over the old one
     assert "slipstream.io/hardware" not in deps["slipstream-shop-detect"]["spec"]["selector"]["matchLabels"]
     args = pod(deps["slipstream-shop-planner"])["containers"][0]["args"]
@@ -151,7 +155,7 @@ def test_tuner_may_only_scale_this_pipelines_workers(tmp_path):
     docs = render(tmp_path)
     role = by_name(docs, "Role")["slipstream-shop-tuner"]
     assert role["rules"] == [{"apiGroups": ["apps"], "resources": ["deployments/scale"],
-                              "verbs": ["get", "patch", "update"],
+                              "verbs": ["get", "patch"],
                               "resourceNames": ["slipstream-shop-classify", "slipstream-shop-detect"]}]
     binding = by_name(docs, "RoleBinding")["slipstream-shop-tuner"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "slipstream-shop-tuner", "namespace": "default"}]
@@ -159,6 +163,13 @@ def test_tuner_may_only_scale_this_pipelines_workers(tmp_path):
     assert pod(tuner)["serviceAccountName"] == "slipstream-shop-tuner"
     args = pod(tuner)["containers"][0]["args"]
     assert "--plan" not in args and args[args.index("--namespace") + 1] == "$(POD_NAMESPACE)"
+
+
+def test_the_planner_and_tuner_run_the_control_image(tmp_path):
+    deps = by_name(render(tmp_path, "--control-image", "reg/slipstream:1-control"))
+    images = {n.split("-")[-1]: pod(d)["containers"][0]["image"] for n, d in deps.items()}
+    assert images == {"detect": "reg/slipstream:1-cuda", "classify": "reg/slipstream:1", "join": "reg/slipstream:1",
+                      "planner": "reg/slipstream:1-control", "tuner": "reg/slipstream:1-control"}
 
 
 def test_strimzi_topics_replace_the_topic_init_containers(tmp_path):
@@ -191,10 +202,11 @@ class _ApiServer(BaseHTTPRequestHandler):
     replicas = 2
 
     def _scale(self) -> None:
+        path = self.path.split("?")[0]
         body = json.dumps({"apiVersion": "autoscaling/v1", "kind": "Scale",
-                           "metadata": {"name": self.path.split("/")[-2]},
+                           "metadata": {"name": path.split("/")[-2]},
                            "spec": {"replicas": type(self).replicas}}).encode()
-        self.send_response(200 if self.path.endswith("/scale") else 403)
+        self.send_response(200 if path.endswith("/scale") else 403)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -224,22 +236,83 @@ def api_server():
     server.server_close()
 
 
-def test_actuator_reads_and_patches_only_the_scale_subresource(api_server):
-    """The real kubernetes client against a local HTTP server: every call is a Role-allowed verb on
-    deployments/scale (PATCH = patch, GET = get)."""
+def _actuator(api_server, **kw):
     from kubernetes import client
 
-    conf = client.Configuration(host=api_server)
-    act = KubernetesActuator("shop", "ml", apps=client.AppsV1Api(client.ApiClient(conf)))
-    act.set_replicas("detect", 3)
+    return KubernetesActuator("shop", "ml", apps=client.AppsV1Api(client.ApiClient(client.Configuration(host=api_server))),
+                              **kw)
+
+
+def test_actuator_applies_only_the_scale_subresource_under_its_own_field_manager(api_server):
+    """The real kubernetes client against a local HTTP server: every call is a Role-allowed verb on
+    deployments/scale, and the write is a server-side apply owned by the tuner's field manager
+    (forced: the tuner is the one owner of spec.replicas), holding spec.replicas and nothing else."""
+    act = _actuator(api_server, instances={"detect": 2})
+    act.set_replicas("detect", 3)  # 3 copies, 2 per pod: 2 pods
     assert act.replicas("classify") == 2
     path = "/apis/apps/v1/namespaces/ml/deployments/{}/scale"
-    assert [(m, p, b) for m, p, _, b in _ApiServer.requests] == [
-        ("PATCH", path.format("slipstream-shop-detect"), {"spec": {"replicas": 3}}),
-        ("GET", path.format("slipstream-shop-classify"), None)]
-    verbs = {"PATCH": "patch", "GET": "get", "PUT": "update"}
-    assert {verbs[m] for m, *_ in _ApiServer.requests} <= set(SCALE_RULE["verbs"])
+    (m, p, ctype, body), get = _ApiServer.requests
+    assert (m, p.split("?")[0], ctype) == ("PATCH", path.format("slipstream-shop-detect"),
+                                           "application/apply-patch+yaml")
+    assert sorted(p.split("?")[1].split("&")) == ["fieldManager=" + FIELD_MANAGER, "force=true"]
+    assert body == {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                    "metadata": {"name": "slipstream-shop-detect", "namespace": "ml"}, "spec": {"replicas": 2}}
+    assert get[:2] == ("GET", path.format("slipstream-shop-classify"))
+    verbs = {"PATCH": "patch", "GET": "get"}
+    assert {verbs[m] for m, *_ in _ApiServer.requests} == set(SCALE_RULE["verbs"])
     assert SCALE_RULE["resources"] == ["deployments/scale"]
+
+
+def test_the_applied_manifests_leave_the_tuners_replicas_alone(tmp_path, api_server):
+    """One owner of a stage's replica count: what users apply has no spec.replicas (so kubectl apply,
+    Argo CD or Flux neither set nor reset it), and the only writer is the tuner's scale apply."""
+    stage_deps = [d for n, d in by_name(render(tmp_path)).items() if n.split("-")[-1] in ("detect", "classify")]
+    assert len(stage_deps) == 2 and all("replicas" not in d["spec"] for d in stage_deps)
+    act = _actuator(api_server)
+    act.set_replicas("classify", 4)
+    writes = [(p.split("?")[0], b) for m, p, _, b in _ApiServer.requests if m != "GET"]
+    assert writes == [("/apis/apps/v1/namespaces/ml/deployments/slipstream-shop-classify/scale",
+                       scale_apply("slipstream-shop-classify", "ml", 4))]
+
+
+@pytest.mark.parametrize("node_cores", [4, 16, 64, 128])  # a node that can schedule the pod
+@pytest.mark.parametrize("hardware,threads", [("cpu-1", 1), ("cpu-4", 4)])
+def test_a_stage_planned_at_3_replicas_runs_exactly_3_model_copies(tmp_path, api_server, node_cores, hardware,
+                                                                   threads):
+    """The manifests, the tuner's scale request and each pod's worker agree: 3 planned replicas are 3
+    model copies in total on a node of any core count, in pods whose CPU limits hold their instances."""
+    from streams.placement import instance_cap, layout
+
+    plan = plan_file(tmp_path, {"detect": (hardware, 3), "classify": ("cpu-1", 1)})
+    docs = render(tmp_path, "--plan", str(plan))
+    det = pod(by_name(docs)["slipstream-shop-detect"])["containers"][0]
+    k = int(det["args"][det["args"].index("--max-instances") + 1])
+    tuner_args = pod(by_name(docs)["slipstream-shop-tuner"])["containers"][0]["args"]
+    per_pod = dict(a.split("=") for i, a in enumerate(tuner_args) if tuner_args[i - 1] == "--pod-instances")
+    assert int(per_pod["detect"]) == k
+    act = _actuator(api_server, instances={s: int(v) for s, v in per_pod.items()})
+    act.set_replicas("detect", 3)  # what the tuner does with the plan's replicas
+    pods = _ApiServer.requests[-1][3]["spec"]["replicas"]
+    cpu_limit = float(det["resources"]["limits"]["cpu"])
+    # each pod's worker: --max-instances bounded by its cgroup's CPU limit, the replicas from its StageConfig
+    per_worker = layout(3, instance_cap(k, cpu_limit, cpu_count=node_cores)).instances
+    assert pods * per_worker == 3
+    assert per_worker * threads <= cpu_limit and det["resources"]["requests"] == det["resources"]["limits"]
+
+
+def test_pods_for_and_pod_instances():
+    from slipstream.k8s_manifests import pod_instances
+    from streams.spec import Hardware
+
+    cpu1 = Hardware("cpu-1", "cpu", 0.05, threads=1)
+    cpu4 = Hardware("cpu-4", "cpu", 0.2, threads=4)
+    gpu = Hardware("gpu", "cuda", 0.9, threads=2)
+    assert [pod_instances(n, cpu1) for n in (1, 3, 4, 7, 12, 16)] == [1, 3, 4, 7, 6, 8]  # <= 8 CPUs, n % k == 0
+    assert [pod_instances(n, cpu4) for n in (1, 2, 3, 4)] == [1, 2, 1, 2]
+    assert pod_instances(4, gpu) == 1 and pod_instances(4, cpu1, max_pod_cpus=2) == 2
+    assert [pods_for(n, 3) for n in (0, 1, 3, 4, 7)] == [0, 1, 1, 2, 3]
+    with pytest.raises(ValueError):
+        pods_for(-1, 2)
 
 
 def test_actuator_explains_a_missing_client(monkeypatch):
@@ -249,8 +322,8 @@ def test_actuator_explains_a_missing_client(monkeypatch):
         KubernetesActuator("p")
 
 
-def test_scale_patch_and_names():
-    assert scale_patch(5) == {"spec": {"replicas": 5}}
+def test_scale_apply_and_names():
+    assert scale_apply("d", "ns", 5)["spec"] == {"replicas": 5}
     with pytest.raises(ValueError):
-        scale_patch(-1)
+        scale_apply("d", "ns", -1)
     assert len(deployment_name("x" * 40, "y" * 40)) <= 63

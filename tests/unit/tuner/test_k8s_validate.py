@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from slipstream.commands.tuner import k8s_manifests_cmd
 from tests.k8s_inputs import inputs, plan_file, render
-from tuner.k8s import RUN_AS
+from slipstream.k8s_manifests import RUN_AS
 
 ROOT = Path(__file__).resolve().parents[3]
 TOOLS = ROOT / ".state/k8s-tools"
@@ -122,8 +122,9 @@ def _dockerfile() -> tuple[str, dict[str, list[str]]]:
 
 def test_dockerfile_targets_install_the_pinned_extras_and_run_as_the_pods_user():
     _, stages = _dockerfile()
-    assert {"cpu", "cuda", "build-cpu", "build-cuda"} <= set(stages)
-    for target, extras in (("cpu", "serve,k8s"), ("cuda", "gpu,k8s")):
+    assert {"cpu", "control", "cuda", "build-cpu", "build-control", "build-cuda"} <= set(stages)
+    # the workers' image carries no solver, plotting or kubernetes client (issue 24); the control one does
+    for target, extras in (("cpu", "worker"), ("control", "worker,planner,k8s"), ("cuda", "gpu")):
         build = " ".join(stages[f"build-{target}"])
         assert f"ARG EXTRAS={extras}" in build and 'pip install -c /src/constraints.txt "/src[${EXTRAS}]"' in build
         final = stages[target]

@@ -3,7 +3,7 @@
 ``write_kustomization(out, docs)`` writes one file per object (``<kind>-<name>.yaml``) and a
 ``kustomization.yaml`` listing them, so ``kubectl apply -k OUT`` applies exactly what
 ``slipstream k8s-manifests`` prints and an overlay (``resources: [OUT]``) can patch it. The objects come
-from ``tuner.k8s.pipeline_manifests``; nothing here decides what they hold.
+from ``slipstream.k8s_manifests.pipeline_manifests``; nothing here decides what they hold.
 
 ``strimzi_topics`` describes every topic of ``streams.topics.all_topics`` (same names, partitions and
 configs as ``slipstream topics`` creates) as a KafkaTopic of a Strimzi cluster, with the given
