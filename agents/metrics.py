@@ -187,6 +187,6 @@ class StageMetrics:
             self.lag.labels(**self._labels, topic=topic, partition=str(part)).set(n)
         self._lag_tps = set(lags)
 
-    def serve(self, addr: MetricsAddr, ready: Ready = lambda: None) -> Endpoint:
+    def serve(self, addr: MetricsAddr, ready: Ready = lambda: None, alive: Ready = lambda: None) -> Endpoint:
         """Start the HTTP endpoint (``/metrics``, ``/healthz``, ``/readyz``) on ``addr``."""
-        return serve(addr, self.registry, ready)
+        return serve(addr, self.registry, ready, alive)

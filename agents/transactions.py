@@ -55,6 +55,7 @@ class PartitionTransactions:
         self.kafka, self.group_id, self.pipe, self.stage = kafka, group_id, pipe, stage
         self.on_failure, self.max_backoff_s = on_failure, max_backoff_s
         self.overrides = producer_overrides
+        self.limits = None  # the topics' record limits (``streams.limits``), set by the worker at start
         self._producers: dict[Hashable, Any] = {}
         self._queue: dict[Hashable, list[tuple[Release, asyncio.Future]]] = {}
         self._runners: dict[Hashable, asyncio.Task] = {}
@@ -151,7 +152,7 @@ class PartitionTransactions:
         prod = self._producers.get(tp)
         if prod is None:
             raise _Fenced()
-        delivery = Delivery(prod, self.pipe, self.stage, self.on_failure)
+        delivery = Delivery(prod, self.pipe, self.stage, self.on_failure, limits=self.limits)
         records: list[tuple[Any, Any]] = [o for r in batch for o in r.outputs]
         offsets = {tp: batch[-1].next_offset}
         backoff = 0.1

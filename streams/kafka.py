@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from streams import codec
 from streams.config import KafkaSettings
+from streams.limits import Limits
 
 SCHEMA_HEADER = "slipstream-schema"
 
@@ -91,14 +92,16 @@ async def send(prod: AIOKafkaProducer, topic: str, record: str, value: Mapping[s
 # send_window uses aiokafka internals (``_serialize``, ``_partition``, ``client._wait_on_metadata``):
 # private, so only the version pinned in constraints.txt (aiokafka==0.14.0) is known to have them as used
 # here; tests/integration/test_delivery.py holds the partitions equal to ``send``'s.
-async def send_window(prod: AIOKafkaProducer, records: Sequence[tuple[str, str | bytes | None, str, Mapping[str, Any]]]
-                      ) -> list:
+async def send_window(prod: AIOKafkaProducer, records: Sequence[tuple[str, str | bytes | None, str, Mapping[str, Any]]],
+                      limits: Limits | None = None) -> list:
     """Encode and send many records ((topic, key, record type, value), as ``agents.routing.Out``) with
     aiokafka's batch API: one producer batch per partition, in record order (another when one fills),
     each record on the partition ``send`` would choose (:func:`_partition_of`). Returns, per record,
     its batch's delivery future (a failed batch fails each of its records) or the exception that
     refused it before sending (encode error, over ``max_request_size``, unknown topic). Inside a
-    transaction as ``send`` is (``send_batch`` adds the partition to it)."""
+    transaction as ``send`` is (``send_batch`` adds the partition to it). With ``limits``
+    (``streams.limits``) a record over its topic's limit is refused here (``RecordTooLarge``) and a
+    batch grows only as far as its topic takes."""
     ts_ms = time.time_ns() // 1_000_000
     out: list = [None] * len(records)
     batches: list[tuple[str, int, Any, list[int]]] = []  # (topic, partition, batch, its records' indexes)
@@ -110,6 +113,8 @@ async def send_window(prod: AIOKafkaProducer, records: Sequence[tuple[str, str |
             key = key.encode() if isinstance(key, str) else key
             data, headers = codec.encode(record, value, topic), headers_for(record)
             prod._serialize(key, data, headers)  # private: aiokafka's own size check (MessageSizeTooLargeError)
+            if limits is not None:
+                limits.check(topic, key, data, headers)
             p = single.get(topic)  # a one-partition topic: no hash, no await per record
             if p is None:
                 p = await _partition_of(prod, topic, key, data, known, single)
@@ -117,6 +122,9 @@ async def send_window(prod: AIOKafkaProducer, records: Sequence[tuple[str, str |
             out[i] = exc
             continue
         j = open_.get((topic, p))
+        if j is not None and limits is not None and \
+                batches[j][2].size() + Limits.size(key, data, headers) > limits.of(topic):
+            j = None  # the topic would refuse the batch with this record: a new one
         if j is None or batches[j][2].append(timestamp=ts_ms, key=key, value=data, headers=headers) is None:
             batch = prod.create_batch()  # none open, or full: a new one (its first record always fits)
             batch.append(timestamp=ts_ms, key=key, value=data, headers=headers)
