@@ -185,8 +185,11 @@ async def topic_partitions(consumer, topic: str) -> list:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Will sending again help? Broker-side retriable errors, timeouts and lost connections: yes; a
-    record too large, an unknown topic or an encode error: no."""
-    from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
+    """Can sending again help? Kafka's own answer where the error carries one (``retriable``, as the
+    protocol defines it: a leader moving, not enough in-sync replicas, a topic or partition the
+    metadata does not show yet, a lost connection), and a client-side timeout; everything else is
+    permanent (a record over its topic's limit, an encode error, no authorization, a fenced or
+    out-of-sequence producer). Transient is not endless: ``agents.delivery`` bounds the retries in time."""
+    from aiokafka.errors import KafkaTimeoutError
 
-    return bool(getattr(exc, "retriable", False)) or isinstance(exc, (KafkaTimeoutError, KafkaConnectionError))
+    return bool(getattr(exc, "retriable", False)) or isinstance(exc, KafkaTimeoutError)
