@@ -67,6 +67,7 @@ class StageMetrics:
     config_rejected: Counter
     queue_depth: Gauge
     instances: Gauge
+    backlog: Gauge
     delivery_failures: Counter
     e2e: Histogram
     slo_met: Counter
@@ -108,6 +109,8 @@ class StageMetrics:
             queue_depth=Gauge("slipstream_queued_requests", "Requests waiting in this worker", L(), registry=reg),
             instances=Gauge("slipstream_instances", "Model instances serving in this worker", L(),
                             registry=reg),
+            backlog=Gauge("slipstream_delivery_backlog_windows", "Windows (and dead letters) whose outputs "
+                          "await delivery; bounded (agents.backlog)", L(), registry=reg),
             delivery_failures=Counter("slipstream_delivery_failures", "Outputs not delivered at first, by what "
                                       "followed: retried, replaced (error result or dead letter), given-up",
                                       L("outcome"), registry=reg),

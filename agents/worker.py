@@ -30,6 +30,7 @@ from typing import Any
 
 from agents import routing
 from agents.acks import AckTracker
+from agents.backlog import Backlog, out_bytes
 from agents.control import ActiveConfig, accept, defaults
 from agents.delivery import Delivery, dead_letter
 from agents.executors import check_digest, pinned
@@ -95,6 +96,7 @@ class StageWorker:
         self.heartbeat = Heartbeat()  # liveness (``/healthz``): the loop's ticks, model runs' deadlines
         self.run_deadline_s = run_deadline_s(pipe.slo_ms)
         self._inflight: set[asyncio.Future] = set()  # windows (and dead letters) being delivered and acked
+        self.backlog = Backlog()  # of those awaiting delivery: while full, no new window and no fetch
         # exactly-once: one transactional producer per assigned input partition (opened on assignment)
         self.txns = PartitionTransactions(
             kafka, topics.consumer_group(pipe.name, stage), pipe, stage, self._delivery_failed,
@@ -185,7 +187,7 @@ class StageWorker:
             self._wake.set()
 
     def _update_room(self) -> None:
-        if self._intake_n + len(self.planner) < MAX_QUEUED:
+        if self._intake_n + len(self.planner) < MAX_QUEUED and not self.backlog.full():
             self.room.set()
         else:
             self.room.clear()
@@ -318,7 +320,7 @@ class StageWorker:
             self._read_intake()
             self._apply_pending_config()  # window boundary
             s = batching.BatchSettings.from_ms(self.config.max_batch, self.config.batch_timeout_ms)
-            inst = self.fleet.idle()
+            inst = self.fleet.idle() if not self.backlog.full() else None  # back-pressure from delivery
             step = self.planner.poll(time.time_ns(), s, inst is not None)
             if isinstance(step, Take):
                 self.metrics.lab(self.metrics.queue_depth).set(len(self.planner))
@@ -381,7 +383,19 @@ class StageWorker:
     async def _deliver(self, entries: list[tuple[Any, int, list]]) -> None:
         """Deliver each input's outputs ((out, item) pairs) and ack the inputs: at least once (every
         output in Kafka, then the acks), or exactly once (outputs and offsets in one transaction per
-        partition, in offset order; ``agents.transactions``)."""
+        partition, in offset order; ``agents.transactions``), counted in the backlog meanwhile."""
+        held = self.backlog.add(out_bytes(o for _, _, rs in entries for o, _ in rs))
+        self.metrics.lab(self.metrics.backlog).set(self.backlog.windows)
+        self._update_room()
+        try:
+            await self._deliver_and_ack(entries)
+        finally:
+            self.backlog.done(held)
+            self.metrics.lab(self.metrics.backlog).set(self.backlog.windows)
+            self._update_room()
+            self._wake.set()
+
+    async def _deliver_and_ack(self, entries: list[tuple[Any, int, list]]) -> None:
         if self.txns is None:  # faust commits the done prefix (``agents.intake``, :meth:`committable`)
             owner = [k for k, (_, _, rs) in enumerate(entries) for _ in rs]
             lost = {owner[i] for i in await self.delivery.settle(
