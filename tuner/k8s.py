@@ -311,24 +311,29 @@ def pipeline_manifests(pipe: Pipeline, spec_text: str, *, image: str, profiles: 
     return docs + tuner_manifests(pipe, image=image, namespace=namespace)
 
 
+API_TIMEOUT_S = 10.0  # per Kubernetes API call (connect, then read): an API server that hangs fails the call
+
+
 class KubernetesActuator:
     """Scales ``deployment_name(pipeline, stage)`` in ``namespace`` through the scale subresource: reads
     and patches ``deployments/scale``, the only thing the tuner's Role (``SCALE_RULE``) allows. ``apps``
-    is a ``kubernetes.client.AppsV1Api`` (default: one configured in-cluster, else from kubeconfig)."""
+    is a ``kubernetes.client.AppsV1Api`` (default: one configured in-cluster, else from kubeconfig).
+    Every call is bounded by ``timeout_s`` (the client's ``_request_timeout``; it raises past it)."""
 
     def __init__(self, pipeline: str, namespace: str = "default", *, in_cluster: bool | None = None,
-                 apps: Any = None) -> None:
+                 apps: Any = None, timeout_s: float = API_TIMEOUT_S) -> None:
         self.pipeline = pipeline
         self.namespace = namespace
         self._apps = apps if apps is not None else _apps_api(in_cluster)
+        self._timeout = (timeout_s, timeout_s)
 
     def set_replicas(self, stage: str, n: int) -> None:
         self._apps.patch_namespaced_deployment_scale(
-            deployment_name(self.pipeline, stage), self.namespace, scale_patch(n))
+            deployment_name(self.pipeline, stage), self.namespace, scale_patch(n), _request_timeout=self._timeout)
 
     def replicas(self, stage: str) -> int:
         scale = self._apps.read_namespaced_deployment_scale(deployment_name(self.pipeline, stage),
-                                                            self.namespace)
+                                                            self.namespace, _request_timeout=self._timeout)
         return int(scale.spec.replicas or 0)
 
 
