@@ -128,13 +128,7 @@ class JoinWorker:
         """Write a result; exactly-once: attach it to ``at`` (tp, offset), the fragment it commits with.
         A joined result over the results topic's limit becomes an error result naming both sizes."""
         topic = topics.results(self.pipe.name)
-        try:
-            self.limits.check(topic, res["request_id"].encode(), codec.encode("InferenceResult", res, topic),
-                              kclient.headers_for("InferenceResult"))
-        except RecordTooLarge as exc:
-            log.error("request %s: joined result not written: %s", res["request_id"], exc)
-            res = {**res, "status": "error", "reason": f"join: cannot deliver the joined result: {exc}"[:MAX_ERROR_CHARS],
-                   "output": b"", "content_type": ""}
+        res = fit_result(self.limits, topic, res)
         out = routing.Out(topic, res["request_id"], "InferenceResult", res)
         await self._write(out, at)
         self.metrics.lab(self.metrics.results, status=res["status"]).inc()
@@ -174,6 +168,19 @@ class JoinWorker:
         self.metrics.lab(self.metrics.dead_letters).inc()
         dl = dead_letter(self.pipe, JOIN, self.limits, event.value, m.topic, m.partition, m.offset, error)
         await self._write(dl, (m.tp, m.offset))
+
+
+def fit_result(limits: Limits, topic: str, res: dict) -> dict:
+    """``res``, or, when it would not fit ``topic`` (``streams.limits``), an error result for its
+    request naming its size and the topic's limit."""
+    try:
+        limits.check(topic, res["request_id"].encode(), codec.encode("InferenceResult", res, topic),
+                     kclient.headers_for("InferenceResult"))
+        return res
+    except RecordTooLarge as exc:
+        log.error("request %s: joined result not written: %s", res["request_id"], exc)
+        return {**res, "status": "error", "reason": f"join: cannot deliver the joined result: {exc}"[:MAX_ERROR_CHARS],
+                "output": b"", "content_type": ""}
 
 
 def build_join_app(pipe: Pipeline, kafka: KafkaSettings, timeout_ms: float | None = None,
