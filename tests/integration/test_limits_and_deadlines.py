@@ -123,37 +123,37 @@ def metric(worker, name: str) -> float:
 
 async def test_windows_awaiting_a_produce_that_cannot_complete_are_bounded_and_all_answered_after(
         kafka, unique, tmp_path):
-    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-
     from agents.backlog import MAX_WINDOWS
 
     path = noop_pipeline(unique, tmp_path)
     pipe = load_pipeline(path)
     results = topics.results(pipe.name)
-    # one broker, two in-sync replicas required: every write to the results topic is refused
-    # (NotEnoughReplicas, retriable) until the requirement is lowered
-    await admin.ensure_topics(kafka, [TopicSpec(results, 1, {"min.insync.replicas": "2"})])
-    await admin.ensure_topics(kafka, topics.all_topics(pipe))
+    # no results topic yet: every write to it is refused (UnknownTopicOrPartition, retriable) until it exists
+    await admin.ensure_topics(kafka, [t for t in topics.all_topics(pipe) if t.name != results])
     workers = Workers(path, kafka.bootstrap)
     n = MAX_WINDOWS + 40
     try:
         (worker,) = workers.start("relay")
-        async with PipelineClient(pipe, kafka) as client:
-            ids = [await client.submit(f"r{i}".encode()) for i in range(n)]  # windows of one (max_batch 1)
-            async with asyncio.timeout(60):  # until the backlog is full (each look is a scrape)
-                while metric(worker, "slipstream_delivery_backlog_windows") < MAX_WINDOWS:
-                    await asyncio.sleep(0.2)
-            seen = []
-            for _ in range(10):  # stuck: it stays at the bound, the rest waits in the queue
-                seen.append((metric(worker, "slipstream_delivery_backlog_windows"),
-                             metric(worker, "slipstream_queued_requests")))
+        prod = kclient.producer(kafka)  # a PipelineClient reads the results topic, which is not there yet
+        await prod.start()
+        try:
+            reqs = [make_request(pipe, f"r{i}".encode()) for i in range(n)]  # windows of one (max_batch 1)
+            await asyncio.gather(*[await kclient.send(prod, topics.stage_input(pipe.name, "relay"), "InferenceRequest",
+                                                      r, key=r["request_id"]) for r in reqs])
+        finally:
+            await prod.stop()
+        ids = [r["request_id"] for r in reqs]
+        async with asyncio.timeout(60):  # until the backlog is full (each look is a scrape)
+            while metric(worker, "slipstream_delivery_backlog_windows") < MAX_WINDOWS:
                 await asyncio.sleep(0.2)
-            async with admin.admin_client(kafka) as a:
-                await a.alter_configs([ConfigResource(ConfigResourceType.TOPIC, results,
-                                                      configs={"min.insync.replicas": "1"})])
-            got = {r: await client.result(r, 100) for r in ids}
-        await assert_exactly_once(kafka, pipe.name, ids)
+        seen = []
+        for _ in range(10):  # stuck: it stays at the bound, the rest waits in the queue
+            seen.append((metric(worker, "slipstream_delivery_backlog_windows"),
+                         metric(worker, "slipstream_queued_requests")))
+            await asyncio.sleep(0.2)
+        await admin.ensure_topics(kafka, [t for t in topics.all_topics(pipe) if t.name == results])
+        got = await assert_exactly_once(kafka, pipe.name, ids)
     finally:
         workers.stop()
     assert all(w == MAX_WINDOWS and q == n - MAX_WINDOWS for w, q in seen), seen
-    assert {r["status"] for r in got.values()} == {"done"}
+    assert {r["status"] for r in got} == {"done"}
