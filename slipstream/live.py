@@ -48,7 +48,9 @@ def ensure_broker() -> bool:
     """Start the local broker unless SLIPSTREAM_BOOTSTRAP names one; True when it was started here."""
     if os.environ.get("SLIPSTREAM_BOOTSTRAP"):
         return False
-    b = broker.default_broker()
+    from slipstream.options import state_dir
+
+    b = broker.default_broker(root=state_dir())
     started = broker.running_pid(b) is None
     broker.up(b, progress=click.echo)
     os.environ["SLIPSTREAM_BOOTSTRAP"] = b.bootstrap
