@@ -82,7 +82,7 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
     async def _stop(sender, **kwargs) -> None:
         await worker.stop()
 
-    serve_worker(stage, app, metrics, metrics_addr, worker.started, worker.acks)
+    serve_worker(stage, app, metrics, metrics_addr, worker.started, worker.acks, worker.heartbeat)
     return app, worker
 
 

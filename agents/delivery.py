@@ -2,14 +2,20 @@
 naming why the output could not be written, or as a dead letter of the input itself, and the worker
 keeps running either way.
 
-- A transient failure (broker away, leader moving, a timeout) sends the same record again, backing
-  off up to ``max_backoff_s``, until it is in Kafka: nothing is acked before, so nothing is lost.
-- A permanent one (the record too large, an unknown topic, a value the schema refuses) replaces the
-  output by an ``error`` result for the request it belonged to; if even that cannot be written, the
-  input is dead-lettered (its original bytes, topic, partition, offset and the reason).
-A window goes out as one producer batch per partition; a batch that fails fails each of its records,
-and each is then handled as above (sent again on its own, or replaced). Each step is logged with the
-request id.
+- A transient failure (Kafka's own ``retriable`` flag: broker away, leader moving, a topic or partition
+  the metadata does not show yet; a timeout, a lost connection) sends the same record again, backing
+  off up to ``max_backoff_s``, for at most ``retry_for_s`` (Kafka's ``delivery.timeout.ms``, 120 s);
+  nothing is acked before, so nothing is lost. Past that bound it is handled as a permanent one.
+- A permanent one (the record over its topic's limit, ``streams.limits``; a value the schema refuses;
+  no authorization) replaces the output by an ``error`` result for the request it belonged to; if even
+  that cannot be written, the input is dead-lettered (its original bytes, cut to fit the dead-letter
+  topic with the whole input's size and sha256 named, topic, partition, offset and the reason).
+- If the dead letter cannot be written either, the input is *given up*: :meth:`Delivery.settle` names
+  it, the worker does not ack it and reports itself not live (``streams.heartbeat``), so it is
+  restarted and the input read again.
+A window goes out as one producer batch per partition, each no larger than its topic takes; a batch
+that fails fails each of its records, and each is then handled as above (sent again on its own, or
+replaced). Each step is logged with the request id.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from typing import Any, NamedTuple
 
 from agents import routing
 from streams import kafka as kclient
+from streams.limits import MAX_ERROR_CHARS, Limits
 from streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
@@ -34,10 +41,11 @@ class Sent(NamedTuple):  # one per output: a tuple is the cheapest record to mak
 
 class Delivery:
     def __init__(self, producer, pipe: Pipeline, stage: str, on_failure=lambda kind: None,
-                 max_backoff_s: float = 5.0) -> None:
+                 max_backoff_s: float = 5.0, limits: Limits | None = None, retry_for_s: float = 120.0) -> None:
         self.producer, self.pipe, self.stage = producer, pipe, stage
         self.on_failure = on_failure  # a metric: called with "retried", "replaced" or "given-up"
-        self.max_backoff_s = max_backoff_s
+        self.max_backoff_s, self.retry_for_s = max_backoff_s, retry_for_s
+        self.limits = limits  # the topics' record limits (``streams.limits``); None: the producer's only
         self._waiting: list[tuple[list, asyncio.Future]] = []  # windows for the next send_window
         self._sender: asyncio.Future | None = None
 
@@ -57,7 +65,8 @@ class Delivery:
         while self._waiting:
             taken, self._waiting = self._waiting, []
             try:
-                futs = iter(await kclient.send_window(self.producer, [o for ps, _ in taken for o, _ in ps]))
+                futs = iter(await kclient.send_window(self.producer, [o for ps, _ in taken for o, _ in ps],
+                                                           self.limits))
             except BaseException as exc:  # cancelled (shutting down) or a bug: every waiting caller hears it
                 taken, self._waiting = taken + self._waiting, []
                 for _, done in taken:
@@ -71,31 +80,35 @@ class Delivery:
                     done.set_result(sent)
 
     async def _send_one(self, out: routing.Out, item: Any) -> Sent:
-        try:
-            fut = await kclient.send(self.producer, out.topic, out.record, out.value, key=out.key)
-            return Sent(out, item, fut)
-        except Exception as exc:  # encode errors and records over the size limit raise here
-            return Sent(out, item, error=exc)
+        fut = (await kclient.send_window(self.producer, [out], self.limits))[0]
+        return Sent(out, item, error=fut) if isinstance(fut, BaseException) else Sent(out, item, fut)
 
-    async def settle(self, sent: list[Sent]) -> None:
-        """Wait until each output, or what replaced it, is in Kafka; never raises."""
-        for s in sent:
+    async def settle(self, sent: list[Sent]) -> list[int]:
+        """Wait until each output, or what replaced it, is in Kafka; never raises. Returns the
+        indexes (in ``sent``) of those given up: neither they nor anything in their place is in Kafka."""
+        lost = []
+        for i, s in enumerate(sent):
             f = s.fut
             if f is not None and f.done() and not f.cancelled() and f.exception() is None:
                 continue  # delivered (most of a window, once its first record is)
-            await self._settle_one(s)
+            if not await self._settle_one(s):
+                lost.append(i)
+        return lost
 
-    async def _settle_one(self, s: Sent) -> None:
-        backoff = 0.1
+    async def _settle_one(self, s: Sent) -> bool:
+        backoff, since = 0.1, time.monotonic()
         while True:
             exc = s.error
             if exc is None:
                 try:
                     await s.fut
-                    return
+                    return True
                 except Exception as e:  # noqa: BLE001 - every failure is handled below
                     exc = e
-            if kclient.is_transient(exc):
+            waited = time.monotonic() - since
+            if kclient.is_transient(exc) and waited >= self.retry_for_s:
+                exc = TimeoutError(f"not delivered within {self.retry_for_s:g} s: {type(exc).__name__}: {exc}")
+            elif kclient.is_transient(exc):
                 log.warning("request %s: %s to %s not delivered (%s): sending again in %.1f s", _rid(s),
                             s.out.record, s.out.topic, exc, backoff)
                 self.on_failure("retried")
@@ -108,11 +121,11 @@ class Delivery:
                 log.error("request %s: cannot deliver %s to %s (%s), nor anything in its place: given up",
                           _rid(s), s.out.record, s.out.topic, exc)
                 self.on_failure("given-up")
-                return
+                return False
             log.error("request %s: cannot deliver %s to %s (%s): sending %s instead", _rid(s), s.out.record,
                       s.out.topic, exc, nxt.record)
             self.on_failure("replaced")
-            s = await self._send_one(nxt, s.item)
+            s, backoff, since = await self._send_one(nxt, s.item), 0.1, time.monotonic()
 
     def replacement(self, s: Sent, exc: BaseException) -> routing.Out | None:
         """What goes in place of an output that cannot be written: an error result for its request,
@@ -120,12 +133,26 @@ class Delivery:
         reason = f"{self.stage}: cannot deliver {s.out.record} to {s.out.topic}: {type(exc).__name__}: {exc}"
         is_error = s.out.record == "InferenceResult" and s.out.value.get("status") == "error"
         if s.item is not None and s.out.record != "DeadLetter" and not is_error:
-            return routing.ended(self.pipe, s.item.req, "error", reason[:2000], time.time_ns())
+            return routing.ended(self.pipe, s.item.req, "error", reason[:MAX_ERROR_CHARS], time.time_ns())
         if s.item is not None and s.out.record != "DeadLetter":
             m = s.item.record
-            return routing.dead_letter(self.pipe, self.stage, m.value, m.topic, m.partition, m.offset,
-                                       reason[:2000], time.time_ns())
+            return dead_letter(self.pipe, self.stage, self.limits, m.value, m.topic, m.partition, m.offset, reason)
         return None
+
+
+def dead_letter(pipe: Pipeline, stage: str, limits: Limits | None, original: bytes | None, topic: str,
+                partition: int, offset: int, reason: str) -> routing.Out:
+    """The dead letter of an input, its bytes cut to fit the dead-letter topic when they do not
+    (``streams.limits``: the whole input's size and sha256 go into the reason)."""
+    reason = reason[:MAX_ERROR_CHARS]
+    out = routing.dead_letter(pipe, stage, original, topic, partition, offset, reason, time.time_ns())
+    if limits is not None and original:
+        rest = len(reason.encode()) + len(out.key) + len(topic) + len(stage) + 512  # the rest, generously
+        kept, note = limits.fit_original(out.topic, original, rest)
+        if note:
+            out = routing.dead_letter(pipe, stage, kept, topic, partition, offset,
+                                      (reason[:MAX_ERROR_CHARS - len(note)] + note), time.time_ns())
+    return out
 
 
 def _rid(s: Sent) -> str:

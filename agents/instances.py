@@ -11,16 +11,49 @@ predictor (same model, same hardware: the same numbers), seeded by the first ins
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from streams.executor import Executor
+from streams.heartbeat import Heartbeat
 from streams.latency import LatencyCurve, RecentLatency
 from streams.spec import Hardware, Variant
 
 ExecutorFactory = Callable[[Variant, Hardware], Executor]
+
+# A model run's deadline: RUN_DEADLINE_SLOS times the pipeline's SLO, at least RUN_DEADLINE_FLOOR_S
+# (a batch that takes ten SLOs answers nothing in time; the floor keeps a tight SLO on a loaded
+# machine from calling a slow run hung). Past it the run's requests get error results and the
+# instance is replaced (``agents.worker``); its thread cannot be stopped, so liveness fails until a
+# restart frees it (``streams.heartbeat``).
+RUN_DEADLINE_SLOS, RUN_DEADLINE_FLOOR_S = 10, 5.0
+
+
+def run_deadline_s(slo_ms: float) -> float:
+    """How long one model run (a batch on an instance's thread) may take before it counts as hung."""
+    return max(RUN_DEADLINE_FLOOR_S, RUN_DEADLINE_SLOS * slo_ms / 1000)
+
+
+class RunPastDeadline(TimeoutError):
+    """A model run did not finish within its deadline: its instance is hung (``Instance.hung``)."""
+
+
+async def run_bounded(inst: "Instance", heartbeat: Heartbeat, deadline_s: float, what: str,
+                      fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on ``inst``'s thread, awaited at most ``deadline_s``; past it the instance is
+    marked hung and :class:`RunPastDeadline` raised. The wait stays on ``heartbeat`` until the thread
+    is really done, so liveness fails while a hung thread holds the instance's copy."""
+    token = heartbeat.begin(what, deadline_s)
+    run = inst.pool.submit(fn, *args)
+    run.add_done_callback(lambda _: heartbeat.end(token))
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(run), deadline_s)
+    except TimeoutError:
+        inst.hung = f"{what} past its deadline of {deadline_s:g} s: instance replaced"
+        raise RunPastDeadline(inst.hung) from None
 
 
 @dataclass
@@ -33,6 +66,7 @@ class Instance:
     busy: bool = False
     last_used_ns: int = 0
     retired: bool = False
+    hung: str | None = None  # why its thread is lost (a run past its deadline): it takes no more work
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)

@@ -27,6 +27,7 @@ import faust
 
 from agents import routing
 from agents.acks import AckTracker, Release
+from agents.delivery import dead_letter
 from agents.join import Joiner
 from agents.metrics import StageMetrics
 from agents.ready import serve_worker
@@ -34,6 +35,7 @@ from agents.transactions import PartitionTransactions
 from streams import codec, kafka as kclient, topics
 from streams.app import AppSettings, make_app, rejoin_group
 from streams.config import KafkaSettings
+from streams.limits import MAX_ERROR_CHARS, Limits, RecordTooLarge, read_limits
 from streams.metrics_http import LOCAL, MetricsAddr
 from streams.spec import Pipeline
 
@@ -55,11 +57,16 @@ class JoinWorker:
             lambda kind: metrics.lab(metrics.delivery_failures, outcome=kind).inc()) if kafka.exactly_once else None
         self._acking: set[asyncio.Future] = set()  # exactly-once: transactions whose events to ack after
         self._uncommitted: dict[str, Any] = {}  # exactly-once: request id -> tp, result not committed yet
+        self.limits = Limits()  # the broker default until read from the cluster (:meth:`start`)
 
     async def start(self) -> None:
+        self.limits = await read_limits(self.kafka, [topics.results(self.pipe.name),
+                                                     topics.dead_letters(self.pipe.name)])
         if self.txns is None:
-            self.producer = kclient.producer(self.kafka)
+            self.producer = kclient.producer(self.kafka, max_request_size=self.limits.largest())
             await self.producer.start()
+        else:
+            self.txns.limits, self.txns.overrides["max_request_size"] = self.limits, self.limits.largest()
 
     async def stop(self) -> None:
         if self.producer is not None:
@@ -126,8 +133,11 @@ class JoinWorker:
                  len(revoked), {f"{tp.topic}[{tp.partition}]": o for tp, o in offsets.items()}, len(moved))
 
     async def _emit(self, res: dict, at: tuple[Any, int]) -> None:
-        """Write a result; exactly-once: attach it to ``at`` (tp, offset), the fragment it commits with."""
-        out = routing.Out(topics.results(self.pipe.name), res["request_id"], "InferenceResult", res)
+        """Write a result; exactly-once: attach it to ``at`` (tp, offset), the fragment it commits with.
+        A joined result over the results topic's limit becomes an error result naming both sizes."""
+        topic = topics.results(self.pipe.name)
+        res = fit_result(self.limits, topic, res)
+        out = routing.Out(topic, res["request_id"], "InferenceResult", res)
         await self._write(out, at)
         self.metrics.lab(self.metrics.results, status=res["status"]).inc()
         self.metrics.observe_result(res)
@@ -169,9 +179,21 @@ class JoinWorker:
         m = event.message
         log.error("dead letter %s[%d]@%d (request %s): %s", m.topic, m.partition, m.offset, rid, error)
         self.metrics.lab(self.metrics.dead_letters).inc()
-        dl = routing.dead_letter(self.pipe, JOIN, event.value, m.topic, m.partition, m.offset, error,
-                                 time.time_ns())
+        dl = dead_letter(self.pipe, JOIN, self.limits, event.value, m.topic, m.partition, m.offset, error)
         await self._write(dl, (m.tp, m.offset))
+
+
+def fit_result(limits: Limits, topic: str, res: dict) -> dict:
+    """``res``, or, when it would not fit ``topic`` (``streams.limits``), an error result for its
+    request naming its size and the topic's limit."""
+    try:
+        limits.check(topic, res["request_id"].encode(), codec.encode("InferenceResult", res, topic),
+                     kclient.headers_for("InferenceResult"))
+        return res
+    except RecordTooLarge as exc:
+        log.error("request %s: joined result not written: %s", res["request_id"], exc)
+        return {**res, "status": "error", "reason": f"join: cannot deliver the joined result: {exc}"[:MAX_ERROR_CHARS],
+                "output": b"", "content_type": ""}
 
 
 def build_join_app(pipe: Pipeline, kafka: KafkaSettings, timeout_ms: float | None = None,

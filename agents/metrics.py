@@ -68,6 +68,7 @@ class StageMetrics:
     control_invalid: Counter
     queue_depth: Gauge
     instances: Gauge
+    backlog: Gauge
     delivery_failures: Counter
     e2e: Histogram
     slo_met: Counter
@@ -111,6 +112,8 @@ class StageMetrics:
             queue_depth=Gauge("slipstream_queued_requests", "Requests waiting in this worker", L(), registry=reg),
             instances=Gauge("slipstream_instances", "Model instances serving in this worker", L(),
                             registry=reg),
+            backlog=Gauge("slipstream_delivery_backlog_windows", "Windows (and dead letters) whose outputs "
+                          "await delivery; bounded (agents.backlog)", L(), registry=reg),
             delivery_failures=Counter("slipstream_delivery_failures", "Outputs not delivered at first, by what "
                                       "followed: retried, replaced (error result or dead letter), given-up",
                                       L("outcome"), registry=reg),
@@ -190,6 +193,6 @@ class StageMetrics:
             self.lag.labels(**self._labels, topic=topic, partition=str(part)).set(n)
         self._lag_tps = set(lags)
 
-    def serve(self, addr: MetricsAddr, ready: Ready = lambda: None) -> Endpoint:
+    def serve(self, addr: MetricsAddr, ready: Ready = lambda: None, alive: Ready = lambda: None) -> Endpoint:
         """Start the HTTP endpoint (``/metrics``, ``/healthz``, ``/readyz``) on ``addr``."""
-        return serve(addr, self.registry, ready)
+        return serve(addr, self.registry, ready, alive)

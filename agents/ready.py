@@ -3,7 +3,8 @@
 Ready = the model is loaded and warm (``started``) and the consumer has partitions. It shows twice:
 
 - ``/readyz`` on the metrics address answers 200, else 503 with the reason (``model not warm``, ``no
-  partitions assigned``); ``/healthz`` answers 200 while the process runs (``streams.metrics_http``);
+  partitions assigned``); ``/healthz`` answers 200 while the worker's heartbeat (``streams.heartbeat``:
+  the event loop ticks, no model run is past its deadline) says it is live, else 503 with the reason;
 - a line on stdout after each rebalance, once warm: ``slipstream-worker ready stage=<s>
   partitions=<n> metrics=<host:port> at_ns=<t>``. The supervisor, the tests and the activation-time
   benchmark wait for it.
@@ -29,6 +30,7 @@ import faust
 
 from agents.acks import AckTracker
 from agents.metrics import StageMetrics
+from streams.heartbeat import Heartbeat
 from streams.metrics_http import MetricsAddr
 
 LAG_INTERVAL_S = 1.0
@@ -78,11 +80,18 @@ def consumer_lag(consumer, acks: AckTracker | None = None) -> dict[tuple[str, in
 
 
 def serve_worker(role: str, app: faust.App, metrics: StageMetrics, addr: MetricsAddr,
-                 started: asyncio.Event | None = None, acks: AckTracker | None = None) -> Readiness:
-    """Serve the worker's metrics, health and readiness on ``addr``; print the ready line after each
-    rebalance once warm (in a task of its own: the rebalance must not wait for it); keep the lag gauge."""
+                 started: asyncio.Event | None = None, acks: AckTracker | None = None,
+                 heartbeat: Heartbeat | None = None) -> Readiness:
+    """Serve the worker's metrics, health (its ``heartbeat``, ticked by a task of the app) and
+    readiness on ``addr``; print the ready line after each rebalance once warm (in a task of its own:
+    the rebalance must not wait for it); keep the lag gauge."""
     ready = Readiness(started)
-    bound = metrics.serve(addr, ready.reason).addr
+    heartbeat = heartbeat or Heartbeat()
+    bound = metrics.serve(addr, ready.reason, heartbeat.problem).addr
+
+    @app.task
+    async def beat() -> None:  # the event loop's heartbeat
+        await heartbeat.beat()
 
     async def announce() -> None:
         if started is not None:

@@ -113,6 +113,7 @@ class PartitionTransactions:
         # app sets it: ``streams.app.rejoin_group``)
         self.on_reread: Callable[[Hashable], Awaitable[None]] = _no_reread
         self.overrides = producer_overrides
+        self.limits = None  # the topics' record limits (``streams.limits``), set by the worker at start
         self._producers: dict[Hashable, Any] = {}
         self._queue: dict[Hashable, list[tuple[Release, asyncio.Future]]] = {}
         self._runners: dict[Hashable, asyncio.Task] = {}
@@ -234,8 +235,8 @@ class PartitionTransactions:
             prod = self._producers.get(tp)
             if prod is None:
                 raise _Lost()
-            failed = await self._attempt(prod, Delivery(prod, self.pipe, self.stage, self.on_failure), records,
-                                         offsets)
+            failed = await self._attempt(prod, Delivery(prod, self.pipe, self.stage, self.on_failure,
+                                                         limits=self.limits), records, offsets)
             if failed is None:
                 return
             attempts += 1

@@ -30,10 +30,12 @@ from typing import Any
 
 from agents import routing
 from agents.acks import AckTracker
+from agents.backlog import Backlog, out_bytes
 from agents.control import ActiveConfig, accept, defaults
-from agents.delivery import Delivery
+from agents.delivery import Delivery, dead_letter
 from agents.executors import check_digest, pinned
-from agents.instances import ExecutorFactory, Fleet, Instance, VariantState, new_instance, warmup_curve
+from agents.instances import (ExecutorFactory, Fleet, Instance, RunPastDeadline, VariantState, new_instance,
+                              run_bounded, run_deadline_s, warmup_curve)
 from agents.metrics import StageMetrics, observe_many
 from agents.transactions import PartitionTransactions
 from agents.window import Item, Take, WindowPlanner, batch_outputs, split_variants, sub_batch
@@ -42,13 +44,14 @@ from streams import batching, codec, kafka as kclient, placement, topics
 from streams.codec import CodecError
 from streams.config import KafkaSettings
 from streams.executor import Executor
+from streams.heartbeat import Heartbeat
 from streams.latency import RecentLatency
+from streams.limits import Limits, read_limits
 from streams.profile_store import ProfileStore, lookup
 from streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
 
-MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
 # Records read but not yet in a window (intake and queue): above this, the consumer waits before it
 # hands over the next fetch (``agents.intake``), as faust's stream buffer (4,096) made it wait.
 MAX_QUEUED = 4096
@@ -57,11 +60,10 @@ MAX_QUEUED = 4096
 # partition instead of one per 16 KiB (aiokafka's default batch).
 WINDOW_LINGER_MS = 1
 WINDOW_BATCH_BYTES = 1024 * 1024
-# An output over the broker's record limit (Kafka's default message.max.bytes, 1 MiB) is refused by
-# the producer itself, so it becomes an error result (``agents.delivery``). Refused by the broker
-# instead, it would fail an idempotent producer's batch and every later batch of that partition
+# Record limits are the topics' own (``streams.limits``, read at start): an output over its topic's
+# limit is refused before sending and becomes an error result (``agents.delivery``). Refused by the
+# broker instead, it would fail an idempotent producer's batch and every later batch of that partition
 # (OutOfOrderSequenceNumber stops aiokafka's sender).
-MAX_OUTPUT_BYTES = 1_000_000
 __all__ = ["ExecutorFactory", "StageWorker", "check_all", "check_and_run"]
 
 
@@ -91,12 +93,15 @@ class StageWorker:
         self.warmup_batches = warmup_batches
         self.started = asyncio.Event()
         self.acks = AckTracker()
+        self.heartbeat = Heartbeat()  # liveness (``/healthz``): the loop's ticks, model runs' deadlines
+        self.run_deadline_s = run_deadline_s(pipe.slo_ms)
         self._inflight: set[asyncio.Future] = set()  # windows (and dead letters) being delivered and acked
+        self.backlog = Backlog()  # of those awaiting delivery: while full, no new window and no fetch
         # exactly-once: one transactional producer per assigned input partition (opened on assignment)
         self.txns = PartitionTransactions(
             kafka, topics.consumer_group(pipe.name, stage), pipe, stage, self._delivery_failed,
-            linger_ms=WINDOW_LINGER_MS, max_batch_size=WINDOW_BATCH_BYTES, max_request_size=MAX_OUTPUT_BYTES
-        ) if kafka.exactly_once else None
+            linger_ms=WINDOW_LINGER_MS, max_batch_size=WINDOW_BATCH_BYTES) if kafka.exactly_once else None
+        self.limits = Limits()  # the broker default until read from the cluster (:meth:`start`)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -105,11 +110,14 @@ class StageWorker:
         self.fleet = await self._prepare(self.config, Fleet())
         self._set_instance_gauge()
         mark("model-loaded", instances=len(self.fleet.instances))
+        self.limits = await read_limits(self.kafka, [t.name for t in topics.all_topics(self.pipe)])
         if self.txns is None:
-            self.producer = kclient.producer(self.kafka, linger_ms=WINDOW_LINGER_MS,
-                                             max_batch_size=WINDOW_BATCH_BYTES, max_request_size=MAX_OUTPUT_BYTES)
+            self.producer = kclient.producer(self.kafka, linger_ms=WINDOW_LINGER_MS, max_batch_size=WINDOW_BATCH_BYTES,
+                                             max_request_size=self.limits.largest())
             await self.producer.start()
-            self.delivery = Delivery(self.producer, self.pipe, self.stage, self._delivery_failed)
+            self.delivery = Delivery(self.producer, self.pipe, self.stage, self._delivery_failed, limits=self.limits)
+        else:
+            self.txns.limits, self.txns.overrides["max_request_size"] = self.limits, self.limits.largest()
         self.started.set()
 
     def _delivery_failed(self, kind: str) -> None:
@@ -179,7 +187,7 @@ class StageWorker:
             self._wake.set()
 
     def _update_room(self) -> None:
-        if self._intake_n + len(self.planner) < MAX_QUEUED:
+        if self._intake_n + len(self.planner) < MAX_QUEUED and not self.backlog.full():
             self.room.set()
         else:
             self.room.clear()
@@ -198,14 +206,15 @@ class StageWorker:
         good: list[Item] = []
         bad: list[tuple[Any, Any, str]] = []
         decode = codec.codec("InferenceRequest").decode
-        name = self.pipe.name
+        name, limit = self.pipe.name, self.limits.of(topics.stage_input(self.pipe.name, self.stage))
         for tp, records, received_ns in fetches:
             self.acks.read_many(tp, records)
             for rec in records:
                 data = rec.value
                 try:
-                    if data is not None and len(data) > MAX_PAYLOAD_BYTES:
-                        raise CodecError(f"oversize record: {len(data)} bytes > {MAX_PAYLOAD_BYTES}")
+                    if data is not None and len(data) > limit:
+                        raise CodecError(f"oversize record: {len(data)} bytes > {limit}, the input topic's "
+                                         f"max.message.bytes")
                     req = decode(data)
                     if req["pipeline"] != name:
                         raise CodecError(f"request for pipeline {req['pipeline']!r} on {name!r}'s topic")
@@ -221,11 +230,10 @@ class StageWorker:
             self._track(self._dead_letters(bad))
 
     async def _dead_letters(self, bad: list[tuple[Any, Any, str]]) -> None:
-        now = time.time_ns()
         entries = []
         for tp, m, error in bad:
             log.warning("dead letter %s[%d]@%d: %s", m.topic, m.partition, m.offset, error)
-            out = routing.dead_letter(self.pipe, self.stage, m.value, m.topic, m.partition, m.offset, error, now)
+            out = dead_letter(self.pipe, self.stage, self.limits, m.value, m.topic, m.partition, m.offset, error)
             entries.append((tp, m.offset, [(out, None)]))
         self.metrics.lab(self.metrics.dead_letters).inc(len(bad))
         await self._deliver(entries)
@@ -314,7 +322,7 @@ class StageWorker:
             self._read_intake()
             self._apply_pending_config()  # window boundary
             s = batching.BatchSettings.from_ms(self.config.max_batch, self.config.batch_timeout_ms)
-            inst = self.fleet.idle()
+            inst = self.fleet.idle() if not self.backlog.full() else None  # back-pressure from delivery
             step = self.planner.poll(time.time_ns(), s, inst is not None)
             if isinstance(step, Take):
                 self.metrics.lab(self.metrics.queue_depth).set(len(self.planner))
@@ -377,10 +385,26 @@ class StageWorker:
     async def _deliver(self, entries: list[tuple[Any, int, list]]) -> None:
         """Deliver each input's outputs ((out, item) pairs) and ack the inputs: at least once (every
         output in Kafka, then the acks), or exactly once (outputs and offsets in one transaction per
-        partition, in offset order; ``agents.transactions``)."""
+        partition, in offset order; ``agents.transactions``), counted in the backlog meanwhile."""
+        held = self.backlog.add(out_bytes(o for _, _, rs in entries for o, _ in rs))
+        self.metrics.lab(self.metrics.backlog).set(self.backlog.windows)
+        self._update_room()
+        try:
+            await self._deliver_and_ack(entries)
+        finally:
+            self.backlog.done(held)
+            self.metrics.lab(self.metrics.backlog).set(self.backlog.windows)
+            self._update_room()
+            self._wake.set()
+
+    async def _deliver_and_ack(self, entries: list[tuple[Any, int, list]]) -> None:
         if self.txns is None:  # faust commits the done prefix (``agents.intake``, :meth:`committable`)
-            await self.delivery.settle(await self.delivery.send_all([r for _, _, rs in entries for r in rs]))
-            self.acks.done_many([(tp, off) for tp, off, _ in entries])
+            owner = [k for k, (_, _, rs) in enumerate(entries) for _ in rs]
+            lost = {owner[i] for i in await self.delivery.settle(
+                await self.delivery.send_all([r for _, _, rs in entries for r in rs]))}
+            if lost:  # not acked: read again after the restart that failing liveness brings
+                self.heartbeat.fail(f"{len(lost)} input(s) neither delivered nor replaced: left unacked")
+            self.acks.done_many([(tp, off) for k, (tp, off, _) in enumerate(entries) if k not in lost])
             return
         for tp, off, rs in entries:
             self.acks.attach(tp, off, rs)
@@ -397,6 +421,10 @@ class StageWorker:
         for variant, pending in groups.items():
             vs = variants[variant]
             while pending:
+                if inst.hung:  # the rest of the window cannot run on it
+                    answers += [([routing.ended(self.pipe, it.req, "error", inst.hung, time.time_ns())], it)
+                                for it in pending]
+                    break
                 now = time.time_ns()
                 step = sub_batch(pending, now, vs.predictor.predict_ns, s)
                 if step.dropped:
@@ -406,6 +434,26 @@ class StageWorker:
                 if step.run:
                     answers += await self._run(inst, variant, vs, step.run)
                 pending = step.deferred
+
+    def _hung(self, inst: Instance, why: str) -> None:
+        """A run past its deadline: the instance takes no more work (its thread cannot be stopped;
+        the heartbeat keeps failing until a restart frees it) and a new one is loaded in its place."""
+        log.error("%s; loading a new instance", why)
+        inst.hung = why
+        inst.retire()  # closed when its window ends
+        if inst in self.fleet.instances:
+            self.fleet.instances.remove(inst)
+        self._set_instance_gauge()
+        task = asyncio.ensure_future(self._replace_instances(self.config))  # not a window: drain skips it
+        task.add_done_callback(self._window_done)
+
+    async def _replace_instances(self, cfg: ActiveConfig) -> None:
+        fleet = await self._prepare(cfg, self.fleet)
+        if self.config is cfg and self._pending is None:
+            self._pending = (cfg, fleet)
+            self._wake.set()
+        else:  # a new config came meanwhile, with instances of its own
+            self._retire_unused(fleet, self.fleet, *([self._pending[1]] if self._pending else []))
 
     async def drain(self) -> None:
         """Wait until every window taken so far has been delivered and acked."""
@@ -419,9 +467,13 @@ class StageWorker:
         started = time.time_ns()
         observe_many(self.metrics.lab(self.metrics.queueing), [(started - it.arrival_ns) / 1e9 for it in batch])
         try:
-            bad, outs = await asyncio.get_running_loop().run_in_executor(
-                inst.pool, check_and_run, inst.executors[variant], [it.req["payload"] for it in batch])
+            bad, outs = await run_bounded(inst, self.heartbeat, self.run_deadline_s,
+                                          f"model run {self.stage}/{variant} of {len(batch)} on instance {inst.index}",
+                                          check_and_run, inst.executors[variant], [it.req["payload"] for it in batch])
             error = None
+        except RunPastDeadline as exc:  # its requests get error results; a new instance takes its place
+            bad, outs, error = [None] * len(batch), None, str(exc)
+            self._hung(inst, error)
         except Exception as exc:  # a model error fails this batch, not the worker
             log.exception("model %s failed on a batch of %d", variant, len(batch))
             bad, outs = [None] * len(batch), None
@@ -433,7 +485,8 @@ class StageWorker:
         if answers:
             self.metrics.lab(self.metrics.results, status="error").inc(len(answers))
         if good:
-            vs.predictor.observe(len(good), finished - started)
+            if not inst.hung:  # a hung run's time says nothing of the model's
+                vs.predictor.observe(len(good), finished - started)
             self.metrics.lab(self.metrics.batch_size, variant=variant).observe(len(good))
             self.metrics.lab(self.metrics.inference, variant=variant).observe((finished - started) / 1e9)
             records = batch_outputs(self.pipe, self.stage, variant, vs.accuracy, good, outs, error, started,

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -83,8 +84,10 @@ ZOO: dict[str, ZooEntry] = {
     "translate": ZooEntry(
         "translate", "synthetic translator", ANY_TYPE, efficientnet.JSON_TYPE, None,
         SYNTHETIC_PARAMS, 'JSON {"source": text, "tokens": [...]}'),
-    "noop": ZooEntry("noop", "returns its input (for relay benchmarks)", ANY_TYPE, "same as input",
-                     None, {"content_type": "application/octet-stream"}, "the input bytes"),
+    "noop": ZooEntry("noop", "returns its input (for relay benchmarks); a payload starting with "
+                     "params.hang_on holds its run for params.hang_s (a hung model, for liveness tests)",
+                     ANY_TYPE, "same as input", None,
+                     {"content_type": "application/octet-stream", "hang_on": "", "hang_s": 0.0}, "the input bytes"),
     "image-resize": ZooEntry(
         "image-resize", "decode any image, resize to params.size", IMAGE_TYPES,
         f"{RAW_IMAGE_TYPE};shape=S,S,3", None, {"size": 224}, "raw RGB pixels"),
@@ -252,11 +255,20 @@ def _load_synthetic(variant: Variant, hw: Hardware, params: dict, cache: Path) -
 
 
 def _load_noop(variant: Variant, hw: Hardware, params: dict, cache: Path) -> Executor:
-    ctype = params["content_type"]
+    ctype, hang_on, hang_s = params["content_type"], params["hang_on"], params["hang_s"]
     if not isinstance(ctype, str) or not ctype:
         raise ValueError(f"noop: params.content_type must be a non-empty string, got {ctype!r}")
-    return FunctionExecutor(variant.name, lambda p: Emit(p, ctype), lambda: b"slipstream-noop",
-                            validate=lambda p: None)
+    if not isinstance(hang_on, str) or isinstance(hang_s, bool) or not isinstance(hang_s, (int, float)) \
+            or not 0 <= hang_s <= 86400:
+        raise ValueError(f"noop: params.hang_on must be a string and params.hang_s seconds in [0, 86400], "
+                         f"got {hang_on!r} and {hang_s!r}")
+    marker = hang_on.encode()
+
+    def run(p: bytes) -> Emit:
+        if marker and p.startswith(marker):
+            time.sleep(hang_s)  # the hang itself: what a stuck model does to its thread
+        return Emit(p, ctype)
+    return FunctionExecutor(variant.name, run, lambda: b"slipstream-noop", validate=lambda p: None)
 
 
 def _load_image_resize(variant: Variant, hw: Hardware, params: dict, cache: Path) -> Executor:

@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from streams import codec
 from streams.config import KafkaSettings
+from streams.limits import Limits
 
 SCHEMA_HEADER = "slipstream-schema"
 
@@ -123,14 +124,16 @@ async def send(prod: AIOKafkaProducer, topic: str, record: str, value: Mapping[s
 # send_window uses aiokafka internals (``_serialize``, ``_partition``, ``client._wait_on_metadata``):
 # private, so only the version pinned in constraints.txt (aiokafka==0.14.0) is known to have them as used
 # here; tests/integration/test_delivery.py holds the partitions equal to ``send``'s.
-async def send_window(prod: AIOKafkaProducer, records: Sequence[tuple[str, str | bytes | None, str, Mapping[str, Any]]]
-                      ) -> list:
+async def send_window(prod: AIOKafkaProducer, records: Sequence[tuple[str, str | bytes | None, str, Mapping[str, Any]]],
+                      limits: Limits | None = None) -> list:
     """Encode and send many records ((topic, key, record type, value), as ``agents.routing.Out``) with
     aiokafka's batch API: one producer batch per partition, in record order (another when one fills),
     each record on the partition ``send`` would choose (:func:`_partition_of`). Returns, per record,
     its batch's delivery future (a failed batch fails each of its records) or the exception that
     refused it before sending (encode error, over ``max_request_size``, unknown topic). Inside a
-    transaction as ``send`` is (``send_batch`` adds the partition to it)."""
+    transaction as ``send`` is (``send_batch`` adds the partition to it). With ``limits``
+    (``streams.limits``) a record over its topic's limit is refused here (``RecordTooLarge``) and a
+    batch grows only as far as its topic takes."""
     ts_ms = time.time_ns() // 1_000_000
     out: list = [None] * len(records)
     batches: list[tuple[str, int, Any, list[int]]] = []  # (topic, partition, batch, its records' indexes)
@@ -142,6 +145,8 @@ async def send_window(prod: AIOKafkaProducer, records: Sequence[tuple[str, str |
             key = key.encode() if isinstance(key, str) else key
             data, headers = codec.encode(record, value, topic), headers_for(record)
             prod._serialize(key, data, headers)  # private: aiokafka's own size check (MessageSizeTooLargeError)
+            if limits is not None:
+                limits.check(topic, key, data, headers)
             p = single.get(topic)  # a one-partition topic: no hash, no await per record
             if p is None:
                 p = await _partition_of(prod, topic, key, data, known, single)
@@ -149,6 +154,9 @@ async def send_window(prod: AIOKafkaProducer, records: Sequence[tuple[str, str |
             out[i] = exc
             continue
         j = open_.get((topic, p))
+        if j is not None and limits is not None and \
+                batches[j][2].size() + Limits.size(key, data, headers) > limits.of(topic):
+            j = None  # the topic would refuse the batch with this record: a new one
         if j is None or batches[j][2].append(timestamp=ts_ms, key=key, value=data, headers=headers) is None:
             batch = prod.create_batch()  # none open, or full: a new one (its first record always fits)
             batch.append(timestamp=ts_ms, key=key, value=data, headers=headers)
@@ -209,8 +217,11 @@ async def topic_partitions(consumer, topic: str) -> list:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Will sending again help? Broker-side retriable errors, timeouts and lost connections: yes; a
-    record too large, an unknown topic or an encode error: no."""
-    from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
+    """Can sending again help? Kafka's own answer where the error carries one (``retriable``, as the
+    protocol defines it: a leader moving, not enough in-sync replicas, a topic or partition the
+    metadata does not show yet, a lost connection), and a client-side timeout; everything else is
+    permanent (a record over its topic's limit, an encode error, no authorization, a fenced or
+    out-of-sequence producer). Transient is not endless: ``agents.delivery`` bounds the retries in time."""
+    from aiokafka.errors import KafkaTimeoutError
 
-    return bool(getattr(exc, "retriable", False)) or isinstance(exc, (KafkaTimeoutError, KafkaConnectionError))
+    return bool(getattr(exc, "retriable", False)) or isinstance(exc, KafkaTimeoutError)

@@ -2,7 +2,9 @@
 service), on one address ``HOST:PORT`` (``--metrics-addr`` / ``SLIPSTREAM_METRICS_ADDR``):
 
 - ``/metrics``: the process's own Prometheus registry (text format; OpenMetrics when asked);
-- ``/healthz``: 200 while the process runs (the HTTP thread answers: the process is alive);
+- ``/healthz``: 200 while the process is live, else 503 with the reason as the body: the process's
+  ``alive`` check (``streams.heartbeat``: a stalled event loop, a model run past its deadline), or
+  200 whenever the HTTP thread answers for a process without one;
 - ``/readyz``: 200 once the process says it is ready, else 503 with the reason as the body.
 
 The default address is ``127.0.0.1:0`` (loopback, a free port: several workers share a host);
@@ -72,7 +74,7 @@ class _Quiet(WSGIRequestHandler):
         pass
 
 
-def wsgi_app(registry: CollectorRegistry, ready: Ready):
+def wsgi_app(registry: CollectorRegistry, ready: Ready, alive: Ready = lambda: None):
     metrics = make_wsgi_app(registry)
 
     def app(environ, start_response):
@@ -80,7 +82,8 @@ def wsgi_app(registry: CollectorRegistry, ready: Ready):
         if path == "/metrics":
             return metrics(environ, start_response)
         if path == "/healthz":
-            status, body = "200 OK", "ok\n"
+            why = alive()
+            status, body = ("200 OK", "ok\n") if why is None else ("503 Service Unavailable", f"{why}\n")
         elif path == "/readyz":
             why = ready()
             status, body = ("200 OK", "ready\n") if why is None else ("503 Service Unavailable", f"{why}\n")
@@ -102,13 +105,15 @@ class Endpoint:
         self.server.server_close()
 
 
-def serve(addr: MetricsAddr, registry: CollectorRegistry, ready: Ready = lambda: None) -> Endpoint:
-    """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``addr`` from a daemon thread."""
+def serve(addr: MetricsAddr, registry: CollectorRegistry, ready: Ready = lambda: None,
+          alive: Ready = lambda: None) -> Endpoint:
+    """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``addr`` from a daemon thread (``ready``
+    and ``alive``: None when so, else why not)."""
     family = socket.getaddrinfo(addr.host, addr.port, type=socket.SOCK_STREAM)[0][0]
 
     class Server(_Server):
         address_family = family
 
-    httpd = make_server(addr.host, addr.port, wsgi_app(registry, ready), Server, handler_class=_Quiet)
+    httpd = make_server(addr.host, addr.port, wsgi_app(registry, ready, alive), Server, handler_class=_Quiet)
     threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True).start()
     return Endpoint(MetricsAddr(addr.host, httpd.server_port), httpd)

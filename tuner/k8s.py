@@ -45,14 +45,19 @@ def scale_apply(name: str, namespace: str, pods: int) -> dict[str, Any]:
             "spec": {"replicas": int(pods)}}
 
 
+API_TIMEOUT_S = 10.0  # per Kubernetes API call (connect, then read): an API server that hangs fails the call
+
+
 class KubernetesActuator:
     """Scales ``deployment_name(pipeline, stage)`` in ``namespace`` to the pods that hold the asked
     replicas (``instances``: each stage's instances per pod, the manifests' ``--max-instances``;
-    default 1). ``apps`` is a ``kubernetes.client.AppsV1Api`` (default: one configured in-cluster,
-    else from kubeconfig)."""
+    default 1), by a server-side apply of ``deployments/scale``, the only thing the tuner's Role
+    (``SCALE_RULE``) allows. ``apps`` is a ``kubernetes.client.AppsV1Api`` (default: one configured
+    in-cluster, else from kubeconfig). Every call is bounded by ``timeout_s`` (the client's
+    ``_request_timeout``; it raises past it)."""
 
     def __init__(self, pipeline: str, namespace: str = "default", *, instances: Mapping[str, int] | None = None,
-                 in_cluster: bool | None = None, apps: Any = None) -> None:
+                 in_cluster: bool | None = None, apps: Any = None, timeout_s: float = API_TIMEOUT_S) -> None:
         self.pipeline = pipeline
         self.namespace = namespace
         self.instances = dict(instances or {})
@@ -60,17 +65,20 @@ class KubernetesActuator:
             raise ValueError(f"instances per pod must be >= 1, got {self.instances}")
         self._asked: dict[str, int] = {}
         self._apps = apps if apps is not None else _apps_api(in_cluster)
+        self._timeout = (timeout_s, timeout_s)
 
     def set_replicas(self, stage: str, n: int) -> None:
         name = deployment_name(self.pipeline, stage)
         body = scale_apply(name, self.namespace, pods_for(n, self.instances.get(stage, 1)))
         self._apps.patch_namespaced_deployment_scale(name, self.namespace, body, field_manager=FIELD_MANAGER,
-                                                     force=True, _content_type=APPLY)
+                                                     force=True, _content_type=APPLY,
+                                                     _request_timeout=self._timeout)
         self._asked[stage] = n
 
     def replicas(self, stage: str) -> int:
         """Model copies the stage's pods hold: its pods times instances per pod, at most what was asked."""
-        scale = self._apps.read_namespaced_deployment_scale(deployment_name(self.pipeline, stage), self.namespace)
+        scale = self._apps.read_namespaced_deployment_scale(deployment_name(self.pipeline, stage), self.namespace,
+                                                            _request_timeout=self._timeout)
         held = int(scale.spec.replicas or 0) * self.instances.get(stage, 1)
         return min(held, self._asked[stage]) if stage in self._asked else held
 

@@ -2,8 +2,9 @@
 ``agents.delivery.Delivery``), on the real broker: each record lands on the partition ``send`` picks
 (Kafka's default partitioner: the join relies on all fragments of a request sharing one), in order; a
 record refused before sending comes back as its own error while the rest is delivered; records
-refused for a while (a transient error) are sent again until each is in Kafka; and each record of a
-batch the broker refuses for good is replaced by an error result for its request."""
+refused for a while (a transient error: Kafka's ``retriable`` flag) are sent again until each is in
+Kafka, but not for longer than the retry bound, past which each is replaced by an error result; and
+each record of a batch the broker refuses for good is replaced by an error result for its request."""
 from __future__ import annotations
 
 import asyncio
@@ -58,7 +59,8 @@ async def test_a_window_lands_on_the_partitions_send_picks_in_order_and_refusals
 
 
 async def test_records_refused_for_a_while_are_sent_again_until_every_one_is_in_kafka(kafka, unique):
-    topic = f"{unique}-late"  # not there yet (the broker creates no topic on its own): UnknownTopicOrPartition
+    topic = f"{unique}-late"  # not there yet (the broker creates no topic on its own): UnknownTopicOrPartition,
+    # retriable in Kafka's protocol (metadata may lag a topic's creation)
     failures: list[str] = []
     retried = asyncio.Event()
 
@@ -82,6 +84,28 @@ async def test_records_refused_for_a_while_are_sent_again_until_every_one_is_in_
     assert set(failures) == {"retried"}, failures
     got = await drain(kafka, topic, len(keys))
     assert sorted(m.key.decode() for m in got) == sorted(keys)
+
+
+async def test_records_refused_past_the_retry_bound_are_replaced_by_error_results(kafka, unique):
+    pipe = parse_pipeline({**SPEC, "name": unique})
+    await admin.ensure_topics(kafka, topics.all_topics(pipe))
+    never = f"{unique}-never"  # never created: refused (transiently, says Kafka) for as long as one asks
+    reqs = [make_request(pipe, b"x") for _ in range(3)]
+    items = [SimpleNamespace(req=r, record=None) for r in reqs]
+    failures: list[str] = []
+    prod = kclient.producer(kafka, request_timeout_ms=1000)
+    await prod.start()
+    try:
+        d = Delivery(prod, pipe, "s", failures.append, max_backoff_s=0.5, retry_for_s=3)
+        sent = await d.send_all([(Out(never, r["request_id"], "InferenceRequest", r), it) for r, it in zip(reqs, items)])
+        lost = await asyncio.wait_for(d.settle(sent), 60)
+    finally:
+        await prod.stop()
+    assert lost == [] and failures.count("replaced") == len(reqs) and "retried" in failures, failures
+    results = await read_topic(kafka, topics.results(pipe.name), len(reqs))
+    assert sorted(r["request_id"] for r in results) == sorted(r["request_id"] for r in reqs)
+    assert all(r["status"] == "error" and f"cannot deliver InferenceRequest to {never}" in r["reason"]
+               and "not delivered within 3 s" in r["reason"] for r in results), results[0]["reason"]
 
 
 async def test_a_batch_the_broker_refuses_has_each_record_replaced_by_an_error_result(kafka, unique):

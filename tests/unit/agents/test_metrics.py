@@ -119,6 +119,19 @@ def test_endpoint_serves_metrics_health_and_readiness():
         ep.close()
 
 
+def test_healthz_answers_503_with_the_reason_while_the_process_is_not_live():
+    m = StageMetrics.create("p", "s", slo_ms=100)
+    problem: list[str] = []
+    ep = m.serve(LOCAL, alive=lambda: problem[0] if problem else None)
+    try:
+        base = f"http://{ep.addr}"
+        assert get(base + "/healthz") == (200, "ok\n")
+        problem.append("model run s/v of 1 on instance 0: 3.0 s past its deadline")
+        assert get(base + "/healthz") == (503, problem[0] + "\n")
+    finally:
+        ep.close()
+
+
 
 def test_observe_many_counts_as_observe_does_one_by_one():
     reg = CollectorRegistry()

@@ -110,6 +110,20 @@ def test_language_id_general_probabilities_and_bad_configs():
         load("language-id", {"branches": {"a": "x", "b": "y"}, "probabilities": {"a": 0.5, "b": 0.6}})
 
 
+def test_noop_holds_a_run_whose_payload_starts_with_hang_on_and_checks_the_params():
+    import time
+
+    noop = load("noop", {"hang_on": "HANG", "hang_s": 0.3})
+    t0 = time.perf_counter()
+    assert noop.run([b"fine"])[0].emits[0].payload == b"fine"
+    assert time.perf_counter() - t0 < 0.25
+    t0 = time.perf_counter()
+    assert noop.run([b"HANG now"])[0].emits[0].payload == b"HANG now"
+    assert time.perf_counter() - t0 >= 0.3
+    with pytest.raises(ValueError, match="hang_s"):
+        load("noop", {"hang_on": "x", "hang_s": -1})
+
+
 def test_translate_and_noop():
     out = load("translate", SMALL).run(["bonjour".encode()])[0].emits[0]
     doc = json.loads(out.payload)

@@ -315,6 +315,29 @@ def test_pods_for_and_pod_instances():
         pods_for(-1, 2)
 
 
+def test_actuator_calls_end_at_their_timeout_when_the_api_server_does_not_answer():
+    """A local server that accepts connections and never answers: each call fails at its timeout."""
+    import socket
+    import time
+
+    from kubernetes import client
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    try:
+        conf = client.Configuration(host=f"http://127.0.0.1:{listener.getsockname()[1]}")
+        conf.retries = 0
+        act = KubernetesActuator("shop", "ml", apps=client.AppsV1Api(client.ApiClient(conf)), timeout_s=0.5)
+        for call in (lambda: act.set_replicas("detect", 3), lambda: act.replicas("detect")):
+            t0 = time.monotonic()
+            with pytest.raises(Exception, match="[Tt]imed? ?out"):
+                call()
+            assert time.monotonic() - t0 < 5
+    finally:
+        listener.close()
+
+
 def test_actuator_explains_a_missing_client(monkeypatch):
     import sys
     monkeypatch.setitem(sys.modules, "kubernetes", None)  # import kubernetes -> ImportError

@@ -1,0 +1,26 @@
+"""A joined result over the results topic's record limit becomes an error result naming its size and
+the limit (``agents.join_worker.fit_result``), instead of a producer error after the request closed."""
+from agents.join import Joiner
+from agents.join_worker import fit_result
+from streams import codec
+from streams.limits import Limits
+
+T = 1_000_000
+
+
+def part(rid: str, share: str, path: list[str], output: bytes) -> dict:
+    return {"request_id": rid, "pipeline": "p", "status": "done", "reason": "", "created_ns": 0,
+            "deadline_ns": 10 * T, "finished_ns": 1, "content_type": "application/octet-stream", "output": output,
+            "hops": [], "accuracy": 1.0, "parts": 1, "fragment": share, "path": path}
+
+
+def test_a_joined_result_over_the_limit_becomes_an_error_naming_its_size_and_the_limit():
+    j = Joiner(timeout_ns=T)
+    j.add(part("r", "1/2", ["a:0/2"], b"x" * 3000), 1)
+    res = j.add(part("r", "1/2", ["a:1/2"], b"y" * 3000), 2)
+    limits = Limits({"results": 5000})
+    out = fit_result(limits, "results", res)
+    assert out["status"] == "error" and out["request_id"] == "r" and out["output"] == b""
+    assert "over the 5000-byte limit of topic results" in out["reason"], out["reason"]
+    limits.check("results", b"r", codec.encode("InferenceResult", out, "results"))  # the error itself fits
+    assert fit_result(Limits({"results": 100_000}), "results", res) is res
