@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 import time
 from dataclasses import dataclass
 
@@ -34,6 +35,8 @@ from gateway.shedding import Outcomes, decide
 
 log = logging.getLogger(__name__)
 STATUS_CODES = {"done": 200, "dropped": 504, "error": 500}
+READY_LINE = "slipstream-gateway ready pipeline={pipeline} addr={addr} at_ns={at_ns}"
+READY = re.compile(r"slipstream-gateway ready pipeline=\S+ addr=(\S+)")  # what process supervisors wait for
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,6 @@ from slipstream.options import MetricsAddrType
 from streams.config import KafkaSettings
 from streams.spec import SpecError, load_pipeline
 
-READY_LINE = "slipstream-gateway ready pipeline={pipeline} addr={addr} at_ns={at_ns}"
-
 
 @click.command("gateway")
 @click.option("--pipeline", "pipeline_file", required=True, type=click.Path(exists=True, dir_okay=False),
@@ -26,7 +24,7 @@ READY_LINE = "slipstream-gateway ready pipeline={pipeline} addr={addr} at_ns={at
               help="Recent outcomes the load-shedding rule reads.")
 def gateway(pipeline_file: str, addr, grace_ms: float, window_s: float) -> None:
     """Serve a pipeline over HTTP: /v2/models/<pipeline>/infer, /v2/health/*, /metrics."""
-    from gateway.server import GatewayConfig, serve
+    from gateway.server import READY_LINE, GatewayConfig, serve
 
     try:
         pipe = load_pipeline(pipeline_file)
