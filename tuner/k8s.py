@@ -14,7 +14,8 @@ returns plain dicts:
 - the planner service, pinned to those hardware choices (``--hardware STAGE=HW``: a pod cannot change
   its hardware, so live re-plans choose variants, batches and replicas only);
 - the tuner service, whose Role may only get, patch and update the ``scale`` subresource of this
-  pipeline's worker Deployments (what :class:`KubernetesActuator` calls, nothing more).
+  pipeline's worker Deployments (what :class:`KubernetesActuator` calls, nothing more);
+- the gateway (``tuner.k8s_gateway``): Deployment, Service and HorizontalPodAutoscaler.
 
 Every pod runs as the image's non-root user (``RUN_AS``), with a read-only root filesystem (emptyDirs for
 ``/tmp`` and the model cache), no privilege escalation, no capabilities and the RuntimeDefault seccomp
@@ -308,7 +309,10 @@ def pipeline_manifests(pipe: Pipeline, spec_text: str, *, image: str, profiles: 
                                       namespace=namespace, create_topics=create_topics))
     docs.append(planner_deployment(pipe, place, profiles, image=image, mode=planner_mode, namespace=namespace,
                                    create_topics=create_topics))
-    return docs + tuner_manifests(pipe, image=image, namespace=namespace)
+    from tuner.k8s_gateway import gateway_manifests  # its own module; it imports this one's pod parts
+
+    return docs + tuner_manifests(pipe, image=image, namespace=namespace) + gateway_manifests(
+        pipe, image=image, namespace=namespace, create_topics=create_topics)
 
 
 class KubernetesActuator:
