@@ -218,7 +218,7 @@ def _short(v: Any) -> str:
 # Responses
 
 
-def hop_timings(hops: list[Mapping[str, Any]], created_ns: int) -> list[dict]:
+def hop_timings(hops: list[Mapping[str, Any]]) -> list[dict]:
     """Each HopTiming as it is, plus its split in ms: transit into the stage, queue and batch
     formation, service (``received_ns`` 0 in old records: transit and queue are one figure)."""
     out = []
@@ -236,7 +236,7 @@ def result_parameters(res: Mapping[str, Any]) -> dict:
             "latency_ms": (res["finished_ns"] - res["created_ns"]) / 1e6,
             "deadline_ms": (res["deadline_ns"] - res["created_ns"]) / 1e6,
             "accuracy": res["accuracy"], "content_type": res["content_type"],
-            "hops": hop_timings(res["hops"], res["created_ns"])}
+            "hops": hop_timings(res["hops"])}
 
 
 def is_text(content_type: str, data: bytes) -> bool:
