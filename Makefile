@@ -6,13 +6,13 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: venv test unit demo kafka-up kafka-down clean
+.PHONY: venv test unit faults demo kafka-up kafka-down clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt -e '.[serve,models,test]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[worker,planner,plots,models,test]'
 	touch $(STAMP)
 
 # Unit tests and integration tests against the real broker (started here unless one already runs).
@@ -26,6 +26,12 @@ test: venv
 
 unit: venv
 	$(BIN)/python -m pytest -q tests/unit
+
+# The fault suite alone (also part of `make test`): every chaos case under exactly-once on a broker of
+# its own (127.0.0.1:19200), and one broker of three killed on a cluster of its own (19210..19215);
+# the tests start and stop those brokers, the shared one is not needed.
+faults: venv
+	$(BIN)/python -m pytest -q tests/integration/test_chaos.py
 
 demo: venv
 	$(BIN)/slipstream demo

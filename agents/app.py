@@ -27,7 +27,7 @@ from agents.ready import serve_worker
 from streams.timeline import mark
 from agents.worker import ExecutorFactory, StageWorker
 from streams import codec, kafka as kclient, topics
-from streams.app import AppSettings, make_app
+from streams.app import AppSettings, make_app, rejoin_group
 from streams.config import KafkaSettings, prefixes_from_env, schema_registry_from_env
 from streams.metrics_http import LOCAL, MetricsAddr
 from streams.profile_store import ProfileStore
@@ -49,6 +49,8 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
     # faust records no per-message acks of the source (acks=False)
     source_name = topics.stage_input(pipe.name, stage)
     use_bulk_intake(app, {source_name: worker})
+    if worker.txns is not None:  # a partition whose transaction failed is read again (agents.transactions)
+        worker.txns.on_reread = lambda tp: rejoin_group(app)
     source = app.topic(source_name, value_serializer="raw", key_serializer="raw", acks=False)
 
     @app.agent(source, concurrency=1, name=f"{stage}-agent")

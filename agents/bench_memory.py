@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streams import admin, topics
-from streams.broker import REPO_ROOT
+from streams.assets import deploy_dir
 from streams.config import KafkaSettings
 from streams.procs import ReadyProcess, worker_argv
 from streams.spec import load_pipeline
 
-PIPELINES = REPO_ROOT / "deploy" / "pipelines"
+PIPELINES = deploy_dir() / "pipelines"
 # (pipeline file, stage, what it serves): one worker of each kind the repo ships
 KINDS = (
     ("image-classify.yaml", "resize", "model-free (image-resize)"),

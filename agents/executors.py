@@ -109,10 +109,16 @@ class DigestMismatch(ValueError):
     """The model a variant loaded is not the one pinned."""
 
 
+def digest_matches(digest: str, pin: str) -> bool:
+    """Whether a model of ``digest`` satisfies ``pin`` (its 12 hex digits, or the full sha256 they
+    start); an empty pin pins nothing."""
+    return not pin or bool(digest and pin.lower().startswith(digest))
+
+
 def check_digest(ex: Any, pin: str, source: str) -> None:
     """Raise :class:`DigestMismatch` unless ``ex.digest`` matches ``pin`` (its 12 hex digits, or the
     full sha256 they start); an empty pin pins nothing."""
-    if pin and not (ex.digest and pin.lower().startswith(ex.digest)):
+    if not digest_matches(ex.digest, pin):
         raise DigestMismatch(f"variant {ex.variant!r} loaded model digest {ex.digest or '(none)'!r}, "
                              f"but {source} pins {pin!r}: refusing to serve another model")
 

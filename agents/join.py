@@ -72,6 +72,12 @@ class Joiner:
         for rid in request_ids:
             self._pending.pop(rid, None)
 
+    def reopen(self, request_ids) -> None:
+        """Forget that requests were closed: their results were not committed (exactly-once), so their
+        fragments will be read again and must join again."""
+        for rid in request_ids:
+            self._closed.pop(rid, None)
+
     def _close(self, rid: str, now_ns: int) -> dict:
         p = self._pending.pop(rid)
         self._closed[rid] = now_ns

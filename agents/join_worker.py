@@ -32,7 +32,7 @@ from agents.metrics import StageMetrics
 from agents.ready import serve_worker
 from agents.transactions import PartitionTransactions
 from streams import codec, kafka as kclient, topics
-from streams.app import AppSettings, make_app
+from streams.app import AppSettings, make_app, rejoin_group
 from streams.config import KafkaSettings
 from streams.metrics_http import LOCAL, MetricsAddr
 from streams.spec import Pipeline
@@ -54,6 +54,7 @@ class JoinWorker:
             kafka, topics.consumer_group(pipe.name, JOIN), pipe, JOIN,
             lambda kind: metrics.lab(metrics.delivery_failures, outcome=kind).inc()) if kafka.exactly_once else None
         self._acking: set[asyncio.Future] = set()  # exactly-once: transactions whose events to ack after
+        self._uncommitted: dict[str, Any] = {}  # exactly-once: request id -> tp, result not committed yet
 
     async def start(self) -> None:
         if self.txns is None:
@@ -111,6 +112,12 @@ class JoinWorker:
             offsets = self.acks.committable(revoked)
             if self.txns is not None:  # offsets were committed in the transactions
                 await self.txns.close(revoked)
+                await asyncio.gather(*self._acking, return_exceptions=True)
+                # results not committed (a failed transaction): their fragments are read again
+                lost = [rid for rid, tp in self._uncommitted.items() if tp in revoked]
+                self.joiner.reopen(lost)
+                for rid in lost:
+                    del self._uncommitted[rid]
             elif offsets:
                 await commit_offsets(offsets)
             self.acks.forget(revoked)
@@ -143,6 +150,9 @@ class JoinWorker:
 
     async def _commit_and_ack(self, releases: list[Release]) -> None:
         for release in await self.txns.commit(releases):
+            for out, _ in release.outputs:
+                if out.record == "InferenceResult":
+                    self._uncommitted.pop(out.value["request_id"], None)
             for event in release.events:  # faust's bookkeeping only: the join topic has acks off
                 await self.stream.ack(event)
 
@@ -151,6 +161,8 @@ class JoinWorker:
             await (await kclient.send(self.producer, out.topic, out.record, out.value, key=out.key))
         else:
             self.acks.attach(at[0], at[1], [(out, None)])
+            if out.record == "InferenceResult":
+                self._uncommitted[out.value["request_id"]] = at[0]
 
     async def _dead_letter(self, event: Any, rid: str | None, error: str) -> None:
         m = event.message
@@ -171,6 +183,8 @@ def build_join_app(pipe: Pipeline, kafka: KafkaSettings, timeout_ms: float | Non
     joiner = Joiner(int((timeout_ms if timeout_ms is not None else pipe.slo_ms) * 1e6),
                     worker=f"join-{os.getpid()}")
     worker = JoinWorker(pipe, kafka, joiner, metrics)
+    if worker.txns is not None:  # a partition whose transaction failed is read again (agents.transactions)
+        worker.txns.on_reread = lambda tp: rejoin_group(app)
     started = asyncio.Event()
     # exactly-once: faust commits nothing (acks off); the offsets go in the worker's transactions
     source = app.topic(topics.join(pipe.name), value_serializer="raw", key_serializer="raw",

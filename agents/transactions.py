@@ -16,18 +16,38 @@ for the done prefix of their partition (``agents.acks.AckTracker.release``), and
 transactions commit in offset order: one runner per partition takes everything released so far into
 one transaction (begin, send, add offsets, commit); what is released meanwhile goes into the next.
 
-**Failures.** A record refused before it is sent (too large, unencodable) is replaced at once, as in
-at-least-once delivery (``agents.delivery.Delivery.replacement``: an error result, then a dead letter).
-A failed send aborts the transaction; a permanent failure replaces that record and a transient one
-(broker away, leader moving) backs off; then the whole transaction runs again. A fenced producer
-means the partition has a new owner: its outputs are dropped, not acked, and the new owner makes them
-again from the committed offset; the producer is closed and only a new assignment opens it again.
+**Failures** (:func:`decide`, a pure function of what failed). A record refused before it is sent
+(too large, unencodable) is replaced at once, as in at-least-once delivery
+(``agents.delivery.Delivery.replacement``: an error result, then a dead letter). Every other failure
+ends the attempt, and what comes next depends on whether the commit was asked for:
+
+- **fenced** (``ProducerFenced``/``InvalidProducerEpoch``: a newer producer holds the transactional id,
+  i.e. the partition has a new owner): stop. The producer is closed, its outputs dropped (not acked),
+  and nothing more is written for the partition here; the new owner makes them again from the
+  committed offset. (The coordinator also bumps the epoch of a transaction it times out, but every
+  step here is bounded well inside ``transaction.timeout.ms``, so only a process frozen past its
+  session timeout sees that, and its group has moved the partition by then.)
+- **before the commit** (a send the broker refused, offsets not added, a step past its deadline, the
+  producer's sender dead): the attempt's outcome is known, nothing of it can commit. Retry: a new
+  producer with the same transactional id (its start makes the coordinator abort the open
+  transaction, and gives fresh sequence numbers: aiokafka keeps the old ones after a refused batch,
+  so the old producer would be refused again, ``OutOfOrderSequenceNumber``), then the same records
+  again, permanent failures replaced. After ``MAX_ATTEMPTS`` failed attempts in a row: re-read.
+- **the commit failed or timed out**: its outcome is unknown (the coordinator may still complete it),
+  so the records in memory may not be sent again. Re-read: the producer is closed, the partition's
+  outputs here are dropped (not acked), and the worker's consumer rejoins its group
+  (:attr:`PartitionTransactions.on_reread`): the partition is revoked, assigned again and its new
+  producer started (completing or aborting the old transaction) before it is read again from its
+  committed offset, so nothing is discarded and nothing answered twice.
+
+Every step is awaited with a deadline (``STEP_TIMEOUT_S``: start, send and offsets; commit), and
+an attempt's sum stays inside the producer's ``transaction.timeout.ms`` (60 s).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable, Hashable, Iterable
+from typing import Any, Awaitable, Callable, Hashable, Iterable, NamedTuple
 
 from agents.acks import Release
 from agents.delivery import Delivery, Sent
@@ -37,6 +57,24 @@ from streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
 
+RETRY, REREAD, STOP = "retry", "re-read", "stop"  # what follows a failed attempt
+SEND, COMMIT, ABORT = "send", "commit", "abort"  # where it failed (SEND: begin, sends, offsets)
+MAX_ATTEMPTS = 5  # failed attempts of one transaction in a row before its partition is re-read
+STEP_TIMEOUT_S = 15.0  # a producer start; the sends and offsets of an attempt; a commit; an abort
+
+
+def decide(fenced: bool, phase: str, attempts: int) -> str:
+    """What follows a failed transaction attempt (see the module docstring): STOP when the producer
+    was fenced; REREAD when the commit or the abort failed (the outcome is unknown, or the producer
+    unusable) or after ``MAX_ATTEMPTS`` failed attempts; else RETRY (abort, then the same records)."""
+    if phase not in (SEND, COMMIT, ABORT):
+        raise ValueError(f"unknown transaction phase {phase!r}")
+    if fenced:
+        return STOP
+    if phase != SEND or attempts >= MAX_ATTEMPTS:
+        return REREAD
+    return RETRY
+
 
 def transactional_id(group_id: str, topic: str, partition: int) -> str:
     """The transactional id of the producer of one input partition's outputs: stable across restarts
@@ -44,8 +82,25 @@ def transactional_id(group_id: str, topic: str, partition: int) -> str:
     return f"{group_id}.{topic}.{partition}"
 
 
-class _Fenced(Exception):
-    pass
+class _Lost(Exception):
+    """The partition's outputs here are dropped: fenced (STOP) or to be read again (REREAD)."""
+
+
+class _Refused(Exception):
+    """Records of the attempt the broker did not take (the first failure shown)."""
+
+    def __init__(self, n: int, first: BaseException) -> None:
+        super().__init__(f"{n} record(s) of the transaction not delivered: {first!r}")
+
+
+class _Failed(NamedTuple):
+    cause: BaseException
+    phase: str  # SEND, COMMIT or ABORT
+
+
+async def _no_reread(tp: Hashable) -> None:
+    log.error("%s[%d] must be read again from its committed offset, but nothing here can make its "
+              "consumer do that: its inputs are left to the next rebalance", tp[0], tp[1])
 
 
 class PartitionTransactions:
@@ -54,10 +109,14 @@ class PartitionTransactions:
                  **producer_overrides: Any) -> None:
         self.kafka, self.group_id, self.pipe, self.stage = kafka, group_id, pipe, stage
         self.on_failure, self.max_backoff_s = on_failure, max_backoff_s
+        # REREAD: make the worker's consumer read the partition again from its committed offset (the
+        # app sets it: ``streams.app.rejoin_group``)
+        self.on_reread: Callable[[Hashable], Awaitable[None]] = _no_reread
         self.overrides = producer_overrides
         self._producers: dict[Hashable, Any] = {}
         self._queue: dict[Hashable, list[tuple[Release, asyncio.Future]]] = {}
         self._runners: dict[Hashable, asyncio.Task] = {}
+        self._lost: set[Hashable] = set()  # dropped here until assigned again (logged once)
 
     # ------------------------------------------------------------------ ownership
 
@@ -66,14 +125,29 @@ class PartitionTransactions:
         new = [tp for tp in tps if tp not in self._producers]
 
         async def start(tp):
-            prod = kclient.transactional_producer(self.kafka, transactional_id(self.group_id, tp[0], tp[1]),
-                                                  **self.overrides)
-            await prod.start()
-            self._producers[tp] = prod
+            self._producers[tp] = await self._new_producer(tp)
+            self._lost.discard(tp)
 
         await asyncio.gather(*(start(tp) for tp in new))
         if new:
             log.info("transactional producers started for %s", sorted(f"{t}[{p}]" for t, p in new))
+
+    async def _new_producer(self, tp: Hashable):
+        """A started producer of ``tp``'s transactional id (its start fences every older one); each
+        start bounded by STEP_TIMEOUT_S, tried again until it succeeds (a broker away)."""
+        backoff = 0.1
+        while True:
+            prod = kclient.transactional_producer(self.kafka, transactional_id(self.group_id, tp[0], tp[1]),
+                                                  **self.overrides)
+            try:
+                await asyncio.wait_for(prod.start(), STEP_TIMEOUT_S)
+                return prod
+            except Exception as exc:  # noqa: BLE001 - the coordinator away: again, backing off
+                log.warning("starting the producer of %s[%d] failed (%r): again in %.1f s", tp[0], tp[1], exc,
+                            backoff)
+                await kclient.stop_producer(prod, STEP_TIMEOUT_S)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.max_backoff_s)
 
     async def close(self, tps: Iterable[Hashable]) -> None:
         """After revocation: let queued transactions of ``tps`` finish, then stop their producers."""
@@ -96,24 +170,24 @@ class PartitionTransactions:
     async def _stop(self, tp: Hashable) -> None:
         prod = self._producers.pop(tp, None)
         if prod is not None:
-            try:
-                await prod.stop()
-            except Exception as exc:  # noqa: BLE001 - a fenced producer may refuse to stop cleanly
-                log.warning("stopping the producer of %s[%d]: %r", tp[0], tp[1], exc)
+            await kclient.stop_producer(prod, STEP_TIMEOUT_S)
 
     # ------------------------------------------------------------------ transactions
 
     def submit(self, releases: Iterable[Release]) -> list[asyncio.Future]:
         """Queue each release for its partition's next transaction; each future resolves True once
-        committed, False if dropped (the partition's producer was fenced or is not open here)."""
+        committed, False if dropped (the partition is fenced, to be re-read, or not open here)."""
         loop = asyncio.get_running_loop()
         futs = []
         for r in releases:
             fut = loop.create_future()
             futs.append(fut)
             if r.tp not in self._producers:
-                log.warning("%s[%d] has no producer here (revoked or fenced): %d input(s) left to its owner",
-                            r.tp[0], r.tp[1], len(r.events))
+                if r.tp not in self._lost:
+                    log.warning("%s[%d] has no producer here (revoked, fenced or being re-read): its inputs "
+                                "from offset %d on are left to its next owner", r.tp[0], r.tp[1],
+                                r.next_offset - len(r.events))
+                    self._lost.add(r.tp)
                 fut.set_result(False)
                 continue
             self._queue.setdefault(r.tp, []).append((r, fut))
@@ -133,14 +207,17 @@ class PartitionTransactions:
                 try:
                     await self._transaction(tp, [r for r, _ in batch])
                     good = True
-                except _Fenced:
+                except _Lost:
                     good = False
-                    for more in self._queue.pop(tp, []):  # never commits again here
-                        batch.append(more)
+                    batch += self._queue.pop(tp, [])  # never committed here: the next owner makes them
+                except Exception:  # noqa: BLE001 - a bug: the state is unknown, so read it again
+                    log.exception("transaction of %s[%d] failed: the partition is read again", tp[0], tp[1])
+                    good = False
+                    batch += self._queue.pop(tp, [])
+                    self.on_failure("re-read")
+                    self._lost.add(tp)
                     await self._stop(tp)
-                except Exception:  # noqa: BLE001 - a bug: do not ack; the input is read again after a restart
-                    log.exception("transaction of %s[%d] failed", tp[0], tp[1])
-                    good = False
+                    await self.on_reread(tp)
                 for _, fut in batch:
                     if not fut.done():
                         fut.set_result(good)
@@ -148,46 +225,86 @@ class PartitionTransactions:
             self._runners.pop(tp, None)
 
     async def _transaction(self, tp: Hashable, batch: list[Release]) -> None:
-        prod = self._producers.get(tp)
-        if prod is None:
-            raise _Fenced()
-        delivery = Delivery(prod, self.pipe, self.stage, self.on_failure)
+        """Commit ``batch``'s outputs and offset in one transaction, attempt after attempt as
+        :func:`decide` says; raises _Lost when the partition's outputs here are dropped."""
         records: list[tuple[Any, Any]] = [o for r in batch for o in r.outputs]
         offsets = {tp: batch[-1].next_offset}
-        backoff = 0.1
+        attempts, backoff = 0, 0.1
         while True:
-            try:
+            prod = self._producers.get(tp)
+            if prod is None:
+                raise _Lost()
+            failed = await self._attempt(prod, Delivery(prod, self.pipe, self.stage, self.on_failure), records,
+                                         offsets)
+            if failed is None:
+                return
+            attempts += 1
+            action = decide(kclient.is_fenced(failed.cause), failed.phase, attempts)
+            if action == RETRY:
+                log.warning("transaction of %s[%d] failed (%r): aborted, running it again in %.1f s", tp[0],
+                            tp[1], failed.cause, backoff)
+                failed = await self._abort(tp, prod, failed)
+                if failed is None:
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, self.max_backoff_s)
+                    continue
+                action = decide(kclient.is_fenced(failed.cause), failed.phase, attempts)
+            self.on_failure("fenced" if action == STOP else "re-read")
+            self._lost.add(tp)
+            await self._stop(tp)
+            if action == STOP:
+                log.error("producer of %s[%d] fenced (%r): a newer owner has the partition; %d output(s) "
+                          "dropped here", tp[0], tp[1], failed.cause, len(records))
+            else:
+                log.error("transaction of %s[%d] failed in its %s (%r): the partition is read again from its "
+                          "committed offset", tp[0], tp[1], failed.phase, failed.cause)
+                await self.on_reread(tp)
+            raise _Lost()
+
+    async def _attempt(self, prod, delivery: Delivery, records: list, offsets: dict) -> "_Failed | None":
+        """One attempt: begin, send, add the offsets, commit, each bounded; None when committed, else
+        what failed and where. A record refused before or at sending is replaced in ``records`` (in
+        place) for the next attempt."""
+        phase = SEND
+        try:
+            async with asyncio.timeout(STEP_TIMEOUT_S):
                 await prod.begin_transaction()
                 sent = await delivery.send_all(records)
                 sent = [await self._replace_refused(delivery, s) for s in sent]
                 results = await asyncio.gather(kclient.send_offsets(prod, offsets, self.group_id),
                                                *(s.fut for s in sent if s is not None), return_exceptions=True)
-                failed = [(s, exc) for s, exc in zip([s for s in sent if s is not None], results[1:])
-                          if isinstance(exc, BaseException)]
-                if isinstance(results[0], BaseException):
-                    raise results[0]
-                if not failed:
-                    await prod.commit_transaction()
-                    return
-                records = self._after_failures(delivery, sent, failed)
-                raise RuntimeError(f"{len(failed)} record(s) of the transaction not delivered: {failed[0][1]!r}")
-            except Exception as exc:  # noqa: BLE001 - every failure is handled below
-                if kclient.is_fenced(prod, exc):
-                    log.error("producer of %s[%d] fenced (%r): a newer owner has the partition; "
-                              "%d output(s) dropped here", tp[0], tp[1], exc, len(records))
-                    self.on_failure("fenced")
-                    raise _Fenced() from exc
-                log.warning("transaction of %s[%d] aborted (%r): running it again in %.1f s", tp[0], tp[1],
-                            exc, backoff)
-                self.on_failure("aborted")
-                try:
-                    await prod.abort_transaction()
-                except Exception as abort_exc:  # noqa: BLE001
-                    if kclient.is_fenced(prod, abort_exc):
-                        raise _Fenced() from abort_exc
-                    log.warning("abort of %s[%d] failed: %r", tp[0], tp[1], abort_exc)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self.max_backoff_s)
+            live = [s for s in sent if s is not None]
+            failed = [(s, exc) for s, exc in zip(live, results[1:]) if isinstance(exc, BaseException)]
+            if failed:
+                records[:] = self._after_failures(delivery, sent, failed)
+                # fencing first: a fenced producer must stop, whatever else failed
+                raise next((e for _, e in failed if kclient.is_fenced(e)), None) or _Refused(len(failed), failed[0][1])
+            if isinstance(results[0], BaseException):
+                raise results[0]
+            phase = COMMIT
+            await asyncio.wait_for(prod.commit_transaction(), STEP_TIMEOUT_S)
+            return None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure is decided on by the caller
+            return _Failed(exc, phase)
+
+    async def _abort(self, tp: Hashable, prod, failed: "_Failed") -> "_Failed | None":
+        """Abort the failed attempt (bounded); None when aborted. A producer that had a record
+        refused by the broker is replaced after the abort: aiokafka keeps the refused batch's sequence
+        numbers, so the broker would refuse every later batch of that partition
+        (``OutOfOrderSequenceNumber``). The abort answered by the coordinator shows the epoch was
+        still this producer's; the new one is started only then."""
+        try:
+            await asyncio.wait_for(prod.abort_transaction(), STEP_TIMEOUT_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - decided on by the caller
+            return _Failed(exc, ABORT)
+        if isinstance(failed.cause, _Refused) and self._producers.get(tp) is prod:  # only ours replaced
+            self._producers[tp] = await self._new_producer(tp)
+            await kclient.stop_producer(prod, STEP_TIMEOUT_S)
+        return None
 
     async def _replace_refused(self, delivery: Delivery, s: Sent) -> Sent | None:
         """A record refused before it was sent goes in the same transaction as its replacement."""
@@ -210,7 +327,7 @@ class PartitionTransactions:
             if s is None:
                 continue
             exc = bad.get(id(s))
-            if exc is not None and not kclient.is_transient(exc):
+            if exc is not None and not kclient.is_transient(exc) and not kclient.is_out_of_order(exc):
                 nxt = delivery.replacement(s, exc)
                 self.on_failure("replaced" if nxt is not None else "given-up")
                 if nxt is not None:

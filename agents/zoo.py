@@ -35,6 +35,7 @@ from agents.models import efficientnet, minilm, onnx_file, synthetic
 from agents.models.export import DEFAULT_CACHE_DIR, cache_key, cached_onnx, torch_zeros
 from agents.preprocess import (RAW_IMAGE_TYPE, TEXT_TYPE, TOKEN_IDS_TYPE, ImageResize, Tokenize,
                                decode_image, decode_text)
+from streams.docmodel import did_you_mean
 from streams.executor import Emit, Executor
 from streams.spec import Hardware, Variant
 
@@ -135,7 +136,7 @@ def resolve_params(variant: Variant) -> dict[str, Any]:
     unknown = sorted(set(variant.params) - set(e.params))
     if unknown:
         raise ValueError(f"variant {variant.name!r} (model {variant.model!r}): unknown params "
-                         f"{unknown}; accepted: {sorted(e.params)}")
+                         f"{unknown}{did_you_mean(unknown[0], e.params)}; accepted: {sorted(e.params)}")
     return {**e.params, **dict(variant.params)}
 
 

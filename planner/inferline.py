@@ -64,6 +64,8 @@ class _Search:
         return sum(n * self.p.hardware[h].cost_per_hour for _, h, _, n in cfg)
 
     def feasible(self, cfg: Cfg) -> bool:
+        if self.p.max_replicas is not None and sum(c[3] for c in cfg) > self.p.max_replicas:
+            return False  # beyond the cluster cap, whatever the estimator says
         if cfg not in self.cache:
             if self.sims >= self.opts.max_simulations:
                 return False

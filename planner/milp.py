@@ -26,7 +26,10 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
-import mip
+try:
+    import mip
+except ImportError as exc:  # the extra `planner`: worker installs leave the solver out
+    raise ImportError("the MILP planner needs python-mip: pip install 'slipstream[planner]'") from exc
 
 from planner.plan import Assignment, Config, Plan, assignment_for, evaluate, infeasible, stage_configs
 from planner.problem import Problem

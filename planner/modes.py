@@ -13,6 +13,9 @@
   (each stage's most accurate variant on its fastest hardware, one common max batch: the largest
   whose analytical path latency fits the SLO), replicated to the trace's mean rate, or its peak rate
   over a sliding window as long as the SLO. Checked, never tightened (they are baselines).
+
+No mode refuses: ``make_planner`` wraps each in :class:`NeverRefuses`, which turns an infeasible
+result into the highest-capacity plan the mode's rules allow (``planner.fallback``).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from typing import Protocol
 
 from planner import milp
 from planner.estimator import Unprofiled, simulate
+from planner.fallback import serve_anyway
 from planner.inferline import InferLineOptions, plan_inferline, top_variant
 from planner.plan import Assignment, Plan, Round, evaluate, formation_ms, infeasible
 from planner.problem import Problem, mean_rate, peak_rate
@@ -178,14 +182,32 @@ class CoarsePlanner:
         return check(problem, plan) if self.validate else plan
 
 
+@dataclass(frozen=True)
+class NeverRefuses:
+    """A mode that, when no plan meets the SLO, returns the highest-capacity plan its rules allow,
+    flagged infeasible (``planner.fallback.serve_anyway``); ``top_only``: the mode keeps each stage's
+    most accurate variant (inferline, the cg baselines)."""
+
+    inner: Planner
+    top_only: bool
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def plan(self, problem: Problem) -> Plan:
+        return serve_anyway(problem, self.inner.plan(problem), top_only=self.top_only)
+
+
 def make_planner(mode: str, *, solver: str = "highs", time_limit_s: float = 10.0,
                  validate: bool = True) -> Planner:
+    """The planner of ``mode``; it never refuses (:class:`NeverRefuses`)."""
     if mode == "milp":
-        return MilpPlanner(solver, time_limit_s, validate)
+        return NeverRefuses(MilpPlanner(solver, time_limit_s, validate), False)
     if mode == "loki":
-        return LokiPlanner(solver, time_limit_s, validate)
+        return NeverRefuses(LokiPlanner(solver, time_limit_s, validate), False)
     if mode == "inferline":
-        return InferLinePlanner(validate)
+        return NeverRefuses(InferLinePlanner(validate), True)
     if mode in ("cg-mean", "cg-peak"):
-        return CoarsePlanner(mode.split("-")[1], validate)
+        return NeverRefuses(CoarsePlanner(mode.split("-")[1], validate), True)
     raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")

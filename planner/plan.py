@@ -92,6 +92,7 @@ class Plan:
     rounds: tuple[Round, ...] = ()
     notes: tuple[str, ...] = ()  # binding constraints, runner-up, solver status
     rate_qps: float = 0.0  # the planning rate this plan was sized for
+    capacity_qps: float | None = None  # an infeasible plan deployed anyway: what it serves (planner.fallback)
 
     def stage(self, name: str) -> StagePlan:
         for s in self.stages:
@@ -115,6 +116,7 @@ class Plan:
             "cost_per_hour": self.cost_per_hour, "accuracy": self.accuracy,
             "analytic_latency_ms": self.analytic_latency_ms, "predicted_p99_ms": self.predicted_p99_ms,
             "attainment": self.attainment, "solve_time_s": self.solve_time_s, "rate_qps": self.rate_qps,
+            "capacity_qps": self.capacity_qps,
             "stages": [{"stage": s.stage, "partitions": s.partitions,
                         "assignments": [a.__dict__.copy() for a in s.assignments]} for s in self.stages],
             "rounds": [r.__dict__.copy() for r in self.rounds],
@@ -127,7 +129,7 @@ class Plan:
         stages = tuple(StagePlan(s["stage"], tuple(Assignment(**a) for a in s["assignments"]), s.get("partitions", 4))
                        for s in d["stages"])
         rest = {k: d[k] for k in ("reason", "cost_per_hour", "accuracy", "analytic_latency_ms", "predicted_p99_ms",
-                                  "attainment", "solve_time_s", "rate_qps") if k in d}
+                                  "attainment", "solve_time_s", "rate_qps", "capacity_qps") if k in d}
         return cls(d["mode"], stages, d["feasible"], rounds=tuple(Round(**r) for r in d.get("rounds", ())),
                    notes=tuple(d.get("notes", ())), **rest)
 

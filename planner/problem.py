@@ -13,16 +13,18 @@ planning rate is the peak of the trace's sliding ``rate_window_s`` mean (documen
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Literal, Mapping, Optional
 
 import numpy as np
+from pydantic import Field
 
 from planner.sim.params import HostModel, Network, ServiceTime
+from streams.docmodel import Doc, read
 from streams.graph import StageGraph
 from streams.latency import LatencyCurve
+from streams.spec import EdgeDoc
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 OBJECTIVES = ("cost", "accuracy")
@@ -146,149 +148,119 @@ def read_trace(path: Path) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------
-# JSON loading
+# JSON loading: the document models (on streams.docmodel, like the pipeline spec's), then the problem
+
+Points = dict[str, Annotated[float, Field(gt=0)]]  # batch size (a JSON key) -> latency in ms
+
+
+class HardwareOptionDoc(Doc):
+    cost_per_hour: float = Field(ge=0)
+    kind: str = "cpu"
+    threads: int = Field(1, ge=1)
+
+
+class VariantOptionDoc(Doc):
+    name: str = Field(min_length=1)
+    accuracy: float = Field(1.0, ge=0, le=1)
+    latency_ms: dict[str, Points] = Field(min_length=1, description="hardware -> batch size -> ms")
+
+
+class StageOptionDoc(Doc):
+    name: str = Field(min_length=1)
+    variants: list[VariantOptionDoc] = Field(min_length=1)
+
+
+class ArrivalDoc(Doc):
+    rate_qps: Optional[float] = Field(None, ge=0)
+    trace: Optional[str] = None
+    sim_seconds: float = Field(60.0, ge=1)
+    rate_window_s: float = Field(1.0, ge=1e-3)
+
+
+class ProblemDoc(Doc):
+    slo_ms: float = Field(ge=1e-3)
+    arrival: ArrivalDoc
+    hardware: dict[str, HardwareOptionDoc] = Field(min_length=1)
+    stages: list[StageOptionDoc] = Field(min_length=1)
+    edges: list[EdgeDoc] = Field(default_factory=list)
+    seed: int = Field(0, ge=0)
+    objective: Literal["cost", "accuracy"] = "cost"
+    accuracy_weight: float = Field(1.0, ge=0)
+    accuracy_floor: Optional[float] = Field(None, ge=0, le=1)
+    max_replicas: Optional[int] = Field(None, ge=1)
+    batch_sizes: list[Annotated[int, Field(ge=1)]] = Field(list(DEFAULT_BATCH_SIZES), min_length=1)
+    activation_s: float = Field(5.0, ge=0)
+    hop_ms: float = Field(0.0, ge=0)
+    min_partitions: int = Field(4, ge=1)
+    mix: bool = False
 
 
 def _fail(path: str, expected: str, got: Any) -> ProblemError:
     return ProblemError(f"{path}: expected {expected}, got {got!r}")
 
 
-def _num(m: Mapping, key: str, path: str, *, lo: float = 0.0, hi: float = math.inf,
-         default: Any = ..., integer: bool = False) -> Any:
-    p = f"{path}.{key}" if path else key
-    if key not in m:
-        if default is ...:
-            raise ProblemError(f"{p}: required field is missing")
-        return default
-    v = m[key]
-    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
-    if isinstance(v, bool) or not ok or not (lo <= v <= hi):
-        raise _fail(p, ("an integer" if integer else "a number") + f" in [{lo}, {hi}]", v)
-    return int(v) if integer else float(v)
-
-
-def _map(v: Any, path: str) -> Mapping:
-    if not isinstance(v, Mapping):
-        raise _fail(path, "an object", v)
-    return v
-
-
-def _list(v: Any, path: str) -> list:
-    if not isinstance(v, list):
-        raise _fail(path, "a list", v)
-    return v
-
-
-def parse_curve(points: Any, path: str) -> LatencyCurve:
+def parse_curve(points: Mapping[str, float], path: str) -> LatencyCurve:
     pts: dict[int, float] = {}
-    for b, ms in _map(points, path).items():
+    for b, ms in points.items():
         try:
-            bi = int(b)
+            pts[int(b)] = float(ms)
         except (TypeError, ValueError):
             raise _fail(f"{path}.{b}", "an integer batch size as key", b) from None
-        if bi < 1 or isinstance(ms, bool) or not isinstance(ms, (int, float)) or ms <= 0:
-            raise _fail(f"{path}.{b}", "batch size >= 1 mapped to a latency in ms > 0", ms)
-        pts[bi] = float(ms)
+        if int(b) < 1:
+            raise _fail(f"{path}.{b}", "batch size >= 1", b)
     if not pts:
         raise _fail(path, "at least one batch size", {})
     return LatencyCurve.fit(pts)
 
 
+def _stage_option(s: StageOptionDoc, path: str, hw: Mapping[str, HardwareOption]) -> StageOption:
+    variants = []
+    for j, v in enumerate(s.variants):
+        vp = f"{path}.variants[{j}]"
+        for hname in v.latency_ms:
+            if hname not in hw:
+                raise _fail(f"{vp}.latency_ms.{hname}", f"a hardware name, one of {sorted(hw)}", hname)
+        variants.append(VariantOption(v.name, v.accuracy, {h: parse_curve(pts, f"{vp}.latency_ms.{h}")
+                                                            for h, pts in v.latency_ms.items()}))
+    return StageOption(s.name, tuple(variants))
+
+
+def _arrivals(arr: ArrivalDoc, base_dir: Path, seed: int) -> tuple[float, np.ndarray]:
+    """(planning rate, sample trace) of the arrival section."""
+    if arr.trace is not None:
+        tp = Path(arr.trace)
+        try:
+            trace = read_trace(tp if tp.is_absolute() else base_dir / tp)
+        except (OSError, ValueError) as exc:
+            raise _fail("arrival.trace", "a readable file of arrival times in seconds", str(exc)) from None
+        rate = peak_rate(trace, arr.rate_window_s) if arr.rate_qps is None else arr.rate_qps
+        return rate, trace
+    if arr.rate_qps is not None:
+        return arr.rate_qps, poisson_trace(arr.rate_qps, arr.sim_seconds, seed)
+    raise _fail("arrival", "an object with rate_qps or trace", arr.model_dump(exclude_defaults=True))
+
+
 def parse_problem(doc: Any, *, base_dir: Path = Path("."), name: str = "problem") -> Problem:
-    top = _map(doc, "(top level)")
-    slo_ms = _num(top, "slo_ms", "", lo=1e-3)
-    hw: dict[str, HardwareOption] = {}
-    for hname, hdoc in _map(top.get("hardware"), "hardware").items():
-        h = _map(hdoc, f"hardware.{hname}")
-        hw[hname] = HardwareOption(hname, _num(h, "cost_per_hour", f"hardware.{hname}"),
-                                   str(h.get("kind", "cpu")),
-                                   _num(h, "threads", f"hardware.{hname}", lo=1, default=1, integer=True))
-    if not hw:
-        raise _fail("hardware", "at least one hardware type", {})
-    stages: list[StageOption] = []
-    for i, sdoc in enumerate(_list(top.get("stages"), "stages")):
-        sp = f"stages[{i}]"
-        s = _map(sdoc, sp)
-        sname = s.get("name")
-        if not isinstance(sname, str) or not sname:
-            raise _fail(f"{sp}.name", "a stage name", sname)
-        variants = []
-        for j, vdoc in enumerate(_list(s.get("variants"), f"{sp}.variants")):
-            vp = f"{sp}.variants[{j}]"
-            v = _map(vdoc, vp)
-            vname = v.get("name")
-            if not isinstance(vname, str) or not vname:
-                raise _fail(f"{vp}.name", "a variant name", vname)
-            lat = {}
-            for hname, pts in _map(v.get("latency_ms"), f"{vp}.latency_ms").items():
-                if hname not in hw:
-                    raise _fail(f"{vp}.latency_ms.{hname}", f"a hardware name, one of {sorted(hw)}", hname)
-                lat[hname] = parse_curve(pts, f"{vp}.latency_ms.{hname}")
-            if not lat:
-                raise _fail(f"{vp}.latency_ms", "latency on at least one hardware", {})
-            variants.append(VariantOption(vname, _num(v, "accuracy", vp, hi=1.0, default=1.0), lat))
-        if not variants:
-            raise _fail(f"{sp}.variants", "at least one variant", [])
-        stages.append(StageOption(sname, tuple(variants)))
-    if not stages:
-        raise _fail("stages", "at least one stage", [])
+    d = read(ProblemDoc, doc, "", ProblemError)
+    hw = {n: HardwareOption(n, h.cost_per_hour, h.kind, h.threads) for n, h in d.hardware.items()}
+    stages = [_stage_option(s, f"stages[{i}]", hw) for i, s in enumerate(d.stages)]
     names = [s.name for s in stages]
     if len(set(names)) != len(names):
         raise _fail("stages", "unique stage names", names)
-    edges = []
-    for i, edoc in enumerate(_list(top.get("edges", []), "edges")):
-        ep = f"edges[{i}]"
-        e = _map(edoc, ep)
-        for key in ("from", "to"):
-            if e.get(key) not in names:
-                raise _fail(f"{ep}.{key}", f"a stage name, one of {names}", e.get(key))
-        edges.append(EdgeOption(e["from"], e["to"], _num(e, "fanout", ep, default=1.0),
-                                _num(e, "probability", ep, hi=1.0, default=1.0)))
-
-    arr = _map(top.get("arrival"), "arrival")
-    seed = _num(top, "seed", "", default=0, integer=True)
-    sim_seconds = _num(arr, "sim_seconds", "arrival", lo=1.0, default=60.0)
-    if "trace" in arr:
-        tp = Path(str(arr["trace"]))
-        tp = tp if tp.is_absolute() else base_dir / tp
-        try:
-            trace = read_trace(tp)
-        except (OSError, ValueError) as exc:
-            raise _fail("arrival.trace", "a readable file of arrival times in seconds", str(exc)) from None
-        window = _num(arr, "rate_window_s", "arrival", lo=1e-3, default=1.0)
-        rate = _num(arr, "rate_qps", "arrival", default=peak_rate(trace, window))
-    elif "rate_qps" in arr:
-        rate = _num(arr, "rate_qps", "arrival")
-        trace = poisson_trace(rate, sim_seconds, seed)
-    else:
-        raise _fail("arrival", "an object with rate_qps or trace", dict(arr))
-
-    floor = top.get("accuracy_floor")
-    if floor is not None:
-        floor = _num(top, "accuracy_floor", "", hi=1.0)
-    cap = top.get("max_replicas")
-    if cap is not None:
-        cap = _num(top, "max_replicas", "", lo=1, integer=True)
-    bsz = top.get("batch_sizes", list(DEFAULT_BATCH_SIZES))
-    if not isinstance(bsz, list) or not bsz or not all(isinstance(b, int) and b >= 1 for b in bsz):
-        raise _fail("batch_sizes", "a list of integers >= 1", bsz)
-    objective = top.get("objective", "cost")
-    if objective not in OBJECTIVES:
-        raise _fail("objective", f"one of {OBJECTIVES}", objective)
+    for i, e in enumerate(d.edges):
+        for key, val in (("from", e.src), ("to", e.dst)):
+            if val not in names:
+                raise _fail(f"edges[{i}].{key}", f"a stage name, one of {names}", val)
+    rate, trace = _arrivals(d.arrival, base_dir, d.seed)
     problem = Problem(
-        slo_ms=slo_ms, rate_qps=rate, hardware=hw, stages=tuple(stages), edges=tuple(edges),
-        arrivals_s=trace, objective=objective,
-        accuracy_weight=_num(top, "accuracy_weight", "", default=1.0),
-        accuracy_floor=floor, max_replicas=cap, batch_sizes=tuple(sorted(set(bsz))),
-        activation_s=_num(top, "activation_s", "", default=5.0),
-        hop_ms=_num(top, "hop_ms", "", default=0.0),
-        min_partitions=_num(top, "min_partitions", "", lo=1, default=4, integer=True),
-        mix=bool(top.get("mix", False)), seed=seed, name=name)
-    sources = [s for s in names if not problem.parents(s)]
-    if len(sources) != 1:
-        raise _fail("edges", "exactly one source stage", sources)
-    if len(problem.topo_order) != len(stages):
-        raise _fail("edges", "an acyclic graph", [f"{e.src}->{e.dst}" for e in edges])
+        slo_ms=d.slo_ms, rate_qps=rate, hardware=hw, stages=tuple(stages),
+        edges=tuple(EdgeOption(e.src, e.dst, e.fanout, e.probability) for e in d.edges),
+        arrivals_s=trace, objective=d.objective, accuracy_weight=d.accuracy_weight,
+        accuracy_floor=d.accuracy_floor, max_replicas=d.max_replicas,
+        batch_sizes=tuple(sorted(set(d.batch_sizes))), activation_s=d.activation_s, hop_ms=d.hop_ms,
+        min_partitions=d.min_partitions, mix=d.mix, seed=d.seed, name=name)
+    if (wrong := problem.shape_error()) is not None:
+        raise _fail("edges", *wrong)
     return problem
 
 

@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from planner import calibrate, milp
+from planner.capacity import StageCapacity, stage_capacity
 from planner.forecast import ForecastSettings, forecast_peak
 from planner.modes import make_planner
 from planner.plan import Plan, config_of
@@ -55,6 +56,7 @@ class TunerHandoff:
     rho: Mapping[str, float]
     visit_ratio: Mapping[str, float]
     replicas: Mapping[str, int]
+    capacity: Mapping[str, StageCapacity] = field(default_factory=dict)  # what the plan can serve, per stage
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ def handoff(problem: Problem, plan: Plan, envelope: EnvelopeFn | None = None) ->
         s_m = problem.visit_ratio(sp.stage)
         mu[sp.stage], sm[sp.stage], reps[sp.stage] = m, s_m, sp.replicas
         rho[sp.stage] = (plan.rate_qps * s_m) / (sp.replicas * m) if sp.replicas and m else math.inf
-    return TunerHandoff(plan.rate_qps, windows, rates, mu, rho, sm, reps)
+    return TunerHandoff(plan.rate_qps, windows, rates, mu, rho, sm, reps, stage_capacity(problem, plan, windows))
 
 
 def handoff_record(h: TunerHandoff, pipeline: str, epoch: int, at_ns: int = 0) -> dict[str, Any]:
@@ -124,7 +126,10 @@ def handoff_record(h: TunerHandoff, pipeline: str, epoch: int, at_ns: int = 0) -
             "windows_s": [float(w) for w in h.windows_s], "rates_qps": [float(r) for r in h.sample_rates],
             "stages": [{"stage": s, "replicas": int(h.replicas[s]), "mu_qps": float(h.mu_qps[s]),
                         "visit_ratio": float(h.visit_ratio[s])} for s in h.replicas],
-            "at_ns": int(at_ns)}
+            "at_ns": int(at_ns),
+            "capacity": [{"stage": c.stage, "budget_ms": float(c.budget_ms), "rate_qps": float(c.rate_qps),
+                          "window_qps": [float(x) for x in c.window_qps]}
+                         for c in h.capacity.values() if math.isfinite(c.rate_qps) and c.window_qps]}
 
 
 def stage_configs(pipeline: str, plan: Plan, problem: Problem, epoch: int) -> tuple[dict[str, Any], ...]:
@@ -183,9 +188,9 @@ class Replanner:
         problem = replace(self.base, rate_qps=rate, arrivals_s=sample)
         planner = make_planner(s.mode, solver=s.solver, time_limit_s=s.time_limit_s,
                                validate=s.validate and sample.size > 0)
-        plan = planner.plan(problem)
-        changed = plan.feasible and (state.plan is None or plan.key() != state.plan.key())
-        if not plan.feasible:
+        plan = planner.plan(problem)  # infeasible: the highest-capacity plan, deployed all the same
+        changed = bool(plan.stages) and (state.plan is None or plan.key() != state.plan.key())
+        if not plan.stages:
             out = ReplanOutput(plan, False, rate, (), None, problem)
             return out, replace(state, last_step_ns=now_ns)
         epoch = state.epoch + 1 if changed else state.epoch

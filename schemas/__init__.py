@@ -35,7 +35,7 @@ LEGACY_FINGERPRINTS = {
     "9eeec2d31542aa40": "history/StageConfig.v1.avsc",
     "9d738d07f259d9d5": "DeadLetter.avsc",
     "66ce55bf280f0f0b": "ScalingAction.avsc",
-    "eedccb6ec1f17f29": "TunerHandoff.avsc",
+    "eedccb6ec1f17f29": "history/TunerHandoff.v1.avsc",
 }
 
 

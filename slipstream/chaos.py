@@ -30,40 +30,11 @@ import yaml
 from loadgen import chaos
 from streams import broker, codec, kafka as kclient, topics
 from streams.app import AppSettings
+from slipstream.chaos_cluster import Cluster, use_cluster
 from slipstream.live import READY  # one parser of the worker's ready line
 from streams.config import KafkaSettings
 
 FREEZE_S = AppSettings.session_timeout_s + 5.0  # past the worker's consumer-group session timeout
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """The Kafka a run uses, and how to restart its brokers (None: not ours to restart)."""
-
-    bootstrap: str
-    single: broker.LocalBroker | None = None
-    local: broker.LocalCluster | None = None
-
-    @property
-    def brokers(self) -> int:
-        return self.local.brokers if self.local else 1
-
-
-def use_cluster(brokers: int) -> tuple[Cluster, bool]:
-    """The single local broker (``brokers`` == 1; SLIPSTREAM_BOOTSTRAP wins if set) or the local
-    cluster of ``brokers``; started if needed. Returns it and whether it was started here."""
-    if brokers > 1:
-        c = broker.local_cluster(brokers)
-        started = any(broker.running_pid(b) is None for b in c.nodes)
-        broker.cluster_up(c, progress=click.echo)
-        return Cluster(c.bootstrap, local=c), started
-    b = broker.default_broker()
-    env = os.environ.get("SLIPSTREAM_BOOTSTRAP")
-    if env:  # a broker this command may restart only if `kafka up` of this checkout runs it
-        return (Cluster(env, single=b) if env == b.bootstrap and broker.running_pid(b) else Cluster(env)), False
-    started = broker.running_pid(b) is None
-    broker.up(b, progress=click.echo)
-    return Cluster(b.bootstrap, single=b), started
 
 
 def fresh_pipeline(src: str, out_dir: Path, suffix: str) -> Path:
@@ -350,6 +321,8 @@ class ChaosOptions:
     drain_s: float = 90.0
     seed: int = 0
     warmup_s: float = 15.0  # an unscored replay of the trace's first seconds before the first case
+    port: int | None = None  # a Kafka of the run's own on this port (started and stopped by it)
+    kafka_state: str | None = None  # its state folder [default: .state/kafka or .state/kafka-cluster]
 
 
 def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
@@ -361,7 +334,7 @@ def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
 
     interrupt_on_sigterm()
     report = Path(opts.report_dir)
-    cluster, started = use_cluster(opts.brokers)
+    cluster, started = use_cluster(opts.brokers, opts.port, opts.kafka_state)
     os.environ["SLIPSTREAM_BOOTSTRAP"] = cluster.bootstrap
     settings = KafkaSettings.from_env()
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -390,6 +363,7 @@ def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
                                        f"warm-{stamp}", opts.fault_at_s, opts.drain_s))
         click.echo(f"warm-up ({opts.warmup_s:g} s, not scored): {out.requests} requests, {out.missing} missing")
         for k, case in enumerate(cases):
+            t0 = time.monotonic()  # a case's time includes waiting for the last case's restarts
             stack.wait_settled()
             click.echo(f"\n== case {k + 1}/{len(cases)}: {case.name}")
             run_id = f"c{k:02d}-{stamp}"
@@ -400,7 +374,8 @@ def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
             (report / "cases" / f"{k:02d}.json").write_text(json.dumps(
                 {"name": case.name, "case": asdict(case), "outcome": out.row(), "fault_ns": injected.fault_ns,
                  "sent": sent, "results": records}) + "\n")
-            click.echo(chaos.format_table([out]).splitlines()[-1] + (f"  [{out.note}]" if out.note else ""))
+            click.echo(chaos.format_table([out]).splitlines()[-1] + (f"  [{out.note}]" if out.note else "")
+                       + f"  ({time.monotonic() - t0:.0f} s)")
     finally:
         restarts = tear_down(stack, settings, pipe, cluster, started)
     title = (f"slipstream chaos: {pipe.name}, {cluster.brokers} broker(s), {opts.trace}, fault at "

@@ -7,12 +7,16 @@ import logging
 import click
 
 # Each module in slipstream/commands/ exposes `commands: list[click.Command]`.
-COMMAND_MODULES = ("kafka", "worker", "pipeline", "bench", "tuner", "plan", "profile", "planner_service", "loadgen", "simulate", "demo", "calibrate", "chaos", "registry", "gateway")
+COMMAND_MODULES = ("kafka", "worker", "pipeline", "bench", "tuner", "plan", "profile", "planner_service", "loadgen", "simulate", "demo", "calibrate", "chaos", "registry", "validate", "gateway")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="slipstream", prog_name="slipstream")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
-def main(verbose: int) -> None:
+@click.option("--state-dir", type=click.Path(file_okay=False), default=".state", show_default=True,
+              envvar="SLIPSTREAM_STATE_DIR", show_envvar=True,
+              help="Where local state goes: broker and registry data and builds, profiles, worker logs.")
+def main(verbose: int, state_dir: str) -> None:
     """Slipstream: multi-model inference pipelines over Kafka, inside a tail-latency SLO."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -48,7 +48,9 @@ def ensure_broker() -> bool:
     """Start the local broker unless SLIPSTREAM_BOOTSTRAP names one; True when it was started here."""
     if os.environ.get("SLIPSTREAM_BOOTSTRAP"):
         return False
-    b = broker.default_broker()
+    from slipstream.options import state_dir
+
+    b = broker.default_broker(root=state_dir())
     started = broker.running_pid(b) is None
     broker.up(b, progress=click.echo)
     os.environ["SLIPSTREAM_BOOTSTRAP"] = b.bootstrap
@@ -98,9 +100,11 @@ def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, setting
     from tuner.envelope import envelope
 
     problem = local_problem(pipe, store, opts, arrivals_s=sample)
-    plan = make_planner(opts.mode).plan(problem)
+    plan = make_planner(opts.mode).plan(problem)  # infeasible: the highest-capacity plan (planner.fallback)
+    if not plan.stages:
+        raise ModeNotApplicable(f"no {opts.mode} plan: {plan.reason}")
     if not plan.feasible:
-        raise ModeNotApplicable(f"no feasible {opts.mode} plan: {plan.reason}")
+        click.echo(f"plan: {plan.notes[0]}", err=True)
     for sp in plan.stages:
         a = sp.primary
         click.echo(f"plan: {sp.stage}: {a.variant} on {a.hardware}, max batch {a.max_batch}, x{sp.replicas}")

@@ -1,6 +1,8 @@
 """Small option parsers shared by the command modules."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 
@@ -39,3 +41,45 @@ def metrics_addr_option():
                         envvar="SLIPSTREAM_METRICS_ADDR", show_envvar=True,
                         help="Serve /metrics, /healthz and /readyz here (port 0: any free port; containers: "
                              "0.0.0.0:9100).")
+
+
+def state_dir() -> Path:
+    """The state directory (``slipstream --state-dir``, env SLIPSTREAM_STATE_DIR, default ``./.state``):
+    broker and registry data, builds, profiles, worker logs. Read once, by the root command."""
+    from streams.assets import DEFAULT_STATE_DIR
+
+    ctx = click.get_current_context(silent=True)
+    root = ctx.find_root().params.get("state_dir") if ctx else None
+    return Path(root) if root else DEFAULT_STATE_DIR
+
+
+def state_default(*parts: str):
+    """A click default: ``STATE_DIR/parts`` (show it with ``show_default="STATE_DIR/..."``)."""
+    return lambda: str(state_dir().joinpath(*parts))
+
+
+def profiles_option(**kw):
+    """``--profiles``: the planner's profile store, one default for every command."""
+    return click.option("--profiles", "profiles_dir", default=state_default("profiles"),
+                        show_default="STATE_DIR/profiles", type=click.Path(file_okay=False),
+                        help="Profile store (slipstream profile).", **kw)
+
+
+class RenamedOption(click.Option):
+    """An option whose former spellings (``aliases``) still parse but are left out of ``--help``."""
+
+    def __init__(self, *args, aliases: tuple[str, ...] = (), **kw) -> None:
+        super().__init__(*args, **kw)
+        self.aliases = aliases
+
+    def get_help_record(self, ctx):
+        shown, self.opts = self.opts, [o for o in self.opts if o not in self.aliases]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = shown
+
+
+def renamed_option(name: str, former: str, dest: str, **kw):
+    """``name``, also accepted under its ``former`` spelling (hidden)."""
+    return click.option(name, former, dest, cls=RenamedOption, aliases=(former,), **kw)

@@ -20,7 +20,8 @@ import numpy as np
 
 from loadgen import soak
 from loadgen.chaos import window_attainment
-from slipstream.chaos import Stack, fresh_pipeline, interrupt_on_sigterm, tear_down, use_cluster
+from slipstream.chaos import Stack, fresh_pipeline, interrupt_on_sigterm, tear_down
+from slipstream.chaos_cluster import use_cluster
 from streams import broker, kafka as kclient, topics
 from streams.config import KafkaSettings
 

@@ -102,3 +102,17 @@ def make_app(s: AppSettings) -> faust.App:
     )
     app.transport = ReadCommittedTransport(app.conf.broker_consumer, app)
     return app
+
+
+async def rejoin_group(app: faust.App) -> None:
+    """Make ``app``'s consumer rejoin its group at once: every member's partitions are revoked
+    (``on_partitions_revoked``: the worker forgets what it read and did not commit), assigned again
+    and read again from their committed offsets. What ``agents.transactions`` asks for when a
+    partition must be read again (aiokafka's coordinator, on the consumer's own thread: private)."""
+    thread = app.consumer._thread
+    consumer = thread._ensure_consumer()
+
+    async def rejoin() -> None:
+        consumer._coordinator.request_rejoin()
+
+    await thread.call_thread(rejoin)

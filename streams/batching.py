@@ -114,3 +114,17 @@ def drop_reason(deadline_ns: int, now_ns: int, predicted_ns: int) -> str:
     """The reason text of a deadline drop, shared so results read the same from agents and simulator."""
     return (f"deadline: predicted finish {(now_ns + predicted_ns - deadline_ns) / NS_PER_MS:.1f} ms "
             f"after the deadline (batch-1 latency {predicted_ns / NS_PER_MS:.1f} ms)")
+
+
+def served_within(window_ns: int, budget_ns: int, batch: int, batch_ns: int, timeout_ns: int) -> int:
+    """Items ONE instance can take of arrivals within a window of ``window_ns``, each served within
+    ``budget_ns`` of its arrival (a network-calculus service curve at ``window + budget``).
+
+    From the start of a backlog an instance takes a window within ``timeout_ns`` (:func:`ready`: the
+    oldest item's timeout, or at once when ``batch`` are queued), then a full window every ``batch_ns``
+    (the predicted, high-percentile latency of a batch of ``batch``; a smaller window is no slower).
+    Arrivals that came within ``w`` must all be done by ``w + budget``, by when it has finished
+    ``floor((w + budget - timeout) / batch_ns)`` windows of ``batch``. docs/tuner.md derives it."""
+    if batch < 1 or batch_ns <= 0:
+        raise ValueError(f"need batch >= 1 and batch_ns > 0, got {batch}, {batch_ns}")
+    return batch * max(0, (window_ns + budget_ns - timeout_ns) // batch_ns)

@@ -29,8 +29,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-KAFKA_DEPLOY = REPO_ROOT / "deploy" / "kafka"
+from streams.assets import DEFAULT_STATE_DIR, deploy_dir, staged
+
+KAFKA_DEPLOY = deploy_dir() / "kafka"
 SINGLE_PORT = 19092
 CLUSTER_PORT = 19094
 CLUSTER_NAME = "cluster"
@@ -52,6 +53,7 @@ class LocalBroker:
     voters: str = ""  # controller.quorum.voters; "" = this node alone
     replication: int = 1  # of the internal topics (offsets, transactions) and the broker default
     min_isr: int = 1
+    build_dir: Path = DEFAULT_STATE_DIR / "build" / "kafka"  # the jars' Maven build
 
     @property
     def bootstrap(self) -> str:
@@ -63,7 +65,7 @@ class LocalBroker:
 
     @property
     def libs(self) -> Path:
-        return KAFKA_DEPLOY / "target" / "kafka-libs"
+        return self.build_dir / "target" / "kafka-libs"
 
     @property
     def pid_file(self) -> Path:
@@ -87,6 +89,7 @@ class LocalCluster:
     brokers: int = 3
     port: int = CLUSTER_PORT
     heap: str = "384m"
+    build_dir: Path = DEFAULT_STATE_DIR / "build" / "kafka"  # the jars' Maven build
 
     def __post_init__(self) -> None:
         if self.brokers < 1:
@@ -97,7 +100,8 @@ class LocalCluster:
         ports = [(self.port + 2 * i, self.port + 2 * i + 1) for i in range(self.brokers)]
         voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
         rf = min(3, self.brokers)
-        return tuple(LocalBroker(self.state_dir / f"node-{i + 1}", p, c, self.heap, i + 1, voters, rf, min(2, rf))
+        return tuple(LocalBroker(self.state_dir / f"node-{i + 1}", p, c, self.heap, i + 1, voters, rf, min(2, rf),
+                                 self.build_dir)
                      for i, (p, c) in enumerate(ports))
 
     @property
@@ -109,21 +113,24 @@ class LocalCluster:
         return self.state_dir / "cluster.json"
 
 
-def default_broker(state: str | os.PathLike | None = None, port: int = SINGLE_PORT) -> LocalBroker:
-    return LocalBroker(Path(state) if state else REPO_ROOT / ".state" / "kafka", port, port + 1)
+def default_broker(state: str | os.PathLike | None = None, port: int = SINGLE_PORT, *,
+                   root: Path = DEFAULT_STATE_DIR) -> LocalBroker:
+    """The single broker; its state in ``state`` (default ``root/kafka``), its jars under ``root/build``."""
+    return LocalBroker(Path(state) if state else root / "kafka", port, port + 1, build_dir=root / "build" / "kafka")
 
 
 def local_cluster(brokers: int | None = None, name: str | None = None, port: int | None = None,
-                  state: str | os.PathLike | None = None) -> LocalCluster:
+                  state: str | os.PathLike | None = None, *, root: Path = DEFAULT_STATE_DIR) -> LocalCluster:
     """The cluster named ``name`` (default ``cluster``). Brokers and port not given are read from the
     cluster's ``cluster.json`` when it was started before, else 3 and 19094."""
     name = name or CLUSTER_NAME
-    folder = Path(state) if state else REPO_ROOT / ".state" / f"kafka-{name}"
+    folder = Path(state) if state else root / f"kafka-{name}"
     try:
         saved = json.loads((folder / "cluster.json").read_text())
     except (FileNotFoundError, ValueError):
         saved = {}
-    return LocalCluster(name, folder, brokers or saved.get("brokers", 3), port or saved.get("port", CLUSTER_PORT))
+    return LocalCluster(name, folder, brokers or saved.get("brokers", 3), port or saved.get("port", CLUSTER_PORT),
+                        build_dir=root / "build" / "kafka")
 
 
 def _need(tool: str, hint: str) -> str:
@@ -139,7 +146,8 @@ def fetch_jars(b: LocalBroker, quiet: bool = True) -> Path:
         return b.libs
     mvn = _need("mvn", "install Maven (Debian: apt-get install maven) to fetch the Kafka jars")
     _need("java", "install a Java 17+ runtime (Debian: apt-get install openjdk-17-jre-headless)")
-    cmd = [mvn, "-B", "-f", str(KAFKA_DEPLOY / "pom.xml"), "package"] + (["-q"] if quiet else [])
+    pom = staged(KAFKA_DEPLOY, b.build_dir) / "pom.xml"
+    cmd = [mvn, "-B", "-f", str(pom), "package"] + (["-q"] if quiet else [])
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise BrokerError(f"mvn could not fetch the Kafka jars (exit {proc.returncode}):\n"
@@ -171,10 +179,13 @@ def _write_config(b: LocalBroker) -> Path:
 
 
 def _cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, base64url without padding (what random-uuid prints)."""
+    """A KRaft cluster id: 16 random bytes, base64url without padding (what random-uuid prints). Like
+    Kafka's Uuid.randomUuid, never one starting with '-': the storage tool would read it as an option."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while (cid := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+        pass
+    return cid
 
 
 def running_pid(b: LocalBroker) -> int | None:

@@ -48,6 +48,16 @@ class StageGraph:
                     ready.append(e.dst)
         return tuple(order)
 
+    def shape_error(self) -> tuple[str, object] | None:
+        """What is wrong with the graph's shape, as (expected, got), or None: one source, no cycle.
+        Both readers (pipeline spec, planning problem) refuse a graph this names."""
+        sources = [s.name for s in self.stages if not self.parents(s.name)]
+        if len(sources) != 1:
+            return "exactly one source stage (a stage with no incoming edge)", sources
+        if len(self.topo_order) != len(self.stages):
+            return "an acyclic graph", [f"{e.src}->{e.dst}" for e in self.edges]
+        return None
+
     def visit_ratio(self, stage: str) -> float:
         """s_m: expected items reaching ``stage`` per pipeline request: the sum over paths of the
         product of fanout x probability along the path (the planner's and the tuner's s_m)."""

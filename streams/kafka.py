@@ -54,12 +54,44 @@ async def send_offsets(prod: AIOKafkaProducer, offsets: Mapping[Any, int], group
                                            group_id)
 
 
-def is_fenced(prod: AIOKafkaProducer, exc: BaseException) -> bool:
-    """Has another producer taken this one's transactional id (so it may never commit again)?"""
+def is_fenced(exc: BaseException) -> bool:
+    """Has another producer taken this one's transactional id (so it may never commit again)? Only
+    the broker's answer says so (``ProducerFenced``; ``InvalidProducerEpoch``, which aiokafka turns
+    into it): a producer in aiokafka's fatal state for another reason (its sender stopped on an
+    unexpected error) is not fenced, and what follows is not a stop (``agents.transactions.decide``)."""
     from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
-    txn = getattr(prod, "_txn_manager", None)
-    return isinstance(exc, (ProducerFenced, InvalidProducerEpoch)) or bool(txn is not None and txn.is_fatal_error())
+    return isinstance(exc, (ProducerFenced, InvalidProducerEpoch))
+
+
+def is_out_of_order(exc: BaseException) -> bool:
+    """Refused for its sequence number, not for what it holds: the producer's numbers no longer match
+    the broker's (after an earlier batch of the partition was refused); a new producer sends it."""
+    from aiokafka.errors import OutOfOrderSequenceNumber
+
+    return isinstance(exc, OutOfOrderSequenceNumber)
+
+
+async def stop_producer(prod: AIOKafkaProducer, timeout_s: float) -> None:
+    """Stop ``prod`` within ``timeout_s``, never raising. A producer whose transaction failed may hold
+    batches its sender retries for ever (``stop`` waits for them): past the deadline its sender task
+    is cancelled and its connections closed (private aiokafka attributes, as ``send_window``)."""
+    import asyncio
+    import logging
+
+    try:
+        await asyncio.wait_for(prod.stop(), timeout_s)
+        return
+    except Exception as exc:  # noqa: BLE001 - a fenced or broken producer may refuse to stop cleanly
+        logging.getLogger(__name__).warning("stopping a producer: %r; closing it", exc)
+    task = getattr(getattr(prod, "_sender", None), "sender_task", None)
+    if task is not None and not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    try:
+        await asyncio.wait_for(prod.client.close(), timeout_s)
+    except Exception:  # noqa: BLE001 - nothing more to do
+        pass
 
 
 def consumer(settings: KafkaSettings, *topics: str, group_id: str | None = None,

@@ -16,9 +16,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from streams.broker import REPO_ROOT, _alive, _need
+from streams.assets import DEFAULT_STATE_DIR, deploy_dir, staged
+from streams.broker import _alive, _need
 
-REGISTRY_DEPLOY = REPO_ROOT / "deploy" / "registry"
+REGISTRY_DEPLOY = deploy_dir() / "registry"
 PORT = 18081
 
 
@@ -28,7 +29,7 @@ class RegistryServerError(RuntimeError):
 
 @dataclass(frozen=True)
 class LocalRegistry:
-    state_dir: Path = REPO_ROOT / ".state" / "registry"
+    state_dir: Path = DEFAULT_STATE_DIR / "registry"
     port: int = PORT
 
     @property
@@ -38,7 +39,7 @@ class LocalRegistry:
 
     @property
     def jar(self) -> Path:
-        return REGISTRY_DEPLOY / "target" / "slipstream-registry-1-runner.jar"
+        return self.state_dir / "build" / "target" / "slipstream-registry-1-runner.jar"
 
     @property
     def pid_file(self) -> Path:
@@ -54,7 +55,8 @@ def build(r: LocalRegistry, quiet: bool = True) -> Path:
     if r.jar.is_file():
         return r.jar
     mvn = _need("mvn", "install Maven (Debian: apt-get install maven) to build the registry")
-    cmd = [mvn, "-B", "-f", str(REGISTRY_DEPLOY / "pom.xml"), "package"] + (["-q"] if quiet else [])
+    pom = staged(REGISTRY_DEPLOY, r.state_dir / "build") / "pom.xml"
+    cmd = [mvn, "-B", "-f", str(pom), "package"] + (["-q"] if quiet else [])
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0 or not r.jar.is_file():
         raise RegistryServerError(f"mvn could not build the registry (exit {proc.returncode}):\n"

@@ -1,6 +1,7 @@
 """The pipeline spec: a YAML file loaded once into frozen dataclasses and validated at the edge.
 
-Format (every field is checked; an error names the file, the field path and what was expected)::
+Format (every field is checked, unknown keys are errors with a "did you mean"; an error names the file,
+the field path and what was expected; the JSON Schema: ``slipstream validate --schema``)::
 
     name: image-classify          # [a-z0-9-], used in topic names
     slo_ms: 400                   # end-to-end latency SLO; deadline = created + slo
@@ -13,7 +14,6 @@ Format (every field is checked; an error names the file, the field path and what
           - {name: lite0, model: efficientnet-lite0, accuracy: 0.753, params: {}}
         defaults: {variant: lite0, hardware: cpu-1, max_batch: 4, batch_timeout_ms: 5,
                    replicas: 1, partitions: 4}
-        route: fanout             # optional: what the stage's output means for its children
     edges:                        # DAG; no edges = a one-stage pipeline
       - {from: detect, to: classify, fanout: 2.0, probability: 1.0}
 
@@ -27,14 +27,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Literal, Mapping, Optional
 
 import yaml
+from pydantic import ConfigDict, Field, StringConstraints
 
+from streams.docmodel import Doc, did_you_mean, read
 from streams.graph import StageGraph
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-HARDWARE_KINDS = ("cpu", "cuda")
 
 
 class SpecError(ValueError):
@@ -111,50 +112,66 @@ class Pipeline(StageGraph):
 
 
 # ----------------------------------------------------------------------------------------------
+# The document: what a spec file may say (also the JSON Schema editors read)
+
+Name = Annotated[str, StringConstraints(pattern=NAME_RE.pattern)]
+
+
+class HardwareDoc(Doc):
+    kind: Literal["cpu", "cuda"]
+    cost_per_hour: float = Field(ge=0, description="price of one replica on it, $/h")
+    threads: int = Field(1, ge=1, description="cores (CPU) one model instance uses")
+    memory_gib: float = Field(2.0, ge=0.125, description="memory of a replica (Kubernetes requests/limits)")
+
+
+class VariantDoc(Doc):
+    name: Name
+    model: str = Field(min_length=1, description="a model of the zoo (docs/models.md) or of a plugin")
+    accuracy: float = Field(ge=0, le=1)
+    params: dict[str, Any] = Field(default_factory=dict, description="the model's params (docs/models.md)")
+
+
+class DefaultsDoc(Doc):
+    variant: Optional[str] = Field(None, description="default: the first variant")
+    hardware: Optional[str] = Field(None, description="default: the first hardware type")
+    max_batch: int = Field(1, ge=1, le=4096)
+    batch_timeout_ms: float = Field(5.0, ge=0, le=60_000)
+    replicas: int = Field(1, ge=1, le=1024)
+    partitions: int = Field(4, ge=1, le=4096)
+
+
+class StageDoc(Doc):
+    name: Name
+    variants: list[VariantDoc] = Field(min_length=1)
+    defaults: DefaultsDoc = Field(default_factory=DefaultsDoc)
+
+
+class EdgeDoc(Doc):
+    src: Name = Field(alias="from")
+    dst: Name = Field(alias="to")
+    fanout: float = Field(1.0, ge=0, description="mean child items per input item")
+    probability: float = Field(1.0, ge=0, le=1, description="chance an item takes this edge")
+
+
+class PipelineDoc(Doc):
+    """A Slipstream pipeline spec (docs/pipelines.md)."""
+
+    model_config = ConfigDict(title="Slipstream pipeline spec")
+    name: Name
+    slo_ms: float = Field(ge=1, description="end-to-end latency SLO in ms")
+    input_content_type: str = "application/octet-stream"
+    hardware: dict[Name, HardwareDoc] = Field(min_length=1)
+    stages: list[StageDoc] = Field(min_length=1)
+    edges: Optional[list[EdgeDoc]] = None
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of a spec file (``slipstream validate --schema``)."""
+    return PipelineDoc.model_json_schema(by_alias=True)
+
+
+# ----------------------------------------------------------------------------------------------
 # Loading and validation
-
-
-class _Reader:
-    """Reads typed fields out of nested YAML, naming the path of anything wrong."""
-
-    def __init__(self, file: str) -> None:
-        self.file = file
-
-    def fail(self, path: str, expected: str, got: Any) -> SpecError:
-        return SpecError(f"{self.file}: {path}: expected {expected}, got {got!r}")
-
-    def mapping(self, obj: Any, path: str) -> Mapping[str, Any]:
-        if not isinstance(obj, Mapping):
-            raise self.fail(path, "a mapping", obj)
-        return obj
-
-    def seq(self, obj: Any, path: str) -> list:
-        if not isinstance(obj, list):
-            raise self.fail(path, "a list", obj)
-        return obj
-
-    def get(self, m: Mapping, key: str, path: str, default: Any = ...) -> Any:
-        if key not in m:
-            if default is ...:
-                raise SpecError(f"{self.file}: {path}.{key}: required field is missing".replace(": .", ": "))
-            return default
-        return m[key]
-
-    def name(self, m: Mapping, key: str, path: str) -> str:
-        v = self.get(m, key, path)
-        if not isinstance(v, str) or not NAME_RE.match(v):
-            raise self.fail(f"{path}.{key}", "a name of lowercase letters, digits and '-'", v)
-        return v
-
-    def number(self, m: Mapping, key: str, path: str, *, lo: float, hi: float = float("inf"),
-               default: Any = ..., integer: bool = False) -> Any:
-        v = self.get(m, key, path, default)
-        kind = "an integer" if integer else "a number"
-        ok = isinstance(v, int) if integer else isinstance(v, (int, float))
-        if isinstance(v, bool) or not ok or not (lo <= v <= hi):
-            bounds = f" in [{lo}, {hi}]" if hi != float("inf") else f" >= {lo}"
-            raise self.fail(f"{path}.{key}".lstrip("."), kind + bounds, v)
-        return int(v) if integer else float(v)
 
 
 def load_pipeline(path: str | Path) -> Pipeline:
@@ -170,99 +187,46 @@ def load_pipeline(path: str | Path) -> Pipeline:
 
 
 def parse_pipeline(doc: Any, *, source_file: str = "<memory>") -> Pipeline:
-    r = _Reader(source_file)
-    top = r.mapping(doc, "(top level)")
-    name = r.name(top, "name", "")
-    slo_ms = r.number(top, "slo_ms", "", lo=1)
-    ctype = r.get(top, "input_content_type", "", "application/octet-stream")
-    if not isinstance(ctype, str):
-        raise r.fail("input_content_type", "a string", ctype)
+    """Validate a parsed spec document (types, bounds, unknown keys, then the cross-references)."""
+    d = read(PipelineDoc, doc, source_file, SpecError)
 
-    hardware: dict[str, Hardware] = {}
-    for hname, hdoc in r.mapping(r.get(top, "hardware", ""), "hardware").items():
-        path = f"hardware.{hname}"
-        if not isinstance(hname, str) or not NAME_RE.match(hname):
-            raise r.fail(path, "a hardware name of lowercase letters, digits and '-'", hname)
-        h = r.mapping(hdoc, path)
-        kind = r.get(h, "kind", path)
-        if kind not in HARDWARE_KINDS:
-            raise r.fail(f"{path}.kind", " or ".join(HARDWARE_KINDS), kind)
-        hardware[hname] = Hardware(
-            name=hname, kind=kind,
-            cost_per_hour=r.number(h, "cost_per_hour", path, lo=0),
-            threads=r.number(h, "threads", path, lo=1, default=1, integer=True),
-            memory_gib=r.number(h, "memory_gib", path, lo=0.125, default=2.0),
-        )
-    if not hardware:
-        raise r.fail("hardware", "at least one hardware type", {})
+    def fail(path: str, expected: str, got: Any) -> SpecError:
+        return SpecError(f"{source_file}: {path}: expected {expected}, got {got!r}")
 
-    stages: list[Stage] = []
-    for i, sdoc in enumerate(r.seq(r.get(top, "stages", ""), "stages")):
-        path = f"stages[{i}]"
-        s = r.mapping(sdoc, path)
-        sname = r.name(s, "name", path)
-        variants: list[Variant] = []
-        for j, vdoc in enumerate(r.seq(r.get(s, "variants", path), f"{path}.variants")):
-            vpath = f"{path}.variants[{j}]"
-            v = r.mapping(vdoc, vpath)
-            model = r.get(v, "model", vpath)
-            if not isinstance(model, str) or not model:
-                raise r.fail(f"{vpath}.model", "a model name from the zoo", model)
-            params = r.get(v, "params", vpath, {})
-            variants.append(Variant(
-                name=r.name(v, "name", vpath), model=model,
-                accuracy=r.number(v, "accuracy", vpath, lo=0, hi=1),
-                params=dict(r.mapping(params, f"{vpath}.params")),
-            ))
-        if not variants:
-            raise r.fail(f"{path}.variants", "at least one variant", [])
-        vnames = [v.name for v in variants]
-        if len(set(vnames)) != len(vnames):
-            raise r.fail(f"{path}.variants", "unique variant names", vnames)
-        d = r.mapping(r.get(s, "defaults", path, {}), f"{path}.defaults")
-        dpath = f"{path}.defaults"
-        dvariant = r.get(d, "variant", dpath, variants[0].name)
-        if dvariant not in vnames:
-            raise r.fail(f"{dpath}.variant", f"one of {vnames}", dvariant)
-        dhw = r.get(d, "hardware", dpath, next(iter(hardware)))
-        if dhw not in hardware:
-            raise r.fail(f"{dpath}.hardware", f"one of {sorted(hardware)}", dhw)
-        defaults = StageDefaults(
-            variant=dvariant, hardware=dhw,
-            max_batch=r.number(d, "max_batch", dpath, lo=1, hi=4096, default=1, integer=True),
-            batch_timeout_ms=r.number(d, "batch_timeout_ms", dpath, lo=0, hi=60_000, default=5.0),
-            replicas=r.number(d, "replicas", dpath, lo=1, hi=1024, default=1, integer=True),
-            partitions=r.number(d, "partitions", dpath, lo=1, hi=4096, default=4, integer=True),
-        )
-        if defaults.replicas > defaults.partitions:
-            raise r.fail(f"{dpath}.replicas", f"at most partitions ({defaults.partitions}): "
-                         "replicas beyond the partition count sit idle", defaults.replicas)
-        stages.append(Stage(name=sname, variants=tuple(variants), defaults=defaults))
-    if not stages:
-        raise r.fail("stages", "at least one stage", [])
+    hardware = {n: Hardware(name=n, **h.model_dump()) for n, h in d.hardware.items()}
+    stages = [_stage(s, f"stages[{i}]", hardware, fail) for i, s in enumerate(d.stages)]
     snames = [s.name for s in stages]
     if len(set(snames)) != len(snames):
-        raise r.fail("stages", "unique stage names", snames)
-
-    edges: list[Edge] = []
-    for i, edoc in enumerate(r.seq(r.get(top, "edges", "", []) or [], "edges")):
-        path = f"edges[{i}]"
-        e = r.mapping(edoc, path)
-        src, dst = r.get(e, "from", path), r.get(e, "to", path)
-        for key, val in (("from", src), ("to", dst)):
+        raise fail("stages", "unique stage names", snames)
+    edges = []
+    for i, e in enumerate(d.edges or ()):
+        for key, val in (("from", e.src), ("to", e.dst)):
             if val not in snames:
-                raise r.fail(f"{path}.{key}", f"a stage name, one of {snames}", val)
-        edges.append(Edge(
-            src=src, dst=dst,
-            fanout=r.number(e, "fanout", path, lo=0, default=1.0),
-            probability=r.number(e, "probability", path, lo=0, hi=1, default=1.0),
-        ))
-
-    pipe = Pipeline(name=name, slo_ms=slo_ms, hardware=hardware, stages=tuple(stages),
-                    edges=tuple(edges), input_content_type=ctype, source_file=source_file)
-    sources = [s for s in snames if not pipe.parents(s)]
-    if len(sources) != 1:
-        raise r.fail("edges", "exactly one source stage (a stage with no incoming edge)", sources)
-    if len(pipe.topo_order) != len(stages):
-        raise r.fail("edges", "an acyclic graph", [f"{e.src}->{e.dst}" for e in edges])
+                raise fail(f"edges[{i}].{key}", f"a stage name, one of {snames}{did_you_mean(val, snames)}", val)
+        edges.append(Edge(src=e.src, dst=e.dst, fanout=e.fanout, probability=e.probability))
+    pipe = Pipeline(name=d.name, slo_ms=d.slo_ms, hardware=hardware, stages=tuple(stages),
+                    edges=tuple(edges), input_content_type=d.input_content_type, source_file=source_file)
+    if (wrong := pipe.shape_error()) is not None:
+        raise fail("edges", *wrong)
     return pipe
+
+
+def _stage(s: StageDoc, path: str, hardware: Mapping[str, Hardware], fail) -> Stage:
+    vnames = [v.name for v in s.variants]
+    if len(set(vnames)) != len(vnames):
+        raise fail(f"{path}.variants", "unique variant names", vnames)
+    d, dpath = s.defaults, f"{path}.defaults"
+    variant = vnames[0] if d.variant is None else d.variant
+    if variant not in vnames:
+        raise fail(f"{dpath}.variant", f"one of {vnames}{did_you_mean(variant, vnames)}", variant)
+    hw = next(iter(hardware)) if d.hardware is None else d.hardware
+    if hw not in hardware:
+        raise fail(f"{dpath}.hardware", f"one of {sorted(hardware)}{did_you_mean(hw, hardware)}", hw)
+    if d.replicas > d.partitions:
+        raise fail(f"{dpath}.replicas", f"at most partitions ({d.partitions}): replicas beyond the "
+                   "partition count sit idle", d.replicas)
+    defaults = StageDefaults(variant=variant, hardware=hw, max_batch=d.max_batch,
+                             batch_timeout_ms=d.batch_timeout_ms, replicas=d.replicas, partitions=d.partitions)
+    variants = tuple(Variant(name=v.name, model=v.model, accuracy=v.accuracy, params=dict(v.params))
+                     for v in s.variants)
+    return Stage(name=s.name, variants=variants, defaults=defaults)

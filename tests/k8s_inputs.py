@@ -17,10 +17,10 @@ hardware:
   gpu-1: {kind: cuda, threads: 2, cost_per_hour: 0.9, memory_gib: 16}
 stages:
   - name: detect
-    variants: [{name: v, model: m, accuracy: 0.9}]
+    variants: [{name: v, model: synthetic, accuracy: 0.9}]
     defaults: {variant: v, hardware: gpu-1, replicas: 2, partitions: 4}
   - name: classify
-    variants: [{name: w, model: m2, accuracy: 0.8}]
+    variants: [{name: w, model: noop, accuracy: 0.8}]
     defaults: {variant: w, hardware: cpu-4, replicas: 1, partitions: 6}
 edges:
   - {from: detect, to: classify, fanout: 3.0, probability: 0.5}

@@ -37,5 +37,6 @@ SAMPLES: dict[str, dict] = {
         "pipeline": "image-classify", "epoch": 7, "mean_rate_qps": 18.0, "windows_s": [0.1, 1.0],
         "rates_qps": [80.0, 30.0],
         "stages": [{"stage": "classify", "replicas": 1, "mu_qps": 86.0, "visit_ratio": 1.0}],
-        "at_ns": 1_700_000_000_000_000_000},
+        "at_ns": 1_700_000_000_000_000_000,
+        "capacity": [{"stage": "classify", "budget_ms": 380.0, "rate_qps": 86.0, "window_qps": [400.0, 120.0]}]},
 }

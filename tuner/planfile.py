@@ -2,13 +2,15 @@
 
     {"pipeline": "image-classify", "mean_rate_qps": 100.4,
      "windows_s": [0.05, 0.1, ...], "rates_qps": [320.0, 250.0, ...],
-     "stages": [{"stage": "detect", "replicas": 4, "mu_qps": 30.0, "visit_ratio": 1.0}, ...]}
+     "stages": [{"stage": "detect", "replicas": 4, "mu_qps": 30.0, "visit_ratio": 1.0}, ...],
+     "capacity": [{"stage": "detect", "rate_qps": 120.0, "window_qps": [900.0, 520.0, ...]}, ...]}
 
 It is the TunerHandoff record's shape (``schemas/TunerHandoff.avsc``, which adds ``epoch`` and
 ``at_ns``): the planner builds it (``planner.service.handoff_record``) and publishes it on the control
 topic, where the tuner follows it; a file holds the same document. ``windows_s``/``rates_qps`` are the sample trace's envelope (``tuner.envelope.envelope``),
 ``mu_qps`` the single-replica throughput at the planned (variant, hardware, batch) and ``visit_ratio``
-the stage's s_m. :func:`plan_for_pipeline` builds one from a sample trace and per-stage numbers.
+the stage's s_m, ``capacity`` what the planned replicas serve (``planner.capacity``; optional).
+:func:`plan_for_pipeline` builds one from a sample trace and per-stage numbers.
 """
 from __future__ import annotations
 
@@ -31,16 +33,22 @@ def to_dict(plan: TunerPlan, pipeline: str) -> dict[str, Any]:
     return {"pipeline": pipeline, "mean_rate_qps": plan.mean_rate_qps,
             "windows_s": list(plan.envelope.windows_s), "rates_qps": list(plan.envelope.rates_qps),
             "stages": [{"stage": s.stage, "replicas": s.replicas, "mu_qps": s.mu_qps,
-                        "visit_ratio": s.visit_ratio} for s in plan.stages]}
+                        "visit_ratio": s.visit_ratio} for s in plan.stages],
+            "capacity": [{"stage": s.stage, "rate_qps": s.capacity_qps, "window_qps": list(s.window_capacity_qps)}
+                         for s in plan.stages if s.window_capacity_qps]}
 
 
 def from_dict(doc: Mapping[str, Any], *, pipeline: Pipeline | None = None) -> TunerPlan:
-    """Validate a plan document (and, given the pipeline, that its stages are the pipeline's)."""
+    """Validate a plan document (and, given the pipeline, that its stages are the pipeline's). A
+    document without ``capacity`` (written before it) sizes every stage to the sample's envelope."""
     try:
         windows = tuple(float(w) for w in doc["windows_s"])
         rates = tuple(float(r) for r in doc["rates_qps"])
+        cap = {str(c["stage"]): (float(c["rate_qps"]), tuple(float(x) for x in c["window_qps"]))
+               for c in doc.get("capacity") or ()}
         stages = tuple(StagePlan(str(s["stage"]), int(s["replicas"]), float(s["mu_qps"]),
-                                 float(s["visit_ratio"])) for s in doc["stages"])
+                                 float(s["visit_ratio"]), *cap.get(str(s["stage"]), (0.0, ())))
+                       for s in doc["stages"])
         plan = TunerPlan(EnvelopeSnapshot(windows, rates), float(doc["mean_rate_qps"]), stages)
     except KeyError as exc:
         raise PlanFileError(f"tuner plan: missing field {exc}") from None

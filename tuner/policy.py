@@ -5,8 +5,12 @@ that are tested alone: :func:`demand` (the replica formula at one window), :func
 (which windows trigger, and what they ask for), :func:`down_target` and :func:`bounded`.
 
 Formulas (s_m = visit ratio, mu_m = single-replica throughput at the planned batch, R_m = planned
-replicas, n_m = replicas running now, lambda = the sample trace's mean rate, r_i^plan = the sample
-envelope at window w_i, r_i = the live envelope):
+replicas, n_m = replicas running now, r_i = the live envelope at window w_i; what the planned
+replicas are sized for, :meth:`TunerPlan.sized_envelope` and :meth:`TunerPlan.sized_rate`: with the
+hand-off's capacity (docs/tuner.md, "What the plan can serve") r_i^plan = the rate they serve within
+the SLO of a burst seen over w_i that lasts as long again (the capacity at 2 w_i) and lambda = the
+rate they keep up with, and no noise slack (a computed bound); without it, r_i^plan = the sample
+envelope and lambda = the planned rate):
 
 - provisioning ratio ``rho_m = lambda * s_m / (mu_m * R_m)`` (InferLine's "lambda / mu" read so that
   the planned rate reproduces the planned replica count: ``ceil(lambda s_m / (mu_m rho_m)) = R_m``).
@@ -32,6 +36,7 @@ envelope at window w_i, r_i = the live envelope):
 """
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, replace
 from typing import Mapping
@@ -52,11 +57,17 @@ class StagePlan:
     replicas: int  # R_m, planned
     mu_qps: float  # single-replica throughput at the planned variant/hardware/batch
     visit_ratio: float  # s_m: items reaching the stage per pipeline request
+    # what the planned replicas serve (the hand-off's capacity; empty: unknown, size to the sample):
+    capacity_qps: float = 0.0  # the rate they keep up with, pipeline requests/s
+    window_capacity_qps: tuple[float, ...] = ()  # per plan window: the most req/s within it served within the SLO
 
     def __post_init__(self) -> None:
         if self.replicas < 1 or not self.mu_qps > 0 or self.visit_ratio < 0:
             raise ValueError(f"stage {self.stage!r}: need replicas >= 1, mu_qps > 0, visit_ratio >= 0; "
                              f"got {self.replicas}, {self.mu_qps}, {self.visit_ratio}")
+        if self.window_capacity_qps and (not self.capacity_qps > 0 or min(self.window_capacity_qps) < 0):
+            raise ValueError(f"stage {self.stage!r}: a capacity needs capacity_qps > 0 and window capacities "
+                             f">= 0; got {self.capacity_qps}, {self.window_capacity_qps}")
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,10 @@ class TunerPlan:
             raise ValueError(f"mean_rate_qps must be > 0, got {self.mean_rate_qps}")
         if not self.stages:
             raise ValueError("a tuner plan needs at least one stage")
+        n = len(self.envelope.windows_s)
+        odd = [s.stage for s in self.stages if s.window_capacity_qps and len(s.window_capacity_qps) != n]
+        if odd:
+            raise ValueError(f"stages {odd}: window capacities must be one per plan window ({n})")
 
     @classmethod
     def from_sample(cls, arrivals_s, windows_s, stages: tuple[StagePlan, ...]) -> "TunerPlan":
@@ -84,9 +99,25 @@ class TunerPlan:
         return cls(snap, float(arr.size / (arr[-1] - arr[0])), tuple(stages))
 
     def rho(self, stage: StagePlan, rate_qps: float | None = None) -> float:
-        """Provisioning ratio that maps ``rate_qps`` (default: the mean rate) to the planned count."""
-        rate = self.mean_rate_qps if rate_qps is None else rate_qps
+        """Provisioning ratio that maps ``rate_qps`` (default: :meth:`sized_rate`) to the planned count."""
+        rate = self.sized_rate(stage) if rate_qps is None else rate_qps
         return rate * stage.visit_ratio / (stage.mu_qps * stage.replicas)
+
+    def sized_rate(self, stage: StagePlan) -> float:
+        """The rate the planned replicas are sized for: their capacity when the hand-off says it,
+        else the planned rate lambda."""
+        return stage.capacity_qps if stage.window_capacity_qps else self.mean_rate_qps
+
+    def sized_envelope(self, stage: StagePlan) -> tuple[float, ...]:
+        """Per plan window w_i, the rate the planned replicas are sized for. With the hand-off's
+        capacity: what they serve within the SLO of a burst that lasts as long again (the capacity
+        at the first plan window >= 2 w_i, the last beyond it): the tuner sees an excess only once
+        it has come, and the replicas it adds serve later. Without: the sample's envelope
+        (InferLine's r_i^plan)."""
+        if not stage.window_capacity_qps:
+            return self.envelope.rates_qps
+        ws, cap = self.envelope.windows_s, stage.window_capacity_qps
+        return tuple(cap[min(bisect.bisect_left(ws, 2 * w * (1 - _EPS)), len(ws) - 1)] for w in ws)
 
     @property
     def rho_min(self) -> float:
@@ -187,10 +218,10 @@ def observe(tracker: EnvelopeTracker, plan: TunerPlan, now_ns: int, config: "Tun
 # ---- steps
 
 
-def demand(rate_qps: float, window_s: float, plan: TunerPlan, stage: StagePlan, rho_mode: str) -> int:
-    """k_{m,i}: replicas of ``stage`` that a live ``rate_qps`` at window ``window_s`` asks for."""
-    planned = plan.envelope.rate(window_s)
-    rho = plan.rho(stage, planned) if rho_mode == "per-window" and planned > 0 else plan.rho(stage)
+def demand(rate_qps: float, planned_qps: float, plan: TunerPlan, stage: StagePlan, rho_mode: str) -> int:
+    """k_{m,i}: replicas of ``stage`` that a live ``rate_qps`` asks for at a window whose planned
+    (sized-for) rate is ``planned_qps``."""
+    rho = plan.rho(stage, planned_qps) if rho_mode == "per-window" and planned_qps > 0 else plan.rho(stage)
     return replicas_for_rate(rate_qps, stage, rho)
 
 
@@ -207,11 +238,13 @@ def stage_up_target(plan: TunerPlan, stage: StagePlan, running: int, live: Envel
     if live.windows_s != plan.envelope.windows_s:
         raise ValueError(f"live windows {live.windows_s} differ from planned {plan.envelope.windows_s}")
     best, top = running, None
-    for w, r, r_plan in zip(live.windows_s, live.rates_qps, plan.envelope.rates_qps):
+    if stage.window_capacity_qps:  # a bound computed from the plan, not a sample's noisy maximum
+        slack_sigma = 0.0
+    for w, r, r_plan in zip(live.windows_s, live.rates_qps, plan.sized_envelope(stage)):
         sized_for = r_plan * w * running / stage.replicas  # count the running replicas are sized for
         if r * w <= sized_for + slack_sigma * math.sqrt(sized_for):
             continue
-        k = demand(r, w, plan, stage, rho_mode)
+        k = demand(r, r_plan, plan, stage, rho_mode)
         if k > best:
             best, top = k, Trigger(w, r, r_plan * running / stage.replicas)
     return best, top

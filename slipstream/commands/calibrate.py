@@ -16,6 +16,8 @@ from pathlib import Path
 
 import click
 
+from slipstream.options import state_default
+
 
 def hardware_of(pipe, store, plan_doc: dict | None) -> dict[tuple[str, str], str]:
     """(stage, variant) -> hardware: the plan's assignment, else the one hardware with a profile."""
@@ -75,7 +77,7 @@ def run_hops(report: Path, pipe, raw_store):
               help="A live run's report folder (results.jsonl, plan.json); repeat to fit several runs as one.")
 @click.option("--pipeline", "pipeline_file", required=True, type=click.Path(exists=True, dir_okay=False),
               help="The pipeline spec the run served.")
-@click.option("--profiles", "profiles_dir", default=".state/profiles", show_default=True,
+@click.option("--profiles", "profiles_dir", default=state_default("profiles"), show_default="STATE_DIR/profiles",
               type=click.Path(file_okay=False), help="Profile store; the calibration is stored in its calibration/.")
 @click.option("--dry-run", is_flag=True, help="Print the fit, store nothing.")
 def calibrate_cmd(report_dirs: tuple[str, ...], pipeline_file: str, profiles_dir: str, dry_run: bool) -> None:
@@ -98,7 +100,7 @@ def calibrate_cmd(report_dirs: tuple[str, ...], pipeline_file: str, profiles_dir
 @click.option("--report", "report_dirs", required=True, multiple=True, type=click.Path(exists=True, file_okay=False),
               help="A finished live run's report folder (results.jsonl, plan.json, summary.json); repeatable.")
 @click.option("--pipeline", "pipeline_file", required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--profiles", "profiles_dir", default=".state/profiles", show_default=True, type=click.Path(file_okay=False))
+@click.option("--profiles", "profiles_dir", default=state_default("profiles"), show_default="STATE_DIR/profiles", type=click.Path(file_okay=False))
 @click.option("--fit", "fit_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
               help="Estimate with a calibration fitted on these reports (in memory, not stored) instead of the one "
                    "in force: fit on some runs, check on others.")

@@ -7,6 +7,8 @@ import signal
 
 import click
 
+from slipstream.options import state_default
+
 PIPELINE = "deploy/pipelines/dag-fanout.yaml"
 common = [
     click.option("--pipeline", "pipeline_file", default=PIPELINE, show_default=True,
@@ -15,7 +17,7 @@ common = [
     click.option("--brokers", default=1, show_default=True, type=click.IntRange(1, 9),
                  help="1: the single local broker (or SLIPSTREAM_BOOTSTRAP); 3: the local cluster "
                       "(`kafka up --brokers 3`), started if needed and stopped again if started here."),
-    click.option("--profiles", "profiles_dir", default=".state/profiles", show_default=True),
+    click.option("--profiles", "profiles_dir", default=state_default("profiles"), show_default="STATE_DIR/profiles"),
     click.option("--mode", default="milp", show_default=True, help="Planner mode of the plan and the planner service."),
     click.option("--replan-s", default=30.0, show_default=True, help="The planner service's interval."),
 ]
@@ -39,16 +41,22 @@ def _with(fn):
 @click.option("--case", "only", multiple=True, help="Run only the cases whose name contains this (repeatable).")
 @click.option("--drain-s", default=90.0, show_default=True, help="Wait this long for results after the last send.")
 @click.option("--report", "report_dir", default=None, help="[default: reports/chaos-<brokers>b]")
+@click.option("--port", type=int, default=None,
+              help="Run on a Kafka of the run's own on this port (node 1's; started and stopped by the run), "
+                   "apart from a shared broker the broker faults must not kill.")
+@click.option("--kafka-state", default=None, help="State folder of that Kafka [default: .state/kafka or "
+                                                   ".state/kafka-cluster].")
 def chaos(pipeline_file, brokers, profiles_dir, mode, replan_s, trace, fault_at_s, broker_down_s, freeze_s,
-          freeze_stage, only, drain_s, report_dir) -> None:
+          freeze_stage, only, drain_s, report_dir, port, kafka_state) -> None:
     """Inject faults under an open-loop replay: kill -9 every stage worker, the join, the tuner and the
     planner service, SIGSTOP a worker past its session timeout, kill the broker (one of three with
-    --brokers 3). Per case: requests, missing, duplicates, conflicting statuses, recovery time."""
+    --brokers 3). Per case: requests, missing, duplicates, conflicting statuses, recovery time.
+    SLIPSTREAM_PROCESSING=exactly-once runs every process with exactly-once processing."""
     from slipstream.chaos import FREEZE_S, ChaosOptions, run_suite
 
     run_suite(ChaosOptions(pipeline_file, trace, fault_at_s, brokers, broker_down_s, freeze_s or FREEZE_S,
                            freeze_stage, tuple(only), profiles_dir, report_dir or f"reports/chaos-{brokers}b",
-                           mode, replan_s, drain_s))
+                           mode, replan_s, drain_s, port=port, kafka_state=kafka_state))
 
 
 @click.command()

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import click
 
+from slipstream.options import state_default, state_dir
+
 from loadgen.compare import ModeNotApplicable
 from loadgen.replay_estimate import format_like_for_like
 from loadgen.traces import first_step_s
@@ -38,7 +40,7 @@ common = [
                  help="The planner plans from this first part of the trace, the quiet phase before the "
                       "step (the tuner handles the rest) [default: a step trace's first at=; other "
                       "traces need it]."),
-    click.option("--profiles", "profiles_dir", default=".state/profiles", show_default=True),
+    click.option("--profiles", "profiles_dir", default=state_default("profiles"), show_default="STATE_DIR/profiles"),
     click.option("--activation-s", default=1.0, show_default=True,
                  help="Replica activation time for the tuner and estimator: a new model instance loads and "
                       "warms beside serving (slipstream bench scaling); scale-down waits 3x it."),
@@ -149,7 +151,7 @@ def demo(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, 
         click.echo("interrupted: shutting down", err=True)
     finally:
         if started:
-            broker.down(broker.default_broker(), progress=click.echo)
+            broker.down(broker.default_broker(root=state_dir()), progress=click.echo)
 
 
 @click.command("compare-live")
@@ -184,7 +186,7 @@ def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_re
             raise click.ClickException(f"mode(s) failed:\n{failures(rows)}")
     finally:
         if started:
-            broker.down(broker.default_broker(), progress=click.echo)
+            broker.down(broker.default_broker(root=state_dir()), progress=click.echo)
 
 
 commands = [demo, compare_live]

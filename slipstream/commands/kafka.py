@@ -1,8 +1,8 @@
 """`slipstream kafka up|down|status|logs`: the embedded local broker, or a replicated local cluster.
 
 Without ``--brokers``/``--name`` the commands act on the single broker (127.0.0.1:19092, state
-``.state/kafka``). With ``--brokers N`` (N > 1) or ``--name NAME`` they act on the cluster NAME (default
-``cluster``): N KRaft nodes on 19094.. (``--port``), state ``.state/kafka-NAME``; ``down`` stops exactly
+``STATE_DIR/kafka``, STATE_DIR from ``slipstream --state-dir``, default ``./.state``). With ``--brokers N`` (N > 1) or ``--name NAME`` they act on the cluster NAME (default
+``cluster``): N KRaft nodes on 19094.. (``--port``), state ``STATE_DIR/kafka-NAME``; ``down`` stops exactly
 that cluster's processes, by their PIDs.
 """
 from __future__ import annotations
@@ -12,11 +12,12 @@ import sys
 
 import click
 
+from slipstream.options import state_dir
 from streams import broker
 
 state_opt = click.option("--state", envvar="SLIPSTREAM_STATE_KAFKA", default=None,
-                         help="State folder for data, logs and PID files [default: .state/kafka, or "
-                              ".state/kafka-NAME for a cluster].")
+                         help="State folder for data, logs and PID files [default: STATE_DIR/kafka, or "
+                              "STATE_DIR/kafka-NAME for a cluster].")
 port_opt = click.option("--port", type=int, default=None,
                         help="Client port of node 1 (controller: +1; node i: +2(i-1)) [default: 19092, "
                              "a cluster 19094].")
@@ -29,8 +30,8 @@ name_opt = click.option("--name", default=None, help=f"Cluster name [default: {b
 def _target(state, port, brokers, name):
     """The single broker, or the cluster that --brokers/--name name."""
     if (brokers is None or brokers == 1) and name is None:
-        return broker.default_broker(state, port or broker.SINGLE_PORT)
-    return broker.local_cluster(brokers, name, port, state)
+        return broker.default_broker(state, port or broker.SINGLE_PORT, root=state_dir())
+    return broker.local_cluster(brokers, name, port, state, root=state_dir())
 
 
 def _fail(exc: Exception) -> None:

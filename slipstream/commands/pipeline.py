@@ -11,14 +11,7 @@ import click
 from streams import admin, topics
 from streams.client import PipelineClient
 from streams.config import KafkaSettings
-from streams.spec import SpecError, load_pipeline
-
-
-def load_or_fail(path: str):
-    try:
-        return load_pipeline(path)
-    except SpecError as exc:
-        raise click.UsageError(str(exc)) from None
+from slipstream.specs import load_or_fail
 
 
 pipeline_opt = click.option("--pipeline", "pipeline_file", required=True,

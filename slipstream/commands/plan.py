@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 
 import click
+
+from slipstream.options import profiles_option
 import numpy as np
 
 MODES = ("milp", "inferline", "loki", "cg-mean", "cg-peak")
@@ -56,7 +58,7 @@ def render(plan, problem, lines) -> None:
 @click.command("plan")
 @click.option("--problem", "problem_file", type=click.Path(exists=True, dir_okay=False), help="Problem JSON file.")
 @click.option("--pipeline", "pipeline_file", type=click.Path(exists=True, dir_okay=False), help="Pipeline spec YAML.")
-@click.option("--profiles", "profiles_dir", type=click.Path(file_okay=False), help="Profile store directory.")
+@profiles_option()
 @click.option("--trace", type=click.Path(exists=True, dir_okay=False), help="Arrival times (s), one per line.")
 @click.option("--rate", type=float, help="Planning rate (qps) instead of a trace (Poisson sample).")
 @click.option("--mode", type=click.Choice(MODES), default="milp", show_default=True)

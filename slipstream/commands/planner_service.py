@@ -7,7 +7,7 @@ import signal
 
 import click
 
-from slipstream.options import key_values, metrics_addr_option
+from slipstream.options import key_values, metrics_addr_option, profiles_option, renamed_option
 from streams.config import KafkaSettings
 
 MODES = ("milp", "inferline", "loki", "cg-mean", "cg-peak")
@@ -15,12 +15,12 @@ MODES = ("milp", "inferline", "loki", "cg-mean", "cg-peak")
 
 @click.command("planner")
 @click.option("--pipeline", "pipeline_file", required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--profiles", "profiles_dir", required=True, type=click.Path(file_okay=False),
-              help="Profile store (slipstream profile).")
+@profiles_option()
 @click.option("--mode", type=click.Choice(MODES), default="milp", show_default=True)
-@click.option("--interval", "interval_s", default=30.0, show_default=True, help="Seconds between re-plans.")
-@click.option("--lookback", "lookback_s", default=120.0, show_default=True,
-              help="Seconds of arrival history read at start.")
+@renamed_option("--interval-s", "--interval", "interval_s", default=30.0, show_default=True,
+                help="Seconds between re-plans.")
+@renamed_option("--lookback-s", "--lookback", "lookback_s", default=120.0, show_default=True,
+                help="Seconds of arrival history read at start.")
 @click.option("--once", is_flag=True, help="Plan once from the history, publish, and exit.")
 @click.option("--handoff", type=click.Path(dir_okay=False), default=None,
               help="Write the tuner plan (sample envelope, mu, rho, visit ratios) here after each change.")
@@ -52,7 +52,7 @@ def planner_cmd(pipeline_file, profiles_dir, mode, interval_s, lookback_s, once,
         p = out.plan
         metrics.observe(out)
         stepped.append(True)
-        status = "changed, published" if out.changed else ("unchanged" if p.feasible else f"infeasible: {p.reason}")
+        status = ("changed, published" if out.changed else "unchanged") + ("" if p.feasible else f"; {(p.notes or (p.reason,))[0]}")
         measured = "no results yet" if measured_p99_ms is None else f"{measured_p99_ms:.1f} ms"
         click.echo(f"forecast {out.forecast_qps:.1f} qps -> {p.mode} plan {status}; cost "
                    f"{p.cost_per_hour:.3f} $/h, p99 ({LATE}) predicted {p.predicted_p99_ms}, measured {measured}")

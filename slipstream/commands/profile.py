@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import click
 
+from slipstream.options import state_default
+
 
 @click.group("profile", invoke_without_command=True)
 @click.option("--pipeline", "pipeline_file", type=click.Path(exists=True, dir_okay=False), help="Pipeline spec YAML.")
-@click.option("--out", "out_dir", default="profiles", show_default=True, type=click.Path(file_okay=False),
-              help="Profile store directory.")
+@click.option("--out", "out_dir", default=state_default("profiles"), show_default="STATE_DIR/profiles",
+              type=click.Path(file_okay=False), help="Profile store directory.")
 @click.option("--batch-sizes", default="1,2,4,8,16,32", show_default=True)
 @click.option("--warmup", default=5, show_default=True)
 @click.option("--reps", default=50, show_default=True, help="Timed runs per batch size (p50/p99 kept).")
@@ -64,7 +66,8 @@ def profile_into(store, todo, settings, *, show: bool = False) -> None:
 @profile.command("import")
 @click.option("--csv", "csv_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="Table in the layout of Loki's aggregate_profiled.csv.")
-@click.option("--out", "out_dir", default="profiles", show_default=True, type=click.Path(file_okay=False))
+@click.option("--out", "out_dir", default=state_default("profiles"), show_default="STATE_DIR/profiles",
+              type=click.Path(file_okay=False))
 @click.option("--model", "models", multiple=True, help="Only these models (repeatable).")
 def import_cmd(csv_path, out_dir, models) -> None:
     """Import published profiles (hardware this machine lacks) into the profile store."""

@@ -8,7 +8,12 @@ import sys
 
 import click
 
+from slipstream.options import state_dir
 from streams import registry_server as rs
+
+
+def _registry(port: int) -> rs.LocalRegistry:
+    return rs.LocalRegistry(state_dir=state_dir() / "registry", port=port)
 
 port_opt = click.option("--port", type=int, default=rs.PORT, show_default=True, help="HTTP port (loopback).")
 
@@ -23,7 +28,7 @@ def registry() -> None:
 @click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait (a first build included).")
 def up(port, timeout) -> None:
     """Build if needed, start (idempotent) and wait until ready; prints the URL to use."""
-    r = rs.LocalRegistry(port=port)
+    r = _registry(port)
     try:
         rs.up(r, timeout_s=timeout, progress=click.echo)
     except (rs.RegistryServerError, OSError) as exc:
@@ -36,14 +41,14 @@ def up(port, timeout) -> None:
 @port_opt
 def down(port) -> None:
     """Stop the registry `up` started (by its PID)."""
-    rs.down(rs.LocalRegistry(port=port), progress=click.echo)
+    rs.down(_registry(port), progress=click.echo)
 
 
 @registry.command()
 @port_opt
 def status(port) -> None:
     """Process and readiness, as JSON; exit 1 unless ready."""
-    st = rs.status(rs.LocalRegistry(port=port))
+    st = rs.status(_registry(port))
     click.echo(json.dumps(st))
     sys.exit(0 if st["ready"] else 1)
 

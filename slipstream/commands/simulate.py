@@ -80,10 +80,7 @@ def _run(problem_src, mode: str, trace: str, seed: int, sample_share: float, tun
     plan = plan_with(mode, problem)
     if not plan.stages:
         raise ModeNotApplicable(f"{mode}: no plan: {plan.reason}")
-    if not plan.feasible:
-        notes = (f"the {mode} plan failed its estimator check on the sample: {plan.reason}",)
-    else:
-        notes = ()
+    notes = () if plan.feasible else ((plan.notes or (plan.reason,))[0],)  # the highest-capacity plan
     changes = (tuner_changes(problem, plan, live, tick_s=tick_s, activation_s=activation_s)
                if tune and mode in TUNED_MODES else [])
     note = (f"planned on the first {100 * sample_share:g}% of the trace ({len(sample)} requests), "

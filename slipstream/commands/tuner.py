@@ -9,12 +9,13 @@ from pathlib import Path
 
 import click
 
-from slipstream.options import key_values, metrics_addr_option
+from slipstream.options import key_values, metrics_addr_option, state_default
 import numpy as np
 import yaml
 
 from streams.config import KafkaSettings
-from streams.spec import Pipeline, SpecError, load_pipeline
+from slipstream.specs import load_or_fail
+from streams.spec import Pipeline
 from tuner import planfile
 from tuner.actuators import DryRunActuator
 from tuner.run import run_tuner
@@ -27,10 +28,7 @@ log = logging.getLogger("slipstream.tuner")
 
 
 def _pipeline(path: str) -> Pipeline:
-    try:
-        return load_pipeline(path)
-    except SpecError as exc:
-        raise click.BadParameter(str(exc), param_hint="--pipeline") from None
+    return load_or_fail(path, "--pipeline")
 
 
 def _plan(path: str, pipe: Pipeline) -> TunerPlan:
@@ -187,7 +185,8 @@ def _tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_ad
               show_default=True, help="With --profiles: the planner mode.")
 @click.option("--replan-s", default=30.0, show_default=True,
               help="With --profiles: the planner service re-plans from live arrivals this often (0: never).")
-@click.option("--log-dir", default=".state/workers", show_default=True, help="Worker stdout/stderr logs.")
+@click.option("--log-dir", default=state_default("workers"), show_default="STATE_DIR/workers",
+              help="Worker stdout/stderr logs.")
 def up_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, lookback_s, metrics_addr,
            reserve_cores, plan_file, sample, mu, profiles_dir, trace_spec, mode, replan_s, log_dir) -> None:
     """Run the pipeline's initial plan as local worker processes, with the tuner on top.

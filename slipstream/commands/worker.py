@@ -9,7 +9,8 @@ import click
 from streams.app import AppSettings
 from streams.config import KafkaSettings
 from slipstream.options import metrics_addr_option
-from streams.spec import SpecError, load_pipeline
+from slipstream.specs import load_checked
+from streams.spec import SpecError
 
 
 @click.command()
@@ -41,7 +42,7 @@ def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_addr, m
         raise click.UsageError("SLIPSTREAM_METRICS_PORT is gone: set SLIPSTREAM_METRICS_ADDR=HOST:PORT "
                                "(containers: 0.0.0.0:9100)")
     try:
-        pipe = load_pipeline(pipeline_file)
+        pipe = load_checked(pipeline_file)
         if stage != JOIN:
             pipe.stage(stage)
     except (SpecError, KeyError) as exc:

@@ -71,3 +71,15 @@ def kafka() -> KafkaSettings:
 def unique() -> str:
     """A fresh name for topics, groups and pipelines of one test."""
     return "t" + uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def own_broker(tmp_path):
+    """A single KRaft broker of the test's own (port 19220, state in the test's folder), which the test
+    may freeze or kill: never the shared one. Stopped at the end."""
+    b = broker.default_broker(tmp_path / "own-kafka", 19220)
+    try:
+        broker.up(b, progress=lambda _: None)
+        yield b
+    finally:
+        broker.down(b, progress=lambda _: None)

@@ -53,3 +53,14 @@ def test_incomplete_request_times_out_as_dropped_and_forget_drops_without_result
     assert j.expire(T + T // 2) == []  # not yet timed out
     (res,) = j.expire(3 * T)
     assert res["request_id"] == "r" and res["status"] == "dropped" and "1/2 of the request" in res["reason"]
+
+
+def test_a_reopened_request_joins_again_from_its_fragments_read_again():
+    # exactly-once: its result did not commit, so its partition is read again from before its fragments
+    j = Joiner(timeout_ns=T)
+    j.add(frag("r", "1/2", ["a:0/2"]), 0)
+    assert j.add(frag("r", "1/2", ["a:1/2"]), 0) is not None
+    assert j.add(frag("r", "1/2", ["a:0/2"]), 1) is None  # closed: ignored
+    j.reopen(["r", "never-seen"])
+    assert j.add(frag("r", "1/2", ["a:0/2"]), 2) is None and j.holds("r")
+    assert j.add(frag("r", "1/2", ["a:1/2"]), 3)["status"] == "done"

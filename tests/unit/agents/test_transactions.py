@@ -1,7 +1,9 @@
-"""The pure parts of exactly-once delivery: transactional ids and the processing switch."""
+"""The pure parts of exactly-once delivery: transactional ids, the processing switch, and what follows
+a failed transaction attempt (``agents.transactions.decide``)."""
 import pytest
 
-from agents.transactions import transactional_id
+from agents.transactions import (ABORT, COMMIT, MAX_ATTEMPTS, REREAD, RETRY, SEND, STOP, decide,
+                                 transactional_id)
 from streams import topics
 from streams.config import AT_LEAST_ONCE, DEFAULT_PROCESSING, EXACTLY_ONCE, KafkaSettings
 
@@ -21,3 +23,38 @@ def test_processing_switch_from_the_environment():
     assert KafkaSettings(processing=EXACTLY_ONCE).exactly_once
     with pytest.raises(ValueError, match="processing must be one of exactly-once, at-least-once"):
         KafkaSettings.from_env({"SLIPSTREAM_PROCESSING": "exactly_once"})
+
+
+def test_a_fenced_producer_stops_wherever_it_failed():
+    for phase in (SEND, COMMIT, ABORT):
+        for attempts in (1, MAX_ATTEMPTS, MAX_ATTEMPTS + 3):
+            assert decide(True, phase, attempts) == STOP
+
+
+def test_a_failure_before_the_commit_is_retried_then_the_partition_is_read_again():
+    assert [decide(False, SEND, a) for a in range(1, MAX_ATTEMPTS + 2)] == [RETRY] * (MAX_ATTEMPTS - 1) + [REREAD] * 2
+
+
+def test_a_failed_commit_or_abort_reads_the_partition_again_at_once():
+    # the commit's outcome is unknown: the records in memory may not be sent again
+    assert decide(False, COMMIT, 1) == REREAD
+    # an abort that failed leaves the producer unusable (aiokafka's fatal state) or unanswered
+    assert decide(False, ABORT, 1) == REREAD
+
+
+def test_an_unknown_phase_is_refused():
+    with pytest.raises(ValueError, match="unknown transaction phase 'flush'"):
+        decide(False, "flush", 1)
+
+
+def test_only_the_brokers_fencing_answer_counts_as_fencing():
+    from aiokafka.errors import (InvalidProducerEpoch, KafkaError, MessageSizeTooLargeError,
+                                 OutOfOrderSequenceNumber, ProducerFenced)
+
+    from streams import kafka as kclient
+
+    assert kclient.is_fenced(ProducerFenced()) and kclient.is_fenced(InvalidProducerEpoch())
+    for exc in (KafkaError("Unexpected error during batch delivery"), OutOfOrderSequenceNumber(),
+                MessageSizeTooLargeError(), TimeoutError(), AssertionError("Invalid state transition")):
+        assert not kclient.is_fenced(exc), exc
+    assert kclient.is_out_of_order(OutOfOrderSequenceNumber()) and not kclient.is_out_of_order(ProducerFenced())

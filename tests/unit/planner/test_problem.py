@@ -57,3 +57,10 @@ def test_missing_file_and_bad_json(tmp_path):
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(ProblemError, match="not valid JSON"):
         load_problem(tmp_path / "bad.json")
+
+
+def test_an_unknown_key_is_an_error_with_a_suggestion():
+    doc = json.loads(json.dumps(DOC))
+    doc["arrival"]["rate_qsp"] = doc["arrival"].pop("rate_qps")
+    with pytest.raises(ProblemError, match=r"arrival\.rate_qsp: unknown field \(did you mean 'rate_qps'\?\)"):
+        parse_problem(doc)

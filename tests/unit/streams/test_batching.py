@@ -97,3 +97,18 @@ def test_whole_ns_is_decides_whole_window_case_on_random_windows():
         assert lat < 0 or (lat, now + lat) == (d.predicted_ns, d.finish_ns)
         if s.drop_late:
             assert (d.run, d.drop, d.defer) == reference_decide(deadlines, now, table.__getitem__)
+
+
+def test_served_within_counts_full_windows_finished_by_window_plus_budget():
+    import pytest
+
+    from streams.batching import served_within
+
+    ms = 1_000_000
+    # batches of 4 every 50 ms after a 10 ms timeout: by 100 + 200 - 10 = 290 ms, 5 windows = 20 items
+    assert served_within(100 * ms, 200 * ms, 4, 50 * ms, 10 * ms) == 20
+    assert served_within(100 * ms, 160 * ms, 4, 50 * ms, 10 * ms) == 20  # 250 ms: exactly 5
+    assert served_within(100 * ms, 159 * ms, 4, 50 * ms, 10 * ms) == 16
+    assert served_within(0, 40 * ms, 1, 50 * ms, 0) == 0  # a batch longer than the budget serves none
+    with pytest.raises(ValueError):
+        served_within(0, 0, 0, 1, 0)

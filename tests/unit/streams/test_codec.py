@@ -83,13 +83,16 @@ def test_legacy_table_holds_the_old_fingerprint_of_the_file_it_names():
 
 
 def older(record: str, value: dict, **hop_defaults) -> dict:
-    """``value`` as a reader sees it when written before HopTiming.model_digest and
-    StageConfig.digests (and before the hop fields in ``hop_defaults``): their defaults filled."""
+    """``value`` as a reader sees it when written before HopTiming.model_digest,
+    StageConfig.digests and TunerHandoff.capacity (and before the hop fields in ``hop_defaults``):
+    their defaults filled."""
     hop = {"model_digest": "", **hop_defaults}
     if record == "HopTiming":
         return {**value, **hop}
     if record == "StageConfig":
         return {**value, "digests": {}}
+    if record == "TunerHandoff":
+        return {**value, "capacity": []}
     if "hops" in value:
         return {**value, "hops": [{**h, **hop} for h in value["hops"]]}
     return value
@@ -131,6 +134,21 @@ def test_records_of_the_previous_generation_decode_exactly(record, caplog):
         with pytest.raises(CodecError, match="trailing bytes"):  # a known writer, read exactly
             codec.decode(record, data + b"\x00")
     assert not caplog.records
+
+
+# A TunerHandoff written before ``capacity`` (schemas/history/TunerHandoff.v1.avsc): the codec at
+# commit 25dd28c encoding tests/wire_samples.py's TunerHandoff.
+HANDOFF_V1 = ("c301297ff1c16ecbdcee1c696d6167652d636c6173736966790e0000000000003240049a9999999999b93f000000000000f03f"
+              "000400000000000054400000000000003e40000210636c617373696679020000000000805540000000000000f03f00"
+              "8080d0e2c6bfce972f")
+
+
+def test_a_tuner_handoff_of_the_previous_generation_reads_with_no_capacity():
+    data = bytes.fromhex(HANDOFF_V1)
+    assert codec.encode("TunerHandoff", SAMPLES["TunerHandoff"])[2:10] != data[2:10], "the schema did not change"
+    assert codec.decode("TunerHandoff", data) == {**SAMPLES["TunerHandoff"], "capacity": []}
+    with pytest.raises(CodecError, match="trailing bytes"):
+        codec.decode("TunerHandoff", data + b"\x00")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -81,3 +81,12 @@ def test_the_cluster_has_its_own_ports_voters_and_folders(tmp_path):
     one = broker.render_config(single)
     assert "controller.quorum.voters=1@127.0.0.1:19093" in one and "offsets.topic.replication.factor=1\n" in one
     assert c.bootstrap == "127.0.0.1:19094,127.0.0.1:19096,127.0.0.1:19098"
+
+
+def test_cluster_ids_never_start_with_a_dash(monkeypatch):
+    """The storage tool reads a leading '-' as an option (a first `kafka up` failed on one)."""
+    import uuid as uuid_mod
+
+    ids = iter([uuid_mod.UUID(bytes=b"\xfb" + bytes(15)), uuid_mod.UUID(bytes=bytes(16))])  # '-w...', 'AAA...'
+    monkeypatch.setattr(broker.uuid, "uuid4", lambda: next(ids))
+    assert broker._cluster_id() == "A" * 22

@@ -138,8 +138,9 @@ def test_dockerfile_targets_install_the_pinned_extras_and_run_as_the_pods_user()
 def test_docker_context_holds_every_package_and_nothing_else():
     """The COPY lines, the .dockerignore allow-list and pyproject's packages name the same folders."""
     _, stages = _dockerfile()
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-    tops = {p.split(".")[0] for p in packages}
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages, mapped = setup["packages"], setup.get("package-dir", {})  # streams.deploy: deploy/
+    tops = {mapped.get(p, p).replace(".", "/").split("/")[0] for p in packages}
     copied = {line.split()[1] for line in stages["src"] if line.startswith("COPY ") and "/src/" in line.split()[-1]}
     assert copied == tops | {"pyproject.toml"}
     allowed = {line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()
@@ -148,4 +149,4 @@ def test_docker_context_holds_every_package_and_nothing_else():
     # every package folder is in pyproject's list: a non-editable install (the image) leaves out the rest
     found = {str(p.parent.relative_to(ROOT)).replace("/", ".") for top in tops for p in (ROOT / top).rglob("__init__.py")
              if "__pycache__" not in p.parts}
-    assert found == set(packages)
+    assert found == set(packages) - set(mapped)

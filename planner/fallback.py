@@ -1,0 +1,101 @@
+"""When no plan meets the SLO, no mode refuses: it deploys the highest-capacity plan its rules allow,
+flagged infeasible with its capacity, and says so (docs/planner.md, "Infeasible plans").
+
+One function for every mode (:func:`serve_anyway`, applied by ``planner.modes.make_planner``). The
+workers then drop early, with a reason, what cannot meet its deadline (``streams.batching.decide``),
+as Clockwork and Loki do under overload.
+
+The highest-capacity plan (:func:`highest_capacity`), per stage, from the variants the mode may use
+(milp and loki: every variant, those at or above the accuracy floor when there is one; inferline and
+the cg baselines: the most accurate one) on any hardware of the problem:
+
+- the stage's share of the SLO: the SLO less the path's transits, split over the path's stages in
+  proportion to their fastest config's batch-1 latency (the smallest share over its paths);
+- the config: the highest single-replica throughput b / l(b) whose no-queue latency l(b) + timeout
+  fits that share (timeout = ``planner.plan``'s rule), else the fastest batch of 1;
+- replicas: enough to keep up with the rate (ceil(lambda_s / mu)); beyond the cluster cap, the cap
+  filled one replica at a time to the stage with the least capacity (requests/s = n mu / s_m).
+
+The mode's own failed plan is kept instead when it has stages, fits the cap and serves at least as
+much (e.g. milp's last tightening round).
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import replace
+
+from planner.capacity import capacity_qps, path_transit_ms
+from planner.plan import Assignment, Plan, evaluate, formation_ms
+from planner.problem import Problem
+
+log = logging.getLogger(__name__)
+
+
+def allowed_variants(problem: Problem, stage: str, top_only: bool) -> list:
+    variants = list(problem.stage(stage).variants)
+    if top_only:
+        return [max(variants, key=lambda v: v.accuracy)]
+    floor = problem.accuracy_floor
+    return [v for v in variants if not floor or v.accuracy >= floor] or variants
+
+
+def _configs(problem: Problem, stage: str, top_only: bool):
+    """(variant, hardware, batch, l(b) ms, timeout ms) of every config the mode may use."""
+    lam = problem.stage_rate(stage)
+    for v in allowed_variants(problem, stage, top_only):
+        for h, curve in sorted(v.latency.items()):
+            for b in problem.batch_sizes_for(curve):
+                exec_ms = curve.ms(b)
+                yield v.name, h, b, exec_ms, min(formation_ms(b, lam), exec_ms)
+
+
+def highest_capacity(problem: Problem, mode: str, top_only: bool) -> dict[str, tuple[Assignment, ...]]:
+    """The assignments of the highest-capacity plan (module docstring)."""
+    names = problem.topo_order
+    configs = {s: list(_configs(problem, s, top_only)) for s in names}
+    fastest = {s: min(c[3] for c in configs[s]) for s in names}
+    share: dict[str, float] = {}
+    for p in problem.paths():
+        budget = max(0.0, problem.slo_ms - path_transit_ms(problem, p))
+        for s in p:
+            share[s] = min(share.get(s, math.inf), budget * fastest[s] / sum(fastest[x] for x in p))
+    chosen = {}
+    for s in names:
+        fits = [c for c in configs[s] if c[3] + c[4] <= share[s]]
+        if fits:
+            chosen[s] = max(fits, key=lambda c: (c[2] / c[3], -problem.hardware[c[1]].cost_per_hour, -c[2]))
+        else:
+            chosen[s] = min(configs[s], key=lambda c: (c[2], c[3]))
+    mu = {s: chosen[s][2] / (chosen[s][3] / 1000.0) for s in names}
+    reps = {s: max(1, math.ceil(problem.stage_rate(s) / mu[s] - 1e-9)) for s in names}
+    cap = problem.max_replicas
+    if cap is not None and sum(reps.values()) > cap:
+        reps = {s: 1 for s in names}
+        served = [s for s in names if problem.visit_ratio(s) > 0]
+        while served and sum(reps.values()) < cap:
+            low = min(served, key=lambda s: reps[s] * mu[s] / problem.visit_ratio(s))
+            reps[low] += 1
+    return {s: (Assignment(chosen[s][0], chosen[s][1], chosen[s][2], reps[s], 1.0, chosen[s][4]),) for s in names}
+
+
+def serve_anyway(problem: Problem, plan: Plan, *, top_only: bool) -> Plan:
+    """``plan`` when it meets the SLO; else the highest-capacity plan (or the mode's own, when it has
+    stages, fits the cap and serves as much), flagged infeasible with its capacity and the reason."""
+    if plan.feasible:
+        return plan
+    best = evaluate(problem, plan.mode, highest_capacity(problem, plan.mode, top_only),
+                    rate_qps=problem.rate_qps, solve_time_s=plan.solve_time_s)
+    cap, neck = capacity_qps(problem, best)
+    if plan.stages and (problem.max_replicas is None or sum(sp.replicas for sp in plan.stages) <= problem.max_replicas):
+        own, own_neck = capacity_qps(problem, plan)
+        if own >= cap:
+            best, cap, neck = plan, own, own_neck
+    short = problem.rate_qps - cap
+    said = (f"no {plan.mode} plan meets the SLO ({plan.reason}); deploying the highest-capacity plan: "
+            f"{cap:.1f} qps for {problem.rate_qps:.1f} qps"
+            + (f", short by {short:.1f} qps at stage {neck}" if short > 0 else ", enough capacity: the SLO is "
+               "missed on latency") + "; the workers drop early what cannot meet its deadline")
+    log.warning("%s", said)
+    return replace(best, feasible=False, reason=plan.reason or best.reason, capacity_qps=cap,
+                   notes=(f"infeasible: {said}",) + tuple(n for n in best.notes if not n.startswith("infeasible:")))

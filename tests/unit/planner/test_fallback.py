@@ -1,0 +1,83 @@
+"""No mode refuses: on a problem no plan can meet, every mode returns the highest-capacity plan its
+rules allow, flagged infeasible with its capacity (planner.fallback), and never raises."""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from planner.capacity import capacity_qps
+from planner.metrics import PlannerMetrics
+from planner.modes import MODES, make_planner
+from planner.problem import parse_problem, poisson_trace
+from planner.service import Replanner, ReplanSettings, ReplanState
+
+LAT = {"resize": {"cpu-1": {"1": 4, "2": 7, "4": 13, "8": 25}, "cpu-2": {"1": 3, "2": 5, "4": 9, "8": 17}},
+       "lite0": {"cpu-1": {"1": 15, "2": 27, "4": 52, "8": 100}, "cpu-2": {"1": 9, "2": 16, "4": 30, "8": 58}},
+       "lite2": {"cpu-1": {"1": 28, "2": 52, "4": 100, "8": 196}, "cpu-2": {"1": 16, "2": 30, "4": 57, "8": 110}}}
+DOC = {"slo_ms": 400, "arrival": {"rate_qps": 500, "sim_seconds": 5}, "max_replicas": 4, "hop_ms": 6.0,
+       "hardware": {"cpu-1": {"cost_per_hour": 0.05}, "cpu-2": {"cost_per_hour": 0.10, "threads": 2}},
+       "stages": [{"name": "resize", "variants": [{"name": "resize", "latency_ms": LAT["resize"]}]},
+                  {"name": "classify", "variants": [{"name": "lite0", "accuracy": 0.751, "latency_ms": LAT["lite0"]},
+                                                    {"name": "lite2", "accuracy": 0.776, "latency_ms": LAT["lite2"]}]}],
+       "edges": [{"from": "resize", "to": "classify"}]}
+
+
+@pytest.fixture(scope="module")
+def overloaded():
+    """500 qps on at most 4 replicas: the best plan serves about a third of it."""
+    return parse_problem(DOC)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_serves_an_overload_with_its_highest_capacity_plan(overloaded, mode, caplog):
+    with caplog.at_level(logging.WARNING, logger="planner.fallback"):
+        plan = make_planner(mode, time_limit_s=5.0).plan(overloaded)
+    assert not plan.feasible and plan.reason
+    assert [sp.stage for sp in plan.stages] == ["resize", "classify"]
+    assert sum(sp.replicas for sp in plan.stages) == 4  # the whole cap
+    cap, neck = capacity_qps(overloaded, plan)
+    assert plan.capacity_qps == pytest.approx(cap) and 0 < cap < overloaded.rate_qps
+    assert neck == "classify"
+    said = [r.getMessage() for r in caplog.records]
+    assert any(f"{cap:.1f} qps for 500.0 qps, short by {500 - cap:.1f} qps at stage classify" in m for m in said)
+    assert plan.notes[0].startswith(f"infeasible: no {mode} plan meets the SLO")
+    if mode in ("inferline", "cg-peak", "cg-mean"):  # modes that keep the most accurate variant
+        assert plan.stage("classify").primary.variant == "lite2"
+    else:  # the fastest: lite0 on 2 threads, the largest batch whose no-queue latency fits
+        assert plan.stage("classify").primary.variant == "lite0"
+    # the highest capacity within the cap: no other split of 4 replicas over these configs serves more
+    classify, resize = plan.stage("classify").primary, plan.stage("resize").primary
+    assert classify.replicas == 3 and resize.replicas == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_latency_miss_still_deploys_a_plan_that_keeps_up(overloaded, mode):
+    tight = replace(overloaded, slo_ms=20.0, rate_qps=10.0, arrivals_s=poisson_trace(10.0, 5.0, 1))
+    plan = make_planner(mode, time_limit_s=5.0).plan(tight)
+    assert not plan.feasible and plan.stages
+    assert plan.capacity_qps >= 10.0  # enough capacity: the SLO is missed on latency
+    assert "missed on latency" in plan.notes[0]
+
+
+def test_a_feasible_plan_is_left_alone(overloaded):
+    light = replace(overloaded, rate_qps=5.0, arrivals_s=poisson_trace(5.0, 10.0, 2))
+    plan = make_planner("milp").plan(light)
+    assert plan.feasible and plan.capacity_qps is None and not plan.notes[0].startswith("infeasible")
+
+
+def test_the_planner_service_publishes_the_highest_capacity_plan_and_says_so(overloaded):
+    replanner = Replanner(overloaded, "p", ReplanSettings(mode="loki", time_limit_s=5.0))
+    arrivals = np.sort(poisson_trace(500.0, 5.0, 3))
+    out, state = replanner.step(ReplanState(), arrivals, int(5.0 * 1e9))
+    assert not out.plan.feasible and out.changed and state.epoch == 1
+    assert [c["stage"] for c in out.configs] == ["resize", "classify"]
+    registry = CollectorRegistry()
+    PlannerMetrics("p", registry).observe(out)
+    assert registry.get_sample_value("slipstream_planner_infeasible", {"pipeline": "p"}) == 1
+    assert registry.get_sample_value("slipstream_planner_shortfall_requests_per_second", {"pipeline": "p"}) \
+        == pytest.approx(out.forecast_qps - out.plan.capacity_qps)
+    assert registry.get_sample_value("slipstream_planner_replans_total", {"pipeline": "p", "outcome": "infeasible"}) == 1
