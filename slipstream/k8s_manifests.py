@@ -327,7 +327,7 @@ def pipeline_manifests(pipe: Pipeline, spec_text: str, *, image: str, profiles: 
                        bootstrap: str = DEFAULT_BOOTSTRAP, create_topics: bool = True,
                        max_pod_cpus: int = MAX_POD_CPUS) -> list[dict[str, Any]]:
     """Everything a pipeline runs on: its ConfigMaps, every worker (``Pipeline.worker_roles``: the stages
-    and, when needed, the join), the planner and the tuner. ``gpu_image`` (default ``image``) runs the
+    and, when needed, the join), the planner, the tuner and the gateway. ``gpu_image`` (default ``image``) runs the
     stages placed on ``cuda`` hardware, ``control_image`` (default ``image``; the Dockerfile's target
     ``control``) the planner and the tuner."""
     place = dict(placements or default_placements(pipe))
@@ -346,4 +346,7 @@ def pipeline_manifests(pipe: Pipeline, spec_text: str, *, image: str, profiles: 
     docs.append(planner_deployment(pipe, place, profiles, image=control, mode=planner_mode, namespace=namespace,
                                    create_topics=create_topics))
     instances = {s: pod_instances(p.replicas, pipe.hardware[p.hardware], max_pod_cpus) for s, p in place.items()}
-    return docs + tuner_manifests(pipe, instances, image=control, namespace=namespace)
+    from slipstream.k8s_gateway import gateway_manifests  # its own module; it imports this one's pod parts
+
+    return docs + tuner_manifests(pipe, instances, image=control, namespace=namespace) + gateway_manifests(
+        pipe, image=image, namespace=namespace, create_topics=create_topics)

@@ -128,6 +128,17 @@ class PipelineClient:
             raise TimeoutError(f"no result for request {request_id} within {timeout_s} s "
                                f"(it may still be in Kafka)") from None
 
+    def forget(self, request_id: str) -> None:
+        """Stop keeping ``request_id``'s result (a long-lived caller, such as the gateway, calls this
+        once it has answered or given up, so the client holds only requests still awaited)."""
+        self._waiters.pop(request_id, None)
+        self.results.pop(request_id, None)
+
+    @property
+    def running(self) -> bool:
+        """Started, with the results reader assigned every partition and still reading."""
+        return self._reader is not None and not self._reader.done()
+
     def expect(self, request_id: str) -> asyncio.Future:
         """Keep the result of ``request_id`` when it comes (``send`` and ``result`` call this; call it
         yourself for a request someone else sends before its result can arrive)."""

@@ -58,9 +58,11 @@ def memory(timeout_s) -> None:
 from slipstream.commands.bench_planner import planner_bench  # noqa: E402
 from slipstream.commands.bench_scaling import scaling_bench  # noqa: E402
 from slipstream.commands.bench_tuner import tuner_bench  # noqa: E402
+from slipstream.commands.bench_gateway import gateway_bench  # noqa: E402
 
 bench.add_command(tuner_bench)
 bench.add_command(planner_bench)
 bench.add_command(scaling_bench)
+bench.add_command(gateway_bench)
 
 commands = [bench]

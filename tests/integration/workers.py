@@ -1,10 +1,12 @@
 """Real stage worker processes for the integration tests (``streams.procs``), on fresh pipelines."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import yaml
 
+from gateway.server import READY as GATEWAY_READY
 from streams.procs import ReadyProcess, worker_argv
 
 
@@ -35,3 +37,14 @@ class Workers:
     def stop(self) -> None:
         for w in self.running:
             w.stop()
+
+
+
+def start_gateway(pipeline: Path, bootstrap: str, *options: str, timeout_s: float = 60.0) -> tuple[ReadyProcess, str]:
+    """A real `slipstream gateway` process on a free port, ready: (process, base URL)."""
+    proc = ReadyProcess([sys.executable, "-m", "slipstream.cli", "gateway", "--pipeline", str(pipeline),
+                         "--addr", "127.0.0.1:0", *options], ready=GATEWAY_READY,
+                        env={"SLIPSTREAM_BOOTSTRAP": bootstrap}, name="gateway")
+    proc.wait_ready(timeout_s)
+    addr = next(m.group(1) for m in map(GATEWAY_READY.search, list(proc.lines)) if m)
+    return proc, f"http://{addr}"

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from agents.metrics import StageMetrics
+from gateway.metrics import GatewayMetrics
 from planner.metrics import PlannerMetrics
 
 from tuner.metrics import TunerMetrics
@@ -36,8 +37,10 @@ def test_promtool(args):
 
 
 def exported() -> set[str]:
-    """Every sample name the workers, the tuner and the planner export (not the process collectors)."""
-    regs = [StageMetrics.create("p", "s", 100.0).registry, CollectorRegistry(), CollectorRegistry()]
+    """Every sample name the workers, the tuner, the planner and the gateway export (not the process
+    collectors)."""
+    regs = [StageMetrics.create("p", "s", 100.0).registry, CollectorRegistry(), CollectorRegistry(),
+            GatewayMetrics.create("p").registry]
     TunerMetrics("p", regs[1])
     PlannerMetrics("p", regs[2])
     return {f.name + s for r in regs for f in r.collect() for s in SUFFIXES.get(f.type, ("",))} | {"up"}

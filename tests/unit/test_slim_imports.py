@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("streams", "agents", "planner", "tuner", "loadgen", "slipstream", "schemas")
+PACKAGES = ("streams", "agents", "planner", "tuner", "loadgen", "slipstream", "schemas", "gateway")
 HEAVY = ("torch", "transformers", "tokenizers", "onnxruntime", "onnx", "efficientnet_lite_pytorch")
 
 PROBE = """

@@ -21,10 +21,11 @@ from tuner.k8s import FIELD_MANAGER, SCALE_RULE, KubernetesActuator, deployment_
 def test_every_process_of_a_fanout_pipeline_join_included(tmp_path):
     docs = render(tmp_path, "--replicas", "classify=5", "--namespace", "ml")
     deps = by_name(docs)
-    assert sorted(deps) == ["slipstream-shop-classify", "slipstream-shop-detect", "slipstream-shop-join",
-                            "slipstream-shop-planner", "slipstream-shop-tuner"]
+    assert sorted(deps) == ["slipstream-shop-classify", "slipstream-shop-detect", "slipstream-shop-gateway",
+                            "slipstream-shop-join", "slipstream-shop-planner", "slipstream-shop-tuner"]
     assert sorted(d["kind"] for d in docs if d["kind"] != "Deployment") == [
-        "ConfigMap", "ConfigMap", "ConfigMap", "Role", "RoleBinding", "ServiceAccount"]
+        "ConfigMap", "ConfigMap", "ConfigMap", "HorizontalPodAutoscaler", "Role", "RoleBinding", "Service",
+        "ServiceAccount"]
     assert all(d["metadata"]["namespace"] == "ml" for d in docs)
     # the stages' replica counts are the tuner's (no spec.replicas to reset it); the join runs one pod
     assert ["replicas" in deps[f"slipstream-shop-{r}"]["spec"] for r in ("detect", "classify")] == [False, False]
@@ -35,7 +36,7 @@ def test_every_process_of_a_fanout_pipeline_join_included(tmp_path):
 
 def test_a_chain_has_no_join(tmp_path):
     names = by_name(render(tmp_path, spec=SPEC.replace("fanout: 3.0", "fanout: 1.0")))
-    assert "slipstream-shop-join" not in names and len(names) == 4
+    assert "slipstream-shop-join" not in names and len(names) == 5
 
 
 def test_pods_are_sized_by_their_hardware_threads_memory_and_gpu(tmp_path):
@@ -116,6 +117,8 @@ def test_every_referenced_configmap_is_generated(tmp_path):
 
 def test_every_pod_is_restricted_probed_and_scraped(tmp_path):
     for d in by_name(render(tmp_path)).values():
+        if d["metadata"]["name"].endswith("-gateway"):
+            continue  # one port for everything: test_the_gateway_is_served_probed_and_scaled
         p = pod(d)
         assert p["securityContext"] == {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
                                         "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}}
@@ -169,7 +172,8 @@ def test_the_planner_and_tuner_run_the_control_image(tmp_path):
     deps = by_name(render(tmp_path, "--control-image", "reg/slipstream:1-control"))
     images = {n.split("-")[-1]: pod(d)["containers"][0]["image"] for n, d in deps.items()}
     assert images == {"detect": "reg/slipstream:1-cuda", "classify": "reg/slipstream:1", "join": "reg/slipstream:1",
-                      "planner": "reg/slipstream:1-control", "tuner": "reg/slipstream:1-control"}
+                      "planner": "reg/slipstream:1-control", "tuner": "reg/slipstream:1-control",
+                      "gateway": "reg/slipstream:1"}
 
 
 def test_strimzi_topics_replace_the_topic_init_containers(tmp_path):
@@ -350,3 +354,22 @@ def test_scale_apply_and_names():
     with pytest.raises(ValueError):
         scale_apply("d", "ns", -1)
     assert len(deployment_name("x" * 40, "y" * 40)) <= 63
+
+
+def test_the_gateway_is_served_probed_and_scaled(tmp_path):
+    docs = render(tmp_path, "--namespace", "ml")
+    gw = {d["kind"]: d for d in docs if d["metadata"]["name"] == "slipstream-shop-gateway"}
+    assert sorted(gw) == ["Deployment", "HorizontalPodAutoscaler", "Service"]
+    p = pod(gw["Deployment"])
+    c = p["containers"][0]
+    assert c["args"] == ["gateway", "--pipeline", SPEC_PATH, "--addr", "0.0.0.0:8080"]
+    assert c["ports"] == [{"name": "http", "containerPort": 8080}]
+    assert c["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": "http"}
+    assert gw["Deployment"]["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "8080"
+    assert p["initContainers"][0]["args"][:1] == ["topics"] and "replicas" not in gw["Deployment"]["spec"]  # the HPA owns it
+    sel = gw["Service"]["spec"]["selector"]
+    assert all(gw["Deployment"]["spec"]["template"]["metadata"]["labels"][k] == v for k, v in sel.items())
+    assert gw["Service"]["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http"}]
+    assert gw["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"]["name"] == "slipstream-shop-gateway"
+    assert gw["HorizontalPodAutoscaler"]["spec"]["minReplicas"] == 2

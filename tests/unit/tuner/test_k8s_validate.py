@@ -56,7 +56,9 @@ def test_every_object_is_a_valid_kubernetes_object(tmp_path):
             if doc["kind"] != "KafkaTopic":  # a custom resource: Strimzi's schema, below
                 kubernetes_validate.validate(doc, "1.33", strict=True)
                 n += 1
-    assert n == 3 * 11  # 3 ConfigMaps, 5 Deployments, the tuner's ServiceAccount, Role, RoleBinding
+    # 3 ConfigMaps, 6 Deployments, the tuner's ServiceAccount, Role, RoleBinding, the gateway's Service
+    # and HorizontalPodAutoscaler
+    assert n == 3 * 14
     bad = next(d for d in render(tmp_path) if d["kind"] == "Deployment")
     bad["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFileSystem"] = True
     with pytest.raises(kubernetes_validate.ValidationError):

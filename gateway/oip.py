@@ -1,0 +1,297 @@
+"""The Open Inference Protocol V2 (REST) for a Slipstream pipeline: pure decode and encode, no I/O.
+
+A pipeline is one model with one input tensor (``input``: the request payload) and one output tensor
+(``output``: the result's output bytes). Batching is the pipeline's own job, so a request carries one
+payload:
+
+- ``datatype: BYTES``: one element, a string in JSON (UTF-8) or, with the binary-data extension, one
+  length-prefixed element (4-byte little-endian length, then the bytes: what ``tritonclient`` sends);
+- any numeric datatype (``UINT8``, ``FP32``, ...): the tensor's elements, packed little-endian in
+  row-major order (``UINT8`` of shape ``[N]`` in binary is a file's bytes as they are).
+
+The binary-data extension: the header ``Inference-Header-Content-Length: n`` says the body's first n
+bytes are the JSON header; an input with ``parameters.binary_data_size`` takes that many of the bytes
+after it, in input order. ``parameters.content_type`` of the input names the payload's content type
+(default: the pipeline's ``input_content_type``).
+
+Slipstream's request parameters (body ``parameters`` first, then the headers): ``deadline_ms``
+(``Slipstream-Deadline-Ms``), the latency budget from arrival, capped by the pipeline SLO; and
+``accuracy_floor`` (``Slipstream-Accuracy-Floor``), the lowest variant accuracy the request accepts.
+"""
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+DEADLINE_HEADER = "Slipstream-Deadline-Ms"
+FLOOR_HEADER = "Slipstream-Accuracy-Floor"
+INPUT, OUTPUT = "input", "output"
+DTYPES = {"BOOL": "?", "UINT8": "<u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8", "INT8": "<i1",
+          "INT16": "<i2", "INT32": "<i4", "INT64": "<i8", "FP16": "<f2", "FP32": "<f4", "FP64": "<f8"}
+TEXT_TYPES = ("application/json", "text/")
+
+
+class ProtocolError(ValueError):
+    """A request the protocol cannot take (answered 400 with the message)."""
+
+
+@dataclass(frozen=True)
+class InferCall:
+    """What a decoded infer request asks for."""
+
+    payload: bytes
+    content_type: str | None  # None: the pipeline's input content type
+    client_id: str | None  # the request's ``id``, echoed in the response
+    deadline_ms: float | None
+    accuracy_floor: float | None
+    binary_output: bool
+
+
+def budget_ms(requested_ms: float | None, slo_ms: float) -> float:
+    """The request's latency budget: what it asked for, never more than the pipeline SLO."""
+    return slo_ms if requested_ms is None else min(requested_ms, slo_ms)
+
+
+def parse_infer(body: bytes, headers: Mapping[str, str]) -> InferCall:
+    """Decode a ``POST /v2/models/{m}/infer`` body (JSON, or JSON + binary data); ProtocolError names
+    the field that is wrong."""
+    json_len = _header_length(headers.get(HEADER_LENGTH), len(body))
+    doc = _json_object(body[:json_len])
+    blob = memoryview(body)[json_len:]
+    inputs = doc.get("inputs")
+    if not isinstance(inputs, list) or len(inputs) != 1 or not isinstance(inputs[0], dict):
+        raise ProtocolError(f"inputs: expected a list of one tensor ({INPUT!r}: the request payload), "
+                            f"got {_short(inputs)}")
+    tensor = inputs[0]
+    params = _params(tensor, "inputs[0].parameters")
+    size = params.get("binary_data_size")
+    if size is not None:
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= len(blob):
+            raise ProtocolError(f"inputs[0].parameters.binary_data_size: expected an integer in [0, {len(blob)}] "
+                                f"(the bytes after the JSON header), got {size!r}")
+        if size != len(blob):
+            raise ProtocolError(f"inputs[0].parameters.binary_data_size: {size} but {len(blob)} bytes follow the "
+                                f"JSON header")
+        payload = _binary_tensor(tensor, bytes(blob))
+    elif blob:
+        raise ProtocolError(f"{len(blob)} bytes after the JSON header but no input has parameters.binary_data_size")
+    else:
+        payload = _json_tensor(tensor)
+    ctype = params.get("content_type")
+    if ctype is not None and (not isinstance(ctype, str) or not ctype):
+        raise ProtocolError(f"inputs[0].parameters.content_type: expected a non-empty string, got {ctype!r}")
+    rparams = _params(doc, "parameters")
+    cid = doc.get("id")
+    if cid is not None and not isinstance(cid, str):
+        raise ProtocolError(f"id: expected a string, got {cid!r}")
+    return InferCall(
+        payload=payload, content_type=ctype, client_id=cid,
+        deadline_ms=_number(rparams, "deadline_ms", headers.get(DEADLINE_HEADER), DEADLINE_HEADER, 0, math.inf),
+        accuracy_floor=_number(rparams, "accuracy_floor", headers.get(FLOOR_HEADER), FLOOR_HEADER, 0, 1),
+        binary_output=_wants_binary(doc, rparams))
+
+
+def _header_length(value: str | None, body_len: int) -> int:
+    if value is None:
+        return body_len
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= body_len:
+        raise ProtocolError(f"{HEADER_LENGTH}: expected an integer in [0, {body_len}] (the body's length), got {value!r}")
+    return n
+
+
+def _json_object(raw: bytes | memoryview) -> dict:
+    try:
+        doc = json.loads(bytes(raw))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"the request header is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ProtocolError(f"the request header: expected a JSON object, got {_short(doc)}")
+    return doc
+
+
+def _params(obj: Mapping, where: str) -> Mapping[str, Any]:
+    p = obj.get("parameters", {})
+    if not isinstance(p, dict):
+        raise ProtocolError(f"{where}: expected an object, got {_short(p)}")
+    return p
+
+
+def _shape(tensor: Mapping) -> tuple[int, ...]:
+    shape = tensor.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                               for d in shape):
+        raise ProtocolError(f"inputs[0].shape: expected a list of non-negative integers, got {_short(shape)}")
+    return tuple(shape)
+
+
+def _datatype(tensor: Mapping) -> str:
+    dt = tensor.get("datatype")
+    if dt != "BYTES" and dt not in DTYPES:
+        raise ProtocolError(f"inputs[0].datatype: expected BYTES or one of {', '.join(DTYPES)}, got {dt!r}")
+    return dt
+
+
+def _json_tensor(tensor: Mapping) -> bytes:
+    dt, shape = _datatype(tensor), _shape(tensor)
+    data = tensor.get("data")
+    if data is None:
+        raise ProtocolError("inputs[0].data: required (or send the tensor as binary data)")
+    flat = list(_flatten(data))
+    if len(flat) != math.prod(shape):
+        raise ProtocolError(f"inputs[0].data: {len(flat)} elements for shape {list(shape)}")
+    if dt == "BYTES":
+        if len(flat) != 1 or not isinstance(flat[0], str):
+            raise ProtocolError(f"inputs[0].data: a BYTES input carries one string (the payload), got {_short(data)}")
+        return flat[0].encode()
+    try:
+        return np.asarray(flat, dtype=DTYPES[dt]).tobytes()
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ProtocolError(f"inputs[0].data: not {dt} values: {exc}") from None
+
+
+def _binary_tensor(tensor: Mapping, blob: bytes) -> bytes:
+    dt, shape = _datatype(tensor), _shape(tensor)
+    if "data" in tensor:
+        raise ProtocolError("inputs[0]: both data and parameters.binary_data_size")
+    if dt == "BYTES":
+        if math.prod(shape) != 1:
+            raise ProtocolError(f"inputs[0].shape: a BYTES input carries one element, got {list(shape)}")
+        if len(blob) < 4 or struct.unpack_from("<I", blob)[0] != len(blob) - 4:
+            raise ProtocolError("inputs[0]: binary BYTES data is one element: a 4-byte little-endian length, "
+                                f"then that many bytes (got {len(blob)} bytes)")
+        return blob[4:]
+    want = math.prod(shape) * np.dtype(DTYPES[dt]).itemsize
+    if want != len(blob):
+        raise ProtocolError(f"inputs[0]: {len(blob)} binary bytes for {dt} of shape {list(shape)} ({want} expected)")
+    return blob
+
+
+def _flatten(data: Any):
+    if isinstance(data, list):
+        for d in data:
+            yield from _flatten(d)
+    else:
+        yield data
+
+
+def _number(params: Mapping, key: str, header: str | None, header_name: str, lo: float, hi: float) -> float | None:
+    where, v = f"parameters.{key}", params.get(key)
+    if v is None and header is not None:
+        where, v = header_name, header
+        try:
+            v = float(header)
+        except ValueError:
+            pass
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi \
+            or (key == "deadline_ms" and v <= 0):
+        rng = "a number > 0" if key == "deadline_ms" else f"a number in [{lo}, {hi}]"
+        raise ProtocolError(f"{where}: expected {rng}, got {v!r}")
+    return float(v)
+
+
+def _wants_binary(doc: Mapping, rparams: Mapping) -> bool:
+    if rparams.get("binary_data_output") is True:
+        return True
+    outs = doc.get("outputs") or []
+    return isinstance(outs, list) and any(isinstance(o, dict) and isinstance(o.get("parameters"), dict)
+                                          and o["parameters"].get("binary_data") is True for o in outs)
+
+
+def _short(v: Any) -> str:
+    s = json.dumps(v) if not isinstance(v, (bytes, bytearray)) else repr(v)
+    return s if len(s) <= 80 else s[:77] + "..."
+
+
+# ----------------------------------------------------------------------------------------------
+# Responses
+
+
+def hop_timings(hops: list[Mapping[str, Any]]) -> list[dict]:
+    """Each HopTiming as it is, plus its split in ms: transit into the stage, queue and batch
+    formation, service (``received_ns`` 0 in old records: transit and queue are one figure)."""
+    out = []
+    for h in hops:
+        received = h.get("received_ns") or h["started_ns"]
+        out.append({**h, "transit_ms": (received - h["enqueued_ns"]) / 1e6,
+                    "queue_ms": (h["started_ns"] - received) / 1e6,
+                    "service_ms": (h["finished_ns"] - h["started_ns"]) / 1e6})
+    return out
+
+
+def result_parameters(res: Mapping[str, Any]) -> dict:
+    """A result's status, reason, timings and accuracy as response ``parameters``."""
+    return {"request_id": res["request_id"], "status": res["status"], "reason": res["reason"],
+            "latency_ms": (res["finished_ns"] - res["created_ns"]) / 1e6,
+            "deadline_ms": (res["deadline_ns"] - res["created_ns"]) / 1e6,
+            "accuracy": res["accuracy"], "content_type": res["content_type"],
+            "hops": hop_timings(res["hops"])}
+
+
+def is_text(content_type: str, data: bytes) -> bool:
+    if not content_type.startswith(TEXT_TYPES):
+        return False
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def infer_response(model: str, call: InferCall, res: Mapping[str, Any]) -> tuple[bytes, dict[str, str]]:
+    """The response body and headers for a result: JSON, or JSON + binary output when the client
+    asked for binary data or the output is not text."""
+    out, ctype = res["output"], res["content_type"]
+    tensor: dict[str, Any] = {"name": OUTPUT, "datatype": "BYTES", "shape": [1],
+                              "parameters": {"content_type": ctype}}
+    binary = call.binary_output or not is_text(ctype, out)
+    if binary:
+        tensor["parameters"]["binary_data_size"] = 4 + len(out)
+    else:
+        tensor["data"] = [out.decode()]
+    doc = {"model_name": model, "model_version": "1", "parameters": result_parameters(res), "outputs": [tensor]}
+    if call.client_id is not None:
+        doc["id"] = call.client_id
+    head = json.dumps(doc).encode()
+    if not binary:
+        return head, {"Content-Type": "application/json"}
+    return head + struct.pack("<I", len(out)) + out, {"Content-Type": "application/octet-stream",
+                                                       HEADER_LENGTH: str(len(head))}
+
+
+def error_body(message: str, **parameters: Any) -> bytes:
+    """The protocol's error object, with Slipstream's details (status, reason, retry) beside it."""
+    doc: dict[str, Any] = {"error": message}
+    if parameters:
+        doc["parameters"] = parameters
+    return json.dumps(doc).encode()
+
+
+def metadata(pipe) -> dict:
+    """``GET /v2/models/{pipeline}``: the tensors, and in ``parameters`` the SLO and every stage's
+    variants with their accuracy (from the pipeline spec)."""
+    return {
+        "name": pipe.name, "versions": ["1"], "platform": "slipstream",
+        "inputs": [{"name": INPUT, "datatype": "BYTES", "shape": [1],
+                    "parameters": {"content_type": pipe.input_content_type}}],
+        "outputs": [{"name": OUTPUT, "datatype": "BYTES", "shape": [1]}],
+        "parameters": {
+            "slo_ms": pipe.slo_ms, "source": pipe.source, "sinks": list(pipe.sinks),
+            "stages": [{"name": s.name, "default_variant": s.defaults.variant,
+                        "variants": [{"name": v.name, "model": v.model, "accuracy": v.accuracy} for v in s.variants]}
+                       for s in pipe.stages],
+            "request_parameters": {"deadline_ms": f"latency budget, capped by slo_ms (header {DEADLINE_HEADER})",
+                                   "accuracy_floor": f"lowest variant accuracy accepted (header {FLOOR_HEADER})"},
+        },
+    }

@@ -1,0 +1,49 @@
+"""`slipstream gateway`: the HTTP front door of one pipeline (Open Inference Protocol V2, docs/gateway.md)."""
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+import click
+
+from slipstream.options import MetricsAddrType
+from streams.config import KafkaSettings
+from streams.spec import SpecError, load_pipeline
+
+
+@click.command("gateway")
+@click.option("--pipeline", "pipeline_file", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Pipeline spec (YAML).")
+@click.option("--addr", type=MetricsAddrType(), default="127.0.0.1:8080", show_default=True,
+              envvar="SLIPSTREAM_GATEWAY_ADDR", show_envvar=True,
+              help="Serve HTTP here (port 0: any free port; containers: 0.0.0.0:8080).")
+@click.option("--grace-ms", type=click.FloatRange(min=0), default=500.0, show_default=True,
+              help="Waited past a request's deadline for its result before answering 504.")
+@click.option("--window-s", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
+              help="Recent outcomes the load-shedding rule reads.")
+def gateway(pipeline_file: str, addr, grace_ms: float, window_s: float) -> None:
+    """Serve a pipeline over HTTP: /v2/models/<pipeline>/infer, /v2/health/*, /metrics."""
+    from gateway.server import READY_LINE, GatewayConfig, serve
+
+    try:
+        pipe = load_pipeline(pipeline_file)
+        cfg = GatewayConfig(host=addr.host, port=addr.port, grace_ms=grace_ms, window_s=window_s)
+    except (SpecError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from None
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(pipe, KafkaSettings.from_env(), cfg, stop, on_ready=lambda a: click.echo(
+            READY_LINE.format(pipeline=pipe.name, addr=a, at_ns=time.time_ns()), nl=True))
+
+    try:
+        asyncio.run(main())
+    except LookupError as exc:  # the pipeline's topics do not exist
+        raise click.ClickException(str(exc)) from None
+
+
+commands = [gateway]

@@ -1,0 +1,74 @@
+"""The load-shedding rule and the gateway's outcome tracker: pure, every clock passed in."""
+from dataclasses import replace
+
+import pytest
+
+from gateway.shedding import Load, Outcomes, decide, planned_capacity_qps, service_rate
+
+MS = 1_000_000
+LOAD = Load(in_flight=0, observed_qps=100.0, planned_qps=None, base_ms=20.0)
+
+
+def test_an_idle_pipeline_admits_with_its_unloaded_latency():
+    d = decide(LOAD, budget_ms=400)
+    assert d.admit and d.predicted_ms == pytest.approx(20.0)
+
+
+def test_requests_ahead_that_push_the_prediction_past_the_budget_shed_with_the_time_to_drain():
+    # 100 req/s, 20 ms unloaded: 38 ahead -> 400 ms fits exactly; 138 ahead -> 1400 ms, 100 too many
+    assert decide(replace(LOAD, in_flight=38), 400).admit
+    d = decide(replace(LOAD, in_flight=138), 400)
+    assert not d.admit and d.predicted_ms == pytest.approx(1400.0)
+    assert d.retry_after_s == 1 and "138 in flight" in d.reason
+    assert decide(replace(LOAD, in_flight=538), 400).retry_after_s == 5  # 500 too many at 100/s
+
+
+def test_without_a_service_rate_everything_is_admitted():
+    d = decide(replace(LOAD, in_flight=10_000, observed_qps=None), 400)
+    assert d.admit and d.predicted_ms is None
+
+
+def test_a_budget_below_the_unloaded_latency_is_admitted_for_the_pipeline_to_drop():
+    d = decide(replace(LOAD, in_flight=500), budget_ms=5)
+    assert d.admit and "below the unloaded latency" in d.reason
+
+
+def test_the_lower_of_observed_and_planned_rates_is_used():
+    assert service_rate(replace(LOAD, planned_qps=40.0)) == 40.0
+    assert service_rate(replace(LOAD, observed_qps=None, planned_qps=40.0)) == 40.0
+    assert not decide(replace(LOAD, in_flight=30, planned_qps=40.0), 400).admit  # 20 + 750 ms
+    assert decide(replace(LOAD, in_flight=30), 400).admit  # 20 + 300 ms
+
+
+def test_planned_capacity_is_the_slowest_stage_with_the_replicas_in_force():
+    handoff = {"stages": [{"stage": "a", "replicas": 1, "mu_qps": 100.0, "visit_ratio": 1.0},
+                          {"stage": "b", "replicas": 2, "mu_qps": 50.0, "visit_ratio": 2.0}]}
+    assert planned_capacity_qps(handoff, {}) == pytest.approx(50.0)  # b: 50 * 2 / 2
+    assert planned_capacity_qps(handoff, {"b": 4}) == pytest.approx(100.0)  # the tuner scaled b
+    assert planned_capacity_qps(None, {"b": 4}) is None
+
+
+def test_outcomes_count_busy_throughput_and_the_unloaded_latency():
+    o = Outcomes(window_s=5.0, min_answers=5)
+    t = 0
+    for i in range(10):  # one at a time, 20 ms each, 80 ms idle between
+        o.admitted(t)
+        o.left(t + 20 * MS, answered=True, done_latency_ms=20.0 + i)
+        t += 100 * MS
+    assert o.in_flight == 0
+    assert o.observed_qps(t) == pytest.approx(50.0)  # 10 answers in 200 ms busy
+    assert o.base_ms() == pytest.approx(20.45)  # 5th percentile of 20..29
+    o.admitted(t)
+    o.left(t + 1, answered=False)  # given up on: no answer counted
+    assert o.observed_qps(t + 1) == pytest.approx(10 / 0.200000001)
+
+
+def test_outcomes_forget_what_left_the_window():
+    o = Outcomes(window_s=1.0, min_answers=2)
+    for i in range(3):
+        o.admitted(i * MS)
+        o.left(i * MS + MS, answered=True, done_latency_ms=1.0)
+    assert o.observed_qps(10 * MS) is not None
+    assert o.observed_qps(5_000 * MS) is None  # the window is empty again
+    o.admitted(6_000 * MS)
+    assert o.in_flight == 1 and o.busy_s(6_500 * MS) == pytest.approx(0.5)
