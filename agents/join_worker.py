@@ -7,7 +7,10 @@ open request and a restarted join rebuilds its state from Kafka. When partitions
 commits what it finished and forgets the open requests of those partitions (fragments are keyed by
 request id, so a request lives on one partition), exactly as the stage worker does. A record that does
 not decode, or a fragment whose share is not a fraction, goes to the dead-letter topic with its
-request id logged; the join keeps running.
+request id logged; so does a fragment that breaks the data contract (``streams.contract``), with the
+fields it breaks; the join keeps running. Closed requests are remembered (``agents.join``), and that
+memory is refilled from the results topic on every assignment, so a fragment that comes late, or again
+after a restart, never opens a second result (docs/guarantees.md, "The join").
 
 With ``processing: exactly-once`` a result (or dead letter) is attached to the offset of the fragment
 that closed its request, and it commits in one transaction with the offset that passes that fragment
@@ -31,7 +34,8 @@ from agents.join import Joiner
 from agents.metrics import StageMetrics
 from agents.ready import serve_worker
 from agents.transactions import PartitionTransactions
-from streams import codec, kafka as kclient, topics
+from agents.worker import MAX_PAYLOAD_BYTES
+from streams import codec, contract, kafka as kclient, topics
 from streams.app import AppSettings, make_app
 from streams.config import KafkaSettings
 from streams.metrics_http import LOCAL, MetricsAddr
@@ -46,6 +50,7 @@ class JoinWorker:
     def __init__(self, pipe: Pipeline, kafka: KafkaSettings, joiner: Joiner, metrics: StageMetrics) -> None:
         self.pipe, self.kafka, self.joiner, self.metrics = pipe, kafka, joiner, metrics
         self.acks = AckTracker()
+        self.bounds = contract.Bounds.of(pipe, JOIN, MAX_PAYLOAD_BYTES)  # the data contract's (streams.contract)
         self.held: dict[str, list[tuple[Any, int]]] = {}  # open request id -> its fragments (tp, offset)
         self.lock = asyncio.Lock()  # one step at a time: a fragment, a sweep, a revocation
         self.producer = None
@@ -68,9 +73,16 @@ class JoinWorker:
             await asyncio.gather(*self._acking, return_exceptions=True)
 
     async def on_assigned(self, assigned: set) -> None:
-        """Before faust seeks the partitions: start their transactional producers (fencing)."""
+        """Before faust seeks the partitions: start their transactional producers (fencing), then
+        remember every request answered in the last ``remember_closed_ns`` (the results topic is the
+        join's memory of closed requests: a restart, or a partition that moves, forgets none)."""
         if self.txns is not None:
             await self.txns.open(assigned)
+        since_ms = (time.time_ns() - self.joiner.remember_closed_ns) // 1_000_000
+        answered = await kclient.keys_since(self.kafka, topics.results(self.pipe.name), since_ms)
+        async with self.lock:
+            self.joiner.remember([(k.decode(errors="replace"), ts * 1_000_000) for k, ts in answered if k])
+        log.info("remembered %d request(s) answered since %d ms", len(answered), since_ms)
 
     async def on_event(self, event: Any) -> None:
         m = event.message
@@ -82,12 +94,17 @@ class JoinWorker:
                 await self._dead_letter(event, None, str(exc))
                 await self._ack_done([(m.tp, m.offset)])
                 return
-            rid = frag["request_id"]
+            rid, now = frag["request_id"], time.time_ns()
+            broken = contract.check("InferenceResult", frag, self.bounds, now)
+            if broken:  # the rest of the request may still come, else the join times it out
+                await self._dead_letter(event, rid, f"request {rid}: {contract.describe(broken)}"[:2000])
+                await self._ack_done([(m.tp, m.offset)])
+                return
             self.held.setdefault(rid, []).append((m.tp, m.offset))
             self.metrics.lab(self.metrics.requests).inc()
             try:
-                res = self.joiner.add(frag, time.time_ns())
-            except ValueError as exc:  # a share that is not a fraction: the rest of the request may still come
+                res = self.joiner.add(frag, now)
+            except ValueError as exc:  # a share that is not a fraction (the contract says so first)
                 await self._dead_letter(event, rid, str(exc))
                 res = None
             if res is not None:

@@ -5,6 +5,7 @@ served, and every partition's commit point reaches the end (issue 23: fragments 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from streams import admin, codec, kafka as kclient, topics
 from streams.client import PipelineClient, make_request
 from streams.spec import load_pipeline
 
-from .helpers import assert_exactly_once, committed_offsets
+from .helpers import assert_exactly_once, committed_offsets, read_topic
 from .workers import Workers, unique_pipeline
 
 FANOUT3 = Path(__file__).parent / "pipelines" / "fanout3.yaml"
@@ -72,3 +73,41 @@ async def test_bad_fragments_get_error_results_and_their_window_is_served(kafka,
     await assert_exactly_once(kafka, pipe.name, [r["request_id"] for r in reqs + later])
     await commits_reach_end(kafka, topics.consumer_group(pipe.name, "pre"), src)
     assert all(w.proc.poll() is None for w in workers.running)
+
+
+def fragment(pipe, rid: str, share: str, path: list[str], deadline_s: float = 1.0) -> dict:
+    now = time.time_ns()
+    return {"request_id": rid, "pipeline": pipe.name, "status": "done", "reason": "", "created_ns": now,
+            "deadline_ns": now + int(deadline_s * 1e9), "finished_ns": now, "content_type": "text/plain",
+            "output": b"x", "hops": [], "accuracy": 1.0, "parts": 1, "fragment": share, "path": path}
+
+
+async def test_a_fragment_redelivered_after_a_join_restart_opens_no_second_result(kafka, unique, tmp_path):
+    path = unique_pipeline(FANOUT3, unique, tmp_path, slo_ms=2000)  # the join times out 2 s after a deadline
+    pipe = load_pipeline(path)
+    await admin.ensure_topics(kafka, topics.all_topics(pipe))
+    workers = Workers(path, kafka.bootstrap)
+    join_topic = topics.join(pipe.name)
+    prod = kclient.producer(kafka)
+    await prod.start()
+
+    async def send(*frags):
+        for f in frags:
+            await (await kclient.send(prod, join_topic, "InferenceResult", f, key=f["request_id"]))
+    try:
+        (join,) = await asyncio.to_thread(workers.start, "join")
+        async with PipelineClient(pipe, kafka) as client:
+            await send(fragment(pipe, "x", "1/2", ["a:0/2"]), fragment(pipe, "x", "1/2", ["a:1/2"]))
+            assert (await client.result("x", 30))["status"] == "done"
+            await asyncio.to_thread(join.stop)
+            (join,) = await asyncio.to_thread(workers.start, "join")  # a fresh join: nothing in memory
+            await send(fragment(pipe, "x", "1/2", ["a:1/2"]),  # redelivered: it used to open x again
+                       fragment(pipe, "y", "1", []))
+            assert (await client.result("y", 30))["status"] == "done"
+        # x's deadline + the join timeout (3 s) pass well within the quiet time read_topic waits for
+        raw = await read_topic(kafka, topics.results(pipe.name), min_count=2, idle_s=6.0)
+        assert sorted(r["request_id"] for r in raw) == ["x", "y"], [(r["request_id"], r["reason"]) for r in raw]
+        assert join.proc.poll() is None
+    finally:
+        await prod.stop()
+        await asyncio.to_thread(workers.stop)
