@@ -66,10 +66,11 @@ class Violation(NamedTuple):
     rule: str
 
     def __str__(self) -> str:
-        return f"{self.field}={_show(self.value)}: {self.rule}"
+        return f"{self.field}={show(self.value)}: {self.rule}"
 
 
-def _show(value: Any, limit: int = 80) -> str:
+def show(value: Any, limit: int = 80) -> str:
+    """A value as a reason quotes it: bounded (bytes and lists by their size)."""
     if isinstance(value, (bytes, bytearray)):
         return f"<{len(value)} bytes>"
     if isinstance(value, list):
@@ -141,7 +142,7 @@ def _path(v, b, now, rec):
     if len(v) > b.stages + 1:
         return f"more than {b.stages + 1} entries"
     bad = next((p for p in v if not p or len(p) > MAX_NAME_CHARS), None)
-    return None if bad is None else f"entry {_show(bad)} empty or longer than {MAX_NAME_CHARS} characters"
+    return None if bad is None else f"entry {show(bad)} empty or longer than {MAX_NAME_CHARS} characters"
 
 
 def _hops(v, b, now, rec):
