@@ -26,9 +26,10 @@ from agents.metrics import StageMetrics
 from agents.ready import serve_worker
 from streams.timeline import mark
 from agents.worker import ExecutorFactory, StageWorker
-from streams import codec, kafka as kclient, topics
+from streams import codec, control_io, kafka as kclient, topics
 from streams.app import AppSettings, make_app
 from streams.config import KafkaSettings, prefixes_from_env, schema_registry_from_env
+from streams.control_rules import InvalidControl, check_key
 from streams.metrics_http import LOCAL, MetricsAddr
 from streams.profile_store import ProfileStore
 from streams.spec import Pipeline, load_pipeline
@@ -84,20 +85,27 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
 
 
 async def follow_control(pipe: Pipeline, stage: str, kafka: KafkaSettings, worker: StageWorker) -> None:
-    """Read the compacted control topic from the start, forever; offer each record to the worker."""
+    """Read the compacted control topic from the start, forever; offer each valid StageConfig of this
+    stage to the worker. An invalid record (``streams.control_rules``) is logged, counted and skipped;
+    nothing a record holds is raised into this loop."""
     cons = kclient.consumer(kafka, topics.control(pipe.name), group_id=None)
     await cons.start()
+    count = worker.metrics.lab(worker.metrics.control_invalid).inc
     try:
         async for msg in cons:
-            if msg.key is not None and msg.key.decode() != stage:
-                continue
+            await codec.prefetch([msg.value])  # off the event loop when a registry is set
             try:
-                rec = codec.decode("StageConfig", msg.value)
-            except codec.CodecError as exc:
-                log.warning("undecodable control record at offset %d: %s", msg.offset, exc)
-                worker.metrics.lab(worker.metrics.config_rejected).inc()
-                continue
-            await worker.offer_config(rec)
+                if msg.key is not None and msg.key != stage.encode():  # another stage's (or not UTF-8)
+                    check_key(msg.key)
+                    continue
+                kind, rec = control_io.read_record(msg, pipe.name, pipe)
+                if kind == "StageConfig":
+                    await worker.offer_config(rec)
+            except InvalidControl as exc:
+                control_io.skipped(msg, exc, count)
+            except Exception as exc:  # a bug must not take the control loop (and the worker) down
+                log.exception("control record at %s[%d]@%d not applied", msg.topic, msg.partition, msg.offset)
+                control_io.skipped(msg, InvalidControl(f"{type(exc).__name__}: {exc}"), count)
     finally:
         await cons.stop()
 

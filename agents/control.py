@@ -1,7 +1,8 @@
 """Stage configuration from the control topic: what a worker accepts, and which variant a request gets.
 
-A ``StageConfig`` is accepted only if it is for this pipeline and stage, has a higher epoch than the
-config in force, names variants and hardware the pipeline spec knows, and has sane batching numbers.
+A ``StageConfig`` is accepted only if it is for this pipeline and stage, passes the control topic's
+rules (``streams.control_rules``: variants and hardware the pipeline spec knows, bounded numbers) and
+has a higher epoch (a later offset on the control topic) than the config in force.
 Anything else is rejected with a reason (logged and counted by the worker) and the last good config
 stays; so is a config whose ``digests`` pin a model other than the one a variant loads (checked by the
 worker as it loads, ``agents.executors.pinned``). Pure functions: the worker applies an accepted config
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from streams import shares
+from streams.control_rules import InvalidControl, check
 from streams.spec import Pipeline
 
 
@@ -40,31 +42,20 @@ def defaults(pipe: Pipeline, stage: str) -> ActiveConfig:
 
 def accept(pipe: Pipeline, stage: str, rec: Mapping[str, Any], current: ActiveConfig
            ) -> tuple[ActiveConfig | None, str]:
-    """(new config, "") when ``rec`` should replace ``current``; (None, reason) otherwise."""
+    """(new config, "") when ``rec`` should replace ``current``; (None, reason) otherwise. The fields
+    are checked by the control topic's one rule set (``streams.control_rules``)."""
     if rec.get("pipeline") != pipe.name or rec.get("stage") != stage:
         return None, f"for {rec.get('pipeline')}/{rec.get('stage')}, not {pipe.name}/{stage}"
+    try:
+        check("StageConfig", stage, rec, pipe.name, pipe)
+    except InvalidControl as exc:
+        return None, str(exc)
     if rec["epoch"] <= current.epoch:
         return None, f"stale epoch {rec['epoch']} <= {current.epoch} in force"
-    spec = pipe.stage(stage)
-    known = {v.name for v in spec.variants}
     routing = {k: float(v) for k, v in (rec.get("routing") or {}).items()}
-    digests = dict(rec.get("digests") or {})
-    for v in (rec["variant"], *routing, *digests):
-        if v not in known:
-            return None, f"unknown variant {v!r} (stage {stage} has {sorted(known)})"
-    if routing and (any(w < 0 for w in routing.values()) or sum(routing.values()) <= 0):
-        return None, f"routing weights must be >= 0 with a positive sum, got {routing}"
-    if rec["hardware"] not in pipe.hardware:
-        return None, f"unknown hardware {rec['hardware']!r} (catalog: {sorted(pipe.hardware)})"
-    if not 1 <= rec["max_batch"] <= 4096:
-        return None, f"max_batch must be in [1, 4096], got {rec['max_batch']}"
-    if not 0 <= rec["batch_timeout_ms"] <= 60_000:
-        return None, f"batch_timeout_ms must be in [0, 60000], got {rec['batch_timeout_ms']}"
-    if rec.get("replicas", 1) < 1:
-        return None, f"replicas must be >= 1, got {rec.get('replicas')}"
     return ActiveConfig(rec["variant"], rec["hardware"], int(rec["max_batch"]),
                         float(rec["batch_timeout_ms"]), int(rec["epoch"]), routing,
-                        int(rec.get("replicas", 1)), digests), ""
+                        int(rec.get("replicas", 1)), dict(rec.get("digests") or {})), ""
 
 
 def choose_variant(request_id: str, accuracy_floor: float | None, cfg: ActiveConfig,

@@ -88,6 +88,7 @@ class JoinWorker:
         m = event.message
         async with self.lock:
             self.acks.read(m.tp, m.offset, event)
+            await codec.prefetch([event.value])  # off the event loop when a registry is set
             try:
                 frag = codec.decode("InferenceResult", event.value)
             except codec.CodecError as exc:

@@ -65,6 +65,7 @@ class StageMetrics:
     dead_letters: Counter
     config_epoch: Gauge
     config_rejected: Counter
+    control_invalid: Counter
     queue_depth: Gauge
     instances: Gauge
     delivery_failures: Counter
@@ -105,6 +106,8 @@ class StageMetrics:
             config_epoch=Gauge("slipstream_config_epoch", "Epoch of the config in force", L(), registry=reg),
             config_rejected=Counter("slipstream_config_rejected", "Control records rejected", L(),
                                     registry=reg),
+            control_invalid=Counter("slipstream_control_invalid", "Control records skipped as invalid "
+                                    "(streams.control_rules: key, fields, bounds)", L(), registry=reg),
             queue_depth=Gauge("slipstream_queued_requests", "Requests waiting in this worker", L(), registry=reg),
             instances=Gauge("slipstream_instances", "Model instances serving in this worker", L(),
                             registry=reg),

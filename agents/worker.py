@@ -301,6 +301,8 @@ class StageWorker:
         config (a window boundary), take a window when the planner says so, else sleep until it is due
         or something changes (an arrival, a free instance, a config)."""
         while True:
+            if self._intake:  # writer schemas the registry must give: looked up off the event loop
+                await codec.prefetch([r.value for _, records, _ in self._intake for r in records])
             self._read_intake()
             self._apply_pending_config()  # window boundary
             s = batching.BatchSettings.from_ms(self.config.max_batch, self.config.batch_timeout_ms)

@@ -27,7 +27,7 @@ from loadgen.collect import Collector
 from loadgen.cost import events_from_records
 from loadgen.report import summarize
 from loadgen.schedule import DEFAULT_LAG_BUDGET_MS, Schedule, lag_stats
-from streams import codec, kafka, topics
+from streams import codec, control_io, kafka, topics
 from streams.client import request_record
 from streams.config import KafkaSettings
 
@@ -106,7 +106,7 @@ async def replay(schedule: Schedule, target: ReplayTarget, settings: KafkaSettin
         readers = [
             asyncio.create_task(_read_results(results_c, collector, stop)),
             asyncio.create_task(_read_control(control_c, config_records, stop,
-                                              topics.control(target.pipeline))),
+                                              topics.control(target.pipeline), target.pipeline)),
         ]
         start_ns = time.time_ns() + int(options.lead_s * NS_PER_S)
         offsets = schedule.offsets_ns
@@ -207,19 +207,26 @@ async def _read_results(consumer, collector: Collector, stop: asyncio.Event) -> 
 
 
 async def _read_control(consumer, out: list[tuple[int, Mapping[str, Any]]], stop: asyncio.Event,
-                        control_topic: str) -> None:
+                        control_topic: str, pipeline: str) -> None:
+    """StageConfigs of the control topic (``streams.control_io.read_record``: checked, epoch = offset;
+    invalid ones logged and skipped) and ScalingActions of the scaling topic, with their timestamps."""
     while not stop.is_set():
         batches = await consumer.getmany(timeout_ms=200)
         for records in batches.values():
             for rec in records:
-                header = dict(rec.headers or ()).get(kafka.SCHEMA_HEADER, b"").decode()
-                record = header or ("StageConfig" if rec.topic == control_topic else "ScalingAction")
-                if rec.value is None or record not in ("StageConfig", "ScalingAction"):
-                    continue  # a compaction tombstone, or the planner's TunerHandoff
+                if rec.topic == control_topic:
+                    try:
+                        kind, value = control_io.read_record(rec, pipeline)
+                    except control_io.InvalidControl as exc:
+                        control_io.skipped(rec, exc)
+                        continue
+                    if kind == "StageConfig":  # not the planner's TunerHandoff
+                        out.append((rec.timestamp * NS_PER_MS, value))
+                    continue
                 try:
-                    out.append((rec.timestamp * NS_PER_MS, codec.decode(record, rec.value)))
-                except (codec.CodecError, KeyError) as exc:
-                    log.warning("undecodable %s at %s:%s: %s", record, rec.topic, rec.offset, exc)
+                    out.append((rec.timestamp * NS_PER_MS, codec.decode("ScalingAction", rec.value)))
+                except codec.CodecError as exc:
+                    log.warning("undecodable ScalingAction at %s:%s: %s", rec.topic, rec.offset, exc)
 
 
 def summarize_outcome(outcome: ReplayOutcome, *, slo_ms: float, pipeline: str,

@@ -21,6 +21,8 @@ class PlannerMetrics:
                          "(misses counted as late)", ["pipeline"], **kw)
         self.replicas = Gauge("slipstream_planner_replicas", "Replicas of the latest plan per stage",
                               ["pipeline", "stage"], **kw)
+        self.control_invalid = Counter("slipstream_planner_control_invalid", "Control records skipped as "
+                                       "invalid (streams.control_rules)", ["pipeline"], **kw)
         for outcome in ("changed", "unchanged", "infeasible"):
             self.replans.labels(pipeline, outcome)
 

@@ -1,8 +1,9 @@
 """The planner service on Kafka (`slipstream planner`): every interval, re-plan from the recent arrival
 timestamps of the pipeline's input topic (``planner.service.Replanner``: a forecast of the next
 interval's peak, the chosen mode, the estimator's check) and publish one ``StageConfig`` per stage to
-the control topic with a new epoch, only when the plan changed. Epochs continue from the highest
-epoch already on the control topic, so a restarted planner never publishes a stale epoch.
+the control topic, only when the plan changed. A control record's epoch is its offset on the control
+topic (``streams.control_io.read_record``), so no restart or other writer can make a plan stale; the
+written field continues from the highest epoch read (``streams.control_rules.next_epoch``).
 """
 from __future__ import annotations
 
@@ -86,20 +87,20 @@ class MeasuredLatency:
 async def publish_plan(publisher: KafkaPublisher, pipeline: str, configs, handoff: TunerHandoff | None,
                        epoch: int, now_ns: int) -> dict | None:
     """One plan on the control topic: a StageConfig per stage, then the tuner's hand-off (when it has
-    an envelope); returns the hand-off record."""
+    an envelope); returns the hand-off record as its readers see it (its epoch: its offset)."""
     for rec in configs:
         await publisher.publish(topics.control(pipeline), "StageConfig", rec, key=rec["stage"])
     if handoff is None or handoff.sample_rates is None:
         return None
     rec = handoff_record(handoff, pipeline, epoch, now_ns)
-    await publisher.publish(topics.control(pipeline), "TunerHandoff", rec, key=topics.HANDOFF_KEY)
-    return rec
+    offset = await publisher.publish(topics.control(pipeline), "TunerHandoff", rec, key=topics.HANDOFF_KEY)
+    return {**rec, "epoch": offset}
 
 
 async def run_planner(pipe: Pipeline, replanner: Replanner, settings: KafkaSettings, *, interval_s: float,
                       lookback_s: float, stop: asyncio.Event,
                       on_step: Callable[[ReplanOutput, float | None], None] | None = None,
-                      initial: ReplanState | None = None) -> None:
+                      initial: ReplanState | None = None, on_invalid: Callable[[], None] | None = None) -> None:
     """``on_step(output, measured_p99_ms)`` after each re-plan; the measured p99 is over the results
     of the last interval (None before any). With ``initial`` (a plan already in force, e.g. published
     at start-up) the first re-plan comes one interval later and republishes only a different plan."""
@@ -112,7 +113,8 @@ async def run_planner(pipe: Pipeline, replanner: Replanner, settings: KafkaSetti
         if rec.get("pipeline") == pipe.name:
             latest_epoch["epoch"] = max(latest_epoch["epoch"], int(rec["epoch"]))
 
-    arrivals = KafkaArrivals(settings, pipe.name, pipe.source, on_stage_config=on_config, lookback_s=lookback_s)
+    arrivals = KafkaArrivals(settings, pipe.name, pipe.source, on_stage_config=on_config, lookback_s=lookback_s,
+                             spec=pipe, on_invalid=on_invalid)
     publisher = KafkaPublisher(settings)
     await arrivals.start()
     await publisher.start()

@@ -26,6 +26,7 @@ from planner.modes import make_planner
 from planner.plan import Plan, config_of
 from planner.problem import Problem, peak_rate
 from planner.results import LATE
+from streams.control_rules import next_epoch
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,7 @@ class Replanner:
         if not plan.feasible:
             out = ReplanOutput(plan, False, rate, (), None, problem)
             return out, replace(state, last_step_ns=now_ns)
-        epoch = state.epoch + 1 if changed else state.epoch
+        epoch = next_epoch(state.epoch) if changed else state.epoch
         configs = stage_configs(self.pipeline, plan, problem, epoch) if changed else ()
         out = ReplanOutput(plan, changed, rate, configs, handoff(problem, plan, self.envelope), problem)
         new_state = ReplanState(epoch, plan if changed else state.plan, now_ns)

@@ -94,6 +94,7 @@ def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, setting
     from planner.run import publish_plan
     from planner.service import handoff, stage_configs
     from streams.control_io import KafkaPublisher, latest_epoch
+    from streams.control_rules import next_epoch
     from tuner import planfile
     from tuner.envelope import envelope
 
@@ -108,7 +109,7 @@ def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, setting
                f"for {plan.rate_qps:.1f} qps")
 
     async def publish() -> dict:
-        epoch = await latest_epoch(settings, pipe.name) + 1
+        epoch = next_epoch(await latest_epoch(settings, pipe.name))
         pub = KafkaPublisher(settings)
         await pub.start()
         try:

@@ -137,6 +137,7 @@ class PipelineClient:
 
     async def _read(self) -> None:
         async for msg in self._consumer:
+            await codec.prefetch([msg.value])  # off the event loop when a registry is set
             try:
                 res = codec.decode("InferenceResult", msg.value)
             except codec.CodecError as exc:

@@ -13,34 +13,42 @@ from ``SLIPSTREAM_SCHEMA_REGISTRY_URL``), records sent to a topic (``streams.kaf
 Kafka tooling expects them: ``00``, the 4-byte big-endian schema id of the writer schema registered under
 the subject ``<topic>-value`` (``streams.schema_registry``), then the same Avro body. Readers take both
 framings whatever the switch says; a Confluent record needs the registry to read (its writer schema is
-fetched by id once, then cached).
+fetched by id, then cached, failures too for ``SchemaRegistry.negative_ttl_s``). Async readers call
+:func:`prefetch` on what they fetched before decoding it, so the look-up runs in a thread with a
+bounded timeout, never on the event loop.
 
 Decoding is strict: a missing header, an unknown record type, a truncated body or trailing bytes raise
 :class:`CodecError` naming the problem; nothing half-read is returned.
 
-Schema evolution (see README): add a field *at the end* of a record *with a default*.
-- New reader, old writer: the old schema is kept in ``schemas/history/`` (or passed as
-  ``known_writers``); the fingerprint picks it and fastavro resolves, filling the new field's default.
-- Old reader, new writer: the fingerprint is unknown to the old reader, so it reads the body with its
-  own schema, which is a prefix of the writer's, and ignores the appended fields (logged once).
+Schema evolution: every record is read with its *writer's* schema, resolved to the reader's by Avro's
+rules (fastavro: fields matched by name, whatever their order; a field the writer lacks takes the
+reader's default; a field the reader lacks is skipped; types promoted as the specification allows).
+The writer schema is the one its header names: a single-object fingerprint of this reader's schema,
+of a generation in ``schemas/history/`` or of ``schemas.LEGACY_FINGERPRINTS``; or a Confluent schema
+id, fetched from the registry. A record whose writer schema cannot be had (a fingerprint none of those
+has, a registry that does not know the id), or does not resolve to the reader's, raises
+:class:`CodecError` naming the fingerprint or id and why (the stage worker dead-letters it): a record
+is never read with a schema it was not written with. So an old reader cannot read a newer writer's
+single-object records: ship the new schema to readers first (``schemas/history``), or write through
+the registry.
 """
 from __future__ import annotations
 
+import asyncio
 import io
 import json
-import logging
 import struct
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Iterable, Mapping
 
 import fastavro
+from fastavro.read import SchemaResolutionError
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 import schemas
 from streams.schema_registry import RegistryError, SchemaRegistry
 
-log = logging.getLogger(__name__)
 
 MAGIC = b"\xc3\x01"
 HEADER_LEN = 10
@@ -66,7 +74,6 @@ class RecordCodec:
     record: str
     schema: Mapping[str, Any]
     known_writers: dict[bytes, Mapping[str, Any]] = field(default_factory=dict)
-    _warned: set = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.fp = schema_fingerprint(self.schema)
@@ -97,11 +104,9 @@ class RecordCodec:
         if data is None:
             raise CodecError(f"{self.record}: empty record (null value)")
         if len(data) >= CONFLUENT_HEADER_LEN and data[:1] == CONFLUENT_MAGIC:
-            writer, exact, start = self._registered_writer(int.from_bytes(data[1:5], "big")), True, 5
+            writer, start = self._registered_writer(int.from_bytes(data[1:5], "big")), CONFLUENT_HEADER_LEN
         elif len(data) >= HEADER_LEN and data[:2] == MAGIC:
-            writer, exact, start = self._known_writer(bytes(data[2:HEADER_LEN])), True, HEADER_LEN
-            if writer is None:
-                writer, exact = self.schema, False
+            writer, start = self._known_writer(bytes(data[2:HEADER_LEN])), HEADER_LEN
         else:
             raise CodecError(f"not a Slipstream {self.record}: expected the Avro single-object header "
                              f"C3 01 or the Confluent header 00, got {bytes(data[:2]).hex(' ') or 'nothing'} "
@@ -113,20 +118,24 @@ class RecordCodec:
             value = fastavro.schemaless_reader(body, writer, None if writer is self.schema else self.schema)
         except (EOFError, StopIteration) as exc:
             raise CodecError(f"{self.record}: truncated body ({len(data)} bytes): {exc}") from None
+        except SchemaResolutionError as exc:
+            raise CodecError(f"{self.record}: writer schema ({bytes(data[:start]).hex(' ')}) does not resolve "
+                             f"to this reader's: {exc}") from None
         except Exception as exc:  # fastavro raises assorted types on garbage (UnicodeDecodeError, ...)
             raise CodecError(f"{self.record}: undecodable body: {type(exc).__name__}: {exc}") from None
         left = len(data) - body.tell()
-        if exact and left:
+        if left:
             raise CodecError(f"{self.record}: {left} trailing bytes after the record")
         return value
 
-    def _known_writer(self, fp: bytes) -> Mapping[str, Any] | None:
-        """The writer schema of a single-object fingerprint; None (logged once) when unknown."""
+    def _known_writer(self, fp: bytes) -> Mapping[str, Any]:
+        """The writer schema of a single-object fingerprint (this schema, a history generation, a
+        legacy fingerprint); CodecError naming the fingerprint when there is none."""
         writer = self.known_writers.get(fp)
-        if writer is None and fp not in self._warned:
-            self._warned.add(fp)
-            log.warning("%s written with unknown schema %s: reading the fields this reader knows",
-                        self.record, fp.hex())
+        if writer is None:
+            raise CodecError(f"{self.record}: unknown writer schema, fingerprint {fp.hex()} (CRC-64-AVRO, "
+                             f"little-endian): not this reader's schema nor one in schemas/history, so it "
+                             f"cannot be resolved")
         return writer
 
     def _registered_writer(self, schema_id: int) -> Mapping[str, Any]:
@@ -139,9 +148,9 @@ class RecordCodec:
         writer = _BY_ID.get((self.record, schema_id))
         if writer is None:
             try:
-                registered = _REGISTRY.schema(schema_id)
+                registered = _REGISTRY.schema(schema_id)  # cached, failures too; prefetch() fetched it
             except RegistryError as exc:
-                raise CodecError(f"{self.record}: writer schema {schema_id}: {exc}") from None
+                raise CodecError(f"{self.record}: writer schema id {schema_id}: {exc}") from None
             writer = _BY_ID[(self.record, schema_id)] = self.known_writers.get(
                 schema_fingerprint(registered), registered)
         return writer
@@ -194,6 +203,20 @@ def encode(record: str, value: Mapping[str, Any], topic: str | None = None) -> b
 
 def decode(record: str, data: bytes | None) -> dict[str, Any]:
     return codec(record).decode(data)
+
+
+async def prefetch(values: Iterable[bytes | None]) -> None:
+    """Look up, off the event loop, the writer schemas of the Confluent-framed ``values`` the registry
+    client has not cached yet (one thread call per id, each bounded by the client's timeout; failures
+    are cached by the client, and :func:`decode` then names them). Nothing to do without a registry."""
+    registry = _REGISTRY
+    if registry is None:
+        return
+    ids = {int.from_bytes(v[1:5], "big") for v in values
+           if v is not None and len(v) >= CONFLUENT_HEADER_LEN and v[:1] == CONFLUENT_MAGIC}
+    missing = [i for i in ids if not registry.cached(i)]
+    if missing:
+        await asyncio.gather(*(asyncio.to_thread(registry.schema, i) for i in missing), return_exceptions=True)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -29,6 +29,8 @@ from aiokafka import TopicPartition
 
 from streams import admin, codec, kafka as kclient, topics
 from streams.config import KafkaSettings
+from streams.control_rules import InvalidControl, check, check_key
+from streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
 NS_PER_MS = 1_000_000
@@ -64,12 +66,15 @@ class KafkaArrivals:
     def __init__(self, settings: KafkaSettings, pipeline: str, source_stage: str, *,
                  on_stage_config: Callable[[Mapping], None], lookback_s: float = 60.0,
                  poll_ms: int = 20, on_handoff: Callable[[Mapping], None] | None = None,
-                 lookback_step_s: float = 0.25, metadata_refresh_s: float = 5.0) -> None:
+                 lookback_step_s: float = 0.25, metadata_refresh_s: float = 5.0,
+                 spec: Pipeline | None = None, on_invalid: Callable[[], None] | None = None) -> None:
         self.settings = settings
+        self.pipeline, self.spec = pipeline, spec
         self.input_topic = topics.stage_input(pipeline, source_stage)
         self.control_topic = topics.control(pipeline)
         self._on_config = on_stage_config
         self._on_handoff = on_handoff
+        self._on_invalid = on_invalid
         self._lookback_ns = int(lookback_s * 1e9)
         self._step_ns = int(lookback_step_s * 1e9)
         self._poll_ms = poll_ms
@@ -130,6 +135,7 @@ class KafkaArrivals:
             self._history = np.empty(0, dtype=np.int64)
         while True:
             batch = await self._consumer.getmany(timeout_ms=self._poll_ms)
+            await codec.prefetch([r.value for records in batch.values() for r in records])
             for records in batch.values():
                 for r in records:
                     self._control(r)
@@ -142,15 +148,18 @@ class KafkaArrivals:
                 yield stamps
 
     def _control(self, r) -> None:
-        """A control record to its callback, by its schema header (StageConfig, TunerHandoff)."""
+        """A valid control record to its callback, by its type (StageConfig, TunerHandoff); an invalid
+        one is logged, counted (``on_invalid``) and skipped."""
         try:
-            if record_type(r) == "TunerHandoff":
-                if self._on_handoff is not None:
-                    self._on_handoff(codec.decode("TunerHandoff", r.value))
-            else:
-                self._on_config(codec.decode("StageConfig", r.value))
-        except codec.CodecError as exc:
-            log.warning("control topic offset %d: %s", r.offset, exc)
+            kind, rec = read_record(r, self.pipeline, self.spec)
+        except InvalidControl as exc:
+            skipped(r, exc, self._on_invalid)
+            return
+        if kind == "TunerHandoff":
+            if self._on_handoff is not None:
+                self._on_handoff(rec)
+        else:
+            self._on_config(rec)
 
 
 class KafkaPublisher:
@@ -169,14 +178,41 @@ class KafkaPublisher:
             await self._producer.stop()
             self._producer = None
 
-    async def publish(self, topic: str, record: str, value: Mapping, key: str) -> None:
+    async def publish(self, topic: str, record: str, value: Mapping, key: str) -> int:
+        """Send and await delivery; returns the record's offset (on the control topic: its epoch)."""
         fut = await kclient.send(self._producer, topic, record, value, key=key)
-        await fut
+        return (await fut).offset
 
 
 def record_type(r) -> str:
     """The record type a control-topic record's schema header names (StageConfig if it has none)."""
     return dict(r.headers or ()).get(kclient.SCHEMA_HEADER, b"StageConfig").decode(errors="replace")
+
+
+def read_record(r, pipeline: str, spec: Pipeline | None = None) -> tuple[str, dict]:
+    """(record type, value) of a control-topic record, checked by ``streams.control_rules`` (key,
+    type, body, fields; ``spec``: the reader's pipeline, for its stages and variants). The value's
+    ``epoch`` is the record's offset: the order of the control topic (one partition), which no writer
+    can repeat or overflow. Raises :class:`InvalidControl` naming the problem."""
+    key = check_key(r.key)
+    if r.partition != 0:
+        raise InvalidControl(f"partition {r.partition}: the control topic has one partition (its offsets "
+                             "order the records)")
+    kind = record_type(r)
+    try:
+        rec = codec.decode(kind, r.value) if kind in ("StageConfig", "TunerHandoff") else {}
+    except codec.CodecError as exc:
+        raise InvalidControl(str(exc)) from None
+    check(kind, key, rec, pipeline, spec)
+    rec["epoch"] = int(r.offset)
+    return kind, rec
+
+
+def skipped(r, exc: InvalidControl, count: Callable[[], None] | None = None) -> None:
+    """Log an invalid control record with where it is, and count it."""
+    log.warning("invalid control record skipped at %s[%d]@%d: %s", r.topic, r.partition, r.offset, exc)
+    if count is not None:
+        count()
 
 
 def grower(settings: KafkaSettings):
@@ -195,22 +231,24 @@ async def stage_partitions(settings: KafkaSettings, pipeline: str, stages: list[
     return {names[t]: n for t, n in counts.items()}
 
 
-def control_records(records, kind: str) -> list[dict]:
-    """The ``kind`` records (StageConfig, TunerHandoff) among control-topic records, by their schema
-    header, decoded; undecodable ones are logged and skipped."""
+def control_records(records, kind: str, pipeline: str, spec: Pipeline | None = None) -> list[dict]:
+    """The valid ``kind`` records (StageConfig, TunerHandoff) among control-topic records
+    (:func:`read_record`); invalid ones are logged and skipped."""
     out = []
     for r in records:
-        if record_type(r) != kind:
-            continue
         try:
-            out.append(codec.decode(kind, r.value))
-        except codec.CodecError as exc:
-            log.warning("control topic offset %d: %s", r.offset, exc)
+            got, rec = read_record(r, pipeline, spec)
+        except InvalidControl as exc:
+            skipped(r, exc)
+            continue
+        if got == kind:
+            out.append(rec)
     return out
 
 
 async def read_control(settings: KafkaSettings, pipeline: str, kind: str, *, timeout_s: float = 10.0,
-                       wait_s: float = 0.0, on_wait: Callable[[str, float], None] | None = None) -> list[dict]:
+                       wait_s: float = 0.0, on_wait: Callable[[str, float], None] | None = None,
+                       spec: Pipeline | None = None) -> list[dict]:
     """Every ``kind`` record on the pipeline's control topic, read to its end (within ``timeout_s``).
     When there is none and ``wait_s`` > 0: ``on_wait(topic, wait_s)``, then follow the topic until one
     arrives or ``wait_s`` has passed (an empty list)."""
@@ -219,8 +257,9 @@ async def read_control(settings: KafkaSettings, pipeline: str, kind: str, *, tim
     await cons.start()
     found: list[dict] = []
 
-    def take(batch) -> None:
-        found.extend(control_records([r for records in batch.values() for r in records], kind))
+    async def take(batch) -> None:
+        await codec.prefetch([r.value for records in batch.values() for r in records])
+        found.extend(control_records([r for records in batch.values() for r in records], kind, pipeline, spec))
 
     try:
         tps = await kclient.topic_partitions(cons, topic)
@@ -229,14 +268,14 @@ async def read_control(settings: KafkaSettings, pipeline: str, kind: str, *, tim
         await cons.seek_to_beginning(*tps)
         async with asyncio.timeout(timeout_s):
             while behind := [tp for tp in tps if await cons.position(tp) < ends[tp]]:
-                take(await cons.getmany(*behind, timeout_ms=200))
+                await take(await cons.getmany(*behind, timeout_ms=200))
         if found or wait_s <= 0:
             return found
         (on_wait or (lambda t, w: log.info("no %s on %s yet: waiting up to %.0f s", kind, t, w)))(topic, wait_s)
         try:
             async with asyncio.timeout(wait_s):
                 while not found:
-                    take(await cons.getmany(*tps, timeout_ms=1000))
+                    await take(await cons.getmany(*tps, timeout_ms=1000))
         except TimeoutError:
             pass
         return found

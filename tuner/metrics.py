@@ -28,6 +28,8 @@ class TunerMetrics:
                                ["pipeline", "stage", "direction"], **kw)
         self.cost = Gauge("slipstream_tuner_cost_dollars_per_hour", "Cost per hour of each stage's replicas "
                           "(the latest StageConfig on the control topic)", ["pipeline", "stage"], **kw)
+        self.control_invalid = Counter("slipstream_tuner_control_invalid", "Control records skipped as "
+                                       "invalid (streams.control_rules)", ["pipeline"], **kw)
         self.decide_seconds = Histogram("slipstream_tuner_decide_seconds", "Run time of one decision",
                                         ["pipeline"], buckets=(1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2),
                                         **kw)

@@ -47,7 +47,8 @@ async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuat
         metrics.observe_config(record)
 
     arrivals = kafka_io.KafkaArrivals(settings, pipe.name, pipe.source, on_stage_config=on_stage_config,
-                                      on_handoff=service.on_handoff, lookback_s=lookback_s)
+                                      on_handoff=service.on_handoff, lookback_s=lookback_s, spec=pipe,
+                                      on_invalid=metrics.control_invalid.labels(pipe.name).inc)
     if publisher:
         await publisher.start()
     await arrivals.start()

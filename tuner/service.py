@@ -8,8 +8,8 @@ Order of one scaling action (per changed stage):
    ``max_instances`` set, replicas are instances inside ``streams.placement.layout`` workers and the
    topic grows only when the worker count does (growing it is itself a rebalance).
 2. Ask the actuator for the new count (in a thread: stopping a worker may wait its grace period).
-3. Publish a ``StageConfig`` (the stage's latest config with the new replicas/partitions, epoch + 1,
-   ``reason``) to the control topic and a ``ScalingAction`` to the scaling topic.
+3. Publish a ``StageConfig`` (the stage's latest config with the new replicas/partitions, ``reason``;
+   its epoch is its offset on the control topic, the written field ``streams.control_rules.next_epoch``) to the control topic and a ``ScalingAction`` to the scaling topic.
 
 Kafka I/O (where timestamps come from, where records go) is injected: ``tuner.control_io`` binds it to
 the broker, tests bind it to lists.
@@ -25,6 +25,7 @@ from typing import AsyncIterator, Awaitable, Callable, Mapping
 import numpy as np
 
 from streams import topics
+from streams.control_rules import next_epoch
 from streams.placement import layout
 from streams.loops import periodically
 from streams.spec import Pipeline
@@ -71,7 +72,7 @@ def stage_config_record(pipeline: Pipeline, latest: Mapping | None, stage: str, 
                   "predicted_p99_ms": None, "routing": {}, "cost_per_hour": 0.0, "reason": ""}
     hw = pipeline.hardware.get(latest["hardware"])
     price = hw.cost_per_hour if hw is not None else 0.0
-    return {**latest, "replicas": replicas, "partitions": partitions, "epoch": int(latest["epoch"]) + 1,
+    return {**latest, "replicas": replicas, "partitions": partitions, "epoch": next_epoch(latest["epoch"]),
             "cost_per_hour": replicas * price, "reason": reason}
 
 

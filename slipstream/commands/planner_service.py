@@ -73,7 +73,8 @@ def planner_cmd(pipeline_file, profiles_dir, mode, interval_s, lookback_s, once,
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await run_planner(pipe, replanner, KafkaSettings.from_env(), interval_s=interval_s,
-                          lookback_s=lookback_s, stop=stop, on_step=on_step)
+                          lookback_s=lookback_s, stop=stop, on_step=on_step,
+                          on_invalid=metrics.control_invalid.labels(pipe.name).inc)
 
     stop = asyncio.Event()
     try:

@@ -125,7 +125,7 @@ async def test_variant_switch_mid_stream_loses_and_duplicates_nothing(kafka, pip
                 if "big" in classify_variants(await client.result(rid, 30)):
                     break
         await publish_config(kafka, pipe, "classify", variant="nope", epoch=2)  # rejected: unknown
-        await publish_config(kafka, pipe, "classify", variant="small", epoch=1)  # rejected: stale
+        await publish_config(kafka, pipe, "classify", variant="small", epoch=2**63 - 1)  # invalid: epoch
         third = await send_all(client, pipe, 40)
         ids = first + second + probes + third
         results = await collect(client, ids)

@@ -58,7 +58,7 @@ async def test_a_user_onnx_file_is_served_end_to_end_by_a_worker(kafka, unique, 
             results = [await client.result(r["request_id"], 60) for r in reqs]
             await publish_config(kafka, pipe, "score", epoch=1, max_batch=1, digests={"tiny": "0" * 12})
             async with asyncio.timeout(30):  # the refusal is logged (the worker's output is the event)
-                while not any("control record epoch 1 rejected" in line for line in worker.lines):
+                while not any("rejected: cannot load" in line for line in worker.lines):
                     await asyncio.sleep(0.05)
             later = [make_request(pipe, npy(x)) for x in features[20:]]
             await asyncio.gather(*[await client.send(r, wait=False) for r in later])
@@ -68,7 +68,7 @@ async def test_a_user_onnx_file_is_served_end_to_end_by_a_worker(kafka, unique, 
         workers.stop()
     pinned = yaml.safe_load(path.read_text())["stages"][0]["variants"][0]["params"]["digest"]
     assert pinned == file_digest(tmp_path / "model" / "model.onnx")
-    refusal = next(line for line in worker.lines if "control record epoch 1 rejected" in line)
+    refusal = next(line for line in worker.lines if "rejected: cannot load" in line)
     assert f"loaded model digest '{pinned}', but the StageConfig pins '000000000000'" in refusal
     for x, res in zip(features, results):
         assert res["status"] == "done", res["reason"]

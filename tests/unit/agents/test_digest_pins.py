@@ -104,7 +104,7 @@ def test_accept_carries_the_pins_and_refuses_a_pin_on_an_unknown_variant(pipe):
     cfg, why = accept(pipe, "s", config(1, {"a": "aaaaaaaaaaaa"}), defaults(pipe, "s"))
     assert why == "" and cfg.digests == {"a": "aaaaaaaaaaaa"}
     assert accept(pipe, "s", config(1, {"zz": "aaaaaaaaaaaa"}), defaults(pipe, "s")) == \
-        (None, "unknown variant 'zz' (stage s has ['a', 'b'])")
+        (None, "digests: unknown variant 'zz' (stage s has ['a', 'b'])")
     rec = config(1, {})
     del rec["digests"]  # written before pins: nothing pinned
     assert accept(pipe, "s", rec, defaults(pipe, "s"))[0].digests == {}

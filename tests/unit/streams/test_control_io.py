@@ -12,9 +12,10 @@ CONFIG = {"pipeline": "p", "stage": "s", "variant": "v", "hardware": "cpu", "max
           "routing": {}, "cost_per_hour": 0.1, "reason": ""}
 
 
-def record(offset: int, kind: str | None, value: bytes) -> ConsumerRecord:
+def record(offset: int, kind: str | None, value: bytes, key: bytes | None = None) -> ConsumerRecord:
     headers = kclient.headers_for(kind) if kind else []
-    return ConsumerRecord("t", 0, offset, 0, 0, None, value, None, 0, len(value), headers)
+    key = key if key is not None else (b"~handoff" if kind == "TunerHandoff" else b"s")
+    return ConsumerRecord("t", 0, offset, 0, 0, key, value, None, len(key), len(value), headers)
 
 
 def test_records_are_picked_by_their_schema_header_and_undecodable_ones_skipped():
@@ -22,8 +23,9 @@ def test_records_are_picked_by_their_schema_header_and_undecodable_ones_skipped(
                record(1, "TunerHandoff", codec.encode("TunerHandoff", HANDOFF)),
                record(2, "TunerHandoff", b"not avro"),
                record(3, None, codec.encode("StageConfig", CONFIG))]  # no header: a StageConfig
-    assert control_records(records, "TunerHandoff") == [HANDOFF]
-    assert [r["epoch"] for r in control_records(records, "StageConfig")] == [9, 9]
+    assert control_records(records, "TunerHandoff", "p") == [HANDOFF | {"epoch": 1}]
+    # read from the topic, a record's epoch is its offset, whatever the field says
+    assert [r["epoch"] for r in control_records(records, "StageConfig", "p")] == [0, 3]
 
 
 def test_the_newest_handoff_is_the_pipelines_highest_epoch():
