@@ -39,7 +39,7 @@ from agents.metrics import StageMetrics, observe_many
 from agents.transactions import PartitionTransactions
 from agents.window import Item, Take, WindowPlanner, batch_outputs, failed, split_variants, sub_batch
 from streams.timeline import mark
-from streams import batching, contract, kafka as kclient, placement, topics
+from streams import batching, codec, contract, kafka as kclient, placement, topics
 from streams.config import KafkaSettings
 from streams.executor import Executor
 from streams.latency import RecentLatency

@@ -7,8 +7,8 @@ A case is one record to produce on a pipeline topic, with what the pipeline must
   whose reason names the broken field;
 - ``dead``: a record that cannot be answered (undecodable, no usable id, another pipeline's, a join
   fragment that breaks the contract): a dead letter of it, naming the problem;
-- ``answer-or-dead``: a record written with a schema the reader does not know (an unknown
-  single-object fingerprint): a result, or a dead letter naming the schema, never silence.
+- ``skipped``: a control record that breaks the control topic's rules (``streams.control_rules``):
+  skipped by every worker, which keeps serving.
 
 Every case starts from a valid record; a mutated one has one field replaced by a value of the
 field's Avro type drawn with a bias to the edges (empty and huge strings and arrays, extreme longs
@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, Phase, given, seed as hseed, settings, strat
 
 import schemas
 from streams import codec, contract
+from streams.control_rules import InvalidControl, check as check_control, check_key
 
 LONG = (-(2**63), 2**63 - 1)
 INT = (-(2**31), 2**31 - 1)
@@ -41,7 +42,7 @@ class Case:
     key: bytes | None
     value: bytes | None
     request_id: str | None  # the id it is answered under (None: cannot be)
-    expect: str  # answer | error | dead | answer-or-dead
+    expect: str  # answer | error | dead | skipped
     field: str = ""  # the mutated field, or the framing mutation
     broken: tuple[str, ...] = ()  # the fields that break the contract (a deadline breaks with its creation)
 
@@ -66,6 +67,9 @@ def of_type(t: Any, named: dict[str, dict]) -> st.SearchStrategy:
         item = of_type(t["items"], named)
         return st.one_of(st.lists(item, max_size=4), st.integers(5, 64).flatmap(
             lambda n: item.map(lambda x: [x] * n if len(repr(x)) < 600 else [x] * 2)))
+    if isinstance(t, dict) and t.get("type") == "map":
+        return st.dictionaries(st.one_of(st.sampled_from(EDGE_STRINGS), st.text(st.characters(codec="utf-8"), max_size=12)),
+                               of_type(t["values"], named), max_size=4)
     if isinstance(t, dict) and t.get("type") == "enum":
         return st.sampled_from(t["symbols"])
     if isinstance(t, dict) and t.get("type") == "record":
@@ -137,7 +141,7 @@ def cases(record: str, topic: str, base: Callable[[str], dict], bounds: contract
         rid = f"{run}-{topic}-{i}"
         rec = base(rid)
         if name in FRAMINGS:
-            expect = "answer-or-dead" if name == "unknown-fingerprint" else "dead"
+            expect = "dead"
             data = frame(record, rec, name)
             out.append(Case(topic, b"" if data is None and key is None else key, data, rid, expect, name))
             continue
@@ -164,3 +168,28 @@ def fragment_record(pipeline: str, slo_ms: float) -> Callable[[str], dict]:
                 "deadline_ns": now + int(slo_ms * 1e6), "finished_ns": now, "content_type": "text/plain",
                 "output": b"fuzz", "hops": [], "accuracy": 1.0, "parts": 1, "fragment": "1", "path": []}
     return make
+
+
+def control_cases(pipeline: str, stage: str, base: dict, n: int, seed: int, spec=None) -> list[Case]:
+    """``n`` cases for the control topic: mutated ``StageConfig``s of ``stage`` that its rules refuse,
+    framing mutations and bad keys, and the unmutated ``base`` (the config in force) as valid traffic.
+    A mutation the rules accept is left out: a valid config legitimately changes what a stage runs."""
+    out = []
+    for (name, value), key in draw(st.tuples(mutation("StageConfig"), KEYS), n, seed):
+        rec = dict(base)
+        key = stage.encode() if key is None or name else key  # framing mutations keep their bad keys
+        if name in FRAMINGS:
+            data = frame("StageConfig", rec, name)
+            out.append(Case("control", key or b"", data, None, "skipped", name))
+            continue
+        if name:
+            rec[name] = value
+        data = codec.encode("StageConfig", rec)
+        try:
+            check_control("StageConfig", check_key(key), codec.decode("StageConfig", data), pipeline, spec)
+        except InvalidControl:
+            out.append(Case("control", key, data, None, "skipped", name))
+            continue
+        if not name:
+            out.append(Case("control", key, data, None, "applied", ""))
+    return out
