@@ -98,7 +98,8 @@ class JoinWorker:
             rid, now = frag["request_id"], time.time_ns()
             broken = contract.check("InferenceResult", frag, self.bounds, now)
             if broken:  # the rest of the request may still come, else the join times it out
-                await self._dead_letter(event, rid, f"request {contract.show(rid)}: {contract.describe(broken)}"[:2000])
+                named = rid if len(rid) <= contract.MAX_ID_CHARS else contract.show(rid)
+                await self._dead_letter(event, rid, f"request {named}: {contract.describe(broken)}"[:2000])
                 await self._ack_done([(m.tp, m.offset)])
                 return
             self.held.setdefault(rid, []).append((m.tp, m.offset))
