@@ -16,6 +16,11 @@ from typing import Mapping
 import numpy as np
 
 NS_PER_MS = 1_000_000
+FIT_DIGITS = 10  # significant digits kept of a latency curve's fitted coefficients
+
+
+def _rounded(coeffs) -> tuple[float, ...]:
+    return tuple(float(f"{c:.{FIT_DIGITS}g}") for c in coeffs)
 
 
 @dataclass(frozen=True)
@@ -27,19 +32,23 @@ class LatencyCurve:
     @classmethod
     def fit(cls, points_ms: Mapping[int, float]) -> "LatencyCurve":
         """Least-squares fit: quadratic when 3+ sizes are measured and the fit is non-decreasing over
-        the measured range, else linear (2+ sizes), else constant."""
+        the measured range, else linear (2+ sizes), else constant.
+
+        The coefficients are rounded to :data:`FIT_DIGITS` significant digits: the least-squares solve
+        runs in the machine's BLAS, whose kernels differ in the last bits from one CPU to another, and
+        a prediction must not depend on which kernel ran it."""
         if not points_ms:
             raise ValueError("a latency curve needs at least one measured batch size")
         pts = {int(b): float(v) for b, v in points_ms.items()}
         bs = np.array(sorted(pts), dtype=float)
         ls = np.array([pts[int(b)] for b in bs])
         if len(bs) >= 3:
-            c2, c1, c0 = np.polyfit(bs, ls, 2)
+            c2, c1, c0 = _rounded(np.polyfit(bs, ls, 2))
             grid = np.linspace(1, max(bs.max(), 1) * 2, 64)
             if c2 >= 0 and np.all(np.diff(c2 * grid**2 + c1 * grid + c0) >= -1e-9):
                 return cls(pts, (float(c2), float(c1), float(c0)), "quadratic")
         if len(bs) >= 2:
-            c1, c0 = np.polyfit(bs, ls, 1)
+            c1, c0 = _rounded(np.polyfit(bs, ls, 1))
             if c1 >= 0:
                 return cls(pts, (0.0, float(c1), float(c0)), "linear")
         return cls(pts, (0.0, 0.0, float(ls.max())), "constant")
