@@ -137,7 +137,8 @@ def cases(record: str, topic: str, base: Callable[[str], dict], bounds: contract
           seed: int) -> list[Case]:
     """``n`` cases for one topic: ``base(request_id)`` makes a valid record; about a fifth stay valid."""
     out = []
-    for i, ((name, value), key) in enumerate(draw(st.tuples(mutation(record), KEYS), n, seed)):
+    drawn = draw(st.tuples(mutation(record), KEYS), n, seed)  # first: drawing takes a while, and the
+    for i, ((name, value), key) in enumerate(drawn):  # records' times start when they are built
         rid = f"{run}-{topic}-{i}"
         rec = base(rid)
         if name in FRAMINGS:
