@@ -79,7 +79,12 @@ class JoinWorker:
         if self.txns is not None:
             await self.txns.open(assigned)
         since_ms = (time.time_ns() - self.joiner.remember_closed_ns) // 1_000_000
-        answered = await kclient.keys_since(self.kafka, topics.results(self.pipe.name), since_ms)
+        try:
+            answered = await kclient.keys_since(self.kafka, topics.results(self.pipe.name), since_ms)
+        except (LookupError, TimeoutError) as exc:  # no results topic yet, or it did not answer in time
+            log.error("cannot read the requests answered since %d ms back (%r): a fragment of one of them "
+                      "read again would open a second result", since_ms, exc)
+            return
         async with self.lock:
             self.joiner.remember([(k.decode(errors="replace"), ts * 1_000_000) for k, ts in answered if k])
         log.info("remembered %d request(s) answered since %d ms", len(answered), since_ms)
