@@ -21,6 +21,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from agents.worker import MAX_PAYLOAD_BYTES
 from streams import admin, contract, kafka as kclient, topics
 from streams.client import request_record
@@ -86,6 +88,7 @@ async def commit_stalls(kafka, pipe, timeout_s: float) -> dict:
         await asyncio.sleep(1.0)  # faust commits on its own timer: poll the broker
 
 
+@pytest.mark.timeout(300 + RECORDS // 10)  # drawing alone is about 15 ms a record for the three topics
 async def test_mutated_records_on_every_topic_are_answered_once_or_dead_lettered(kafka, unique, tmp_path):
     t0 = time.monotonic()
     path = unique_pipeline(FANOUT3, unique, tmp_path, slo_ms=SLO_MS)
