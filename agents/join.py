@@ -5,8 +5,10 @@ A request is complete when the shares of its distinct paths add up to 1; duplica
 redelivery) are recognised by path and ignored. A request still incomplete ``timeout`` after its
 deadline is closed as ``dropped`` with a reason naming the share that is missing. Shares adding up to
 more than 1 (fragments of two different fan-outs, e.g. across a variant switch) close the request as
-``error``. A closed request id is remembered for ``remember_closed_ns`` (60 s) after it closed, so a
-fragment of it that arrives late or again is ignored instead of opening a second result.
+``error``. A closed request id is remembered for ``remember_closed_ns`` (``REMEMBER_CLOSED_NS``, 15
+minutes) after it closed, so a fragment of it that arrives late or again is ignored instead of opening
+a second result; the join worker refills this memory from the results topic whenever it is assigned
+partitions (:meth:`Joiner.remember`), so a restart does not forget (docs/guarantees.md, "The join").
 
 Combined status: ``error`` if any part erred, else ``dropped`` if any part was dropped, else ``done``.
 The output is JSON: ``{"parts": [{"path": [...], "content_type": ..., "output": ...}]}`` (text
@@ -21,6 +23,7 @@ from fractions import Fraction
 from typing import Any, Mapping
 
 STATUS_ORDER = {"done": 0, "dropped": 1, "error": 2}
+REMEMBER_CLOSED_NS = 15 * 60 * 10**9
 
 
 @dataclass
@@ -33,7 +36,7 @@ class _Pending:
 class Joiner:
     timeout_ns: int
     worker: str = "join"
-    remember_closed_ns: int = 60_000_000_000
+    remember_closed_ns: int = REMEMBER_CLOSED_NS
     _pending: dict[str, _Pending] = field(default_factory=dict)
     _closed: dict[str, int] = field(default_factory=dict)  # request id -> when it closed
 
@@ -66,6 +69,14 @@ class Joiner:
                 f"join: fragments add up to {p.total} > 1 (paths {sorted(p.parts)}): parts of different "
                 f"fan-outs", res["reason"]) if x)
         return res
+
+    def remember(self, closed: list[tuple[str, int]]) -> None:
+        """Requests answered elsewhere or before a restart ((request id, when its result was written),
+        oldest first, as read back from the results topic): closed here too. Open ones are left alone."""
+        for rid, at_ns in closed:
+            if rid not in self._pending:
+                self._closed[rid] = max(at_ns, self._closed.get(rid, at_ns))
+        self._closed = dict(sorted(self._closed.items(), key=lambda kv: kv[1]))  # closing order, for expire
 
     def forget(self, request_ids) -> None:
         """Drop open requests without a result (their fragments' partitions moved to another join)."""

@@ -7,7 +7,10 @@ open request and a restarted join rebuilds its state from Kafka. When partitions
 commits what it finished and forgets the open requests of those partitions (fragments are keyed by
 request id, so a request lives on one partition), exactly as the stage worker does. A record that does
 not decode, or a fragment whose share is not a fraction, goes to the dead-letter topic with its
-request id logged; the join keeps running.
+request id logged; so does a fragment that breaks the data contract (``streams.contract``), with the
+fields it breaks; the join keeps running. Closed requests are remembered (``agents.join``), and that
+memory is refilled from the results topic on every assignment, so a fragment that comes late, or again
+after a restart, never opens a second result (docs/guarantees.md, "The join").
 
 With ``processing: exactly-once`` a result (or dead letter) is attached to the offset of the fragment
 that closed its request, and it commits in one transaction with the offset that passes that fragment
@@ -32,7 +35,7 @@ from agents.join import Joiner
 from agents.metrics import StageMetrics
 from agents.ready import serve_worker
 from agents.transactions import PartitionTransactions
-from streams import codec, kafka as kclient, topics
+from streams import codec, contract, kafka as kclient, topics
 from streams.app import AppSettings, make_app, rejoin_group
 from streams.config import KafkaSettings
 from streams.limits import MAX_ERROR_CHARS, Limits, RecordTooLarge, read_limits
@@ -58,10 +61,12 @@ class JoinWorker:
         self._acking: set[asyncio.Future] = set()  # exactly-once: transactions whose events to ack after
         self._uncommitted: dict[str, Any] = {}  # exactly-once: request id -> tp, result not committed yet
         self.limits = Limits()  # the broker default until read from the cluster (:meth:`start`)
+        self.bounds = contract.Bounds.of(pipe, JOIN, self.limits.of(topics.join(pipe.name)))  # streams.contract
 
     async def start(self) -> None:
-        self.limits = await read_limits(self.kafka, [topics.results(self.pipe.name),
+        self.limits = await read_limits(self.kafka, [topics.results(self.pipe.name), topics.join(self.pipe.name),
                                                      topics.dead_letters(self.pipe.name)])
+        self.bounds = contract.Bounds.of(self.pipe, JOIN, self.limits.of(topics.join(self.pipe.name)))
         if self.txns is None:
             self.producer = kclient.producer(self.kafka, max_request_size=self.limits.largest())
             await self.producer.start()
@@ -76,9 +81,21 @@ class JoinWorker:
             await asyncio.gather(*self._acking, return_exceptions=True)
 
     async def on_assigned(self, assigned: set) -> None:
-        """Before faust seeks the partitions: start their transactional producers (fencing)."""
+        """Before faust seeks the partitions: start their transactional producers (fencing), then
+        remember every request answered in the last ``remember_closed_ns`` (the results topic is the
+        join's memory of closed requests: a restart, or a partition that moves, forgets none)."""
         if self.txns is not None:
             await self.txns.open(assigned)
+        since_ms = (time.time_ns() - self.joiner.remember_closed_ns) // 1_000_000
+        try:
+            answered = await kclient.keys_since(self.kafka, topics.results(self.pipe.name), since_ms)
+        except (LookupError, TimeoutError) as exc:  # no results topic yet, or it did not answer in time
+            log.error("cannot read the requests answered since %d ms back (%r): a fragment of one of them "
+                      "read again would open a second result", since_ms, exc)
+            return
+        async with self.lock:
+            self.joiner.remember([(k.decode(errors="replace"), ts * 1_000_000) for k, ts in answered if k])
+        log.info("remembered %d request(s) answered since %d ms", len(answered), since_ms)
 
     async def on_event(self, event: Any) -> None:
         m = event.message
@@ -91,12 +108,18 @@ class JoinWorker:
                 await self._dead_letter(event, None, str(exc))
                 await self._ack_done([(m.tp, m.offset)])
                 return
-            rid = frag["request_id"]
+            rid, now = frag["request_id"], time.time_ns()
+            broken = contract.check("InferenceResult", frag, self.bounds, now)
+            if broken:  # the rest of the request may still come, else the join times it out
+                named = rid if len(rid) <= contract.MAX_ID_CHARS else contract.show(rid)
+                await self._dead_letter(event, rid, f"request {named}: {contract.describe(broken)}"[:2000])
+                await self._ack_done([(m.tp, m.offset)])
+                return
             self.held.setdefault(rid, []).append((m.tp, m.offset))
             self.metrics.lab(self.metrics.requests).inc()
             try:
-                res = self.joiner.add(frag, time.time_ns())
-            except ValueError as exc:  # a share that is not a fraction: the rest of the request may still come
+                res = self.joiner.add(frag, now)
+            except ValueError as exc:  # a share that is not a fraction (the contract says so first)
                 await self._dead_letter(event, rid, str(exc))
                 res = None
             if res is not None:

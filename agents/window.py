@@ -129,3 +129,14 @@ def batch_outputs(pipe: Pipeline, stage: str, variant: str, accuracy: float, bat
         except ValueError as exc:
             records.append([routing.ended(pipe, it.req, "error", str(exc), finished_ns, h)])
     return records
+
+
+def failed(pipe: Pipeline, stage: str, it: Item, reason: str, now_ns: int) -> list[routing.Out]:
+    """An item's answer when its processing failed: an error result, or, when even that cannot be
+    built from its request, a dead letter of its input record. Never raises."""
+    try:
+        return [routing.ended(pipe, it.req, "error", reason[:2000], now_ns)]
+    except Exception as exc:  # noqa: BLE001 - the last answer there is
+        m = it.record
+        return [routing.dead_letter(pipe, stage, m.value, m.topic, m.partition, m.offset,
+                                    f"{reason[:1000]}; no error result: {exc!r}"[:2000], now_ns)]

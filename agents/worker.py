@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from agents import routing
+from agents.admission import admit
 from agents.acks import AckTracker
 from agents.backlog import Backlog, out_bytes
 from agents.control import ActiveConfig, accept, defaults
@@ -38,10 +39,9 @@ from agents.instances import (ExecutorFactory, Fleet, Instance, RunPastDeadline,
                               run_bounded, run_deadline_s, warmup_curve)
 from agents.metrics import StageMetrics, observe_many
 from agents.transactions import PartitionTransactions
-from agents.window import Item, Take, WindowPlanner, batch_outputs, split_variants, sub_batch
+from agents.window import Item, Take, WindowPlanner, batch_outputs, failed, split_variants, sub_batch
 from streams.timeline import mark
-from streams import batching, codec, kafka as kclient, placement, topics
-from streams.codec import CodecError
+from streams import batching, codec, contract, kafka as kclient, placement, topics
 from streams.config import KafkaSettings
 from streams.executor import Executor
 from streams.heartbeat import Heartbeat
@@ -102,6 +102,7 @@ class StageWorker:
             kafka, topics.consumer_group(pipe.name, stage), pipe, stage, self._delivery_failed,
             linger_ms=WINDOW_LINGER_MS, max_batch_size=WINDOW_BATCH_BYTES) if kafka.exactly_once else None
         self.limits = Limits()  # the broker default until read from the cluster (:meth:`start`)
+        self.bounds = self._bounds()  # the data contract's (streams.contract), again once the limits are read
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -111,6 +112,7 @@ class StageWorker:
         self._set_instance_gauge()
         mark("model-loaded", instances=len(self.fleet.instances))
         self.limits = await read_limits(self.kafka, [t.name for t in topics.all_topics(self.pipe)])
+        self.bounds = self._bounds()
         if self.txns is None:
             self.producer = kclient.producer(self.kafka, linger_ms=WINDOW_LINGER_MS, max_batch_size=WINDOW_BATCH_BYTES,
                                              max_request_size=self.limits.largest())
@@ -119,6 +121,9 @@ class StageWorker:
         else:
             self.txns.limits, self.txns.overrides["max_request_size"] = self.limits, self.limits.largest()
         self.started.set()
+
+    def _bounds(self) -> contract.Bounds:
+        return contract.Bounds.of(self.pipe, self.stage, self.limits.of(topics.stage_input(self.pipe.name, self.stage)))
 
     def _delivery_failed(self, kind: str) -> None:
         self.metrics.lab(self.metrics.delivery_failures, outcome=kind).inc()
@@ -198,36 +203,26 @@ class StageWorker:
         return None if self.txns is not None else self.acks.committable({tp}).get(tp)
 
     def _read_intake(self) -> None:
-        """Decode every record read since the last call onto the window planner's queue; undecodable
-        or oversize ones, and requests for another pipeline, go to the dead-letter topic."""
+        """Admit every record read since the last call (``agents.admission``): valid requests onto the
+        window planner's queue; requests that break the contract answered with an error result;
+        undecodable or oversize records, and those that cannot be answered, to the dead-letter topic."""
         if not self._intake:
             return
         fetches, self._intake, self._intake_n = self._intake, [], 0
-        good: list[Item] = []
-        bad: list[tuple[Any, Any, str]] = []
-        decode = codec.codec("InferenceRequest").decode
-        name, limit = self.pipe.name, self.limits.of(topics.stage_input(self.pipe.name, self.stage))
-        for tp, records, received_ns in fetches:
+        for tp, records, _ in fetches:
             self.acks.read_many(tp, records)
-            for rec in records:
-                data = rec.value
-                try:
-                    if data is not None and len(data) > limit:
-                        raise CodecError(f"oversize record: {len(data)} bytes > {limit}, the input topic's "
-                                         f"max.message.bytes")
-                    req = decode(data)
-                    if req["pipeline"] != name:
-                        raise CodecError(f"request for pipeline {req['pipeline']!r} on {name!r}'s topic")
-                except CodecError as exc:
-                    bad.append((tp, rec, str(exc)))
-                    continue
-                good.append(Item(rec, req, received_ns, tp, rec.offset))
-        if good:
-            self.metrics.lab(self.metrics.requests).inc(len(good))
-            self.planner.add(good)
+        got = admit(self.pipe, fetches, self.bounds, time.time_ns())
+        if got.items:
+            self.metrics.lab(self.metrics.requests).inc(len(got.items))
+            self.planner.add(got.items)
             self.metrics.lab(self.metrics.queue_depth).set(len(self.planner))
-        if bad:
-            self._track(self._dead_letters(bad))
+        if got.refused:
+            log.warning("refused %d request(s): %s", len(got.refused),
+                        "; ".join(f"{it.req['request_id']}: {out.value['reason']}" for it, out in got.refused[:5]))
+            self.metrics.lab(self.metrics.results, status="error").inc(len(got.refused))
+            self._track(self._finish([it for it, _ in got.refused], [([out], it) for it, out in got.refused]))
+        if got.dead:
+            self._track(self._dead_letters(got.dead))
 
     async def _dead_letters(self, bad: list[tuple[Any, Any, str]]) -> None:
         entries = []
@@ -352,25 +347,36 @@ class StageWorker:
             log.error("window failed: %r", task.exception(), exc_info=task.exception())
 
     async def _window(self, inst: Instance, window: list[Item], s: batching.BatchSettings) -> None:
-        """Work one window off on ``inst``, free the instance, then produce its outputs and ack it. A
-        window that fails half-way still answers every item (an error result for those without
-        output), so the worker keeps acking and committing."""
-        answers: list[tuple[list[routing.Out], Item]] = []
+        """Work one window off on ``inst``, free the instance, then produce its outputs and ack it.
+        Every item is answered whatever fails (:meth:`answer`), so the worker keeps acking and committing."""
         try:
-            await self.work_off(inst, self.fleet.variants, window, s, answers)
-        except Exception as exc:  # a bug, not a model error (those are error results already)
-            answered = {id(it) for _, it in answers}
-            lost = [it for it in window if id(it) not in answered]
-            log.exception("window of %d failed; error results for %s", len(window),
-                          [it.req["request_id"] for it in lost])
-            now = time.time_ns()
-            answers += [([routing.ended(self.pipe, it.req, "error",
-                                        f"{self.stage}: internal error: {exc!r}"[:2000], now)], it)
-                        for it in lost]
+            answers = await self.answer(inst, window, s)
         finally:
             inst.release()
             self._wake.set()
         await self._finish(window, answers)
+
+    async def answer(self, inst: Instance, window: list[Item], s: batching.BatchSettings) -> list:
+        """(records, item) for every item of ``window``. A window that fails (a bug: model errors
+        and contract breaches are error results already) keeps what it answered; the rest are served
+        again one by one, so only the item that fails alone ends as an error (``agents.window.failed``)."""
+        answers: list[tuple[list[routing.Out], Item]] = []
+        try:
+            await self.work_off(inst, self.fleet.variants, window, s, answers)
+            return answers
+        except Exception:
+            log.exception("window of %d failed: serving its unanswered items one by one", len(window))
+        answered = {id(it) for _, it in answers}
+        for it in [it for it in window if id(it) not in answered]:
+            one: list = []
+            try:
+                await self.work_off(inst, self.fleet.variants, [it], s, one)
+            except Exception as exc:
+                log.exception("request %s failed alone: error result", it.req.get("request_id"))
+                one = one or [(failed(self.pipe, self.stage, it, f"{self.stage}: internal error: {exc!r}",
+                                      time.time_ns()), it)]
+            answers += one
+        return answers
 
     async def _finish(self, window: list[Item], answers: list[tuple[list[routing.Out], Item]]) -> None:
         """Produce a window's outputs together, await their delivery, then ack its input offsets
@@ -506,10 +512,26 @@ def check_all(ex: Executor, payloads: list[bytes]) -> list[str | None]:
 def check_and_run(ex: Executor, payloads: list[bytes]) -> tuple[list[str | None], list]:
     """On the model thread, in one hand-off: each payload's check (``check_all``), then the model on
     the payloads that passed; (the reasons, None for the good ones; the good ones' outputs, in order).
-    A model that returns a wrong number of outputs raises."""
+    When the model fails on the batch, each item runs alone and an item that fails alone gets a
+    reason; a single item that fails (or a model returning a wrong number of outputs) raises."""
     bad = check_all(ex, payloads)
-    good = [p for p, why in zip(payloads, bad) if why is None]
-    outs = ex.run(good) if good else []
-    if len(outs) != len(good):
-        raise RuntimeError(f"{getattr(ex, 'variant', 'model')} returned {len(outs)} outputs for {len(good)} inputs")
+    good = [i for i, why in enumerate(bad) if why is None]
+    try:
+        return bad, _run_checked(ex, [payloads[i] for i in good])
+    except Exception:
+        if len(good) < 2:
+            raise
+    outs = []  # the batch failed: each item alone, so only the one that fails alone is an error
+    for i in good:
+        try:
+            outs += _run_checked(ex, [payloads[i]])
+        except Exception as exc:
+            bad[i] = f"the model fails on this item alone: {type(exc).__name__}: {exc}"[:2000]
     return bad, outs
+
+
+def _run_checked(ex: Executor, payloads: list[bytes]) -> list:
+    outs = ex.run(payloads) if payloads else []
+    if len(outs) != len(payloads):
+        raise RuntimeError(f"{getattr(ex, 'variant', 'model')} returned {len(outs)} outputs for {len(payloads)} inputs")
+    return outs

@@ -106,6 +106,36 @@ def consumer(settings: KafkaSettings, *topics: str, group_id: str | None = None,
     return AIOKafkaConsumer(*topics, **settings.aiokafka_kwargs(), **kw)
 
 
+async def keys_since(settings: KafkaSettings, topic: str, since_ms: int, timeout_s: float = 60.0
+                     ) -> list[tuple[bytes | None, int]]:
+    """(key, timestamp ms) of every committed record of ``topic`` with a timestamp at or after
+    ``since_ms``, up to the end offsets (the last stable offsets) at the call; TimeoutError past
+    ``timeout_s``."""
+    import asyncio
+
+    cons = consumer(settings, group_id=None, enable_auto_commit=False)
+    await cons.start()
+    try:
+        tps = await topic_partitions(cons, topic)
+        cons.assign(tps)
+        ends = await cons.end_offsets(tps)
+        starts = await cons.offsets_for_times({tp: since_ms for tp in tps})
+        todo = {tp: ends[tp] for tp in tps if starts.get(tp) is not None and starts[tp].offset < ends[tp]}
+        for tp in todo:
+            cons.seek(tp, starts[tp].offset)
+        out: list[tuple[bytes | None, int]] = []
+        async with asyncio.timeout(timeout_s):
+            while todo:
+                for tp, recs in (await cons.getmany(*todo, timeout_ms=200)).items():
+                    out += [(r.key, r.timestamp) for r in recs if r.offset < todo.get(tp, 0)]
+                for tp in list(todo):
+                    if await cons.position(tp) >= todo[tp]:
+                        del todo[tp]
+        return out
+    finally:
+        await cons.stop()
+
+
 def headers_for(record: str) -> list[tuple[str, bytes]]:
     return [(SCHEMA_HEADER, record.encode())]
 

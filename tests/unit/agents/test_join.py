@@ -64,3 +64,22 @@ def test_a_reopened_request_joins_again_from_its_fragments_read_again():
     j.reopen(["r", "never-seen"])
     assert j.add(frag("r", "1/2", ["a:0/2"]), 2) is None and j.holds("r")
     assert j.add(frag("r", "1/2", ["a:1/2"]), 3)["status"] == "done"
+
+
+def test_requests_answered_before_a_restart_are_remembered_from_the_results_and_late_fragments_ignored():
+    j = Joiner(timeout_ns=T, remember_closed_ns=60 * T)  # a fresh join after a restart: no memory of its own
+    j.add(frag("open", "1/2", ["a:0/2"]), 0)
+    j.remember([("r", 3 * T), ("s", 1 * T), ("open", 2 * T)])  # read back from the results topic
+    assert j.add(frag("r", "1/2", ["a:1/2"]), 4 * T) is None and not j.holds("r")  # late: ignored
+    assert j.holds("open")  # still open here: its own result is not written yet
+    assert j.add(frag("open", "1/2", ["a:1/2"]), 5 * T)["status"] == "done"
+    assert j.expire(60 * T) == [] and j.add(frag("s", "1", []), 60 * T) is None  # within 60 s of its result
+    j.expire(64 * T)
+    assert j.add(frag("r", "1", []), 64 * T) is not None  # forgotten after remember_closed_ns: answered anew
+
+
+def test_the_default_memory_outlives_a_late_fragment_by_minutes():
+    j = Joiner(timeout_ns=T)
+    j.add(frag("r", "1", []), 0)
+    j.expire(10 * 60 * T)
+    assert j.add(frag("r", "1", []), 10 * 60 * T) is None

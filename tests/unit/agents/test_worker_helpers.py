@@ -38,3 +38,22 @@ def test_check_and_run_runs_the_model_once_on_the_items_that_pass():
 def test_check_and_run_refuses_a_wrong_number_of_outputs():
     with pytest.raises(RuntimeError, match="double returned 2 outputs for 1 inputs"):
         check_and_run(Doubler(extra=1), [b"ok"])
+
+
+class PoisonedModel(Doubler):
+    """Fails on any batch holding the poisoned payload (a bug in the model, not a refused input)."""
+
+    def run(self, payloads):
+        if b"ok-poison" in payloads:
+            raise ValueError("cannot digest this")
+        return super().run(payloads)
+
+
+def test_a_batch_the_model_fails_on_runs_again_item_by_item_and_only_the_offender_fails():
+    ex = PoisonedModel()
+    bad, outs = check_and_run(ex, [b"ok1", b"ok-poison", b"bad", b"ok2"])
+    assert bad[0] is None and bad[2] == "not ok" and bad[3] is None
+    assert "alone" in bad[1] and "cannot digest this" in bad[1]
+    assert outs == [b"ok1ok1", b"ok2ok2"]
+    with pytest.raises(ValueError, match="cannot digest"):  # alone in its batch: the model error as before
+        check_and_run(ex, [b"ok-poison"])
