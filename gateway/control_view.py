@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from streams import control_io, kafka as kclient, topics
+from streams import codec, control_io, kafka as kclient, topics
 from streams.config import KafkaSettings
 
 from gateway.shedding import planned_capacity_qps
@@ -48,11 +48,13 @@ class ControlView:
         while True:
             batch = await self._consumer.getmany(timeout_ms=1000)
             records = [r for rs in batch.values() for r in rs]
-            for cfg in control_io.control_records(records, "StageConfig"):
+            await codec.prefetch(r.value for r in records)  # registry ids looked up off the loop
+            for cfg in control_io.control_records(records, "StageConfig", self.pipeline):
                 old = self.configs.get(cfg["stage"])
-                if cfg["pipeline"] == self.pipeline and (old is None or cfg["epoch"] >= old["epoch"]):
+                if old is None or cfg["epoch"] >= old["epoch"]:  # epoch = offset (streams.control_io)
                     self.configs[cfg["stage"]] = cfg
-            newest = control_io.newest_handoff(control_io.control_records(records, "TunerHandoff"), self.pipeline)
+            newest = control_io.newest_handoff(control_io.control_records(records, "TunerHandoff", self.pipeline),
+                                               self.pipeline)
             if newest is not None and (self.handoff is None or newest["epoch"] >= self.handoff["epoch"]):
                 self.handoff = newest
 
