@@ -86,7 +86,7 @@ def up(r: LocalRegistry, timeout_s: float = 120.0, progress=print) -> int:
     """Build if needed, start (idempotent) and wait until ready; returns the PID."""
     pid = running_pid(r)
     if pid is None:
-        jar = build(r)
+        jar = build(r).resolve()  # absolute: the process runs in the state directory
         java = _need("java", "install a Java 17+ runtime (Debian: apt-get install openjdk-17-jre-headless)")
         r.state_dir.mkdir(parents=True, exist_ok=True)
         with open(r.log_file, "ab") as log:
