@@ -93,7 +93,8 @@ async def test_fanout_pipeline_delivers_every_request_once_with_hops_adding_up(k
         (raw[0]["request_id"],), (raw[-1]["request_id"],), (), ())
 
 
-async def publish_config(kafka, pipe, stage: str, **fields) -> None:
+async def publish_config(kafka, pipe, stage: str, **fields) -> int:
+    """Write a StageConfig; returns its offset, which is the epoch a worker applies it with."""
     d = pipe.stage(stage).defaults
     rec = {"pipeline": pipe.name, "stage": stage, "variant": d.variant, "hardware": d.hardware,
            "max_batch": d.max_batch, "batch_timeout_ms": d.batch_timeout_ms, "replicas": d.replicas,
@@ -102,7 +103,7 @@ async def publish_config(kafka, pipe, stage: str, **fields) -> None:
     prod = kclient.producer(kafka)
     await prod.start()
     try:
-        await (await kclient.send(prod, topics.control(pipe.name), "StageConfig", rec, key=stage))
+        return (await (await kclient.send(prod, topics.control(pipe.name), "StageConfig", rec, key=stage))).offset
     finally:
         await prod.stop()
 

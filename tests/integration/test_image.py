@@ -165,13 +165,13 @@ async def test_worker_containers_serve_requests_end_to_end(kafka, unique, tmp_pa
         for c in containers:
             await c.until("/readyz", lambda status, _: status == 200, 120)
         # 2 replicas asked; the container's cgroup allows one CPU, so its worker holds one instance
-        await publish_config(kafka, pipe, "score", epoch=1, replicas=2)
+        epoch = await publish_config(kafka, pipe, "score", replicas=2)  # its offset (streams.control_io)
         score = containers[1]
         async with PipelineClient(pipe, kafka) as client:
             reqs = [make_request(pipe, npy(x)) for x in features]
             await asyncio.gather(*[await client.send(r, wait=False) for r in reqs])
             results = [await client.result(r["request_id"], 60) for r in reqs]
-        body = await score.until("/metrics", lambda _, b: score.gauge(b, "slipstream_config_epoch") == 1, 30)
+        body = await score.until("/metrics", lambda _, b: score.gauge(b, "slipstream_config_epoch") == epoch, 30)
         assert score.gauge(body, "slipstream_instances") == 1.0, body[:3000]
     finally:
         for c in containers:

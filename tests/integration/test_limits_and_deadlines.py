@@ -90,7 +90,8 @@ async def test_oversize_input_is_dead_lettered_cut_and_an_oversize_output_become
 
 
 async def test_a_hung_model_run_gets_error_results_a_new_instance_and_a_failing_healthz(kafka, unique, tmp_path):
-    path = noop_pipeline(unique, tmp_path, slo_ms=100, hang_on="HANG", hang_s=600)  # run deadline: 5 s
+    # run deadline: 5 s; a request's deadline at most 10 x the SLO (streams.contract): 5 s
+    path = noop_pipeline(unique, tmp_path, slo_ms=500, hang_on="HANG", hang_s=600)
     pipe = load_pipeline(path)
     await admin.ensure_topics(kafka, topics.all_topics(pipe))
     workers = Workers(path, kafka.bootstrap)
@@ -98,11 +99,12 @@ async def test_a_hung_model_run_gets_error_results_a_new_instance_and_a_failing_
         (worker,) = workers.start("relay")
         assert healthz(worker) == (200, "ok\n")
         async with PipelineClient(pipe, kafka) as client:
-            before = await client.submit(b"before", slo_ms=60000)
+            before = await client.submit(b"before", slo_ms=5000)
             assert (await client.result(before, 60))["status"] == "done"
-            hung = await client.submit(b"HANG here", slo_ms=60000)
-            after = [await client.submit(f"after {i}".encode(), slo_ms=60000) for i in range(5)]
-            results = {r: await client.result(r, 60) for r in [hung, *after]}
+            hung = await client.submit(b"HANG here", slo_ms=5000)
+            results = {hung: await client.result(hung, 60)}  # at the run deadline: the instance replaced
+            after = [await client.submit(f"after {i}".encode(), slo_ms=5000) for i in range(5)]
+            results |= {r: await client.result(r, 60) for r in after}  # served by the new instance
         status, body = healthz(worker)
         ids = [before, hung, *after]
         await assert_exactly_once(kafka, pipe.name, ids)
