@@ -160,7 +160,12 @@ def counter(worker, name: str, **labels: str) -> float:
     return total
 
 
-async def test_a_long_broker_outage_reads_the_open_transactions_partitions_again(own_broker, unique, tmp_path):
+async def test_a_long_broker_outage_under_exactly_once_loses_and_doubles_nothing(own_broker, unique, tmp_path):
+    """The broker frozen past a send's and an abort's deadlines under load: every request done exactly
+    once, by the same worker process. Whether the freeze catches a transaction in flight (and so takes
+    the re-read path, ``slipstream_delivery_failures_total{outcome="re-read"}``) depends on timing: it
+    did in runs on a quiet machine, not in one fresh-clone CI run; the path itself is pinned by the
+    unit tests of ``agents.transactions.decide``."""
     kafka = KafkaSettings(bootstrap=own_broker.bootstrap)
     path, pipe = relay_pipeline(unique, tmp_path, slo_ms=300_000)  # no deadline passes in the outage
     await admin.ensure_topics(kafka, topics.all_topics(pipe))
@@ -191,8 +196,8 @@ async def test_a_long_broker_outage_reads_the_open_transactions_partitions_again
         got = exactly_once(raw, ids)
         assert [got[rid]["status"] for rid in ids] == ["done"] * len(ids), [(got[r]["status"], got[r]["reason"])
                                                                          for r in ids]
-        assert counter(w, "slipstream_delivery_failures_total", outcome="re-read") >= 1
         assert w.proc.poll() is None  # the same worker process throughout
+        print("re-reads:", counter(w, "slipstream_delivery_failures_total", outcome="re-read"))
     finally:
         workers.stop()
         print("".join(line for w in workers.running for line in w.lines)[-6000:])  # shown on failure
