@@ -133,6 +133,12 @@ def handoff_record(h: TunerHandoff, pipeline: str, epoch: int, at_ns: int = 0) -
                          for c in h.capacity.values() if math.isfinite(c.rate_qps) and c.window_qps]}
 
 
+def _finite(ms: float | None) -> float | None:
+    """A p99 the record can carry: an infeasible plan's is infinite (more than 1 % late), which the
+    control rules refuse (``streams.control_rules``), so it is written as unknown (null)."""
+    return ms if ms is not None and math.isfinite(ms) else None
+
+
 def stage_configs(pipeline: str, plan: Plan, problem: Problem, epoch: int) -> tuple[dict[str, Any], ...]:
     """One StageConfig record per stage (fields of schemas/StageConfig.avsc). A stage with several
     assignments is deployed as its primary one with the stage's total replicas plus ``routing``
@@ -148,7 +154,7 @@ def stage_configs(pipeline: str, plan: Plan, problem: Problem, epoch: int) -> tu
             "pipeline": pipeline, "stage": sp.stage, "variant": a.variant, "hardware": a.hardware,
             "max_batch": int(a.max_batch), "batch_timeout_ms": float(a.batch_timeout_ms),
             "replicas": int(sp.replicas), "partitions": int(sp.partitions), "epoch": int(epoch),
-            "planner_mode": plan.mode, "predicted_p99_ms": plan.predicted_p99_ms, "routing": routing,
+            "planner_mode": plan.mode, "predicted_p99_ms": _finite(plan.predicted_p99_ms), "routing": routing,
             "cost_per_hour": float(cost), "reason": f"planned for {plan.rate_qps:.1f} qps",
             "digests": {},  # no pins: profiles do not record a model digest
         })

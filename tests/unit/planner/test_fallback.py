@@ -10,10 +10,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from planner.capacity import capacity_qps
+from streams.control_rules import check
 from planner.metrics import PlannerMetrics
 from planner.modes import MODES, make_planner
 from planner.problem import parse_problem, poisson_trace
-from planner.service import Replanner, ReplanSettings, ReplanState
+from planner.service import Replanner, ReplanSettings, ReplanState, stage_configs
 
 LAT = {"resize": {"cpu-1": {"1": 4, "2": 7, "4": 13, "8": 25}, "cpu-2": {"1": 3, "2": 5, "4": 9, "8": 17}},
        "lite0": {"cpu-1": {"1": 15, "2": 27, "4": 52, "8": 100}, "cpu-2": {"1": 9, "2": 16, "4": 30, "8": 58}},
@@ -75,6 +76,9 @@ def test_the_planner_service_publishes_the_highest_capacity_plan_and_says_so(ove
     out, state = replanner.step(ReplanState(), arrivals, int(5.0 * 1e9))
     assert not out.plan.feasible and out.changed and state.epoch == 1
     assert [c["stage"] for c in out.configs] == ["resize", "classify"]
+    doomed = replace(out.plan, predicted_p99_ms=float("inf"))  # more than 1 % late: an infinite p99
+    for c in (*out.configs, *stage_configs("p", doomed, overloaded, 2)):  # the workers apply them:
+        check("StageConfig", c["stage"], c, "p")  # the control rules accept them
     registry = CollectorRegistry()
     PlannerMetrics("p", registry).observe(out)
     assert registry.get_sample_value("slipstream_planner_infeasible", {"pipeline": "p"}) == 1
