@@ -7,7 +7,7 @@ import logging
 import click
 
 # Each module in slipstream/commands/ exposes `commands: list[click.Command]`.
-COMMAND_MODULES = ("kafka", "worker", "pipeline", "bench", "tuner", "plan", "profile", "planner_service", "loadgen", "simulate", "demo", "calibrate", "chaos", "registry", "validate", "gateway")
+COMMAND_MODULES = ("kafka", "worker", "pipeline", "bench", "tuner", "plan", "profile", "planner_service", "loadgen", "simulate", "demo", "calibrate", "chaos", "registry", "validate", "gateway", "reproduce")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
