@@ -165,7 +165,8 @@ def plot(ws: Sequence[Window], rates: Mapping[str, np.ndarray], path: Path) -> P
         for mode in MODES:
             w = sorted((x for x in ws if x.load == load and x.mode == mode), key=lambda x: x.start_s)
             ax.step([x.start_s for x in w] + [w[-1].start_s + w[-1].seconds], [x.cost_per_hour for x in w] +
-                    [w[-1].cost_per_hour], where="post", label=f"{mode} (${total_cost(w):.4f})".replace("$", r"\$"))
+                    [w[-1].cost_per_hour], where="post", label=f"{mode} (${total_cost(w):.4f})".replace("$", r"\$"),
+                    **({"ls": "--", "lw": 2.2, "zorder": 3, "color": "black"} if mode == "model-less" else {}))
         ax.set_title(f"{load} load, SLO {SLO_MS:g} ms, accuracy >= ResNet50", fontsize="small")
         ax.set_ylabel(r"\$/hour")
         ax.set_yscale("log")
