@@ -40,7 +40,7 @@ SLO_MS = 150.0
 RATES = (20.0, 50.0, 100.0)
 CV2S = (1.0, 4.0)
 MODES = ("inferline", "milp", "cg-mean", "cg-peak")
-SECONDS = 15.0  # length of the planning sample and of the held-out trace
+SECONDS = 25.0  # length of the planning sample and of the held-out trace
 STEP_TRACE = "step:rates=60/100,at=60,transition=10,duration=120,cv2=1"  # 25 % sample = the quiet first 30 s
 PAPER_SAVING = 7.6  # Fig. 6: "up to a 7.6x reduction in cost" against CG-Peak
 
@@ -100,8 +100,10 @@ def max_saving(points: Sequence[Point], cv2: float, base: str = "cg-peak", mode:
 
 def sweep_rows(points: Sequence[Point]) -> list[Row]:
     rows = []
-    why = ("profiles: onnxruntime on one GPU barely gains from batching (resnet152 b8 = 4.4x b1), so "
-           "per-stage batching buys little and CG-Peak's unit is less wasteful than on InferLine's K80s")
+    why = ("profiles and scale: onnxruntime on one GPU gains 1.8x throughput from batching resnet152 "
+           "(b8 = 4.4x the b1 latency) and both stages need GPUs, so there is less imbalance and batching for "
+           "CG's whole-pipeline units to waste than in the paper's K80 pipelines at up to ~300 qps")
+    fit = "the planner fits its sample's p99 (a few requests); a held-out trace of the same statistics misses by a little"
     for cv2 in sorted({p.cv2 for p in points}):
         saving = max_saving(points, cv2)
         rows.append(Row("Fig. 6", f"max cost CG-Peak / InferLine planner, CV^2={cv2:g} (150 ms P99)",
@@ -109,7 +111,8 @@ def sweep_rows(points: Sequence[Point]) -> list[Row]:
         il = [p for p in points if p.cv2 == cv2 and p.mode == "inferline"]
         mean = [p for p in points if p.cv2 == cv2 and p.mode == "cg-mean"]
         rows.append(Row("Fig. 6", f"InferLine planner, worst held-out attainment, CV^2={cv2:g}",
-                        "meets the SLO (>= 99 %)", pct(min((p.attainment for p in il), default=math.nan))))
+                        "meets the SLO (>= 99 %)", pct(worst := min((p.attainment for p in il), default=math.nan)),
+                        "" if worst >= 0.99 else fit))
         rows.append(Row("Fig. 6", f"CG-Mean, worst held-out attainment, CV^2={cv2:g}",
                         "high miss rates", pct(min((p.attainment for p in mean), default=math.nan))))
         milp = max_saving(points, cv2, base="inferline", mode="milp")
