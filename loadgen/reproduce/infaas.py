@@ -130,8 +130,9 @@ def saving(ws: Sequence[Window], load: str, base: str, mode: str = "model-less")
 
 def rows(ws: Sequence[Window], floor: float) -> list[Row]:
     out = []
-    why = ("profiles: here a CPU serves ResNet50 at 0.17 $/h against 1.46 $/h for a pascal GPU that batches "
-           "poorly under onnxruntime; INFaaS's GPU variant was TensorRT batch-8 on a V100 at 3.06 $/h")
+    why = ("cost accounting: §6.2 priced by memory footprint (0.031 CPU vs 0.498 GPU per GB-s, 16x) with "
+           "a V100 TensorRT batch-8 variant; here list prices, one CPU at 0.17 $/h against one pascal GPU at "
+           "1.46 $/h (8.6x), and the onnxruntime GPU profile barely gains from batching")
     flat = saving(ws, "flat", "fixed-gpu-peak")
     out.append(Row("Fig. 6 (flat 4 QPS)", "cost fixed GPU variant (Clipper+_GPU) / model-less", f"{PAPER['flat']:g}x cheaper",
                    times(flat), note_if_apart(PAPER["flat"], flat, why)))
