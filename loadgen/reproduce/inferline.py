@@ -145,7 +145,7 @@ def plot_sweep(points: Sequence[Point], path: Path) -> Path:
     return save(fig, path)
 
 
-def tuner_runs(problem: Problem, out_dir: Path, progress: Callable[[str], None], trace: str = STEP_TRACE,
+def tuner_runs(problem: Problem, progress: Callable[[str], None], trace: str = STEP_TRACE,
                timeout_s: float = 300.0) -> dict[str, dict]:
     """``slipstream simulate --mode inferline`` on ``trace``, without and with the tuner: each run's
     summary (``summary.json`` of its report)."""
@@ -206,7 +206,7 @@ def run(data_dir: Path | None, out_dir: Path, progress: Callable[[str], None]) -
     points = cost_sweep(lambda sample: pipeline_problem(data_dir, sample), RATES, CV2S, progress=progress)
     result.rows += sweep_rows(points)
     result.plots.append(plot_sweep(points, out_dir / "inferline-fig6.png"))
-    runs = tuner_runs(pipeline_problem(data_dir, np.zeros(0)), out_dir, progress)
+    runs = tuner_runs(pipeline_problem(data_dir, np.zeros(0)), progress)
     result.rows += tuner_rows(runs)
     result.plots.append(plot_tuner(runs, out_dir / "inferline-fig11.png"))
     return result
