@@ -59,3 +59,15 @@ def test_problem_doc_reads_back_as_the_same_problem():
 def test_missing_data_is_skipped_not_raised(tmp_path: Path, data):
     result = inferline.run(None if data is None else tmp_path, tmp_path, lambda _: None)
     assert result.skipped and not result.rows
+
+
+def test_the_tuner_run_misses_less_than_the_planner_alone():
+    """Fig. 11's two `slipstream simulate` runs on the tiny pipeline: the rate doubles after the sample."""
+    runs = inferline.tuner_runs(two_stage(np.zeros(0)), lambda _: None,
+                                trace="step:rates=20/45,at=16,transition=2,duration=40,cv2=1", timeout_s=120)
+    plain, tuned = runs["planner only"], runs["planner + tuner"]
+    assert plain["attainment"] < 0.95  # the sample-sized plan cannot hold the doubled rate
+    assert tuned["attainment"] > plain["attainment"] + 0.05
+    assert tuned["cost_total_usd"] > plain["cost_total_usd"]  # the tuner paid for replicas
+    rows = inferline.tuner_rows(runs)
+    assert [r.figure for r in rows] == ["Fig. 11"] * 3
