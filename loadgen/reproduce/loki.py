@@ -21,7 +21,8 @@ as the paper counts them. Three parts:
    in ``epochs`` blocks, rescaled affinely so its quietest block is half the hardware-only capacity
    and its peak the accuracy-scaling capacity; each block is planned for its demand (Loki's EWMA
    assumed exact) and measured; violations, accuracy and servers per block;
-3. the SLO sweep (Fig. 8): accuracy and violations against the SLO at the day's peak demand.
+3. the SLO sweep (Fig. 8): accuracy and violations against the SLO at the day's peak demand and at
+   2.7x the hardware-only capacity (hardware only at the peak for reference).
 
 Data (read where they lie, in ``research-data/UMass-LIDS+Loki``): ``runtimes_all.csv`` (the authors'
 profiles on a GTX 1080 Ti, the paper's GPU; the ``90th_pct_runtime`` column, as
@@ -234,14 +235,16 @@ def run(data_dir: Path | None, out_dir: Path, progress: Callable[[str], None] = 
     progress(f"day of demand ({shape_name}): {s.epochs} blocks, {demand.min():g}-{demand.max():g} qps")
     day = day_run(exp, demand)
     peak = float(demand.max())
-    sweep = {m: [exp.point(m, peak, slo) for slo in s.slos] for m in MODES}
-    progress(f"SLO sweep at {peak:g} qps done; {len(exp.cache)} points planned and measured")
+    mid = at27.demand if at27 is not None else peak / 2
+    sweep = {f"{MODES[0]}, {d:g} qps": [exp.point(MODES[0], d, slo) for slo in s.slos] for d in (mid, peak)}
+    sweep[f"{MODES[1]}, {peak:g} qps"] = [exp.point(MODES[1], peak, slo) for slo in s.slos]
+    progress(f"SLO sweep at {mid:g} and {peak:g} qps done; {len(exp.cache)} points planned and measured")
 
     from loadgen.reproduce import loki_plots
 
     plots = [loki_plots.capacity(exp, cap, out_dir / "loki_capacity.png"),
              loki_plots.day(demand, day, shape_name, out_dir / "loki_day.png"),
-             loki_plots.slo(sweep, peak, out_dir / "loki_slo.png")]
+             loki_plots.slo(sweep, out_dir / "loki_slo.png")]
     rows = rows_for(s, cap, top, at27, exp.point(MODES[0], acc_cap), exp.point(MODES[1], max(hw_cap, s.step_qps)),
                     day, sweep, peak)
     return Reproduction("Loki", rows=rows, plots=plots)
@@ -253,8 +256,8 @@ def rows_for(s: Settings, cap: Mapping[str, float], top: float, at27: Point | No
     ratio = acc_cap / hw_cap if hw_cap else math.inf
     v_hw, v_acc = violation_ratio(day[MODES[1]]), violation_ratio(day[MODES[0]])
     quiet = min(day[MODES[0]], key=lambda p: p.demand)
-    served = [p.slo_ms for p in sweep[MODES[0]] if p.feasible]
-    acc_at = {p.slo_ms: p.accuracy for p in sweep[MODES[0]]}
+    at_peak, at_mid = sweep[f"{MODES[0]}, {peak:g} qps"], next(iter(sweep.values()))
+    served = [p.slo_ms for p in at_peak if p.feasible]
     rows = [
         Row("Fig. 1, abstract", f"effective capacity, accuracy scaling / hardware only ({s.servers} servers, "
             f"SLO {s.slo_ms:g} ms)", "> 2.7x (Fig. 1: 1765 vs 560 qps; Fig. 5: 2.5x)",
@@ -279,8 +282,10 @@ def rows_for(s: Settings, cap: Mapping[str, float], top: float, at27: Point | No
             "< 200 ms: not servable at all", f"{min(served):g} ms" if served else f"none of {list(s.slos)}",
             "the 1080 Ti profile's batch-1 latencies sum to 12 ms (yolov5n + b0); the paper's floor "
             "includes its prototype's transfer and swap overheads"),
-        Row("Fig. 8", "accuracy vs SLO at the peak demand", "sharp gains over the first 50 ms, then "
-            "diminishing", ", ".join(f"{slo:g} ms: {a:.3f}" for slo, a in acc_at.items())),
+        Row("Fig. 8", f"accuracy vs SLO at {at_mid[0].demand:g} qps", "sharp gains over the first 50 ms, "
+            "then diminishing", ", ".join(f"{p.slo_ms:g} ms: {p.accuracy:.3f}" for p in at_mid)),
+        Row("Fig. 8", f"accuracy vs SLO at the peak demand {peak:g} qps", "(same)",
+            ", ".join(f"{p.slo_ms:g} ms: {p.accuracy:.3f}" for p in at_peak)),
     ]
     return rows
 
