@@ -67,6 +67,7 @@ class Run:
     cost_usd: float
     cost_per_hour: float  # mean over the run
     accuracy: float  # request-weighted expected pipeline accuracy
+    normalised: float  # IPA's axis: per stage the variant's accuracy rank scaled to 0..1, summed; request-weighted
     attainment: float
     requests: int
     variants: tuple[str, ...]  # the variant pairs planned, in order of first use
@@ -89,10 +90,28 @@ def extremes(problem: Problem) -> dict[str, dict[str, str]]:
             "fixed heaviest": {s.name: max(s.variants, key=lambda v: v.accuracy).name for s in problem.stages}}
 
 
+def ranks(problem: Problem) -> dict[tuple[str, str], float]:
+    """IPA's normalised accuracy per (stage, variant): its accuracy rank in the stage, 0 (least
+    accurate) to 1 (most accurate), evenly spaced."""
+    out = {}
+    for st in problem.stages:
+        order = sorted(st.variants, key=lambda v: v.accuracy)
+        for i, v in enumerate(order):
+            out[(st.name, v.name)] = i / (len(order) - 1) if len(order) > 1 else 1.0
+    return out
+
+
+def normalised(plan, rank: Mapping[tuple[str, str], float]) -> float:
+    return sum(sum(a.weight * rank[(sp.stage, a.variant)] for a in sp.assignments) /
+               (sum(a.weight for a in sp.assignments) or 1.0) for sp in plan.stages)
+
+
 def run_policy(base: Problem, label: str, arrivals_s: np.ndarray, settings: Settings,
-               weight: float | None = None) -> Run:
-    """Replan every epoch with the milp mode on ``base`` and replay each epoch through its plan."""
+               weight: float | None = None, rank: Mapping[tuple[str, str], float] | None = None) -> Run:
+    """Replan every epoch with the milp mode on ``base`` and replay each epoch through its plan;
+    ``rank``: the normalised accuracies of the full problem (default: ``base``'s)."""
     s = settings
+    rank = ranks(base) if rank is None else rank
     problem = base if not weight else replace(base, objective="accuracy", accuracy_weight=weight)
     replanner = Replanner(problem, label, ReplanSettings(
         mode="milp", time_limit_s=s.time_limit_s, sample_s=s.warm_s, refit_min_batches=0,
@@ -100,7 +119,7 @@ def run_policy(base: Problem, label: str, arrivals_s: np.ndarray, settings: Sett
     state = ReplanState()
     arr = np.sort(np.asarray(arrivals_s, dtype=float))
     end = float(arr[-1]) if arr.size else 0.0
-    cost = met = acc = 0.0
+    cost = met = acc = norm = 0.0
     n = 0
     used: list[str] = []
     starts = np.arange(s.warm_s, end, s.epoch_s)
@@ -117,10 +136,11 @@ def run_policy(base: Problem, label: str, arrivals_s: np.ndarray, settings: Sett
             res = simulate(out.problem, plan, seg, seed=s.seed)
             met += res.attainment * seg.size
             acc += plan.accuracy * seg.size
+            norm += normalised(plan, rank) * seg.size
             n += seg.size
     hours = max(end - s.warm_s, 1e-9) / 3600.0
-    return Run(label, weight, cost, cost / hours, acc / n if n else math.nan, met / n if n else math.nan, n,
-               tuple(used))
+    return Run(label, weight, cost, cost / hours, acc / n if n else math.nan, norm / n if n else math.nan,
+               met / n if n else math.nan, n, tuple(used))
 
 
 def trade_off(base: Problem, arrivals_s: np.ndarray, settings: Settings,
@@ -132,7 +152,7 @@ def trade_off(base: Problem, arrivals_s: np.ndarray, settings: Settings,
         progress(_line(ipa[-1]))
     fixed = []
     for label, keep in extremes(base).items():
-        fixed.append(run_policy(restrict(base, keep), label, arrivals_s, settings))
+        fixed.append(run_policy(restrict(base, keep), label, arrivals_s, settings, rank=ranks(base)))
         progress(_line(fixed[-1]))
     return ipa, fixed
 
@@ -143,7 +163,8 @@ def dominated(fixed: Run, frontier: Sequence[Run], tol: float = 1e-6) -> bool:
 
 
 def _line(r: Run) -> str:
-    return (f"{r.label}: ${r.cost_usd:.4f} ({r.cost_per_hour:.2f} $/h), accuracy {r.accuracy:.4f}, "
+    return (f"{r.label}: ${r.cost_usd:.4f} ({r.cost_per_hour:.2f} $/h), accuracy {r.accuracy:.4f} "
+            f"(normalised {r.normalised:.2f}), "
             f"SLO met {100 * r.attainment:.2f} %, {', '.join(r.variants)}")
 
 
@@ -215,9 +236,10 @@ def rows_for(ipa: Sequence[Run], fixed: Sequence[Run]) -> list[Row]:
     return [
         Row("abstract", "accuracy gain over fixed lightest (FA2-low) at <= 5 % more cost",
             "up to 35 % (normalised accuracy), < 5 % cost",
-            "-" if best is None else f"{100 * (best.accuracy / low.accuracy - 1):+.1f} % at "
+            "-" if best is None else f"{100 * (best.accuracy / low.accuracy - 1):+.1f} % (mAP x top-1; "
+            f"normalised {low.normalised:.2f} -> {best.normalised:.2f}) at "
             f"{100 * (best.cost_usd / low.cost_usd - 1):+.1f} % cost ({best.label})",
-            "accuracy is the product of mAP and top-1 here, IPA's a sum of per-stage ranks"),
+            "the lightest pair is 0 on the normalised axis, so a relative gain has no base there"),
         Row("Fig. 8", "fixed heaviest (FA2-high) vs the most accurate IPA run: cost ratio, accuracy",
             "FA2-high costs more, is more accurate on average",
             f"{high.cost_usd / top.cost_usd:.2f}x; {high.accuracy:.3f} vs {top.accuracy:.3f} ({top.label})"),
@@ -228,7 +250,10 @@ def rows_for(ipa: Sequence[Run], fixed: Sequence[Run]) -> list[Row]:
         Row("Fig. 14", "accuracy-prioritised vs cost-prioritised (largest vs smallest weight)",
             "NLP: 100 cores, acc. 2.5 vs 46 cores, acc. 1 (2.2x cost)",
             f"{top.cost_per_hour:.2f} vs {cheapest.cost_per_hour:.2f} $/h ({top.cost_usd / cheapest.cost_usd:.1f}x), "
-            f"accuracy {top.accuracy:.3f} vs {cheapest.accuracy:.3f}"),
+            f"normalised accuracy {top.normalised:.2f} vs {cheapest.normalised:.2f} (of 2; mAP x top-1 "
+            f"{top.accuracy:.3f} vs {cheapest.accuracy:.3f})",
+            "" if top.cost_usd / cheapest.cost_usd <= 4.4 else "CPU-only video pipeline over a bursty slice: "
+            "the heaviest pair needs ~6x the replicas of the lightest at the same rate"),
         Row("Figs. 8, 14", "fixed-variant runs beaten by an IPA run (as accurate, no dearer)",
             "IPA dominates FA2-low/-high on the trade-off",
             ", ".join(f"{r.label}: {'yes' if dominated(r, ipa) else 'no'}" for r in fixed)),

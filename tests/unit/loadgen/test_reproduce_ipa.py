@@ -45,7 +45,15 @@ def test_the_frontier_is_monotone_in_the_accuracy_weight(runs):
     for a, b in zip(frontier, frontier[1:]):
         assert b.accuracy >= a.accuracy - TOL and b.cost_usd >= a.cost_usd - TOL
     assert frontier[-1].accuracy > frontier[0].accuracy  # the weight buys accuracy at all
+    assert frontier[0].normalised < frontier[-1].normalised <= 2.0 + TOL
     assert all(r.requests == frontier[0].requests > 0 for r in frontier)
+
+
+def test_normalised_accuracy_is_the_rank_in_the_stage_summed(runs):
+    rank = ipa.ranks(tiny_pipeline())
+    assert rank[("detect", "light")] == 0.0 and rank[("detect", "mid")] == 0.5 and rank[("classify", "heavy")] == 1.0
+    _, (low, high) = runs
+    assert math.isclose(low.normalised, 0.0, abs_tol=TOL) and math.isclose(high.normalised, 2.0)
 
 
 def test_no_fixed_variant_beats_the_milp_at_equal_accuracy(runs):
@@ -61,7 +69,7 @@ def test_no_fixed_variant_beats_the_milp_at_equal_accuracy(runs):
 
 def test_dominated_needs_both_accuracy_and_cost():
     def run(acc, cost):
-        return ipa.Run("r", None, cost, cost, acc, 1.0, 1, ())
+        return ipa.Run("r", None, cost, cost, acc, 0.0, 1.0, 1, ())
     assert ipa.dominated(run(0.5, 1.0), [run(0.5, 1.0)])
     assert not ipa.dominated(run(0.5, 1.0), [run(0.49, 0.5), run(0.6, 1.1)])
 
