@@ -125,7 +125,7 @@ def run_policy(base: Problem, label: str, arrivals_s: np.ndarray, settings: Sett
     starts = np.arange(s.warm_s, end, s.epoch_s)
     for t in starts:
         out, state = replanner.step(state, arr[arr < t], int(t * 1e9))
-        plan = out.plan
+        plan = state.plan  # what is served: an infeasible re-plan may leave the plan in place
         seg = arr[(arr >= t) & (arr < t + s.epoch_s)] - t
         span = min(s.epoch_s, end - t)
         cost += plan.cost_per_hour * span / 3600.0
