@@ -27,14 +27,12 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from loadgen.reproduce import Reproduction, Row
+from loadgen.reproduce import PROFILES, TWITTER, Reproduction, Row, missing
 from loadgen.reproduce.paper_vs_ours import note_if_apart, pct, times
 from loadgen.workloads import poisson_arrivals
 from planner.estimator import simulate
 from planner.problem import Problem, peak_rate
 
-PROFILES = "UMass-LIDS+Loki/aggregate_profiled.csv"
-TWITTER = "reconfigurable-ml-pipeline+ipa/twitter_workload_per_second.tbz2"
 FAMILY = ("resnet18_v1", "resnet34_v1", "resnet50_v1", "resnet101_v1", "resnet152_v1")
 FIXED = "resnet50_v1"
 SLO_MS = 300.0
@@ -181,8 +179,9 @@ def plot(ws: Sequence[Window], rates: Mapping[str, np.ndarray], path: Path) -> P
 
 
 def run(data_dir: Path | None, out_dir: Path, progress: Callable[[str], None]) -> Reproduction:
-    if data_dir is None or not (data_dir / PROFILES).exists() or not (data_dir / TWITTER).exists():
-        return Reproduction("INFaaS", skipped=f"{PROFILES} or {TWITTER} is not in {data_dir}")
+    why = missing(data_dir, PROFILES, TWITTER)
+    if why:
+        return Reproduction("INFaaS", skipped=why)
     from loadgen.traces import load_trace
     from loadgen.workloads import rate_series
 

@@ -28,13 +28,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from loadgen.reproduce import Reproduction, Row
+from loadgen.reproduce import PROFILES, Reproduction, Row, missing
 from loadgen.reproduce.paper_vs_ours import note_if_apart, pct, problem_doc, times
 from loadgen.workloads import gamma_arrivals
 from planner.estimator import simulate
 from planner.problem import EdgeOption, Problem
 
-PROFILES = "UMass-LIDS+Loki/aggregate_profiled.csv"
 PIPELINE = (("detect", "yolov5s"), ("classify", "resnet152_v1"))
 SLO_MS = 150.0
 RATES = (20.0, 50.0, 100.0)
@@ -200,8 +199,9 @@ def plot_tuner(runs: dict[str, dict], path: Path) -> Path:
 
 
 def run(data_dir: Path | None, out_dir: Path, progress: Callable[[str], None]) -> Reproduction:
-    if data_dir is None or not (data_dir / PROFILES).exists():
-        return Reproduction("InferLine", skipped=f"the published profiles ({PROFILES}) are not in {data_dir}")
+    why = missing(data_dir, PROFILES)
+    if why:
+        return Reproduction("InferLine", skipped=why)
     result = Reproduction("InferLine")
     points = cost_sweep(lambda sample: pipeline_problem(data_dir, sample), RATES, CV2S, progress=progress)
     result.rows += sweep_rows(points)
