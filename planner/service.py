@@ -198,7 +198,7 @@ class Replanner:
         problem = replace(self.base, rate_qps=rate, arrivals_s=sample)
         planner = make_planner(s.mode, solver=s.solver, time_limit_s=s.time_limit_s,
                                validate=s.validate and sample.size > 0)
-        plan = planner.plan(problem)  # infeasible: the highest-capacity plan, deployed all the same
+        plan = planner.plan(problem)  # infeasible: the highest-capacity plan (fallback.replaces decides)
         if not plan.stages:
             out = ReplanOutput(plan, False, rate, (), None, problem)
             return out, replace(state, last_step_ns=now_ns)
@@ -208,7 +208,7 @@ class Replanner:
                         "that plan stays, the tuner scales beyond it", rate)
         changed = state.plan is None or served.key() != state.plan.key()
         epoch = next_epoch(state.epoch) if changed else state.epoch
-        configs = stage_configs(self.pipeline, plan, problem, epoch) if changed else ()
+        configs = stage_configs(self.pipeline, served, problem, epoch) if changed else ()
         out = ReplanOutput(plan, changed, rate, configs, handoff(problem, served, self.envelope), problem)
         new_state = ReplanState(epoch, served, now_ns)
         return out, new_state
