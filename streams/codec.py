@@ -14,8 +14,10 @@ Kafka tooling expects them: ``00``, the 4-byte big-endian schema id of the write
 the subject ``<topic>-value`` (``streams.schema_registry``), then the same Avro body. Readers take both
 framings whatever the switch says; a Confluent record needs the registry to read (its writer schema is
 fetched by id, then cached, failures too for ``SchemaRegistry.negative_ttl_s``). Async readers call
-:func:`prefetch` on what they fetched before decoding it, so the look-up runs in a thread with a
-bounded timeout, never on the event loop.
+:func:`prefetch` on what they fetched before decoding it (or :func:`decode_fetched`), so the look-up
+runs in a thread with a bounded timeout, never on the event loop: decoding on an event loop never
+calls the registry, and a record whose id was not prefetched is refused (:class:`CodecError`, so a
+dead letter or a skipped record naming it) instead of stalling the loop.
 
 Decoding is strict: a missing header, an unknown record type, a truncated body or trailing bytes raise
 :class:`CodecError` naming the problem; nothing half-read is returned.
@@ -147,6 +149,10 @@ class RecordCodec:
                              f"schema registry (SLIPSTREAM_SCHEMA_REGISTRY_URL)")
         writer = _BY_ID.get((self.record, schema_id))
         if writer is None:
+            if not _REGISTRY.cached(schema_id) and _on_event_loop():
+                raise CodecError(f"{self.record}: writer schema id {schema_id} not looked up: on the event loop "
+                                 f"a record is read only with schemas prefetched off it (streams.codec.prefetch), "
+                                 f"never with a blocking registry call")
             try:
                 registered = _REGISTRY.schema(schema_id)  # cached, failures too; prefetch() fetched it
             except RegistryError as exc:
@@ -154,6 +160,15 @@ class RecordCodec:
             writer = _BY_ID[(self.record, schema_id)] = self.known_writers.get(
                 schema_fingerprint(registered), registered)
         return writer
+
+
+def _on_event_loop() -> bool:
+    """Whether this thread runs an asyncio event loop (a blocking call here would stall it)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 _CODECS: dict[str, RecordCodec] = {}
@@ -202,6 +217,12 @@ def encode(record: str, value: Mapping[str, Any], topic: str | None = None) -> b
 
 
 def decode(record: str, data: bytes | None) -> dict[str, Any]:
+    return codec(record).decode(data)
+
+
+async def decode_fetched(record: str, data: bytes | None) -> dict[str, Any]:
+    """:func:`decode` for a coroutine: the writer schema prefetched off the event loop first."""
+    await prefetch([data])
     return codec(record).decode(data)
 
 
