@@ -89,3 +89,15 @@ async def test_prefetch_makes_one_bounded_look_up_off_the_loop_and_caches_its_fa
     with pytest.raises(CodecError, match="writer schema id 4244: schema registry GET"):
         await codec.decode_fetched("InferenceRequest", data)  # the cached failure, no second call
     assert len(silent.conns) == 1
+
+
+async def test_encoding_on_the_event_loop_never_registers_inline_and_preregister_runs_in_a_thread(silent):
+    pipe = load_pipeline(FANOUT3)
+    value = request(pipe, "r-2")
+    with pytest.raises(CodecError, match="not registered yet"):
+        codec.encode("InferenceRequest", value, "t-in")
+    assert not silent.connected.is_set()  # the registry was never called on the loop
+    await codec.preregister([("InferenceRequest", "t-in")])  # the silent registry: ends at the timeout
+    assert silent.connected.is_set()
+    with pytest.raises(CodecError, match="not registered yet"):  # still refused, never blocking
+        codec.encode("InferenceRequest", value, "t-in")
