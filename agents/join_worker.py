@@ -210,7 +210,9 @@ def fit_result(limits: Limits, topic: str, res: dict) -> dict:
     """``res``, or, when it would not fit ``topic`` (``streams.limits``), an error result for its
     request naming its size and the topic's limit."""
     try:
-        limits.check(topic, res["request_id"].encode(), codec.encode("InferenceResult", res, topic),
+        # single-object framing: its header is the longer, so the size is an upper bound whatever the
+        # registry setting, and no registry is asked here
+        limits.check(topic, res["request_id"].encode(), codec.encode("InferenceResult", res),
                      kclient.headers_for("InferenceResult"))
         return res
     except RecordTooLarge as exc:

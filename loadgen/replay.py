@@ -197,6 +197,7 @@ async def _read_results(consumer, collector: Collector, stop: asyncio.Event) -> 
         # small fetches, yielding between them: decoding a large batch in one go would hold the
         # event loop and delay the sender (it shows as send lag)
         batches = await consumer.getmany(timeout_ms=200, max_records=READ_CHUNK)
+        await codec.prefetch(r.value for records in batches.values() for r in records)  # off the loop
         for records in batches.values():
             for rec in records:
                 try:
@@ -212,6 +213,7 @@ async def _read_control(consumer, out: list[tuple[int, Mapping[str, Any]]], stop
     invalid ones logged and skipped) and ScalingActions of the scaling topic, with their timestamps."""
     while not stop.is_set():
         batches = await consumer.getmany(timeout_ms=200)
+        await codec.prefetch(r.value for records in batches.values() for r in records)  # off the loop
         for records in batches.values():
             for rec in records:
                 if rec.topic == control_topic:

@@ -61,7 +61,7 @@ class MeasuredLatency:
         try:
             async for msg in cons:
                 try:
-                    self.add(codec.decode("InferenceResult", msg.value))
+                    self.add(await codec.decode_fetched("InferenceResult", msg.value))
                 except codec.CodecError:
                     continue
         finally:

@@ -166,6 +166,7 @@ async def read_results(settings: KafkaSettings, topic: str, since: dict[int, int
 
         while await behind() or time.monotonic() - quiet_since < idle_s:
             batch = await cons.getmany(timeout_ms=300)
+            await codec.prefetch(m.value for records in batch.values() for m in records)  # off the loop
             for records in batch.values():
                 quiet_since = time.monotonic()
                 for m in records:

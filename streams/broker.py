@@ -54,6 +54,7 @@ class LocalBroker:
     replication: int = 1  # of the internal topics (offsets, transactions) and the broker default
     min_isr: int = 1
     build_dir: Path = DEFAULT_STATE_DIR / "build" / "kafka"  # the jars' Maven build
+    advertised_port: int | None = None  # the port clients are sent to (a proxy in front); None: port
 
     @property
     def bootstrap(self) -> str:
@@ -166,6 +167,7 @@ def render_config(b: LocalBroker) -> str:
     """deploy/kafka/server.properties with this node's placeholders filled."""
     text = (KAFKA_DEPLOY / "server.properties").read_text()
     for key, value in {"DATA_DIR": b.state_dir / "data", "PORT": b.port, "CONTROLLER_PORT": b.controller_port,
+                       "ADVERTISED_PORT": b.advertised_port or b.port,
                        "NODE_ID": b.node_id, "VOTERS": b.quorum_voters, "RF": b.replication,
                        "MIN_ISR": b.min_isr}.items():
         text = text.replace(f"@{key}@", str(value))

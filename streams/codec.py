@@ -14,8 +14,12 @@ Kafka tooling expects them: ``00``, the 4-byte big-endian schema id of the write
 the subject ``<topic>-value`` (``streams.schema_registry``), then the same Avro body. Readers take both
 framings whatever the switch says; a Confluent record needs the registry to read (its writer schema is
 fetched by id, then cached, failures too for ``SchemaRegistry.negative_ttl_s``). Async readers call
-:func:`prefetch` on what they fetched before decoding it, so the look-up runs in a thread with a
-bounded timeout, never on the event loop.
+:func:`prefetch` on what they fetched before decoding it (or :func:`decode_fetched`), so the look-up
+runs in a thread with a bounded timeout, never on the event loop: decoding on an event loop never
+calls the registry, and a record whose id was not prefetched is refused (:class:`CodecError`, so a
+dead letter or a skipped record naming it) instead of stalling the loop. Writers the same:
+``streams.kafka`` registers a topic's schema with :func:`preregister` (in a thread) before encoding,
+and :func:`encode` on an event loop refuses a schema not registered yet instead of calling.
 
 Decoding is strict: a missing header, an unknown record type, a truncated body or trailing bytes raise
 :class:`CodecError` naming the problem; nothing half-read is returned.
@@ -147,6 +151,10 @@ class RecordCodec:
                              f"schema registry (SLIPSTREAM_SCHEMA_REGISTRY_URL)")
         writer = _BY_ID.get((self.record, schema_id))
         if writer is None:
+            if not _REGISTRY.cached(schema_id) and _on_event_loop():
+                raise CodecError(f"{self.record}: writer schema id {schema_id} not looked up: on the event loop "
+                                 f"a record is read only with schemas prefetched off it (streams.codec.prefetch), "
+                                 f"never with a blocking registry call")
             try:
                 registered = _REGISTRY.schema(schema_id)  # cached, failures too; prefetch() fetched it
             except RegistryError as exc:
@@ -154,6 +162,15 @@ class RecordCodec:
             writer = _BY_ID[(self.record, schema_id)] = self.known_writers.get(
                 schema_fingerprint(registered), registered)
         return writer
+
+
+def _on_event_loop() -> bool:
+    """Whether this thread runs an asyncio event loop (a blocking call here would stall it)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 _CODECS: dict[str, RecordCodec] = {}
@@ -194,6 +211,10 @@ def encode(record: str, value: Mapping[str, Any], topic: str | None = None) -> b
     c = codec(record)
     if _REGISTRY is None or topic is None:
         return c.encode(value)
+    if not _REGISTRY.registered(f"{topic}-value", schema_json(record)) and _on_event_loop():
+        raise CodecError(f"cannot encode {record} for {topic}: its schema is not registered yet: on the event "
+                         f"loop a record is written only with a schema registered off it (streams.codec."
+                         f"preregister), never with a blocking registry call")
     try:
         schema_id = _REGISTRY.register(f"{topic}-value", schema_json(record))
     except RegistryError as exc:
@@ -203,6 +224,26 @@ def encode(record: str, value: Mapping[str, Any], topic: str | None = None) -> b
 
 def decode(record: str, data: bytes | None) -> dict[str, Any]:
     return codec(record).decode(data)
+
+
+async def decode_fetched(record: str, data: bytes | None) -> dict[str, Any]:
+    """:func:`decode` for a coroutine: the writer schema prefetched off the event loop first."""
+    await prefetch([data])
+    return codec(record).decode(data)
+
+
+async def preregister(pairs: Iterable[tuple[str, str]]) -> None:
+    """Register, off the event loop, the schemas of the (record, topic) pairs the registry client has
+    no id for yet (one thread call each, bounded by the client's timeout; a failure shows when
+    :func:`encode` is called). Nothing to do without a registry."""
+    registry = _REGISTRY
+    if registry is None:
+        return
+    missing = {(f"{t}-value", schema_json(r)) for r, t in pairs
+               if not registry.registered(f"{t}-value", schema_json(r))}
+    if missing:
+        await asyncio.gather(*(asyncio.to_thread(registry.register, s, j) for s, j in missing),
+                             return_exceptions=True)
 
 
 async def prefetch(values: Iterable[bytes | None]) -> None:

@@ -147,6 +147,7 @@ async def send(prod: AIOKafkaProducer, topic: str, record: str, value: Mapping[s
     if isinstance(key, str):
         key = key.encode()
     ts_ms = (timestamp_ns if timestamp_ns is not None else time.time_ns()) // 1_000_000
+    await codec.preregister([(record, topic)])  # a registry's schema id, off the event loop
     return await prod.send(topic, codec.encode(record, value, topic), key=key, timestamp_ms=ts_ms,
                            headers=headers_for(record))
 
@@ -165,6 +166,7 @@ async def send_window(prod: AIOKafkaProducer, records: Sequence[tuple[str, str |
     (``streams.limits``) a record over its topic's limit is refused here (``RecordTooLarge``) and a
     batch grows only as far as its topic takes."""
     ts_ms = time.time_ns() // 1_000_000
+    await codec.preregister({(record, topic) for topic, _, record, _ in records})  # off the event loop
     out: list = [None] * len(records)
     batches: list[tuple[str, int, Any, list[int]]] = []  # (topic, partition, batch, its records' indexes)
     open_: dict[tuple[str, int], int] = {}  # (topic, partition) -> its open batch in ``batches``

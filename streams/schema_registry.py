@@ -88,6 +88,10 @@ class SchemaRegistry:
             self._schemas[schema_id] = parsed
             return parsed
 
+    def registered(self, subject: str, schema_json: str) -> bool:
+        """Whether :meth:`register` answers without a call."""
+        return (subject, schema_json) in self._ids
+
     def cached(self, schema_id: int) -> bool:
         """Whether :meth:`schema` answers ``schema_id`` without a call (its schema, or a recent failure)."""
         failed = self._failed.get(schema_id)

@@ -46,6 +46,12 @@ class Case:
     field: str = ""  # the mutated field, or the framing mutation
     broken: tuple[str, ...] = ()  # the fields that break the contract (a deadline breaks with its creation)
 
+    @property
+    def mutated(self) -> bool:
+        """A record changed from a valid one: a field or the framing (a control record: any one its
+        rules refuse, a bad key included); the rest is the valid traffic between them."""
+        return bool(self.field) or self.expect == "skipped"
+
 
 def huge_text(lo: int, hi: int) -> st.SearchStrategy[str]:
     """Long strings without spending hypothesis's entropy (its buffer is a few kB)."""
@@ -126,6 +132,22 @@ def draw(strategy: st.SearchStrategy, n: int, seed: int) -> list:
     return out
 
 
+def draw_mutated(strategy: st.SearchStrategy, n: int, seed: int, mutated: Callable[[Any], bool]) -> list:
+    """Values of ``strategy`` until ``n`` of them are ``mutated`` (the valid ones drawn meanwhile kept
+    between them), ending at the ``n``-th: rounds of :func:`draw`, each with its own seed, so the count
+    per topic is what was asked, whatever share of the draws the strategy mutates."""
+    out: list = []
+    need, rnd = n, 0
+    while need > 0:
+        for x in draw(strategy, need + need // 3 + 8, seed + 7919 * rnd):
+            out.append(x)
+            need -= bool(mutated(x))
+            if need == 0:
+                break
+        rnd += 1
+    return out
+
+
 def frame(record: str, value: dict, how: str) -> bytes | None:
     data = codec.encode(record, value)
     return {"garbage": b"\x00\x01 not a record", "null-value": None, "truncated": data[:len(data) // 2],
@@ -135,10 +157,12 @@ def frame(record: str, value: dict, how: str) -> bytes | None:
 
 def cases(record: str, topic: str, base: Callable[[str], dict], bounds: contract.Bounds, n: int, run: str,
           seed: int) -> list[Case]:
-    """``n`` cases for one topic: ``base(request_id)`` makes a valid record; about a fifth stay valid."""
+    """Cases for one topic, ``n`` of them mutated: ``base(request_id)`` makes a valid record; about a
+    fifth of the draws stay valid, between the mutated ones."""
     out = []
-    drawn = draw(st.tuples(mutation(record), KEYS), n, seed)  # first: drawing takes a while, and the
-    for i, ((name, value), key) in enumerate(drawn):  # records' times start when they are built
+    # drawn first: drawing takes a while, and the records' times start when they are built
+    drawn = draw_mutated(st.tuples(mutation(record), KEYS), n, seed, lambda d: d[0][0] != "")
+    for i, ((name, value), key) in enumerate(drawn):
         rid = f"{run}-{topic}-{i}"
         rec = base(rid)
         if name in FRAMINGS:
@@ -172,25 +196,34 @@ def fragment_record(pipeline: str, slo_ms: float) -> Callable[[str], dict]:
 
 
 def control_cases(pipeline: str, stage: str, base: dict, n: int, seed: int, spec=None) -> list[Case]:
-    """``n`` cases for the control topic: mutated ``StageConfig``s of ``stage`` that its rules refuse,
-    framing mutations and bad keys, and the unmutated ``base`` (the config in force) as valid traffic.
-    A mutation the rules accept is left out: a valid config legitimately changes what a stage runs."""
-    out = []
-    for (name, value), key in draw(st.tuples(mutation("StageConfig"), KEYS), n, seed):
-        rec = dict(base)
-        key = stage.encode() if key is None or name else key  # framing mutations keep their bad keys
-        if name in FRAMINGS:
-            data = frame("StageConfig", rec, name)
-            out.append(Case("control", key or b"", data, None, "skipped", name))
-            continue
-        if name:
-            rec[name] = value
-        data = codec.encode("StageConfig", rec)
-        try:
-            check_control("StageConfig", check_key(key), codec.decode("StageConfig", data), pipeline, spec)
-        except InvalidControl:
-            out.append(Case("control", key, data, None, "skipped", name))
-            continue
-        if not name:
-            out.append(Case("control", key, data, None, "applied", ""))
-    return out
+    """Cases for the control topic, ``n`` of them refused by its rules: mutated ``StageConfig``s of
+    ``stage``, framing mutations and bad keys; and the unmutated ``base`` (the config in force) as
+    valid traffic. A mutation the rules accept is left out: a valid config legitimately changes what a
+    stage runs."""
+    made: dict[int, Case | None] = {}  # id of a draw -> its case, built once
+
+    def mutated(d) -> bool:
+        (name, value), key = d
+        c = made[id(d)] = control_case(pipeline, stage, base, name, value, key, spec)
+        return c is not None and c.mutated
+
+    drawn = draw_mutated(st.tuples(mutation("StageConfig"), KEYS), n, seed, mutated)
+    return [c for c in (made[id(d)] for d in drawn) if c is not None]
+
+
+def control_case(pipeline: str, stage: str, base: dict, name: str, value: Any, key: bytes | None,
+                 spec) -> Case | None:
+    """One control record: ``base`` with ``name`` set to ``value`` (or framed as ``name`` says),
+    under ``key``; None when the rules accept a mutation."""
+    rec = dict(base)
+    key = stage.encode() if key is None or name else key  # a field mutation under the stage's key
+    if name in FRAMINGS:
+        return Case("control", key or b"", frame("StageConfig", rec, name), None, "skipped", name)
+    if name:
+        rec[name] = value
+    data = codec.encode("StageConfig", rec)
+    try:
+        check_control("StageConfig", check_key(key), codec.decode("StageConfig", data), pipeline, spec)
+    except InvalidControl:
+        return Case("control", key, data, None, "skipped", name)
+    return None if name else Case("control", key, data, None, "applied", "")

@@ -37,6 +37,7 @@ async def read_topic(kafka, topic: str, min_count: int, record: str = "Inference
         quiet_since = time.monotonic()
         while len(out) < min_count or time.monotonic() - quiet_since < idle_s:
             batch = await cons.getmany(timeout_ms=300)
+            await codec.prefetch(m.value for ms in batch.values() for m in ms)  # a registry's ids, off the loop
             got = [codec.decode(record, m.value) for ms in batch.values() for m in ms]
             if got:
                 out += got

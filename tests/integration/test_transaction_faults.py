@@ -9,18 +9,22 @@
   and takes half the partitions, and a third later leaves again;
 - a long broker outage (the test's own broker frozen with SIGSTOP past every step's deadline while
   transactions are open): the transactions fail in their commit or abort, and their partitions are
-  read again from their committed offsets (a group rebalance) once the broker is back.
+  read again from their committed offsets (a group rebalance) once the broker is back;
+- a commit that times out: a proxy in front of the test's own broker (``txn_proxy``) holds one
+  transaction's commit request past the commit's deadline, then sends it on late, or never: the
+  outcome is unknown to the worker, which reads the partition again from its committed offset.
 """
 from __future__ import annotations
 
 import asyncio
+import collections
+import dataclasses
 import os
 import re
 import signal
-import time
 import urllib.request
 
-import numpy as np
+import pytest
 import yaml
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
@@ -33,6 +37,8 @@ from streams.spec import load_pipeline
 
 from .helpers import read_topic
 from .test_data_plane import FANOUT3
+from .test_rebalance import send_until
+from .txn_proxy import TxnProxy
 from .workers import Workers, unique_pipeline
 
 EOS = {"SLIPSTREAM_PROCESSING": EXACTLY_ONCE}
@@ -112,39 +118,50 @@ async def test_an_output_the_broker_refuses_aborts_the_transaction_and_nothing_i
         print("".join(line for w in workers.running for line in w.lines)[-6000:])  # shown on failure
 
 
+async def no_stage_output_twice(kafka, pipe) -> dict[str, int]:
+    """Every committed record of the stage input and join topics behind the source (read committed),
+    counted by (request id, path); asserts none is there twice: under exactly-once each stage's outputs
+    commit once, and the join's memory of answered requests would hide a stage's duplicate from the
+    results topic. Returns the records read per topic."""
+    read = {}
+    for topic, record in [(topics.stage_input(pipe.name, s.name), "InferenceRequest") for s in pipe.stages
+                          if s.name != pipe.source] + [(topics.join(pipe.name), "InferenceResult")]:
+        recs = await read_topic(kafka, topic, min_count=0, record=record, idle_s=3.0)
+        twice = {k: n for k, n in collections.Counter((r["request_id"], tuple(r["path"])) for r in recs).items()
+                 if n > 1}
+        assert not twice, (topic, len(twice), list(twice.items())[:5])
+        read[topic] = len(recs)
+    return read
+
+
 async def test_a_rebalance_between_live_exactly_once_workers_loses_and_doubles_nothing(kafka, unique, tmp_path):
+    """While requests flow (open loop), a second classify worker joins (the group rebalances; both
+    live), a second detect worker joins and then leaves again: every request ends on the results
+    topic exactly once, and every stage's outputs are on its topic once."""
     path = unique_pipeline(FANOUT3, unique, tmp_path)
     pipe = load_pipeline(path)
     await admin.ensure_topics(kafka, topics.all_topics(pipe))
     workers = Workers(path, kafka.bootstrap, EOS)
-    n, rate = 360, 30.0
     try:
         workers.start("pre", "detect", "classify", "join")
         async with PipelineClient(pipe, kafka) as client:
             ids: list[str] = []
-
-            async def open_loop() -> None:  # Poisson arrivals for 12 s: the workers are busy throughout
-                t0, futs = time.monotonic(), []
-                for at in np.cumsum(np.random.default_rng(5).exponential(1 / rate, n)):
-                    await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
-                    req = make_request(pipe, os.urandom(16))
-                    ids.append(req["request_id"])
-                    futs.append(await client.send(req, wait=False))
-                await asyncio.gather(*futs)
-
-            sender = asyncio.create_task(open_loop())
-            await asyncio.sleep(2.0)
-            (second,) = workers.start("classify")  # joins mid-stream: the group rebalances, both live
-            await asyncio.sleep(2.0)
-            (third,) = workers.start("detect")
-            await asyncio.sleep(2.0)
-            third.stop()  # leaves: its partitions move back to the first detect worker
+            stop = asyncio.Event()
+            sender = asyncio.create_task(send_until(client, pipe, ids, stop))
+            # each start returns once the newcomer holds partitions: the rebalance is done
+            (second,) = await asyncio.to_thread(workers.start, "classify")
+            first = len(ids)
+            (third,) = await asyncio.to_thread(workers.start, "detect")
+            await asyncio.to_thread(third.stop)  # leaves: its partitions move back to the first detect worker
+            stop.set()
             await sender
             for rid in ids:
                 await client.result(rid, 120)
+        assert 0 < first < len(ids)  # requests were in flight across the rebalances
         assert second.proc.poll() is None  # both classify workers live to the end
         raw = await read_topic(kafka, topics.results(pipe.name), min_count=len(ids), idle_s=3.0, short_ok=True)
         exactly_once(raw, ids)
+        print("stage records read:", await no_stage_output_twice(kafka, pipe))
     finally:
         workers.stop()
 
@@ -198,6 +215,54 @@ async def test_a_long_broker_outage_under_exactly_once_loses_and_doubles_nothing
                                                                          for r in ids]
         assert w.proc.poll() is None  # the same worker process throughout
         print("re-reads:", counter(w, "slipstream_delivery_failures_total", outcome="re-read"))
+    finally:
+        workers.stop()
+        print("".join(line for w in workers.running for line in w.lines)[-6000:])  # shown on failure
+
+
+@pytest.fixture
+def proxied_broker(tmp_path):
+    """A broker of the test's own (ports 19230-19231) behind a TxnProxy on 19232, the port it advertises,
+    so every client connection goes through the proxy. Stopped at the end."""
+    proxy = TxnProxy(19232, 19230).start()
+    b = dataclasses.replace(broker.default_broker(tmp_path / "proxied-kafka", 19230), advertised_port=19232)
+    try:
+        broker.up(b, progress=lambda _: None)
+        yield proxy
+    finally:
+        broker.down(b, progress=lambda _: None)
+        proxy.stop()
+
+
+@pytest.mark.parametrize("mode", ["late", "lost"])
+async def test_a_commit_that_times_out_is_read_again_and_nothing_is_lost_or_doubled(proxied_broker, mode, unique,
+                                                                                     tmp_path):
+    """One transaction's commit request held past the commit's deadline (STEP_TIMEOUT_S), then sent
+    (``late``: the coordinator commits it after the worker gave up, or refuses it once the partition's
+    new producer has aborted it) or dropped (``lost``): every request done exactly once, by the same
+    worker process, which took the re-read path."""
+    proxy = proxied_broker
+    kafka = KafkaSettings(bootstrap=proxy.bootstrap)
+    path, pipe = relay_pipeline(unique, tmp_path, slo_ms=300_000)  # no deadline passes meanwhile
+    await admin.ensure_topics(kafka, topics.all_topics(pipe))
+    workers = Workers(path, kafka.bootstrap, EOS)
+    try:
+        (w,) = workers.start("relay")
+        async with PipelineClient(pipe, kafka) as client:
+            ids = await send(client, pipe, [b"warm-%d" % i for i in range(8)])
+            for rid in ids:
+                await client.result(rid, 60)
+            proxy.arm(mode, STEP_TIMEOUT_S + 5)
+            ids += await send(client, pipe, [b"held-%d" % i for i in range(8)])  # a commit of these is caught
+            assert await asyncio.to_thread(proxy.held.wait, 60), "no commit request was caught"
+            ids += await send(client, pipe, [b"after-%d" % i for i in range(40)])
+            for rid in ids:
+                await client.result(rid, 180)
+        raw = await read_topic(kafka, topics.results(pipe.name), min_count=len(ids), idle_s=3.0, short_ok=True)
+        got = exactly_once(raw, ids)
+        assert [got[rid]["status"] for rid in ids] == ["done"] * len(ids)
+        assert w.proc.poll() is None  # the same worker process throughout
+        assert counter(w, "slipstream_delivery_failures_total", outcome="re-read") >= 1, "no re-read was taken"
     finally:
         workers.stop()
         print("".join(line for w in workers.running for line in w.lines)[-6000:])  # shown on failure
