@@ -236,6 +236,7 @@ def result_parameters(res: Mapping[str, Any]) -> dict:
             "latency_ms": (res["finished_ns"] - res["created_ns"]) / 1e6,
             "deadline_ms": (res["deadline_ns"] - res["created_ns"]) / 1e6,
             "accuracy": res["accuracy"], "content_type": res["content_type"],
+            "created_ns": res["created_ns"], "deadline_ns": res["deadline_ns"], "finished_ns": res["finished_ns"],
             "hops": hop_timings(res["hops"])}
 
 

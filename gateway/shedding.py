@@ -17,12 +17,11 @@ request is admitted and the pipeline drops it with its reason, answered 504).
 """
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Mapping
-
-import numpy as np
 
 NS = 1_000_000_000
 
@@ -87,7 +86,9 @@ class Outcomes:
         self._busy_since: int | None = None
         self._busy: deque[tuple[int, int]] = deque()  # closed busy intervals (start, end)
         self._answers: deque[int] = deque()  # when each answer came
-        self._latencies: deque[float] = deque(maxlen=keep)
+        self._latencies: deque[float] = deque()  # the last ``keep`` done latencies, in arrival order
+        self._sorted: list[float] = []  # the same, sorted: a percentile is a look-up, not a sort per request
+        self._keep = keep
 
     def admitted(self, now_ns: int) -> None:
         if self.in_flight == 0:
@@ -101,11 +102,17 @@ class Outcomes:
         if answered:
             self._answers.append(now_ns)
         if done_latency_ms is not None:
-            self._latencies.append(done_latency_ms)
+            self._keep_latency(done_latency_ms)
         if self.in_flight == 0 and self._busy_since is not None:
             self._busy.append((self._busy_since, now_ns))
             self._busy_since = None
         self._trim(now_ns)
+
+    def _keep_latency(self, ms: float) -> None:
+        if len(self._latencies) == self._keep:
+            del self._sorted[bisect.bisect_left(self._sorted, self._latencies.popleft())]
+        self._latencies.append(ms)
+        bisect.insort(self._sorted, ms)
 
     def _trim(self, now_ns: int) -> None:
         cut = now_ns - self.window_ns
@@ -127,9 +134,14 @@ class Outcomes:
         return len(self._answers) / busy
 
     def base_ms(self) -> float | None:
-        if len(self._latencies) < self.min_answers:
+        """The ``base_pct`` percentile of the kept done latencies (linear interpolation, as numpy's)."""
+        n = len(self._sorted)
+        if n < self.min_answers:
             return None
-        return float(np.percentile(np.fromiter(self._latencies, float), self.base_pct))
+        at = self.base_pct / 100 * (n - 1)
+        lo = int(at)
+        hi = min(lo + 1, n - 1)
+        return self._sorted[lo] + (self._sorted[hi] - self._sorted[lo]) * (at - lo)
 
     def load(self, now_ns: int, planned_qps: float | None) -> Load:
         return Load(self.in_flight, self.observed_qps(now_ns), planned_qps, self.base_ms())

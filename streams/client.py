@@ -185,12 +185,13 @@ def _reader_error(task: asyncio.Task) -> BaseException | None:
 
 
 class SyncClient:
-    """The same client for blocking code: an event loop on a background thread."""
+    """The same client for blocking code: an event loop on a background thread. ``client``: another
+    client with the same calls (``gateway.client.GatewayClient``) instead of a PipelineClient."""
 
-    def __init__(self, pipe: Pipeline, kafka: KafkaSettings) -> None:
+    def __init__(self, pipe: Pipeline, kafka: KafkaSettings, client: Any = None) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._client = PipelineClient(pipe, kafka)
+        self._client = client if client is not None else PipelineClient(pipe, kafka)
 
     def _run(self, coro, timeout: float | None = None):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)

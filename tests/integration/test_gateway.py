@@ -2,21 +2,28 @@
 (aiohttp): an image classified through ``POST /v2/models/<image-classify>/infer``; a budget that cannot
 be met answered 504 with the drop reason; an overloaded pipeline shed with 429 + ``Retry-After`` while
 the admitted requests keep their deadline; and two gateways, one killed mid-load and restarted: no
-answer lost for the clients of the other."""
+answer lost for the clients of the other; the Python client and ``slipstream submit`` through a
+gateway and through Kafka."""
 from __future__ import annotations
 
 import asyncio
 import io
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import aiohttp
 import numpy as np
 import yaml
+import pytest
 from PIL import Image
 
+from gateway.client import GatewayClient, GatewayError, connect
 from streams import admin, topics
+from streams.client import SyncClient
 from streams.spec import load_pipeline
 
 from .workers import Workers, start_gateway
@@ -201,3 +208,43 @@ async def test_a_gateway_killed_mid_load_loses_no_answer_of_the_other_gateways_c
     assert len({doc["parameters"]["request_id"] for _, doc, _ in b}) == len(b)
     assert any(code is None for code, _, _ in a), "the killed gateway's clients saw their connections fail"
     assert len(after) == 5 and all(code == 200 for code, _, _ in after)
+
+
+async def test_the_python_client_and_submit_go_through_the_gateway_or_kafka(kafka, unique, tmp_path):
+    path = write_spec(tmp_path, one_stage(unique, 5000, {"content_type": "text/plain"}, model="noop"))
+    pipe = load_pipeline(path)
+    await admin.ensure_topics(kafka, topics.all_topics(pipe))
+    workers = Workers(path, kafka.bootstrap)
+    gw = None
+    try:
+        workers.start("s")
+        gw, url = start_gateway(path, kafka.bootstrap)
+        blob = bytes(range(256))  # not text: answered as binary data
+        async with connect(pipe, kafka, url) as via_gw, connect(pipe, kafka) as via_kafka:
+            assert isinstance(via_gw, GatewayClient) and not isinstance(via_kafka, GatewayClient)
+            for c in (via_gw, via_kafka):
+                ids = [await c.submit(p, content_type="text/plain", slo_ms=4000) for p in (b"hello", blob)]
+                text, binary = [await c.result(rid, 30) for rid in ids]
+                assert (text["status"], text["output"], binary["output"]) == ("done", b"hello", blob)
+                assert [h["stage"] for h in text["hops"]] == ["s"] and text["deadline_ns"] - text["created_ns"] == 4000e6
+            dropped = await via_gw.result(await via_gw.submit(b"late", slo_ms=0.01), 30)  # the worker drops it
+            assert dropped["status"] == "dropped" and dropped["reason"].startswith("deadline"), dropped
+            with pytest.raises(GatewayError) as bad:
+                await via_gw.call(b"x", accuracy_floor=2.0)
+            assert bad.value.code == 400 and "accuracy_floor" in bad.value.message
+        with SyncClient(pipe, kafka, client=GatewayClient(pipe, url)) as sync:
+            assert sync.call(b"from blocking code", timeout_s=30)["output"] == b"from blocking code"
+        (tmp_path / "in.txt").write_bytes(b"from the shell")
+        out = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "slipstream.cli", "submit", "--pipeline",
+                                                       str(path), "--input", str(tmp_path / "in.txt"), "--gateway", url],
+                                      capture_output=True, text=True, timeout=60, env={**os.environ, "SLIPSTREAM_BOOTSTRAP": kafka.bootstrap})
+        assert out.returncode == 0, out.stderr
+        res = json.loads(out.stdout)
+        assert (res["status"], res["output"], res["content_type"]) == ("done", "from the shell", "text/plain")
+        async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as r:
+            metrics = await r.text()
+        assert f'slipstream_gateway_requests_total{{code="200",pipeline="{unique}"}} 4.0' in metrics  # 2 + 1 + 1
+    finally:
+        if gw is not None:
+            gw.stop()
+        workers.stop()

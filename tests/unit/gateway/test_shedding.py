@@ -1,6 +1,7 @@
 """The load-shedding rule and the gateway's outcome tracker: pure, every clock passed in."""
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from gateway.shedding import Load, Outcomes, decide, planned_capacity_qps, service_rate
@@ -72,3 +73,14 @@ def test_outcomes_forget_what_left_the_window():
     assert o.observed_qps(5_000 * MS) is None  # the window is empty again
     o.admitted(6_000 * MS)
     assert o.in_flight == 1 and o.busy_s(6_500 * MS) == pytest.approx(0.5)
+
+
+def test_the_unloaded_latency_is_numpys_percentile_of_the_last_kept_answers():
+    rng = np.random.default_rng(3)
+    o = Outcomes(window_s=5.0, min_answers=5, base_pct=5.0, keep=64)
+    lat = rng.lognormal(2.0, 0.7, 300)
+    for i, ms in enumerate(lat):  # the window slides: the oldest leave the percentile as new ones come
+        o.admitted(i * MS)
+        o.left(i * MS + 1, answered=True, done_latency_ms=float(ms))
+        if i >= 4:
+            assert o.base_ms() == pytest.approx(np.percentile(lat[max(0, i - 63):i + 1], 5.0))
