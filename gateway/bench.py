@@ -100,11 +100,11 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def measure(kafka: KafkaSettings, pipe, url: str, n: int, rate: float, repeats: int, concurrency: int,
-                  seconds: float, progress) -> dict:
+                  seconds: float, progress, client_linger_ms: int | None = None) -> dict:
     runs: dict[str, list[float]] = {k: [] for k in ("kafka_p50", "kafka_p99", "gateway_p50", "gateway_p99")}
     infer = f"{url}/v2/models/{pipe.name}/infer"
     conn = aiohttp.TCPConnector(limit=max(concurrency, 100))
-    async with PipelineClient(pipe, kafka) as client, aiohttp.ClientSession(connector=conn) as http:
+    async with PipelineClient(pipe, kafka, linger_ms=client_linger_ms) as client, aiohttp.ClientSession(connector=conn) as http:
         await kafka_round(client, pipe, 20, rate)  # warm both paths (connections, metadata)
         await http_round(http, infer, 20, rate)
         for i in range(repeats):
@@ -117,11 +117,13 @@ async def measure(kafka: KafkaSettings, pipe, url: str, n: int, rate: float, rep
     med = {k: statistics.median(v) for k, v in runs.items()}
     return {"requests_per_round": n, "rate": rate, "runs": runs, "medians": med,
             "ratio_p50": med["gateway_p50"] / med["kafka_p50"], "ratio_p99": med["gateway_p99"] / med["kafka_p99"],
-            "throughput": tp}
+            "throughput": tp, "client_linger_ms": client_linger_ms}
 
 
 def run(kafka: KafkaSettings, n: int = 400, rate: float = 100.0, repeats: int = 3, concurrency: int = 64,
-        seconds: float = 10.0, progress=lambda m: None) -> dict:
+        seconds: float = 10.0, progress=lambda m: None, client_linger_ms: int | None = None) -> dict:
+    """``client_linger_ms``: the Kafka client's producer linger (None: the client's default, 1 ms; the
+    gateway produces with 0)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = noop_pipeline(f"bench-gw-{uuid.uuid4().hex[:8]}", Path(tmp), slo_ms=10_000)
         pipe = load_pipeline(path)
@@ -135,7 +137,8 @@ def run(kafka: KafkaSettings, n: int = 400, rate: float = 100.0, repeats: int = 
             gw.wait_ready(60)
             addr = next(m.group(1) for m in map(READY.search, list(gw.lines)) if m)
             progress(f"worker and gateway ready ({addr}); {repeats} rounds of {n} requests at {rate}/s per path")
-            fig = asyncio.run(measure(kafka, pipe, f"http://{addr}", n, rate, repeats, concurrency, seconds, progress))
+            fig = asyncio.run(measure(kafka, pipe, f"http://{addr}", n, rate, repeats, concurrency, seconds, progress,
+                                      client_linger_ms))
         finally:
             gw.stop()
             worker.stop()
@@ -153,8 +156,9 @@ def _commit() -> str:
 
 def format_report(fig: dict) -> str:
     m, runs = fig["medians"], fig["runs"]
+    linger = "default" if fig["client_linger_ms"] is None else f"{fig['client_linger_ms']} ms"
     lines = [f"commit {fig['commit']}; {fig['requests_per_round']} requests per round at {fig['rate']:.0f}/s, "
-             f"{len(runs['kafka_p50'])} rounds per path, medians:",
+             f"{len(runs['kafka_p50'])} rounds per path (Kafka client linger {linger}), medians:",
              f"{'end to end (ms)':18} {'Kafka client':>13} {'gateway':>9} {'ratio':>7} {'added':>8}"]
     for q in ("p50", "p99"):
         k, g = m[f"kafka_{q}"], m[f"gateway_{q}"]

@@ -46,18 +46,19 @@ class GatewayConfig:
     grace_ms: float = 500.0  # waited past a request's deadline for its result's transit
     window_s: float = 5.0  # of the outcomes the shedding rule reads
     max_body_bytes: int = 8 * 1024 * 1024  # the producer's max_request_size (streams.kafka.producer)
+    linger_ms: int = 0  # each request produced as it comes (docs/gateway.md, what the gateway adds)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
-        if self.grace_ms < 0 or self.window_s <= 0 or self.max_body_bytes < 1:
-            raise ValueError(f"grace_ms >= 0, window_s > 0 and max_body_bytes >= 1, got {self}")
+        if self.grace_ms < 0 or self.window_s <= 0 or self.max_body_bytes < 1 or self.linger_ms < 0:
+            raise ValueError(f"grace_ms >= 0, window_s > 0, max_body_bytes >= 1 and linger_ms >= 0, got {self}")
 
 
 class Gateway:
     def __init__(self, pipe: Pipeline, kafka: KafkaSettings, cfg: GatewayConfig = GatewayConfig()) -> None:
         self.pipe, self.cfg = pipe, cfg
-        self.client = PipelineClient(pipe, kafka)
+        self.client = PipelineClient(pipe, kafka, linger_ms=cfg.linger_ms)
         self.control = ControlView(kafka, pipe.name)
         self.outcomes = Outcomes(window_s=cfg.window_s)
         self.metrics = GatewayMetrics.create(pipe.name)

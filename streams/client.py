@@ -60,8 +60,13 @@ def make_request(pipe: Pipeline, payload: bytes, content_type: str | None = None
 
 
 class PipelineClient:
-    def __init__(self, pipe: Pipeline, kafka: KafkaSettings) -> None:
+    """``linger_ms``: the producer's wait for more records to batch (default: ``streams.kafka.producer``'s,
+    1 ms); 0 sends each request as it comes, what accumulates while a produce is in flight still going
+    in one batch (the gateway, which produces one request per HTTP call, uses 0)."""
+
+    def __init__(self, pipe: Pipeline, kafka: KafkaSettings, linger_ms: int | None = None) -> None:
         self.pipe, self.kafka = pipe, kafka
+        self._producer_kw = {} if linger_ms is None else {"linger_ms": linger_ms}
         self.input_topic = topics.stage_input(pipe.name, pipe.source)
         self._producer = None
         self._consumer = None
@@ -79,7 +84,7 @@ class PipelineClient:
         await self.stop()
 
     async def start(self) -> None:
-        self._producer = kclient.producer(self.kafka)
+        self._producer = kclient.producer(self.kafka, **self._producer_kw)
         await self._producer.start()
         self._consumer = kclient.consumer(self.kafka, group_id=None, auto_offset_reset="latest")
         await self._consumer.start()

@@ -40,8 +40,11 @@ def gateway(pipeline_file: str, addr, grace_ms: float, window_s: float) -> None:
         await serve(pipe, KafkaSettings.from_env(), cfg, stop, on_ready=lambda a: click.echo(
             READY_LINE.format(pipeline=pipe.name, addr=a, at_ns=time.time_ns()), nl=True))
 
+    import uvloop  # libuv's event loop: less of the gateway's time per request goes to the loop itself
+
     try:
-        asyncio.run(main())
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(main())
     except LookupError as exc:  # the pipeline's topics do not exist
         raise click.ClickException(str(exc)) from None
 
