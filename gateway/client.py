@@ -5,7 +5,7 @@
 The HTTP mapping is pure and sits beside the server's (``gateway.oip``): :func:`infer_body` builds the
 Open Inference Protocol request (the payload as binary data, Slipstream's parameters), and
 :func:`answer_result` turns an answer back into a result dict shaped as ``InferenceResult`` (200:
-done; 504 with a result: dropped; 500: error), or raises: :class:`Shed` for 429 (with its
+done; 504 with a result: dropped; 400 or 500 with a result: error, ``oip.result_code``), or raises: :class:`Shed` for 429 (with its
 ``Retry-After``), :class:`TimeoutError` for a 504 without a result (as ``PipelineClient.result``),
 :class:`GatewayError` for any other refusal (400 with the field, 404, 413, 503).
 """
@@ -20,8 +20,6 @@ from typing import Any, Mapping
 from streams.client import PipelineClient
 
 from gateway import oip
-
-RESULT_CODES = {200: "done", 504: "dropped", 500: "error"}  # the server's STATUS_CODES, read backwards
 
 
 class GatewayError(RuntimeError):
@@ -61,9 +59,10 @@ def answer_result(code: int, body: bytes, headers: Mapping[str, str]) -> dict:
     their ms split, plus ``latency_ms`` and ``deadline_ms``); raises for an answer without one."""
     doc = _json_head(body, headers)
     params = doc.get("parameters") or {}
-    if code in RESULT_CODES and params.get("status") == RESULT_CODES[code]:
+    if "request_id" in params and code == oip.result_code(params.get("status", ""), params.get("reason", "")):
         res = {k: params[k] for k in ("request_id", "status", "reason", "latency_ms", "deadline_ms", "accuracy",
                                       "content_type", "hops", "created_ns", "deadline_ns", "finished_ns")}
+        res["fields"] = params.get("fields", [])
         res["output"] = _output(doc, body, headers) if code == 200 else b""
         return res
     message = str(doc.get("error", body[:200]))

@@ -28,6 +28,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from streams import contract
+
 HEADER_LENGTH = "Inference-Header-Content-Length"
 DEADLINE_HEADER = "Slipstream-Deadline-Ms"
 FLOOR_HEADER = "Slipstream-Accuracy-Floor"
@@ -230,6 +232,18 @@ def hop_timings(hops: list[Mapping[str, Any]]) -> list[dict]:
     return out
 
 
+def result_code(status: str, reason: str) -> int:
+    """The HTTP status of a result: 200 ``done``; 504 ``dropped`` (a deadline, an accuracy floor or a
+    join the pipeline could not meet: the reason says which); 400 an ``error`` the request itself
+    caused (it broke the data contract, or a stage's model refused its payload: the reason names the
+    field and its value); 500 any other ``error`` (a model exception, a hung model, a delivery failure)."""
+    if status == "done":
+        return 200
+    if status == "dropped":
+        return 504
+    return 400 if reason.startswith((contract.REASON_PREFIX, contract.BAD_INPUT_PREFIX)) else 500
+
+
 def result_parameters(res: Mapping[str, Any]) -> dict:
     """A result's status, reason, timings and accuracy as response ``parameters``."""
     return {"request_id": res["request_id"], "status": res["status"], "reason": res["reason"],
@@ -237,7 +251,7 @@ def result_parameters(res: Mapping[str, Any]) -> dict:
             "deadline_ms": (res["deadline_ns"] - res["created_ns"]) / 1e6,
             "accuracy": res["accuracy"], "content_type": res["content_type"],
             "created_ns": res["created_ns"], "deadline_ns": res["deadline_ns"], "finished_ns": res["finished_ns"],
-            "hops": hop_timings(res["hops"])}
+            "hops": hop_timings(res["hops"]), **({"fields": f} if (f := contract.fields_in(res["reason"])) else {})}
 
 
 def is_text(content_type: str, data: bytes) -> bool:

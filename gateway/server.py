@@ -8,7 +8,8 @@ request id. A gateway that dies loses only its own callers' answers; the others'
 their gateways, and the requests themselves are still served (they are in Kafka).
 
 Answers: 200 done (output, status, per-hop timings in ``parameters``); 504 dropped (the drop reason),
-or no result by the deadline + ``grace_ms`` (status ``pending``); 500 error result (its reason); 429 shed
+or no result by the deadline + ``grace_ms`` (status ``pending``); 400 an error result the request caused
+(the contract's field and value), 500 any other error result (``oip.result_code``); 429 shed
 with ``Retry-After``; 400 a request the protocol cannot take; 404 another model; 413 a body over
 ``max_body_bytes``; 503 not ready, or the request could not be produced.
 """
@@ -34,7 +35,6 @@ from gateway.metrics import GatewayMetrics
 from gateway.shedding import Outcomes, decide
 
 log = logging.getLogger(__name__)
-STATUS_CODES = {"done": 200, "dropped": 504, "error": 500}
 READY_LINE = "slipstream-gateway ready pipeline={pipeline} addr={addr} at_ns={at_ns}"
 READY = re.compile(r"slipstream-gateway ready pipeline=\S+ addr=(\S+)")  # what process supervisors wait for
 
@@ -164,7 +164,7 @@ class Gateway:
             except RuntimeError as exc:  # the results reader stopped
                 return self._error(503, str(exc), request_id=rid)
             answered, status = True, res["status"]
-            code = STATUS_CODES[status]
+            code = oip.result_code(status, res["reason"])
             if code != 200:
                 return self._error(code, f"{status}: {res['reason']}", **oip.result_parameters(res))
             body, headers = oip.infer_response(self.pipe.name, call, res)

@@ -66,3 +66,12 @@ def test_connect_chooses_the_path():
     assert isinstance(client.connect(Pipe(), None, "http://127.0.0.1:1/"), client.GatewayClient)
     assert client.connect(Pipe(), None, "http://127.0.0.1:1/").infer_url == "http://127.0.0.1:1/v2/models/p/infer"
     assert type(client.connect(Pipe(), None)).__name__ == "PipelineClient"
+
+
+def test_a_contract_error_is_a_400_result_naming_the_field():
+    reason = "contract: payload=<9 bytes>: over 8 bytes"
+    res = {**result(), "status": "error", "reason": reason, "output": b""}
+    got = answer_result(400, oip.error_body(f"error: {reason}", **oip.result_parameters(res)), {})
+    assert (got["status"], got["fields"]) == ("error", ["payload"])
+    with pytest.raises(GatewayError):  # the same reason answered 500 is not what the server says of it
+        answer_result(500, oip.error_body(f"error: {reason}", **oip.result_parameters(res)), {})
