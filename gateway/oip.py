@@ -80,11 +80,11 @@ def parse_infer(body: bytes, headers: Mapping[str, str]) -> InferCall:
         if size != len(blob):
             raise ProtocolError(f"inputs[0].parameters.binary_data_size: {size} but {len(blob)} bytes follow the "
                                 f"JSON header")
-        payload = _binary_tensor(tensor, bytes(blob))
+        payload = binary_tensor(tensor, bytes(blob))
     elif blob:
         raise ProtocolError(f"{len(blob)} bytes after the JSON header but no input has parameters.binary_data_size")
     else:
-        payload = _json_tensor(tensor)
+        payload = json_tensor(tensor)
     ctype = params.get("content_type")
     if ctype is not None and (not isinstance(ctype, str) or not ctype):
         raise ProtocolError(f"inputs[0].parameters.content_type: expected a non-empty string, got {ctype!r}")
@@ -92,11 +92,16 @@ def parse_infer(body: bytes, headers: Mapping[str, str]) -> InferCall:
     cid = doc.get("id")
     if cid is not None and not isinstance(cid, str):
         raise ProtocolError(f"id: expected a string, got {cid!r}")
-    return InferCall(
-        payload=payload, content_type=ctype, client_id=cid,
-        deadline_ms=_number(rparams, "deadline_ms", headers.get(DEADLINE_HEADER), DEADLINE_HEADER, 0, math.inf),
-        accuracy_floor=_number(rparams, "accuracy_floor", headers.get(FLOOR_HEADER), FLOOR_HEADER, 0, 1),
-        binary_output=_wants_binary(doc, rparams))
+    deadline_ms, accuracy_floor = call_parameters(rparams, headers)
+    return InferCall(payload=payload, content_type=ctype, client_id=cid, deadline_ms=deadline_ms,
+                     accuracy_floor=accuracy_floor, binary_output=_wants_binary(doc, rparams))
+
+
+def call_parameters(params: Mapping, headers: Mapping[str, str]) -> tuple[float | None, float | None]:
+    """Slipstream's request parameters, checked: ``deadline_ms`` and ``accuracy_floor`` (the body's
+    ``parameters`` first, then the headers)."""
+    return (_number(params, "deadline_ms", headers.get(DEADLINE_HEADER), DEADLINE_HEADER, 0, math.inf),
+            _number(params, "accuracy_floor", headers.get(FLOOR_HEADER), FLOOR_HEADER, 0, 1))
 
 
 def _header_length(value: str | None, body_len: int) -> int:
@@ -143,7 +148,8 @@ def _datatype(tensor: Mapping) -> str:
     return dt
 
 
-def _json_tensor(tensor: Mapping) -> bytes:
+def json_tensor(tensor: Mapping) -> bytes:
+    """The payload of a tensor given as ``data`` (JSON values; gRPC's typed contents)."""
     dt, shape = _datatype(tensor), _shape(tensor)
     data = tensor.get("data")
     if data is None:
@@ -161,7 +167,8 @@ def _json_tensor(tensor: Mapping) -> bytes:
         raise ProtocolError(f"inputs[0].data: not {dt} values: {exc}") from None
 
 
-def _binary_tensor(tensor: Mapping, blob: bytes) -> bytes:
+def binary_tensor(tensor: Mapping, blob: bytes) -> bytes:
+    """The payload of a tensor given as raw bytes (binary data; gRPC's raw contents)."""
     dt, shape = _datatype(tensor), _shape(tensor)
     if "data" in tensor:
         raise ProtocolError("inputs[0]: both data and parameters.binary_data_size")
@@ -291,6 +298,11 @@ def error_body(message: str, **parameters: Any) -> bytes:
     if parameters:
         doc["parameters"] = parameters
     return json.dumps(doc).encode()
+
+
+def server_metadata() -> dict:
+    """``GET /v2`` (and gRPC ``ServerMetadata``)."""
+    return {"name": "slipstream", "version": "1", "extensions": ["binary_tensor_data"]}
 
 
 def metadata(pipe) -> dict:
