@@ -84,7 +84,8 @@ class Outcomes:
         self.min_answers, self.base_pct = min_answers, base_pct
         self.in_flight = 0
         self._busy_since: int | None = None
-        self._busy: deque[tuple[int, int]] = deque()  # closed busy intervals (start, end)
+        self._busy: deque[tuple[int, int]] = deque()  # closed busy intervals (start, end), in order
+        self._busy_ns = 0  # their total length: busy time is a sum kept, not recounted per request
         self._answers: deque[int] = deque()  # when each answer came
         self._latencies: deque[float] = deque()  # the last ``keep`` done latencies, in arrival order
         self._sorted: list[float] = []  # the same, sorted: a percentile is a look-up, not a sort per request
@@ -105,6 +106,7 @@ class Outcomes:
             self._keep_latency(done_latency_ms)
         if self.in_flight == 0 and self._busy_since is not None:
             self._busy.append((self._busy_since, now_ns))
+            self._busy_ns += now_ns - self._busy_since
             self._busy_since = None
         self._trim(now_ns)
 
@@ -119,12 +121,21 @@ class Outcomes:
         while self._answers and self._answers[0] < cut:
             self._answers.popleft()
         while self._busy and self._busy[0][1] < cut:
-            self._busy.popleft()
+            s, e = self._busy.popleft()
+            self._busy_ns -= e - s
 
     def busy_s(self, now_ns: int) -> float:
+        """Seconds with requests in flight over the last ``window_s`` (the intervals are disjoint and in
+        order: only the oldest kept one can start before the window)."""
+        self._trim(now_ns)
         cut = now_ns - self.window_ns
-        spans = list(self._busy) + ([(self._busy_since, now_ns)] if self._busy_since is not None else [])
-        return sum(max(0, e - max(s, cut)) for s, e in spans) / NS
+        busy = self._busy_ns
+        if self._busy:
+            s, e = self._busy[0]
+            busy -= max(0, min(e, cut) - s)
+        if self._busy_since is not None:
+            busy += now_ns - max(self._busy_since, cut)
+        return max(0, busy) / NS
 
     def observed_qps(self, now_ns: int) -> float | None:
         self._trim(now_ns)

@@ -84,3 +84,23 @@ def test_the_unloaded_latency_is_numpys_percentile_of_the_last_kept_answers():
         o.left(i * MS + 1, answered=True, done_latency_ms=float(ms))
         if i >= 4:
             assert o.base_ms() == pytest.approx(np.percentile(lat[max(0, i - 63):i + 1], 5.0))
+
+
+def test_busy_time_kept_as_a_sum_is_the_overlap_of_every_busy_interval_with_the_window():
+    rng = np.random.default_rng(5)
+    o = Outcomes(window_s=1.0)
+    spans, t, since = [], 0, None
+    for _ in range(400):  # requests come and go at random; busy while any is in flight
+        t += int(rng.integers(1, 40)) * MS
+        if o.in_flight and rng.random() < 0.5:
+            o.left(t, answered=True)
+            if o.in_flight == 0:
+                spans.append((since, t))
+        else:
+            if o.in_flight == 0:
+                since = t
+            o.admitted(t)
+        now = t + int(rng.integers(0, 5)) * MS
+        cut = now - 1000 * MS
+        want = sum(max(0, e - max(s, cut)) for s, e in spans + ([(since, now)] if o.in_flight else []))
+        assert o.busy_s(now) == pytest.approx(want / 1e9, abs=1e-9)
