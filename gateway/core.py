@@ -89,10 +89,11 @@ class Gateway:
             return None
         return self.refuse(404, f"no model {name!r}: this gateway serves {self.pipe.name!r}")
 
-    def refuse(self, code: int, message: str, retry_after_s: int | None = None, **parameters: Any) -> Answer:
-        """An error answer, counted (a transport refusing what it cannot decode calls this too)."""
+    def refuse(self, code: int, message: str, **parameters: Any) -> Answer:
+        """An error answer, counted (a transport refusing what it cannot decode calls this too);
+        ``retry_after_s`` among the parameters is also the answer's (429)."""
         self.metrics.answered(code)
-        return Answer(code, message, parameters=parameters, retry_after_s=retry_after_s)
+        return Answer(code, message, parameters=parameters, retry_after_s=parameters.get("retry_after_s"))
 
     async def answer(self, call: oip.InferCall, arrived_ns: int) -> Answer:
         """One decoded request, from arrival to answer: 503 not ready, 429 shed, else admitted."""
@@ -103,9 +104,8 @@ class Gateway:
         decision = decide(self.outcomes.load(time.time_ns(), self.control.planned_qps()), budget)
         if not decision.admit:
             self.metrics.shed.labels(self.pipe.name).inc()
-            return self.refuse(429, f"shed: {decision.reason}", decision.retry_after_s,
-                               retry_after_s=decision.retry_after_s, predicted_ms=decision.predicted_ms,
-                               budget_ms=budget)
+            return self.refuse(429, f"shed: {decision.reason}", retry_after_s=decision.retry_after_s,
+                               predicted_ms=decision.predicted_ms, budget_ms=budget)
         req = make_request(self.pipe, call.payload, content_type=call.content_type, slo_ms=budget,
                            accuracy_floor=call.accuracy_floor, created_ns=arrived_ns)
         return await self._admitted(req)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from streams import admin, topics
+from streams import admin, codec, topics
 from streams.spec import load_pipeline
 
 from .helpers import assert_exactly_once
@@ -56,4 +56,5 @@ async def test_a_java_producer_sends_requests_in_the_confluent_format_and_reads_
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
     answered = re.findall(r"^([0-9a-f]{32}) done latency_ms=\S+ hops=1 output=hello from java (\d)$", out.stdout, re.M)
     assert sorted(i for _, i in answered) == list("01234") and "results: 5 done, 0 not done, 0 missing" in out.stdout
+    codec.use_registry(registry.url)  # the results are in the Confluent format (reset by the fixture)
     await assert_exactly_once(kafka, unique, [rid for rid, _ in answered])
