@@ -33,15 +33,14 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from loadgen import published
-from loadgen.reproduce import Reproduction, Row
+from loadgen.reproduce import PROFILES, TWITTER, Reproduction, Row, missing
 from planner.estimator import simulate
 from planner.forecast import ForecastSettings
 from planner.problem import EdgeOption, Problem, StageOption
 from planner.service import ReplanSettings, ReplanState, Replanner
 
 IPA_DIR = "reconfigurable-ml-pipeline+ipa"
-PROFILES = "UMass-LIDS+Loki/aggregate_profiled.csv"
-TRACE = f"{IPA_DIR}/twitter_workload_per_second.tbz2"
+TRACE = TWITTER
 ACCURACIES = f"{IPA_DIR}/accuracies.yaml"
 DETECTORS = ("yolov5n", "yolov5s", "yolov5m", "yolov5l", "yolov5x")
 CLASSIFIERS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
@@ -200,20 +199,13 @@ def twitter_slice(root: Path, settings: Settings) -> np.ndarray:
                       seed=s.seed)
 
 
-def missing(data_dir: Path | None) -> str:
-    if data_dir is None:
-        return "no research-data directory"
-    absent = [f for f in (PROFILES, TRACE, ACCURACIES) if not (data_dir / f).exists()]
-    return f"{data_dir}: missing {', '.join(absent)}" if absent else ""
-
-
 # ---------------------------------------------------------------------------------------------
 # The run
 
 
 def run(data_dir: Path | None, out_dir: Path, progress: Callable[[str], None] = print,
         settings: Settings = Settings()) -> Reproduction:
-    why = missing(data_dir)
+    why = missing(data_dir, PROFILES, TRACE, ACCURACIES)
     if why:
         return Reproduction("IPA", skipped=why)
     base = video_base(data_dir)

@@ -42,7 +42,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from loadgen import published
-from loadgen.reproduce import Reproduction, Row
+from loadgen.reproduce import Reproduction, Row, missing
 from planner.estimator import simulate
 from planner.inferline import top_variant
 from planner.modes import make_planner
@@ -206,20 +206,13 @@ def azure_shape(root: Path) -> tuple[np.ndarray, str]:
     return 1 - np.cos(2 * np.pi * t), "a raised cosine day (the Azure excerpt is absent)"
 
 
-def missing(data_dir: Path | None) -> str:
-    if data_dir is None:
-        return "no research-data directory"
-    absent = [f for f in FILES if not (data_dir / LOKI / f).exists()]
-    return f"{data_dir / LOKI}: missing {', '.join(absent)}" if absent else ""
-
-
 # ---------------------------------------------------------------------------------------------
 # The run
 
 
 def run(data_dir: Path | None, out_dir: Path, progress: Callable[[str], None] = print,
         settings: Settings = Settings()) -> Reproduction:
-    why = missing(data_dir)
+    why = missing(data_dir, *(f"{LOKI}/{f}" for f in FILES))
     if why:
         return Reproduction("Loki", skipped=why)
     s = settings
