@@ -486,7 +486,7 @@ class StageWorker:
             error = f"model error in {self.stage}/{variant}: {type(exc).__name__}: {exc}"
         finished = time.time_ns()
         good = [it for it, why in zip(batch, bad) if why is None]
-        answers = [([routing.ended(self.pipe, it.req, "error", f"bad input: {why}", finished)], it)
+        answers = [([routing.ended(self.pipe, it.req, "error", f"{contract.BAD_INPUT_PREFIX}{why}", finished)], it)
                    for it, why in zip(batch, bad) if why is not None]
         if answers:
             self.metrics.lab(self.metrics.results, status="error").inc(len(answers))

@@ -3,8 +3,10 @@
 1. End-to-end latency through the gateway (aiohttp client -> HTTP -> gateway -> Kafka -> no-op worker
    -> results topic -> gateway -> HTTP answer) against the Python Kafka client (``PipelineClient``:
    produce, then read the result from the results topic) on the same one-stage no-op pipeline, the
-   same worker, the same open-loop request rate; rounds alternate between the two paths. p50 and p99
-   per round, medians over rounds, and the ratio gateway / Kafka client (goal <= 1.2).
+   same worker, the same open-loop request rate per path; within each round the two paths alternate
+   request by request (so a burst of other load on the machine hits both alike), or with
+   ``interleave=False`` run one after the other. p50 and p99 per round, medians over rounds, and the
+   ratio gateway / Kafka client (goal <= 1.2).
 2. Requests/s one gateway process sustains: closed loop, ``concurrency`` HTTP requests outstanding,
    for ``seconds``; only 200 answers count (429s and others are reported beside).
 
@@ -13,6 +15,7 @@ Client, gateway, worker and broker share the machine.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import statistics
 import subprocess
 import sys
@@ -55,7 +58,7 @@ async def _paced(n: int, rate: float, one) -> list[float]:
     return list(await asyncio.gather(*tasks))
 
 
-async def kafka_round(client: PipelineClient, pipe, n: int, rate: float) -> list[float]:
+def kafka_call(client: PipelineClient, pipe):
     async def one() -> float:
         t0 = time.perf_counter()
         req = make_request(pipe, b"x" * 64)
@@ -65,10 +68,10 @@ async def kafka_round(client: PipelineClient, pipe, n: int, rate: float) -> list
         assert res["status"] == "done", res
         return (time.perf_counter() - t0) * 1000
 
-    return await _paced(n, rate, one)
+    return one
 
 
-async def http_round(http: aiohttp.ClientSession, url: str, n: int, rate: float) -> list[float]:
+def http_call(http: aiohttp.ClientSession, url: str):
     async def one() -> float:
         t0 = time.perf_counter()
         async with http.post(url, json=BODY) as r:
@@ -76,7 +79,31 @@ async def http_round(http: aiohttp.ClientSession, url: str, n: int, rate: float)
             assert r.status == 200, r.status
         return (time.perf_counter() - t0) * 1000
 
-    return await _paced(n, rate, one)
+    return one
+
+
+async def kafka_round(client: PipelineClient, pipe, n: int, rate: float) -> list[float]:
+    return await _paced(n, rate, kafka_call(client, pipe))
+
+
+async def http_round(http: aiohttp.ClientSession, url: str, n: int, rate: float) -> list[float]:
+    return await _paced(n, rate, http_call(http, url))
+
+
+async def interleaved_round(kafka_one, http_one, n: int, rate: float) -> tuple[list[float], list[float]]:
+    """``n`` requests per path, the paths alternating request by request in one open-loop stream at
+    ``rate``/s per path: whatever else loads the machine meanwhile loads both paths alike."""
+    lat = await _paced(2 * n, 2 * rate, _alternate(kafka_one, http_one))
+    return lat[0::2], lat[1::2]
+
+
+def _alternate(*calls):
+    turn = itertools.count()
+
+    def one():
+        return calls[next(turn) % len(calls)]()
+
+    return one
 
 
 async def throughput(http: aiohttp.ClientSession, url: str, concurrency: int, seconds: float) -> dict:
@@ -100,16 +127,21 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def measure(kafka: KafkaSettings, pipe, url: str, n: int, rate: float, repeats: int, concurrency: int,
-                  seconds: float, progress) -> dict:
+                  seconds: float, progress, client_linger_ms: int | None = None, interleave: bool = True) -> dict:
     runs: dict[str, list[float]] = {k: [] for k in ("kafka_p50", "kafka_p99", "gateway_p50", "gateway_p99")}
     infer = f"{url}/v2/models/{pipe.name}/infer"
     conn = aiohttp.TCPConnector(limit=max(concurrency, 100))
-    async with PipelineClient(pipe, kafka) as client, aiohttp.ClientSession(connector=conn) as http:
+    async with PipelineClient(pipe, kafka, linger_ms=client_linger_ms) as client, aiohttp.ClientSession(connector=conn) as http:
         await kafka_round(client, pipe, 20, rate)  # warm both paths (connections, metadata)
         await http_round(http, infer, 20, rate)
         for i in range(repeats):
-            for path, lat in (("kafka", await kafka_round(client, pipe, n, rate)),
-                              ("gateway", await http_round(http, infer, n, rate))):
+            if interleave:
+                by_path = zip(("kafka", "gateway"), await interleaved_round(kafka_call(client, pipe),
+                                                                           http_call(http, infer), n, rate))
+            else:
+                by_path = (("kafka", await kafka_round(client, pipe, n, rate)),
+                           ("gateway", await http_round(http, infer, n, rate)))
+            for path, lat in by_path:
                 runs[f"{path}_p50"].append(pct(lat, 50))
                 runs[f"{path}_p99"].append(pct(lat, 99))
             progress(f"round {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f} ms" for k, v in runs.items()))
@@ -117,11 +149,15 @@ async def measure(kafka: KafkaSettings, pipe, url: str, n: int, rate: float, rep
     med = {k: statistics.median(v) for k, v in runs.items()}
     return {"requests_per_round": n, "rate": rate, "runs": runs, "medians": med,
             "ratio_p50": med["gateway_p50"] / med["kafka_p50"], "ratio_p99": med["gateway_p99"] / med["kafka_p99"],
-            "throughput": tp}
+            "throughput": tp, "client_linger_ms": client_linger_ms, "interleave": interleave}
 
 
 def run(kafka: KafkaSettings, n: int = 400, rate: float = 100.0, repeats: int = 3, concurrency: int = 64,
-        seconds: float = 10.0, progress=lambda m: None) -> dict:
+        seconds: float = 10.0, progress=lambda m: None, client_linger_ms: int | None = None,
+        interleave: bool = True) -> dict:
+    """``client_linger_ms``: the Kafka client's producer linger (None: the client's default, 1 ms; the
+    gateway produces with 0). ``interleave``: the two paths alternate request by request within each
+    round (default), else each round runs one path, then the other (what the first figures used)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = noop_pipeline(f"bench-gw-{uuid.uuid4().hex[:8]}", Path(tmp), slo_ms=10_000)
         pipe = load_pipeline(path)
@@ -135,7 +171,8 @@ def run(kafka: KafkaSettings, n: int = 400, rate: float = 100.0, repeats: int = 
             gw.wait_ready(60)
             addr = next(m.group(1) for m in map(READY.search, list(gw.lines)) if m)
             progress(f"worker and gateway ready ({addr}); {repeats} rounds of {n} requests at {rate}/s per path")
-            fig = asyncio.run(measure(kafka, pipe, f"http://{addr}", n, rate, repeats, concurrency, seconds, progress))
+            fig = asyncio.run(measure(kafka, pipe, f"http://{addr}", n, rate, repeats, concurrency, seconds, progress,
+                                      client_linger_ms, interleave))
         finally:
             gw.stop()
             worker.stop()
@@ -153,8 +190,10 @@ def _commit() -> str:
 
 def format_report(fig: dict) -> str:
     m, runs = fig["medians"], fig["runs"]
+    linger = "default" if fig["client_linger_ms"] is None else f"{fig['client_linger_ms']} ms"
     lines = [f"commit {fig['commit']}; {fig['requests_per_round']} requests per round at {fig['rate']:.0f}/s, "
-             f"{len(runs['kafka_p50'])} rounds per path, medians:",
+             f"{len(runs['kafka_p50'])} rounds per path, {'interleaved' if fig.get('interleave') else 'one path after the other'} "
+             f"(Kafka client linger {linger}), medians:",
              f"{'end to end (ms)':18} {'Kafka client':>13} {'gateway':>9} {'ratio':>7} {'added':>8}"]
     for q in ("p50", "p99"):
         k, g = m[f"kafka_{q}"], m[f"gateway_{q}"]

@@ -28,6 +28,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from streams import contract
+
 HEADER_LENGTH = "Inference-Header-Content-Length"
 DEADLINE_HEADER = "Slipstream-Deadline-Ms"
 FLOOR_HEADER = "Slipstream-Accuracy-Floor"
@@ -78,11 +80,11 @@ def parse_infer(body: bytes, headers: Mapping[str, str]) -> InferCall:
         if size != len(blob):
             raise ProtocolError(f"inputs[0].parameters.binary_data_size: {size} but {len(blob)} bytes follow the "
                                 f"JSON header")
-        payload = _binary_tensor(tensor, bytes(blob))
+        payload = binary_tensor(tensor, bytes(blob))
     elif blob:
         raise ProtocolError(f"{len(blob)} bytes after the JSON header but no input has parameters.binary_data_size")
     else:
-        payload = _json_tensor(tensor)
+        payload = json_tensor(tensor)
     ctype = params.get("content_type")
     if ctype is not None and (not isinstance(ctype, str) or not ctype):
         raise ProtocolError(f"inputs[0].parameters.content_type: expected a non-empty string, got {ctype!r}")
@@ -90,11 +92,16 @@ def parse_infer(body: bytes, headers: Mapping[str, str]) -> InferCall:
     cid = doc.get("id")
     if cid is not None and not isinstance(cid, str):
         raise ProtocolError(f"id: expected a string, got {cid!r}")
-    return InferCall(
-        payload=payload, content_type=ctype, client_id=cid,
-        deadline_ms=_number(rparams, "deadline_ms", headers.get(DEADLINE_HEADER), DEADLINE_HEADER, 0, math.inf),
-        accuracy_floor=_number(rparams, "accuracy_floor", headers.get(FLOOR_HEADER), FLOOR_HEADER, 0, 1),
-        binary_output=_wants_binary(doc, rparams))
+    deadline_ms, accuracy_floor = call_parameters(rparams, headers)
+    return InferCall(payload=payload, content_type=ctype, client_id=cid, deadline_ms=deadline_ms,
+                     accuracy_floor=accuracy_floor, binary_output=_wants_binary(doc, rparams))
+
+
+def call_parameters(params: Mapping, headers: Mapping[str, str]) -> tuple[float | None, float | None]:
+    """Slipstream's request parameters, checked: ``deadline_ms`` and ``accuracy_floor`` (the body's
+    ``parameters`` first, then the headers)."""
+    return (_number(params, "deadline_ms", headers.get(DEADLINE_HEADER), DEADLINE_HEADER, 0, math.inf),
+            _number(params, "accuracy_floor", headers.get(FLOOR_HEADER), FLOOR_HEADER, 0, 1))
 
 
 def _header_length(value: str | None, body_len: int) -> int:
@@ -141,7 +148,8 @@ def _datatype(tensor: Mapping) -> str:
     return dt
 
 
-def _json_tensor(tensor: Mapping) -> bytes:
+def json_tensor(tensor: Mapping) -> bytes:
+    """The payload of a tensor given as ``data`` (JSON values; gRPC's typed contents)."""
     dt, shape = _datatype(tensor), _shape(tensor)
     data = tensor.get("data")
     if data is None:
@@ -159,7 +167,8 @@ def _json_tensor(tensor: Mapping) -> bytes:
         raise ProtocolError(f"inputs[0].data: not {dt} values: {exc}") from None
 
 
-def _binary_tensor(tensor: Mapping, blob: bytes) -> bytes:
+def binary_tensor(tensor: Mapping, blob: bytes) -> bytes:
+    """The payload of a tensor given as raw bytes (binary data; gRPC's raw contents)."""
     dt, shape = _datatype(tensor), _shape(tensor)
     if "data" in tensor:
         raise ProtocolError("inputs[0]: both data and parameters.binary_data_size")
@@ -230,13 +239,26 @@ def hop_timings(hops: list[Mapping[str, Any]]) -> list[dict]:
     return out
 
 
+def result_code(status: str, reason: str) -> int:
+    """The HTTP status of a result: 200 ``done``; 504 ``dropped`` (a deadline, an accuracy floor or a
+    join the pipeline could not meet: the reason says which); 400 an ``error`` the request itself
+    caused (it broke the data contract, or a stage's model refused its payload: the reason names the
+    field and its value); 500 any other ``error`` (a model exception, a hung model, a delivery failure)."""
+    if status == "done":
+        return 200
+    if status == "dropped":
+        return 504
+    return 400 if reason.startswith((contract.REASON_PREFIX, contract.BAD_INPUT_PREFIX)) else 500
+
+
 def result_parameters(res: Mapping[str, Any]) -> dict:
     """A result's status, reason, timings and accuracy as response ``parameters``."""
     return {"request_id": res["request_id"], "status": res["status"], "reason": res["reason"],
             "latency_ms": (res["finished_ns"] - res["created_ns"]) / 1e6,
             "deadline_ms": (res["deadline_ns"] - res["created_ns"]) / 1e6,
             "accuracy": res["accuracy"], "content_type": res["content_type"],
-            "hops": hop_timings(res["hops"])}
+            "created_ns": res["created_ns"], "deadline_ns": res["deadline_ns"], "finished_ns": res["finished_ns"],
+            "hops": hop_timings(res["hops"]), **({"fields": f} if (f := contract.fields_in(res["reason"])) else {})}
 
 
 def is_text(content_type: str, data: bytes) -> bool:
@@ -276,6 +298,11 @@ def error_body(message: str, **parameters: Any) -> bytes:
     if parameters:
         doc["parameters"] = parameters
     return json.dumps(doc).encode()
+
+
+def server_metadata() -> dict:
+    """``GET /v2`` (and gRPC ``ServerMetadata``)."""
+    return {"name": "slipstream", "version": "1", "extensions": ["binary_tensor_data"]}
 
 
 def metadata(pipe) -> dict:

@@ -17,12 +17,11 @@ request is admitted and the pipeline drops it with its reason, answered 504).
 """
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Mapping
-
-import numpy as np
 
 NS = 1_000_000_000
 
@@ -85,9 +84,12 @@ class Outcomes:
         self.min_answers, self.base_pct = min_answers, base_pct
         self.in_flight = 0
         self._busy_since: int | None = None
-        self._busy: deque[tuple[int, int]] = deque()  # closed busy intervals (start, end)
+        self._busy: deque[tuple[int, int]] = deque()  # closed busy intervals (start, end), in order
+        self._busy_ns = 0  # their total length: busy time is a sum kept, not recounted per request
         self._answers: deque[int] = deque()  # when each answer came
-        self._latencies: deque[float] = deque(maxlen=keep)
+        self._latencies: deque[float] = deque()  # the last ``keep`` done latencies, in arrival order
+        self._sorted: list[float] = []  # the same, sorted: a percentile is a look-up, not a sort per request
+        self._keep = keep
 
     def admitted(self, now_ns: int) -> None:
         if self.in_flight == 0:
@@ -101,23 +103,39 @@ class Outcomes:
         if answered:
             self._answers.append(now_ns)
         if done_latency_ms is not None:
-            self._latencies.append(done_latency_ms)
+            self._keep_latency(done_latency_ms)
         if self.in_flight == 0 and self._busy_since is not None:
             self._busy.append((self._busy_since, now_ns))
+            self._busy_ns += now_ns - self._busy_since
             self._busy_since = None
         self._trim(now_ns)
+
+    def _keep_latency(self, ms: float) -> None:
+        if len(self._latencies) == self._keep:
+            del self._sorted[bisect.bisect_left(self._sorted, self._latencies.popleft())]
+        self._latencies.append(ms)
+        bisect.insort(self._sorted, ms)
 
     def _trim(self, now_ns: int) -> None:
         cut = now_ns - self.window_ns
         while self._answers and self._answers[0] < cut:
             self._answers.popleft()
         while self._busy and self._busy[0][1] < cut:
-            self._busy.popleft()
+            s, e = self._busy.popleft()
+            self._busy_ns -= e - s
 
     def busy_s(self, now_ns: int) -> float:
+        """Seconds with requests in flight over the last ``window_s`` (the intervals are disjoint and in
+        order: only the oldest kept one can start before the window)."""
+        self._trim(now_ns)
         cut = now_ns - self.window_ns
-        spans = list(self._busy) + ([(self._busy_since, now_ns)] if self._busy_since is not None else [])
-        return sum(max(0, e - max(s, cut)) for s, e in spans) / NS
+        busy = self._busy_ns
+        if self._busy:
+            s, e = self._busy[0]
+            busy -= max(0, min(e, cut) - s)
+        if self._busy_since is not None:
+            busy += now_ns - max(self._busy_since, cut)
+        return max(0, busy) / NS
 
     def observed_qps(self, now_ns: int) -> float | None:
         self._trim(now_ns)
@@ -127,9 +145,14 @@ class Outcomes:
         return len(self._answers) / busy
 
     def base_ms(self) -> float | None:
-        if len(self._latencies) < self.min_answers:
+        """The ``base_pct`` percentile of the kept done latencies (linear interpolation, as numpy's)."""
+        n = len(self._sorted)
+        if n < self.min_answers:
             return None
-        return float(np.percentile(np.fromiter(self._latencies, float), self.base_pct))
+        at = self.base_pct / 100 * (n - 1)
+        lo = int(at)
+        hi = min(lo + 1, n - 1)
+        return self._sorted[lo] + (self._sorted[hi] - self._sorted[lo]) * (at - lo)
 
     def load(self, now_ns: int, planned_qps: float | None) -> Load:
         return Load(self.in_flight, self.observed_qps(now_ns), planned_qps, self.base_ms())

@@ -6,7 +6,8 @@ CPU. The HPA is the one owner of the gateway's replica count: the Deployment car
 
 The gateway serves the Open Inference Protocol, its health endpoints and ``/metrics`` on one port
 (``http``, 8080): the probes read ``/v2/health/live`` and ``/v2/health/ready`` (producer and results
-reader up and assigned), and Prometheus scrapes that port.
+reader up and assigned), and Prometheus scrapes that port; the gRPC service listens on ``grpc``
+(8081), behind the Service's port of the same name.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from slipstream.k8s_manifests import CONTAINER_SECURITY, LABEL, SPEC_PATH, _depl
 from tuner.k8s import deployment_name
 
 GATEWAY_PORT = 8080
+GRPC_PORT = 8081  # the protocol's GRPCInferenceService (slipstream gateway --grpc-port)
 RESOURCES = {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}
 PROBES = {
     "startupProbe": {"httpGet": {"path": "/v2/health/live", "port": "http"}, "periodSeconds": 2, "failureThreshold": 60},
@@ -31,14 +33,17 @@ def gateway_manifests(pipe: Pipeline, *, image: str, namespace: str = "default",
     name = deployment_name(pipe.name, "gateway")
     role = {f"{LABEL}/role": "gateway"}
     c = {"name": "gateway", "image": image,
-         "args": ["gateway", "--pipeline", SPEC_PATH, "--addr", f"0.0.0.0:{GATEWAY_PORT}"],
-         "env": _env(pipe.name), "ports": [{"name": "http", "containerPort": GATEWAY_PORT}], "resources": RESOURCES,
+         "args": ["gateway", "--pipeline", SPEC_PATH, "--addr", f"0.0.0.0:{GATEWAY_PORT}",
+                  "--grpc-port", str(GRPC_PORT)],
+         "env": _env(pipe.name), "ports": [{"name": "http", "containerPort": GATEWAY_PORT},
+                                             {"name": "grpc", "containerPort": GRPC_PORT}], "resources": RESOURCES,
          **PROBES, "securityContext": dict(CONTAINER_SECURITY), "volumeMounts": _mounts()}
     dep = _deployment(name, pipe.name, namespace, role, None, [c], topics_image=image if create_topics else None)
     dep["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] = str(GATEWAY_PORT)
     service = {"apiVersion": "v1", "kind": "Service", "metadata": _meta(name, pipe.name, namespace, **role),
                "spec": {"selector": {f"{LABEL}/pipeline": pipe.name, **role},
-                        "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}
+                        "ports": [{"name": "http", "port": 80, "targetPort": "http"},
+                                  {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc"}]}}
     hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
            "metadata": _meta(name, pipe.name, namespace, **role),
            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},

@@ -60,8 +60,13 @@ def make_request(pipe: Pipeline, payload: bytes, content_type: str | None = None
 
 
 class PipelineClient:
-    def __init__(self, pipe: Pipeline, kafka: KafkaSettings) -> None:
+    """``linger_ms``: the producer's wait for more records to batch (default: ``streams.kafka.producer``'s,
+    1 ms); 0 sends each request as it comes, what accumulates while a produce is in flight still going
+    in one batch (the gateway, which produces one request per HTTP call, uses 0)."""
+
+    def __init__(self, pipe: Pipeline, kafka: KafkaSettings, linger_ms: int | None = None) -> None:
         self.pipe, self.kafka = pipe, kafka
+        self._producer_kw = {} if linger_ms is None else {"linger_ms": linger_ms}
         self.input_topic = topics.stage_input(pipe.name, pipe.source)
         self._producer = None
         self._consumer = None
@@ -79,7 +84,7 @@ class PipelineClient:
         await self.stop()
 
     async def start(self) -> None:
-        self._producer = kclient.producer(self.kafka)
+        self._producer = kclient.producer(self.kafka, **self._producer_kw)
         await self._producer.start()
         self._consumer = kclient.consumer(self.kafka, group_id=None, auto_offset_reset="latest")
         await self._consumer.start()
@@ -185,12 +190,13 @@ def _reader_error(task: asyncio.Task) -> BaseException | None:
 
 
 class SyncClient:
-    """The same client for blocking code: an event loop on a background thread."""
+    """The same client for blocking code: an event loop on a background thread. ``client``: another
+    client with the same calls (``gateway.client.GatewayClient``) instead of a PipelineClient."""
 
-    def __init__(self, pipe: Pipeline, kafka: KafkaSettings) -> None:
+    def __init__(self, pipe: Pipeline, kafka: KafkaSettings, client: Any = None) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._client = PipelineClient(pipe, kafka)
+        self._client = client if client is not None else PipelineClient(pipe, kafka)
 
     def _run(self, coro, timeout: float | None = None):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)

@@ -207,9 +207,19 @@ def answerable(violations: list[Violation]) -> bool:
     return not any(v.field in IDENTITY for v in violations)
 
 
+REASON_PREFIX = "contract: "  # an error result's reason for a request that broke the contract
+BAD_INPUT_PREFIX = "bad input: "  # ... for a payload a stage's model refused (agents.worker)
+_FIELD = re.compile(r"(?:^contract: |; )([A-Za-z_][\w.\[\]]*)=")
+
+
 def describe(violations: list[Violation]) -> str:
     """The reason an error result or dead letter gives: every broken field with its value."""
-    return "contract: " + "; ".join(map(str, violations))
+    return REASON_PREFIX + "; ".join(map(str, violations))
+
+
+def fields_in(reason: str) -> list[str]:
+    """The fields a :func:`describe` reason names, in order (none for any other reason)."""
+    return _FIELD.findall(reason) if reason.startswith(REASON_PREFIX) else []
 
 
 @cache

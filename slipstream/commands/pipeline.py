@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 
 from streams import admin, topics
-from streams.client import PipelineClient
 from streams.config import KafkaSettings
 from slipstream.specs import load_or_fail
 
@@ -37,20 +36,28 @@ def topics_cmd(pipeline_file: str) -> None:
 @click.option("--accuracy-floor", type=float, default=None, help="Lowest acceptable variant accuracy.")
 @click.option("--slo-ms", type=float, default=None, help="Deadline after creation [default: pipeline SLO].")
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the result.")
-def submit(pipeline_file, input_path, content_type, accuracy_floor, slo_ms, timeout) -> None:
-    """Send one request and print its result as JSON (output decoded as text when it is text)."""
+@click.option("--gateway", "gateway_url", default=None, metavar="URL", envvar="SLIPSTREAM_GATEWAY_URL",
+              show_envvar=True, help="Go through the gateway at URL (e.g. http://127.0.0.1:8080) "
+                                     "[default: straight to Kafka].")
+def submit(pipeline_file, input_path, content_type, accuracy_floor, slo_ms, timeout, gateway_url) -> None:
+    """Send one request and print its result as JSON (output decoded as text when it is text).
+    Exit 0 done, 2 dropped or error, 1 no result (timeout, refused by the gateway: 429 shed, 400...)."""
+    from aiohttp import ClientError
+
+    from gateway.client import GatewayError, connect
+
     pipe = load_or_fail(pipeline_file)
     payload = Path(input_path).read_bytes()
 
     async def go() -> dict:
-        async with PipelineClient(pipe, KafkaSettings.from_env()) as c:
+        async with connect(pipe, KafkaSettings.from_env(), gateway_url) as c:
             rid = await c.submit(payload, content_type=content_type, accuracy_floor=accuracy_floor,
                                  slo_ms=slo_ms)
             return await c.result(rid, timeout)
 
     try:
         res = asyncio.run(go())
-    except (TimeoutError, LookupError) as exc:
+    except (TimeoutError, LookupError, GatewayError, ClientError, OSError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     out = res["output"]

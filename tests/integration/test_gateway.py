@@ -2,21 +2,30 @@
 (aiohttp): an image classified through ``POST /v2/models/<image-classify>/infer``; a budget that cannot
 be met answered 504 with the drop reason; an overloaded pipeline shed with 429 + ``Retry-After`` while
 the admitted requests keep their deadline; and two gateways, one killed mid-load and restarted: no
-answer lost for the clients of the other."""
+answer lost for the clients of the other; the Python client and ``slipstream submit`` through a
+gateway and through Kafka; gRPC ModelInfer through the same request path."""
 from __future__ import annotations
 
 import asyncio
 import io
 import json
+import os
+import struct
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import aiohttp
 import numpy as np
 import yaml
+import pytest
 from PIL import Image
 
+from gateway.client import GatewayClient, GatewayError, connect
+from gateway.server import GRPC_READY
 from streams import admin, topics
+from streams.client import SyncClient
 from streams.spec import load_pipeline
 
 from .workers import Workers, start_gateway
@@ -201,3 +210,99 @@ async def test_a_gateway_killed_mid_load_loses_no_answer_of_the_other_gateways_c
     assert len({doc["parameters"]["request_id"] for _, doc, _ in b}) == len(b)
     assert any(code is None for code, _, _ in a), "the killed gateway's clients saw their connections fail"
     assert len(after) == 5 and all(code == 200 for code, _, _ in after)
+
+
+async def test_the_python_client_and_submit_go_through_the_gateway_or_kafka(kafka, unique, tmp_path):
+    path = write_spec(tmp_path, one_stage(unique, 5000, {"content_type": "text/plain"}, model="noop"))
+    pipe = load_pipeline(path)
+    await admin.ensure_topics(kafka, topics.all_topics(pipe))
+    workers = Workers(path, kafka.bootstrap)
+    gw = None
+    try:
+        workers.start("s")
+        gw, url = start_gateway(path, kafka.bootstrap)
+        blob = bytes(range(256))  # not text: answered as binary data
+        async with connect(pipe, kafka, url) as via_gw, connect(pipe, kafka) as via_kafka:
+            assert isinstance(via_gw, GatewayClient) and not isinstance(via_kafka, GatewayClient)
+            for c in (via_gw, via_kafka):
+                ids = [await c.submit(p, content_type="text/plain", slo_ms=4000) for p in (b"hello", blob)]
+                text, binary = [await c.result(rid, 30) for rid in ids]
+                assert (text["status"], text["output"], binary["output"]) == ("done", b"hello", blob)
+                assert [h["stage"] for h in text["hops"]] == ["s"] and text["deadline_ns"] - text["created_ns"] == 4000e6
+            dropped = await via_gw.result(await via_gw.submit(b"late", slo_ms=0.01), 30)  # the worker drops it
+            assert dropped["status"] == "dropped" and dropped["reason"].startswith("deadline"), dropped
+            with pytest.raises(GatewayError) as bad:
+                await via_gw.call(b"x", accuracy_floor=2.0)
+            assert bad.value.code == 400 and "accuracy_floor" in bad.value.message
+        with SyncClient(pipe, kafka, client=GatewayClient(pipe, url)) as sync:
+            assert sync.call(b"from blocking code", timeout_s=30)["output"] == b"from blocking code"
+        (tmp_path / "in.txt").write_bytes(b"from the shell")
+        out = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "slipstream.cli", "submit", "--pipeline",
+                                                       str(path), "--input", str(tmp_path / "in.txt"), "--gateway", url],
+                                      capture_output=True, text=True, timeout=60, env={**os.environ, "SLIPSTREAM_BOOTSTRAP": kafka.bootstrap})
+        assert out.returncode == 0, out.stderr
+        res = json.loads(out.stdout)
+        assert (res["status"], res["output"], res["content_type"]) == ("done", "from the shell", "text/plain")
+        async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as r:
+            metrics = await r.text()
+        assert f'slipstream_gateway_requests_total{{code="200",pipeline="{unique}"}} 4.0' in metrics  # 2 + 1 + 1
+    finally:
+        if gw is not None:
+            gw.stop()
+        workers.stop()
+
+
+async def test_grpc_model_infer_goes_through_the_same_request_path(kafka, unique, tmp_path):
+    from grpc import StatusCode, aio
+
+    from gateway.grpc_v2 import grpc_predict_v2_pb2 as pb, grpc_predict_v2_pb2_grpc as pb_grpc
+
+    path = write_spec(tmp_path, one_stage(unique, 5000, {"content_type": "application/octet-stream"}, model="noop"))
+    pipe = load_pipeline(path)
+    await admin.ensure_topics(kafka, topics.all_topics(pipe))
+    workers = Workers(path, kafka.bootstrap)
+    gw = None
+    try:
+        workers.start("s")
+        gw, url = start_gateway(path, kafka.bootstrap, "--grpc-port", "0")
+        target = next(m.group(1) for m in map(GRPC_READY.search, list(gw.lines)) if m)
+        async with aio.insecure_channel(target) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            assert (await stub.ServerLive(pb.ServerLiveRequest(), timeout=10)).live
+            assert (await stub.ServerReady(pb.ServerReadyRequest(), timeout=10)).ready
+            assert (await stub.ModelReady(pb.ModelReadyRequest(name=unique), timeout=10)).ready
+            md = await stub.ModelMetadata(pb.ModelMetadataRequest(name=unique), timeout=10)
+            assert md.name == unique and [t.name for t in md.inputs] == ["input"]
+
+            def infer(model: str, payload: bytes, **params) -> pb.ModelInferRequest:
+                req = pb.ModelInferRequest(model_name=model, id="g1")
+                req.inputs.add(name="input", datatype="UINT8", shape=[len(payload)])
+                req.raw_input_contents.append(payload)
+                for k, v in params.items():
+                    req.parameters[k].double_param = v
+                return req
+
+            blob = bytes(range(256))
+            out = await stub.ModelInfer(infer(unique, blob), timeout=30)
+            assert out.id == "g1" and out.raw_output_contents[0] == struct.pack("<I", 256) + blob
+            assert out.parameters["status"].string_param == "done"
+            assert json.loads(out.parameters["hops"].string_param)[0]["stage"] == "s"
+            with pytest.raises(aio.AioRpcError) as dropped:  # the worker drops it: DEADLINE_EXCEEDED, the reason
+                await stub.ModelInfer(infer(unique, b"late", deadline_ms=0.01), timeout=30)
+            assert dropped.value.code() == StatusCode.DEADLINE_EXCEEDED
+            meta = dict(dropped.value.trailing_metadata())
+            assert meta["slipstream-status"] == "dropped" and meta["slipstream-reason"].startswith("deadline"), meta
+            with pytest.raises(aio.AioRpcError) as unknown:
+                await stub.ModelInfer(infer("other", b"x"), timeout=10)
+            assert unknown.value.code() == StatusCode.NOT_FOUND
+            with pytest.raises(aio.AioRpcError) as bad:
+                await stub.ModelInfer(infer(unique, b"x", accuracy_floor=2.0), timeout=10)
+            assert bad.value.code() == StatusCode.INVALID_ARGUMENT and "accuracy_floor" in bad.value.details()
+        async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as r:
+            metrics = await r.text()
+        for code in (200, 504, 404, 400):  # counted by the request path REST shares
+            assert f'slipstream_gateway_requests_total{{code="{code}",pipeline="{unique}"}} 1.0' in metrics, code
+    finally:
+        if gw is not None:
+            gw.stop()
+        workers.stop()

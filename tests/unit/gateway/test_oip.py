@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from gateway import oip
+from streams import contract
 from streams.spec import parse_pipeline
 
 H = oip.HEADER_LENGTH
@@ -112,3 +113,15 @@ def test_metadata_lists_slo_and_variants_with_accuracy():
     md = oip.metadata(pipe)
     assert md["name"] == "p" and md["parameters"]["slo_ms"] == 300
     assert [v["accuracy"] for v in md["parameters"]["stages"][0]["variants"]] == [0.7, 0.8]
+
+
+def test_a_result_maps_to_its_http_status_and_a_contract_error_names_its_fields():
+    assert oip.result_code("done", "") == 200 and oip.result_code("dropped", "deadline: 3 ms past") == 504
+    assert oip.result_code("error", "model error in s/v: ValueError: x") == 500
+    assert oip.result_code("error", "bad input: not an image (cannot identify image file)") == 400
+    reason = contract.describe([contract.Violation("payload", b"x" * 9, "over 8 bytes"),
+                                contract.Violation("content_type", "a;b", "not a media type")])
+    assert oip.result_code("error", reason) == 400
+    params = oip.result_parameters({**result(), "status": "error", "reason": reason})
+    assert params["fields"] == ["payload", "content_type"]
+    assert "fields" not in oip.result_parameters(result())

@@ -1,6 +1,7 @@
 """The load-shedding rule and the gateway's outcome tracker: pure, every clock passed in."""
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from gateway.shedding import Load, Outcomes, decide, planned_capacity_qps, service_rate
@@ -72,3 +73,34 @@ def test_outcomes_forget_what_left_the_window():
     assert o.observed_qps(5_000 * MS) is None  # the window is empty again
     o.admitted(6_000 * MS)
     assert o.in_flight == 1 and o.busy_s(6_500 * MS) == pytest.approx(0.5)
+
+
+def test_the_unloaded_latency_is_numpys_percentile_of_the_last_kept_answers():
+    rng = np.random.default_rng(3)
+    o = Outcomes(window_s=5.0, min_answers=5, base_pct=5.0, keep=64)
+    lat = rng.lognormal(2.0, 0.7, 300)
+    for i, ms in enumerate(lat):  # the window slides: the oldest leave the percentile as new ones come
+        o.admitted(i * MS)
+        o.left(i * MS + 1, answered=True, done_latency_ms=float(ms))
+        if i >= 4:
+            assert o.base_ms() == pytest.approx(np.percentile(lat[max(0, i - 63):i + 1], 5.0))
+
+
+def test_busy_time_kept_as_a_sum_is_the_overlap_of_every_busy_interval_with_the_window():
+    rng = np.random.default_rng(5)
+    o = Outcomes(window_s=1.0)
+    spans, t, since = [], 0, None
+    for _ in range(400):  # requests come and go at random; busy while any is in flight
+        t += int(rng.integers(1, 40)) * MS
+        if o.in_flight and rng.random() < 0.5:
+            o.left(t, answered=True)
+            if o.in_flight == 0:
+                spans.append((since, t))
+        else:
+            if o.in_flight == 0:
+                since = t
+            o.admitted(t)
+        now = t + int(rng.integers(0, 5)) * MS
+        cut = now - 1000 * MS
+        want = sum(max(0, e - max(s, cut)) for s, e in spans + ([(since, now)] if o.in_flight else []))
+        assert o.busy_s(now) == pytest.approx(want / 1e9, abs=1e-9)

@@ -362,14 +362,15 @@ def test_the_gateway_is_served_probed_and_scaled(tmp_path):
     assert sorted(gw) == ["Deployment", "HorizontalPodAutoscaler", "Service"]
     p = pod(gw["Deployment"])
     c = p["containers"][0]
-    assert c["args"] == ["gateway", "--pipeline", SPEC_PATH, "--addr", "0.0.0.0:8080"]
-    assert c["ports"] == [{"name": "http", "containerPort": 8080}]
+    assert c["args"] == ["gateway", "--pipeline", SPEC_PATH, "--addr", "0.0.0.0:8080", "--grpc-port", "8081"]
+    assert c["ports"] == [{"name": "http", "containerPort": 8080}, {"name": "grpc", "containerPort": 8081}]
     assert c["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
     assert c["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": "http"}
     assert gw["Deployment"]["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "8080"
     assert p["initContainers"][0]["args"][:1] == ["topics"] and "replicas" not in gw["Deployment"]["spec"]  # the HPA owns it
     sel = gw["Service"]["spec"]["selector"]
     assert all(gw["Deployment"]["spec"]["template"]["metadata"]["labels"][k] == v for k, v in sel.items())
-    assert gw["Service"]["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http"}]
+    assert gw["Service"]["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http"},
+                                              {"name": "grpc", "port": 8081, "targetPort": "grpc"}]
     assert gw["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"]["name"] == "slipstream-shop-gateway"
     assert gw["HorizontalPodAutoscaler"]["spec"]["minReplicas"] == 2

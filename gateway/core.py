@@ -1,0 +1,144 @@
+"""The gateway's request path, whatever the transport (REST: ``gateway.server``; gRPC:
+``gateway.grpc_server``): readiness, the latency budget, the shedding decision, producing the request
+and waiting for its result, the metrics. Each transport decodes its own request into an
+:class:`oip.InferCall` and encodes the :class:`Answer`; nothing of admission, deadlines or shedding is
+written twice.
+
+One :class:`streams.client.PipelineClient` per process produces every request and reads the results
+topic: it is assigned every partition of the topic (no consumer group, so gateways never split the
+partitions between them and each sees every result), seeks to the topic's end and resolves those
+offsets at start-up, *before* a transport accepts a request; results are matched to waiting requests by
+request id. A gateway that dies loses only its own callers' answers; the others' results still reach
+their gateways, and the requests themselves are still served (they are in Kafka).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from streams.client import PipelineClient, make_request
+from streams.config import KafkaSettings
+from streams.spec import Pipeline
+
+from gateway import oip
+from gateway.control_view import ControlView
+from gateway.metrics import GatewayMetrics
+from gateway.shedding import Outcomes, decide
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    grace_ms: float = 500.0  # waited past a request's deadline for its result's transit
+    window_s: float = 5.0  # of the outcomes the shedding rule reads
+    max_body_bytes: int = 8 * 1024 * 1024  # the producer's max_request_size (streams.kafka.producer)
+    linger_ms: int = 0  # each request produced as it comes (docs/gateway.md, what the gateway adds)
+    grpc_port: int | None = None  # serve GRPCInferenceService too (0: any free port)
+
+    def __post_init__(self) -> None:
+        for port in (self.port, self.grpc_port):
+            if port is not None and not 0 <= port <= 65535:
+                raise ValueError(f"ports must be in 0..65535, got {port}")
+        if self.grace_ms < 0 or self.window_s <= 0 or self.max_body_bytes < 1 or self.linger_ms < 0:
+            raise ValueError(f"grace_ms >= 0, window_s > 0, max_body_bytes >= 1 and linger_ms >= 0, got {self}")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the request path answers: ``code`` is the HTTP status (REST sends it, gRPC maps it);
+    ``result`` the pipeline's result when there is one; ``parameters`` the details of an error answer
+    (status, reason, request id, the prediction of a shed)."""
+
+    code: int
+    message: str = ""
+    result: dict | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    retry_after_s: int | None = None  # 429
+
+
+class Gateway:
+    def __init__(self, pipe: Pipeline, kafka: KafkaSettings, cfg: GatewayConfig = GatewayConfig()) -> None:
+        self.pipe, self.cfg = pipe, cfg
+        self.client = PipelineClient(pipe, kafka, linger_ms=cfg.linger_ms)
+        self.control = ControlView(kafka, pipe.name)
+        self.outcomes = Outcomes(window_s=cfg.window_s)
+        self.metrics = GatewayMetrics.create(pipe.name)
+
+    async def start(self) -> None:
+        await self.client.start()  # results read from their end, resolved before any request is taken
+        await self.control.start()
+
+    async def stop(self) -> None:
+        await self.control.stop()
+        await self.client.stop()
+
+    def not_ready(self) -> str | None:
+        if not self.client.running:
+            return "the results reader is not running"
+        if not self.control.running:
+            return "the control-topic reader is not running"
+        return None
+
+    def unknown_model(self, name: str) -> Answer | None:
+        if name == self.pipe.name:
+            return None
+        return self.refuse(404, f"no model {name!r}: this gateway serves {self.pipe.name!r}")
+
+    def refuse(self, code: int, message: str, **parameters: Any) -> Answer:
+        """An error answer, counted (a transport refusing what it cannot decode calls this too);
+        ``retry_after_s`` among the parameters is also the answer's (429)."""
+        self.metrics.answered(code)
+        return Answer(code, message, parameters=parameters, retry_after_s=parameters.get("retry_after_s"))
+
+    async def answer(self, call: oip.InferCall, arrived_ns: int) -> Answer:
+        """One decoded request, from arrival to answer: 503 not ready, 429 shed, else admitted."""
+        why = self.not_ready()
+        if why is not None:
+            return self.refuse(503, f"not ready: {why}")
+        budget = oip.budget_ms(call.deadline_ms, self.pipe.slo_ms)
+        decision = decide(self.outcomes.load(time.time_ns(), self.control.planned_qps()), budget)
+        if not decision.admit:
+            self.metrics.shed.labels(self.pipe.name).inc()
+            return self.refuse(429, f"shed: {decision.reason}", retry_after_s=decision.retry_after_s,
+                               predicted_ms=decision.predicted_ms, budget_ms=budget)
+        req = make_request(self.pipe, call.payload, content_type=call.content_type, slo_ms=budget,
+                           accuracy_floor=call.accuracy_floor, created_ns=arrived_ns)
+        return await self._admitted(req)
+
+    async def _admitted(self, req: dict) -> Answer:
+        rid = req["request_id"]
+        self.outcomes.admitted(time.time_ns())
+        answered, status = False, "pending"
+        try:
+            try:
+                await self.client.send(req)
+            except Exception as exc:  # noqa: BLE001 - any producer failure: the caller is told, not hung
+                log.warning("request %s not produced: %r", rid, exc)
+                return self.refuse(503, f"the request could not be produced: {exc!r}", request_id=rid)
+            wait_s = max(0.0, (req["deadline_ns"] - time.time_ns()) / 1e9) + self.cfg.grace_ms / 1000
+            try:
+                res = await self.client.result(rid, timeout_s=wait_s)
+            except TimeoutError:
+                return self.refuse(504, f"no result within the deadline + {self.cfg.grace_ms:.0f} ms grace "
+                                        "(the request may still be in the pipeline)",
+                                   request_id=rid, status="pending",
+                                   deadline_ms=(req["deadline_ns"] - req["created_ns"]) / 1e6)
+            except RuntimeError as exc:  # the results reader stopped
+                return self.refuse(503, str(exc), request_id=rid)
+            answered, status = True, res["status"]
+            code = oip.result_code(status, res["reason"])
+            self.metrics.answered(code)
+            if code == 200:
+                return Answer(200, result=res)
+            return Answer(code, f"{status}: {res['reason']}", result=res, parameters=oip.result_parameters(res))
+        finally:
+            now = time.time_ns()
+            self.client.forget(rid)
+            done_ms = (now - req["created_ns"]) / 1e6 if status == "done" else None
+            self.outcomes.left(now, answered, done_ms)
+            self.metrics.latency.labels(self.pipe.name, status).observe((now - req["created_ns"]) / 1e9)
