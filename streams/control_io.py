@@ -12,7 +12,7 @@ topic's egress. :class:`KafkaArrivals` is the one place that turns offsets into 
 
 The arrivals of a step are spread evenly over it (:func:`spread`), so timestamps are exact to one step
 (``poll_ms``, 20 ms by default) and the bytes read per arrival do not grow with the payload (``python -m
-tuner.bench_arrivals``). The consumer has no group (it must not steal partitions from the source
+loadgen.bench.arrivals``). The consumer has no group (it must not steal partitions from the source
 stage's workers); it reads only the control topic, from the beginning (compacted: the latest
 StageConfig per stage), so a scaling action republishes the stage's current variant/batch with only
 the replicas changed. Partitions added to the input topic are picked up within ``metadata_refresh_s``.
