@@ -29,7 +29,8 @@ from planner.estimator import Unprofiled, simulate
 from planner.fallback import serve_anyway
 from planner.inferline import InferLineOptions, plan_inferline, top_variant
 from planner.plan import Assignment, Plan, Round, evaluate, formation_ms, infeasible
-from planner.problem import Problem, mean_rate, peak_rate
+from planner.problem import Problem
+from streams.arrivals import mean_rate, peak_rate_sliding
 
 MODES = ("milp", "inferline", "loki", "cg-mean", "cg-peak")
 
@@ -144,7 +145,7 @@ class CoarsePlanner:
         t0 = time.perf_counter()
         arr = problem.arrivals_s
         if arr.size:
-            rate = peak_rate(arr, problem.slo_ms / 1000.0) if self.kind == "peak" else mean_rate(arr)
+            rate = peak_rate_sliding(arr, problem.slo_ms / 1000.0) if self.kind == "peak" else mean_rate(arr)
         else:
             rate = problem.rate_qps
         choice = {}

@@ -11,6 +11,7 @@ import numpy as np
 
 from slipstream.options import metrics_addr_option
 from slipstream.specs import load_or_fail
+from streams.arrivals import read_arrivals
 from streams.config import KafkaSettings
 from streams.spec import Pipeline
 from tuner import planfile
@@ -112,9 +113,8 @@ def tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_add
 
 
 def read_sample(path: str) -> np.ndarray:
-    p = Path(path)
+    """The arrival times of ``--sample`` (``streams.arrivals.read_arrivals``); a bad file is a usage error."""
     try:
-        arr = np.load(p, allow_pickle=False) if p.suffix == ".npy" else np.loadtxt(p, delimiter=",", ndmin=1)
+        return read_arrivals(path)
     except (OSError, ValueError) as exc:
         raise click.BadParameter(f"{path}: {exc}", param_hint="--sample") from None
-    return np.asarray(arr, dtype=np.float64).ravel()

@@ -13,6 +13,7 @@ import click
 import numpy as np
 
 from loadgen import workloads
+from streams.arrivals import peak_rate_binned
 from loadgen.live.replay_report import _payload_factory, _trace, replay_report
 
 
@@ -22,8 +23,8 @@ def trace_stats(arrivals: np.ndarray) -> dict:
     if n >= 3:
         rate, cv2 = workloads.inter_arrival_stats(arrivals)
         out.update(mean_qps=n / max(float(arrivals[-1]), 1e-9), cv2=cv2,
-                   peak_1s_qps=workloads.peak_rate(arrivals, 1.0),
-                   peak_60s_qps=workloads.peak_rate(arrivals, 60.0))
+                   peak_1s_qps=peak_rate_binned(arrivals, 1.0),
+                   peak_60s_qps=peak_rate_binned(arrivals, 60.0))
     return out
 
 

@@ -103,10 +103,11 @@ def _problem_source(problem_file: str | None, preset: str, data_dir: str, slo_ms
     from dataclasses import replace
 
     if problem_file:
-        from planner.problem import load_problem, peak_rate
+        from planner.problem import load_problem
+        from streams.arrivals import peak_rate_sliding
 
         base = load_problem(problem_file)
-        return lambda sample: replace(base, arrivals_s=sample, rate_qps=peak_rate(sample, 1.0),
+        return lambda sample: replace(base, arrivals_s=sample, rate_qps=peak_rate_sliding(sample, 1.0),
                                       **({"slo_ms": slo_ms} if slo_ms else {}))
     from loadgen import published
 

@@ -6,7 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from planner.problem import ProblemError, load_problem, parse_problem, peak_rate
+from planner.problem import ProblemError, load_problem, parse_problem
+from streams.arrivals import peak_rate_sliding
 
 from planner_builders import example_problem_doc
 
@@ -48,7 +49,7 @@ def test_trace_file_sets_the_planning_rate_from_its_peak(tmp_path):
     (tmp_path / "p.json").write_text(json.dumps(doc))
     p = load_problem(tmp_path / "p.json")
     assert p.arrivals_s.size == arr.size
-    assert p.rate_qps == pytest.approx(peak_rate(arr, 1.0)) and p.rate_qps >= 100
+    assert p.rate_qps == pytest.approx(peak_rate_sliding(arr, 1.0)) and p.rate_qps >= 100
 
 
 def test_missing_file_and_bad_json(tmp_path):

@@ -9,7 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from planner.problem import parse_problem, poisson_trace
+from planner.problem import parse_problem
+from streams.arrivals import poisson_arrivals
 from planner.service import handoff, handoff_record
 from streams import codec
 from tuner import planfile
@@ -37,7 +38,7 @@ def quiet_plan():
     over on the control topic (record -> Avro -> the tuner's reader)."""
     from planner.modes import make_planner
 
-    problem = image_classify(27.0, poisson_trace(4.9, 30.0, seed=4))
+    problem = image_classify(27.0, poisson_arrivals(4.9, 30.0, 4))
     plan = make_planner("milp", validate=False).plan(problem)
     assert plan.feasible and plan.rate_qps == pytest.approx(27.0)
     record = handoff_record(handoff(problem, plan, envelope), problem.name, epoch=1)
@@ -77,9 +78,9 @@ def test_no_scale_up_below_the_plans_capacity(quiet_plan):
     without its capacity (a record written before it) scales up on the 5.5 qps alone."""
     _, tplan = quiet_plan
     cfg = TunerConfig(activation_s=1.0)
-    steady = poisson_trace(5.5, 120.0, seed=7)
+    steady = poisson_arrivals(5.5, 120.0, 7)
     assert all(h[1] == tplan.planned_replicas for h in run_flow(tplan, steady, 120, cfg))
-    bursty = np.sort(np.concatenate([steady, 40 + poisson_trace(20.0, 10.0, seed=8)]))
+    bursty = np.sort(np.concatenate([steady, 40 + poisson_arrivals(20.0, 10.0, 8)]))
     assert all(h[1] == tplan.planned_replicas for h in run_flow(tplan, bursty, 120, cfg))
     old = replace(tplan, stages=tuple(replace(s, capacity_qps=0.0, window_capacity_qps=()) for s in tplan.stages))
     assert any(h[1] != old.planned_replicas for h in run_flow(old, steady, 120, cfg))
