@@ -23,6 +23,7 @@ from loadgen.live.calibration import calibrated, refit
 from loadgen.live.prepare import prepare
 from loadgen.live.run import LiveOptions, ensure_broker, live_run
 from loadgen.replay_estimate import format_like_for_like
+from planner.modes import MODES
 from slipstream.live_options import live_options
 from slipstream.options import state_dir
 from streams import broker
@@ -36,7 +37,7 @@ DEFAULT_TRACE = "step:rates=6/18/6,at=45/105,cv2=4,transition=5,duration=240"
 @click.command()
 @live_options
 @click.option("--trace", "spec", default=DEFAULT_TRACE, show_default=True, help="Trace spec (docs/loadgen.md).")
-@click.option("--mode", type=click.Choice(["milp", "inferline", "loki", "cg-mean", "cg-peak"]), default="milp",
+@click.option("--mode", type=click.Choice(MODES), default="milp",
               show_default=True)
 @click.option("--report", "report_dir", default="reports/demo", show_default=True)
 def demo(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, reserve_cores, replan_s, hop_ms,

@@ -7,7 +7,7 @@ import click
 
 from slipstream.k8s_manifests import (DEFAULT_BOOTSTRAP, MAX_POD_CPUS, Placement, default_placements,
                                       pipeline_manifests, read_profiles)
-from slipstream.commands.planner_service import MODES
+from planner.modes import MODES
 from slipstream.options import key_values
 from slipstream.tuner_options import pipeline_of
 from streams.spec import Pipeline

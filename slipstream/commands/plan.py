@@ -12,7 +12,7 @@ import click
 from slipstream.options import profiles_option
 import numpy as np
 
-MODES = ("milp", "inferline", "loki", "cg-mean", "cg-peak")
+from planner.modes import MODES
 
 
 def build_problem(problem_file, pipeline_file, profiles_dir, trace, rate):

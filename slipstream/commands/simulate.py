@@ -21,6 +21,7 @@ import numpy as np
 
 from loadgen.compare import ModeNotApplicable
 from loadgen.traces import TraceSpecError, load_trace
+from planner.modes import MODES
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "research-data" / "UMass-LIDS+Loki"
 TUNED_MODES = ("milp", "inferline", "loki")
@@ -156,7 +157,7 @@ def _with(options):
 @click.command()
 @_with(common)
 @click.option("--mode", default="milp", show_default=True,
-              type=click.Choice(["milp", "inferline", "loki", "cg-mean", "cg-peak"]))
+              type=click.Choice(MODES))
 @click.option("--no-tuner", is_flag=True, help="Keep the planned replicas all along.")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None)
 def simulate(spec, problem_file, preset, data_dir, slo_ms, price, seed, sample_share, tick_s, activation_s,

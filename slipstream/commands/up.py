@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from planner.modes import MODES
 from slipstream.options import key_values, state_default
 from slipstream.tuner_options import (pipeline_of, plan_of, read_sample, run_local, tuner_config, tuner_only,
                                       tuner_options)
@@ -23,7 +24,7 @@ from tuner import planfile
                    "StageConfigs, and run that plan.")
 @click.option("--trace", "trace_spec", default=None,
               help="With --profiles: the sample the planner plans for (a trace spec, docs/loadgen.md).")
-@click.option("--mode", type=click.Choice(["milp", "inferline", "loki", "cg-mean", "cg-peak"]), default="milp",
+@click.option("--mode", type=click.Choice(MODES), default="milp",
               show_default=True, help="With --profiles: the planner mode.")
 @click.option("--replan-s", default=30.0, show_default=True,
               help="With --profiles: the planner service re-plans from live arrivals this often (0: never).")
