@@ -4,7 +4,6 @@ the profiles), and the short calibration run ``slipstream demo`` and ``compare-l
 none is in force."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -52,17 +51,15 @@ def fit_report(report_dirs: str | Path | list, pipe, profiles_dir: str | Path, *
 
 def run_hops(report: Path, pipe, raw_store):
     """A report's results, the hardware its plan ran each variant on and its batch timeouts."""
-    from planner.calibrate import RunHops, configs_in_force, timeouts_of
-    from loadgen.live.replay_report import read_control
+    from loadgen.run_record import RESULTS, RunRecord
+    from planner.calibrate import RunHops, timeouts_of
 
-    results_file, plan_file = report / "results.jsonl", report / "plan.json"
-    if not results_file.exists():
-        raise click.ClickException(f"{results_file}: no results in this report")
-    results = [json.loads(line) for line in results_file.read_text().splitlines() if line.strip()]
-    plan_doc = json.loads(plan_file.read_text()) if plan_file.exists() else None
-    start_ns = min((r["created_ns"] for r in results), default=0)
-    return RunHops(results, hardware_of(pipe, raw_store, plan_doc),
-                   timeouts_of(plan_doc, configs_in_force(read_control(report), start_ns)))
+    run = RunRecord(report)
+    if not run.has_results():
+        raise click.ClickException(f"{report / RESULTS}: no results in this report")
+    plan_doc = run.plan_doc()
+    return RunHops(run.results(), hardware_of(pipe, raw_store, plan_doc),
+                   timeouts_of(plan_doc, run.configs_in_force()))
 
 
 def calibrated(pipe, pipeline_file: str, store, when: str, opts, report_dir: Path):

@@ -7,7 +7,6 @@ soak run."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from loadgen.run_record import RunRecord
 from loadgen.traces import TraceSpecError, load_trace
 
 ENVELOPE_WINDOWS_S = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 51.2)
@@ -33,13 +33,6 @@ def envelope_rates(arrivals_s: np.ndarray, windows_s=ENVELOPE_WINDOWS_S) -> tupl
     if len(arrivals_s) == 0:
         return tuple(0.0 for _ in windows_s)
     return tuple(float(x) for x in envelope(np.asarray(arrivals_s, dtype=float), windows_s))
-
-
-def read_control(report_dir: Path) -> list[tuple[int, dict]]:
-    """A report's ``control.jsonl`` (:func:`_write_control`) as (Kafka timestamp ns, record); [] for
-    older reports, which have none (the estimator then replays replica changes only)."""
-    path = Path(report_dir) / "control.jsonl"
-    return [(d["at_ns"], d["record"]) for d in map(json.loads, path.read_text().splitlines())] if path.exists() else []
 
 
 def _payload_factory(pipe, payload_file: str | None):
@@ -95,8 +88,8 @@ def replay_report(pipe, arrivals_s, payloads, *, seed: int = 0, rate_scale: floa
     click.echo(format_table(summary))
     if report_dir:
         files = write_report(summary, report_dir)
-        _write_results(outcome.collector.collected(), Path(report_dir) / "results.jsonl")
-        _write_control(outcome.config_records, Path(report_dir) / "control.jsonl")
+        run = RunRecord(Path(report_dir))
+        files += [run.write_results(outcome.collector.collected()), run.write_control(outcome.config_records)]
         click.echo(f"report: {', '.join(str(f) for f in files)}", err=True)
     return summary
 
@@ -115,19 +108,3 @@ async def _with_progress(run, *args):
             bar.update(res_task, completed=results)
 
         return await run(*args, progress=progress)
-
-
-def _write_results(results, path: Path) -> None:
-    """Raw results without payload bytes, one JSON object per line (input of `loadgen report`)."""
-    with path.open("w") as fh:
-        for r in results:
-            fh.write(json.dumps({k: v for k, v in r.items() if k != "output"}) + "\n")
-
-
-def _write_control(records, path: Path) -> None:
-    """What the run saw on the control topic (StageConfigs, ScalingActions), each with its Kafka
-    timestamp: ``{"at_ns": ..., "record": {...}}`` per line (``slipstream estimate`` replays the
-    re-plans' batching changes from it)."""
-    with path.open("w") as fh:
-        for at_ns, rec in records:
-            fh.write(json.dumps({"at_ns": int(at_ns), "record": rec}) + "\n")

@@ -4,7 +4,6 @@ top, or not), replay a trace open-loop, and return the plan and the run's Summar
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import threading
@@ -16,6 +15,7 @@ import click
 import numpy as np
 
 from loadgen.compare import ModeNotApplicable
+from loadgen.run_record import RunRecord
 from streams import broker
 from streams.config import KafkaSettings
 
@@ -230,7 +230,7 @@ def live_run(pipe, pipeline_file: str, arrivals: np.ndarray, sample: np.ndarray,
     published = plan_and_publish(pipe, store, sample, opts, settings)
     plan, problem = published.plan, published.problem
     report_dir.mkdir(parents=True, exist_ok=True)
-    (report_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=1) + "\n")  # for calibrate
+    RunRecord(report_dir).write_plan(plan)  # for calibrate
     workers = Workers(pipe, pipeline_file, published, store, settings, report_dir / "workers", opts)
     try:
         workers.wait_ready()
@@ -257,10 +257,8 @@ def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions):
     """``loadgen.replay_estimate.estimate_run`` on a live run's report (its ``results.jsonl``)."""
     from loadgen.replay_estimate import estimate_run
     from planner.estimator import Transit, network_for
-    from loadgen.live.replay_report import read_control
-
-    results = [json.loads(line) for line in (report_dir / "results.jsonl").read_text().splitlines() if line]
-    control = read_control(report_dir)
+    run = RunRecord(report_dir)
+    results, control = run.results(), run.control()
     # a result's finished_ns is stamped before the hop to the results topic: leave that hop out
     return estimate_run(problem, plan, summary, results, control=control, seed=opts.seed,
                         activation_s=opts.activation_s,

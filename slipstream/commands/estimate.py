@@ -2,7 +2,6 @@
 (``loadgen.live.run.like_for_like``), with the calibration in force or one fitted on other runs."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -27,10 +26,9 @@ def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_
     calibration instead), with the calibration in force ($SLIPSTREAM_CALIBRATION) or one fitted with --fit."""
     from loadgen.compare import est_ratio
     from loadgen.live.calibration import fit_report
-    from loadgen.render import read_summary
     from loadgen.replay_estimate import format_like_for_like
+    from loadgen.run_record import RunRecord
     from planner.calibrate import recalibrated
-    from planner.plan import Plan
     from loadgen.live.run import LiveOptions, like_for_like, local_problem
     from streams.profile_store import ProfileStore
     from streams.spec import load_pipeline
@@ -42,7 +40,8 @@ def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_
     click.echo(f"{'report':<40}{'p99 ms':>9}{'est. p99':>10}{'est/meas':>9}{'seeds ms':>12}{'SLO met':>9}{'est. SLO':>9}"
                f"{'drawn p99':>10}{'drawn/meas':>11}")
     for rep in map(Path, report_dirs):
-        summary, plan = read_summary(rep / "summary.json"), Plan.from_dict(json.loads((rep / "plan.json").read_text()))
+        run = RunRecord(rep)
+        summary, plan = run.summary(), run.plan()
         problem = local_problem(pipe, store, opts, rate_qps=max(plan.rate_qps, 1.0))  # the run's arrivals replace it
         if fit_dirs:
             problem = recalibrated(problem, doc, store.calibration)

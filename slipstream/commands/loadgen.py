@@ -92,9 +92,9 @@ def report(results_file: str, slo_ms: float, sent: int | None, out_dir: str | No
     """Summarise a results.jsonl (from `loadgen replay --report` or any InferenceResult dump)."""
     from loadgen.render import format_table, write_report
     from loadgen.report import summarize
+    from loadgen.run_record import read_results
 
-    with open(results_file) as fh:
-        results = [json.loads(line) for line in fh if line.strip()]
+    results = read_results(results_file)
     try:
         summary = summarize(results, slo_ms=slo_ms, sent=sent, label=label or Path(results_file).stem)
     except (KeyError, ValueError) as exc:

@@ -164,6 +164,7 @@ def simulate(spec, problem_file, preset, data_dir, slo_ms, price, seed, sample_s
              mode, no_tuner, report_dir) -> None:
     """Plan, tune and replay a trace through the estimator; print (and write) the run report."""
     from loadgen.render import format_table, write_report
+    from loadgen.run_record import RunRecord
 
     source = _problem_source(problem_file, preset, data_dir, slo_ms, _prices(price))
     try:
@@ -173,7 +174,7 @@ def simulate(spec, problem_file, preset, data_dir, slo_ms, price, seed, sample_s
     click.echo(format_table(run.summary))
     if report_dir:
         write_report(run.summary, report_dir)
-        (Path(report_dir) / "plan.json").write_text(json.dumps(plan.to_dict(), indent=1) + "\n")
+        RunRecord(Path(report_dir)).write_plan(plan)
 
 
 @click.command()
