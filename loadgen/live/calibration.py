@@ -11,15 +11,12 @@ import click
 CALIBRATION_TRACE = "step:rates=6/18/6,at=20/40,cv2=4,transition=5,duration=60"
 
 
-def hardware_of(pipe, store, plan_doc: dict | None) -> dict[tuple[str, str], str]:
-    """(stage, variant) -> hardware: the plan's assignment, else the one hardware with a profile."""
+def run_hardware(pipe, store, plan) -> dict[tuple[str, str], str]:
+    """(stage, variant) -> the hardware a run ran it on: its plan's assignment (``Plan.hardware_of``),
+    else the one hardware with a profile (a run without a plan, or a variant a re-plan brought)."""
     from streams.profile_store import lookup
 
-    out: dict[tuple[str, str], str] = {}
-    if plan_doc:
-        for sp in plan_doc.get("stages", []):
-            for a in sp["assignments"]:
-                out[(sp["stage"], a["variant"])] = a["hardware"]
+    out = plan.hardware_of() if plan is not None else {}
     for st in pipe.stages:
         for v in st.variants:
             have = [h for h in pipe.hardware if lookup(store, v, h) is not None]
@@ -53,12 +50,14 @@ def run_hops(report: Path, pipe, raw_store):
     """A report's results, the hardware its plan ran each variant on and its batch timeouts."""
     from loadgen.run_record import RESULTS, RunRecord
     from planner.calibrate import RunHops, timeouts_of
+    from planner.plan import Plan
 
     run = RunRecord(report)
     if not run.has_results():
         raise click.ClickException(f"{report / RESULTS}: no results in this report")
     plan_doc = run.plan_doc()
-    return RunHops(run.results(), hardware_of(pipe, raw_store, plan_doc),
+    plan = Plan.from_dict(plan_doc) if plan_doc else None
+    return RunHops(run.results(), run_hardware(pipe, raw_store, plan),
                    timeouts_of(plan_doc, run.configs_in_force()))
 
 
