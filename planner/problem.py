@@ -12,7 +12,6 @@ planning rate is the peak of the trace's sliding ``rate_window_s`` mean (documen
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, Optional
@@ -22,8 +21,8 @@ from pydantic import Field
 
 from planner.sim.params import HostModel, Network, ServiceTime
 from streams.arrivals import peak_rate_sliding, poisson_arrivals, read_arrivals
-from streams.docmodel import Doc, read
-from streams.graph import StageGraph
+from streams.docmodel import Doc, load_document, read
+from streams.graph import StageGraph, reference_error
 from streams.latency import LatencyCurve
 from streams.spec import EdgeDoc
 
@@ -219,13 +218,8 @@ def parse_problem(doc: Any, *, base_dir: Path = Path("."), name: str = "problem"
     d = read(ProblemDoc, doc, "", ProblemError)
     hw = {n: HardwareOption(n, h.cost_per_hour, h.kind, h.threads) for n, h in d.hardware.items()}
     stages = [_stage_option(s, f"stages[{i}]", hw) for i, s in enumerate(d.stages)]
-    names = [s.name for s in stages]
-    if len(set(names)) != len(names):
-        raise _fail("stages", "unique stage names", names)
-    for i, e in enumerate(d.edges):
-        for key, val in (("from", e.src), ("to", e.dst)):
-            if val not in names:
-                raise _fail(f"edges[{i}].{key}", f"a stage name, one of {names}", val)
+    if (wrong := reference_error([s.name for s in stages], d.edges)) is not None:
+        raise _fail(*wrong)
     rate, trace = _arrivals(d.arrival, base_dir, d.seed)
     problem = Problem(
         slo_ms=d.slo_ms, rate_qps=rate, hardware=hw, stages=tuple(stages),
@@ -241,12 +235,7 @@ def parse_problem(doc: Any, *, base_dir: Path = Path("."), name: str = "problem"
 
 def load_problem(path: str | Path) -> Problem:
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise ProblemError(f"{p}: no such problem file") from None
-    except json.JSONDecodeError as exc:
-        raise ProblemError(f"{p}: not valid JSON: {exc}") from None
+    doc = load_document(p, "problem", ProblemError, fmt="json")
     try:
         return parse_problem(doc, base_dir=p.parent, name=p.stem)
     except ProblemError as exc:
