@@ -17,10 +17,8 @@ import asyncio
 import os
 import re
 import signal
-import time
 import urllib.request
 
-import numpy as np
 import yaml
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
@@ -31,7 +29,7 @@ from streams.client import PipelineClient, make_request
 from streams.config import EXACTLY_ONCE, KafkaSettings
 from streams.spec import load_pipeline
 
-from .helpers import read_topic
+from .helpers import poisson_open_loop, read_topic
 from .test_data_plane import FANOUT3
 from .workers import Workers, unique_pipeline
 
@@ -123,16 +121,8 @@ async def test_a_rebalance_between_live_exactly_once_workers_loses_and_doubles_n
         async with PipelineClient(pipe, kafka) as client:
             ids: list[str] = []
 
-            async def open_loop() -> None:  # Poisson arrivals for 12 s: the workers are busy throughout
-                t0, futs = time.monotonic(), []
-                for at in np.cumsum(np.random.default_rng(5).exponential(1 / rate, n)):
-                    await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
-                    req = make_request(pipe, os.urandom(16))
-                    ids.append(req["request_id"])
-                    futs.append(await client.send(req, wait=False))
-                await asyncio.gather(*futs)
-
-            sender = asyncio.create_task(open_loop())
+            # Poisson arrivals for 12 s: the workers are busy throughout
+            sender = asyncio.create_task(poisson_open_loop(client, pipe, n, rate, 5, ids))
             await asyncio.sleep(2.0)
             (second,) = workers.start("classify")  # joins mid-stream: the group rebalances, both live
             await asyncio.sleep(2.0)

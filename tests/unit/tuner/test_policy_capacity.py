@@ -14,9 +14,10 @@ from streams.arrivals import poisson_arrivals
 from planner.service import handoff, handoff_record
 from streams import codec
 from tuner import planfile
-from tuner.envelope import NS_PER_S, EnvelopeSnapshot, EnvelopeTracker, doubling_windows, envelope
-from tuner.policy import (LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, observe,
-                          stage_up_target, tracker_windows)
+from tuner.envelope import NS_PER_S, EnvelopeSnapshot, doubling_windows, envelope
+from tuner.policy import LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, stage_up_target
+
+from policy_flow import run_flow
 
 CURVES = {"resize": {"cpu-1": {"1": 4, "2": 7, "4": 13, "8": 25}},
           "lite0": {"cpu-1": {"1": 15, "2": 27, "4": 52, "8": 100}}}
@@ -44,21 +45,6 @@ def quiet_plan():
     record = handoff_record(handoff(problem, plan, envelope), problem.name, epoch=1)
     record = codec.decode("TunerHandoff", codec.encode("TunerHandoff", record))
     return plan, planfile.from_dict(record)
-
-
-def run_flow(plan: TunerPlan, arrivals_s: np.ndarray, until_s: float, config: TunerConfig, every_s: float = 0.5):
-    tracker = EnvelopeTracker(tracker_windows(plan, config), recent_horizon_s=config.down_horizon_s + 1)
-    state = TunerState.initial(plan, 0)
-    ns = np.round(np.sort(arrivals_s) * NS_PER_S).astype(np.int64)
-    fed, out = 0, []
-    for k in range(1, int(until_s / every_s) + 1):
-        now = int(k * every_s * NS_PER_S)
-        upto = int(np.searchsorted(ns, now, side="right"))
-        tracker.add(ns[fed:upto])
-        fed = upto
-        decision, state = decide(observe(tracker, plan, now, config), plan, state, now, config)
-        out.append((now / NS_PER_S, dict(decision.targets), decision))
-    return out
 
 
 def test_the_handoff_carries_what_the_planned_replicas_serve(quiet_plan):
