@@ -28,7 +28,7 @@ from planner.estimator import simulate
 from planner.modes import make_planner
 from planner.problem import Problem
 from streams.arrivals import gamma_arrivals, peak_rate_sliding, poisson_arrivals
-from planner.synthetic import random_problem
+from loadgen.synthetic import random_problem
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import pytest
 from planner.estimator import simulate
 from planner.modes import MODES, CoarsePlanner, LokiPlanner, MilpPlanner, make_planner
 from streams.arrivals import peak_rate_sliding
-from planner.synthetic import random_problem
+from loadgen.synthetic import random_problem
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 from streams.arrivals import peak_rate_sliding
 from planner.forecast import ForecastSettings, forecast_peak, interval_peaks
 from planner.service import ReplanSettings, ReplanState, Replanner, sample_for
-from planner.synthetic import random_problem
+from loadgen.synthetic import random_problem
 
 SCHEMA = Path(__file__).resolve().parents[3] / "schemas" / "StageConfig.avsc"
 
