@@ -206,6 +206,16 @@ def load_trace(spec: str | TraceSpec, *, seed: int = 0) -> np.ndarray:
     return arrivals
 
 
+def trace_arrivals(spec: str, seed: int) -> np.ndarray:
+    """:func:`load_trace` for a command's ``--trace``: a bad spec or file is a usage error naming it."""
+    import click
+
+    try:
+        return load_trace(spec, seed=seed)
+    except (TraceSpecError, OSError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--trace") from None
+
+
 def _opt(s: TraceSpec, key: str) -> float | None:
     return s.number(key) if key in s.params else None
 

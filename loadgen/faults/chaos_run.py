@@ -328,7 +328,8 @@ class ChaosOptions:
 def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
     """Start (or find) the Kafka, run every selected case on one stack, write the report."""
     from planner.profiles import ProfileStore
-    from loadgen.live.replay_report import _payload_factory, _trace
+    from loadgen.live.replay_report import payload_factory
+    from loadgen.traces import trace_arrivals
     from loadgen.live.run import profile_missing
     from streams.spec import load_pipeline
 
@@ -342,8 +343,8 @@ def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
     pipe = load_pipeline(path)
     store = ProfileStore(opts.profiles_dir)
     profile_missing(pipe, store)
-    arrivals = _trace(opts.trace, opts.seed)
-    payload = _payload_factory(pipe, None)(0)
+    arrivals = trace_arrivals(opts.trace, opts.seed)
+    payload = payload_factory(pipe, None)(0)
     freeze_stage = opts.freeze_stage or pipe.source
     cases = chaos.select(chaos.fault_cases([s.name for s in pipe.stages], has_join=pipe.needs_join,
                                            brokers=cluster.brokers, freeze_stage=freeze_stage,

@@ -68,7 +68,8 @@ def run_soak(opts: SoakOptions) -> str:
     from loadgen.replay import ReplayOptions, ReplayTarget, replay
     from loadgen.schedule import build_schedule
     from planner.profiles import ProfileStore
-    from loadgen.live.replay_report import _payload_factory, _trace
+    from loadgen.live.replay_report import payload_factory
+    from loadgen.traces import trace_arrivals
     from loadgen.live.run import profile_missing
     from streams.spec import load_pipeline
 
@@ -82,8 +83,8 @@ def run_soak(opts: SoakOptions) -> str:
     store = ProfileStore(opts.profiles_dir)
     profile_missing(pipe, store)
     spec = opts.spec
-    arrivals = _trace(spec, opts.seed)
-    payload = _payload_factory(pipe, None)(0)
+    arrivals = trace_arrivals(spec, opts.seed)
+    payload = payload_factory(pipe, None)(0)
     stack = Stack(pipe, path, store, settings, report / "logs", mode=opts.mode, sample=arrivals[arrivals < 60],
                   replan_s=opts.replan_s)
     groups = stage_groups(pipe)

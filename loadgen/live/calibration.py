@@ -66,7 +66,7 @@ def calibrated(pipe, pipeline_file: str, store, when: str, opts, report_dir: Pat
     (``always``, or ``auto`` and none in force)."""
     from planner.calibrate import summary_lines
     from planner.profiles import ProfileStore
-    from loadgen.live.replay_report import _trace
+    from loadgen.traces import trace_arrivals
     from loadgen.live.run import live_run
     from loadgen.traces import first_step_s
 
@@ -75,7 +75,7 @@ def calibrated(pipe, pipeline_file: str, store, when: str, opts, report_dir: Pat
             click.echo(f"calibration: v{store.calibration['version']} (from {store.calibration.get('source')})")
         return store
     click.echo(f"calibration run ({CALIBRATION_TRACE}): measures service, core sharing and Kafka transits here")
-    arrivals = _trace(CALIBRATION_TRACE, opts.seed)
+    arrivals = trace_arrivals(CALIBRATION_TRACE, opts.seed)
     live_run(pipe, pipeline_file, arrivals, arrivals[arrivals < first_step_s(CALIBRATION_TRACE)], store,
              report_dir / "calibration", opts, f"calibration: {pipe.name}, {opts.mode}, {CALIBRATION_TRACE}")
     for line in summary_lines(fit_report(report_dir / "calibration", pipe, store.root)):

@@ -8,12 +8,12 @@ import click
 def prepare(pipeline_file: str, spec: str, seed: int, profiles_dir: str, plan_seconds: float | None):
     """The pipeline, its profiles, the trace and the planning sample (its first ``plan_seconds``)."""
     from planner.profiles import ProfileStore
-    from loadgen.live.replay_report import _trace
+    from loadgen.traces import trace_arrivals
     from loadgen.live.run import profile_missing
     from loadgen.traces import first_step_s
     from streams.spec import load_pipeline
 
-    arrivals = _trace(spec, seed)
+    arrivals = trace_arrivals(spec, seed)
     plan_s = plan_seconds or first_step_s(spec)
     if plan_s is None:
         raise click.UsageError(f"--plan-seconds: trace {spec!r} has no step to plan before; say how much to plan on")

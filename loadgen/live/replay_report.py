@@ -15,16 +15,8 @@ import click
 import numpy as np
 
 from loadgen.run_record import RunRecord
-from loadgen.traces import TraceSpecError, load_trace
 
 ENVELOPE_WINDOWS_S = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 51.2)
-
-
-def _trace(spec: str, seed: int) -> np.ndarray:
-    try:
-        return load_trace(spec, seed=seed)
-    except (TraceSpecError, OSError, ValueError) as exc:
-        raise click.BadParameter(str(exc), param_hint="--trace") from None
 
 
 def envelope_rates(arrivals_s: np.ndarray, windows_s=ENVELOPE_WINDOWS_S) -> tuple[float, ...]:
@@ -35,7 +27,7 @@ def envelope_rates(arrivals_s: np.ndarray, windows_s=ENVELOPE_WINDOWS_S) -> tupl
     return tuple(float(x) for x in envelope(np.asarray(arrivals_s, dtype=float), windows_s))
 
 
-def _payload_factory(pipe, payload_file: str | None):
+def payload_factory(pipe, payload_file: str | None):
     if payload_file:
         data = Path(payload_file).read_bytes()
         return lambda i: data

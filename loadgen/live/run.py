@@ -222,7 +222,7 @@ class LiveResult:
 def live_run(pipe, pipeline_file: str, arrivals: np.ndarray, sample: np.ndarray, store, report_dir: Path,
              opts: LiveOptions, label: str) -> LiveResult:
     """Plan, publish, run the workers, replay, report, and replay the run through the estimator."""
-    from loadgen.live.replay_report import _payload_factory, replay_report
+    from loadgen.live.replay_report import payload_factory, replay_report
     from streams import admin, topics
 
     settings = KafkaSettings.from_env()
@@ -235,7 +235,7 @@ def live_run(pipe, pipeline_file: str, arrivals: np.ndarray, sample: np.ndarray,
     try:
         workers.wait_ready()
         click.echo("workers ready; replaying")
-        summary = replay_report(pipe, arrivals, _payload_factory(pipe, None), seed=opts.seed,
+        summary = replay_report(pipe, arrivals, payload_factory(pipe, None), seed=opts.seed,
                                 report_dir=str(report_dir), run_id=f"{opts.mode}-{int(time.time())}",
                                 planned_arrivals=problem.arrivals_s, label=label)
     finally:

@@ -14,7 +14,8 @@ import numpy as np
 
 from loadgen import workloads
 from streams.arrivals import peak_rate_binned
-from loadgen.live.replay_report import _payload_factory, _trace, replay_report
+from loadgen.live.replay_report import payload_factory, replay_report
+from loadgen.traces import trace_arrivals
 
 
 def trace_stats(arrivals: np.ndarray) -> dict:
@@ -39,7 +40,7 @@ def loadgen() -> None:
 @click.option("--out", type=click.Path(dir_okay=False), help="Write the arrival times, one per line.")
 def show(spec: str, seed: int, out: str | None) -> None:
     """Print a trace's statistics (requests, mean and peak rate, CV^2)."""
-    a = _trace(spec, seed)
+    a = trace_arrivals(spec, seed)
     click.echo(json.dumps(trace_stats(a), indent=1))
     if out:
         np.savetxt(out, a, fmt="%.9f")
@@ -71,9 +72,9 @@ def replay(pipeline_file, spec, rate_scale, seed, report_dir, run_id, drain_s, a
         pipe = load_pipeline(pipeline_file)
     except SpecError as exc:
         raise click.BadParameter(str(exc), param_hint="--pipeline") from None
-    payloads = _payload_factory(pipe, payload_file)
-    planned = _trace(planned_trace, seed) if planned_trace else None
-    summary = replay_report(pipe, _trace(spec, seed), payloads, seed=seed, rate_scale=rate_scale,
+    payloads = payload_factory(pipe, payload_file)
+    planned = trace_arrivals(planned_trace, seed) if planned_trace else None
+    summary = replay_report(pipe, trace_arrivals(spec, seed), payloads, seed=seed, rate_scale=rate_scale,
                             report_dir=report_dir, run_id=run_id, drain_s=drain_s,
                             accuracy_floor=accuracy_floor, planned_arrivals=planned,
                             lag_budget_ms=lag_budget_ms, label=f"{pipe.name} {spec}")

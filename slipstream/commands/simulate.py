@@ -20,7 +20,7 @@ from slipstream.options import key_values
 import numpy as np
 
 from loadgen.compare import ModeNotApplicable
-from loadgen.traces import TraceSpecError, load_trace
+from loadgen.traces import trace_arrivals
 from planner.modes import MODES
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "research-data" / "UMass-LIDS+Loki"
@@ -71,7 +71,7 @@ def _run(problem_src, mode: str, trace: str, seed: int, sample_share: float, tun
          activation_s: float, label: str | None = None):
     from loadgen.simulate import simulate_run
 
-    arrivals = _load(trace, seed)
+    arrivals = trace_arrivals(trace, seed)
     split = float(arrivals[-1]) * sample_share if sample_share > 0 else float(arrivals[-1])
     sample = arrivals[arrivals < split] if sample_share > 0 else arrivals
     live = arrivals[arrivals >= split] - split if sample_share > 0 else arrivals
@@ -89,13 +89,6 @@ def _run(problem_src, mode: str, trace: str, seed: int, sample_share: float, tun
     return simulate_run(problem, plan, live, changes=changes, seed=seed, activation_s=activation_s,
                         label=label or f"{problem.name} {mode}{'+tuner' if changes or tune else ''}",
                         notes=(note, *notes)), plan
-
-
-def _load(spec: str, seed: int) -> np.ndarray:
-    try:
-        return load_trace(spec, seed=seed)
-    except (TraceSpecError, OSError, ValueError) as exc:
-        raise click.BadParameter(str(exc), param_hint="--trace") from None
 
 
 def _problem_source(problem_file: str | None, preset: str, data_dir: str, slo_ms: float | None,

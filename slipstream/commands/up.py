@@ -42,13 +42,13 @@ def up_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, look
         if not trace_spec:
             raise click.UsageError("--profiles needs --trace: the sample to plan for")
         from planner.profiles import ProfileStore
-        from loadgen.live.replay_report import _trace
+        from loadgen.traces import trace_arrivals
         from loadgen.live.run import LiveOptions, control_plane, plan_and_publish
 
         settings, store = KafkaSettings.from_env(), ProfileStore(profiles_dir)
         opts = LiveOptions(mode=mode, activation_s=activation_s, max_replicas=max_replicas,
                            reserve_cores=reserve_cores, replan_s=replan_s)
-        published = plan_and_publish(pipe, store, _trace(trace_spec, 0), opts, settings)
+        published = plan_and_publish(pipe, store, trace_arrivals(trace_spec, 0), opts, settings)
         run_local(pipe, pipeline_file, published.tuner_plan.planned_replicas, log_dir, reserve_cores,
             lambda actuator, cap: control_plane(pipe, published, store, opts, settings, actuator, cap),
             profiles=profiles_dir)
