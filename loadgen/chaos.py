@@ -1,7 +1,7 @@
 """The fault suite's arithmetic (pure): which faults to inject, what a case's results say, the table.
 
 A case is one open-loop replay with at most one fault, injected ``fault_at_s`` into it
-(``slipstream chaos`` runs them: ``slipstream/chaos.py``). What a case reports, from every result
+(``slipstream chaos`` runs them: ``loadgen/faults/chaos_run.py``). What a case reports, from every result
 record of the replay read back from the results topic (duplicates included) and the send times:
 
 - requests, missing, duplicates (records beyond a request's first) and conflicting (requests whose

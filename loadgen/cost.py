@@ -2,8 +2,8 @@
 
 A stage's cost per hour is the record's ``cost_per_hour`` when the producer filled it in (the planner
 writes ``replicas x hardware price`` for the stage), else ``replicas x`` the pipeline's hardware price.
-Per stage the highest StageConfig ``epoch`` wins (the compacted topic's rule), so a stale record read
-late does not roll the cost back; a ScalingAction changes only the replica count and cost.
+Per stage the highest StageConfig ``epoch`` wins (``streams.control_rules.current_records``), so a stale
+record read late does not roll the cost back; a ScalingAction changes only the replica count and cost.
 The timeline is a step function per stage; its total is integrated exactly over the run.
 """
 from __future__ import annotations
@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
+
+from streams.control_rules import current_records
 
 NS_PER_S = 1_000_000_000
 
@@ -37,15 +39,11 @@ def events_from_records(records: Iterable[tuple[int, Mapping[str, Any]]],
     """
     prices = prices or {}
     out: list[ConfigEvent] = []
-    epoch: dict[str, int] = {}
     current: dict[str, ConfigEvent] = {}
-    for at_ns, rec in sorted(records, key=lambda r: r[0]):
+    for at_ns, rec in current_records(records):
         stage = rec["stage"]
         replicas = int(rec["replicas"])
         if "epoch" in rec:  # StageConfig
-            if rec["epoch"] < epoch.get(stage, -1):
-                continue
-            epoch[stage] = rec["epoch"]
             hardware, variant = rec.get("hardware", ""), rec.get("variant", "")
         else:  # ScalingAction: keeps the stage's hardware
             prev = current.get(stage)

@@ -105,7 +105,7 @@ async def replay(schedule: Schedule, target: ReplayTarget, settings: KafkaSettin
         await asyncio.wait_for(producer.partitions_for(target.input_topic), options.ready_timeout_s)
         readers = [
             asyncio.create_task(_read_results(results_c, collector, stop)),
-            asyncio.create_task(_read_control(control_c, config_records, stop,
+            asyncio.create_task(_follow_control(control_c, config_records, stop,
                                               topics.control(target.pipeline), target.pipeline)),
         ]
         start_ns = time.time_ns() + int(options.lead_s * NS_PER_S)
@@ -207,7 +207,7 @@ async def _read_results(consumer, collector: Collector, stop: asyncio.Event) -> 
             await asyncio.sleep(0)
 
 
-async def _read_control(consumer, out: list[tuple[int, Mapping[str, Any]]], stop: asyncio.Event,
+async def _follow_control(consumer, out: list[tuple[int, Mapping[str, Any]]], stop: asyncio.Event,
                         control_topic: str, pipeline: str) -> None:
     """StageConfigs of the control topic (``streams.control_io.read_record``: checked, epoch = offset;
     invalid ones logged and skipped) and ScalingActions of the scaling topic, with their timestamps."""

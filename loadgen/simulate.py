@@ -27,6 +27,7 @@ from planner.estimator import ReplicaChange, SimResult, simulate
 from planner.plan import Plan
 from planner.problem import Problem
 from streams.batching import drop_reason
+from streams.contract import deadline_ns
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
@@ -41,7 +42,6 @@ class SimulatedRun:
 
 def results_from_sim(problem: Problem, plan: Plan, sim: SimResult, *, start_ns: int = 0,
                      id_prefix: str = "sim") -> list[dict[str, Any]]:
-    slo_ns = int(problem.slo_ms * NS_PER_MS)
     created = start_ns + np.round(sim.arrival_s * NS_PER_S).astype(np.int64)
     names = sim.stage_names
     variant = {}
@@ -63,7 +63,8 @@ def results_from_sim(problem: Problem, plan: Plan, sim: SimResult, *, start_ns: 
             status, reason = "done", ""
             finished = c + int(round(float(sim.latency_ms[i]) * NS_PER_MS))
         out.append({"request_id": f"{id_prefix}-{i:08d}", "pipeline": problem.name, "status": status,
-                    "reason": reason, "created_ns": c, "deadline_ns": c + slo_ns, "finished_ns": finished,
+                    "reason": reason, "created_ns": c, "deadline_ns": deadline_ns(c, problem.slo_ms),
+                    "finished_ns": finished,
                     "hops": hops, "accuracy": plan.accuracy, "parts": 1})
     return out
 

@@ -9,7 +9,8 @@ Grammar (documented with examples in docs/loadgen.md)::
     poisson:rate=Q,duration=S
     gamma:rate=Q,cv2=C,duration=S
     step:rates=Q1/Q2[/..],at=T1[/..],duration=S[,cv2=C|C1/C2..][,transition=S][,shape=sigmoid|linear]
-    file:PATH                 one arrival time in seconds per line ('#' comments and blank lines skipped)
+    file:PATH                 arrival times in seconds (streams.arrivals.read_arrivals: .npy, or numbers
+                              per line; '#' comments and blank lines skipped)
     twitter:PATH              IPA's per-second counts: the .tbz2 (bzip2 tar holding workload.txt) or
                               the text file itself, space-separated integers
     azure:PATH,row=N          Azure Functions 2019 per-minute counts (HashOwner,HashApp,HashFunction,
@@ -42,6 +43,7 @@ from typing import Mapping
 import numpy as np
 
 from loadgen import workloads as w
+from streams.arrivals import ArrivalsError, gamma_arrivals, poisson_arrivals, read_arrivals
 
 SYNTHETIC = ("poisson", "gamma", "step")
 COUNT_KINDS = {"twitter": 1.0, "azure": 60.0}  # kind -> seconds per bin in the source
@@ -134,21 +136,12 @@ def first_step_s(text: str) -> float | None:
 
 
 def read_arrival_file(path: str | Path) -> np.ndarray:
-    """One arrival time (seconds, >= 0) per line; sorted on return."""
-    vals: list[float] = []
-    with open(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            line = line.split("#", 1)[0].strip()
-            if not line:
-                continue
-            try:
-                v = float(line)
-            except ValueError:
-                raise TraceSpecError(f"{path}:{lineno}: expected a time in seconds, got {line!r}") from None
-            if not np.isfinite(v) or v < 0:
-                raise TraceSpecError(f"{path}:{lineno}: arrival times must be finite and >= 0, got {v}")
-            vals.append(v)
-    return np.sort(np.asarray(vals, dtype=float))
+    """The arrival times of ``path`` (``streams.arrivals.read_arrivals``), sorted; a bad file is a
+    :class:`TraceSpecError` naming the line."""
+    try:
+        return read_arrivals(path)
+    except ArrivalsError as exc:
+        raise TraceSpecError(str(exc)) from None
 
 
 def read_twitter_counts(path: str | Path) -> np.ndarray:
@@ -213,6 +206,16 @@ def load_trace(spec: str | TraceSpec, *, seed: int = 0) -> np.ndarray:
     return arrivals
 
 
+def trace_arrivals(spec: str, seed: int) -> np.ndarray:
+    """:func:`load_trace` for a command's ``--trace``: a bad spec or file is a usage error naming it."""
+    import click
+
+    try:
+        return load_trace(spec, seed=seed)
+    except (TraceSpecError, OSError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--trace") from None
+
+
 def _opt(s: TraceSpec, key: str) -> float | None:
     return s.number(key) if key in s.params else None
 
@@ -220,9 +223,9 @@ def _opt(s: TraceSpec, key: str) -> float | None:
 def _synthetic(s: TraceSpec, rng: np.random.Generator) -> np.ndarray:
     duration = s.number("duration")
     if s.kind == "poisson":
-        return w.poisson_arrivals(s.number("rate"), duration, rng)
+        return poisson_arrivals(s.number("rate"), duration, rng)
     if s.kind == "gamma":
-        return w.gamma_arrivals(s.number("rate"), s.number("cv2", 1.0), duration, rng)
+        return gamma_arrivals(s.number("rate"), s.number("cv2", 1.0), duration, rng)
     rates = s.numbers("rates")
     at = s.numbers("at") if len(rates) > 1 else []
     cv2s = s.numbers("cv2") if "cv2" in s.params else [1.0]

@@ -3,8 +3,8 @@
 Every function returns (or takes) a sorted float64 array of arrival times in seconds from 0, and every
 random choice comes from the ``numpy.random.Generator`` passed in, so a seed fixes a trace.
 
-- :func:`gamma_arrivals` — a renewal process with gamma inter-arrivals of mean ``1/rate`` and squared
-  coefficient of variation ``cv2`` (InferLine's synthetic load; ``cv2=1`` is Poisson, 4 is bursty).
+- the stationary generators (gamma, Poisson), the rate curve and the peak rates are
+  ``streams.arrivals`` (the planner uses them too).
 - :func:`varying_arrivals` — a gamma process whose rate and CV^2 move between phases, each change
   spread over a transition time along a sigmoid or a line (InferLine's time-varying workloads).
 - :func:`counts_to_arrivals` — per-bin request counts (a per-second or per-minute trace) spread into
@@ -20,39 +20,13 @@ from typing import Sequence
 
 import numpy as np
 
+from streams.arrivals import check_positive, peak_rate_binned
+
 SPREADS = ("uniform", "poisson", "even")
 SHAPES = ("sigmoid", "linear")
 # sigmoid transitions run the logistic over [-K/2, K/2]: it covers 1%..99% of the change before the
 # end-point normalisation, so the middle of the transition carries most of it, like InferLine's.
 _SIGMOID_SPAN = 2.0 * np.log(99.0)
-
-
-def _check_positive(name: str, value: float) -> None:
-    if not np.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
-
-
-def gamma_arrivals(rate_qps: float, cv2: float, duration_s: float, rng: np.random.Generator) -> np.ndarray:
-    """Arrivals of a gamma renewal process: inter-arrival shape ``1/cv2``, scale ``cv2/rate``."""
-    _check_positive("rate", rate_qps)
-    _check_positive("cv2", cv2)
-    _check_positive("duration", duration_s)
-    shape, scale = 1.0 / cv2, cv2 / rate_qps
-    out: list[np.ndarray] = []
-    t = 0.0
-    chunk = max(int(rate_qps * duration_s * 1.1) + 16, 64)
-    while True:
-        times = t + np.cumsum(rng.gamma(shape, scale, size=chunk))
-        out.append(times)
-        t = float(times[-1])
-        if t >= duration_s:
-            break
-    arr = np.concatenate(out)
-    return arr[arr < duration_s]
-
-
-def poisson_arrivals(rate_qps: float, duration_s: float, rng: np.random.Generator) -> np.ndarray:
-    return gamma_arrivals(rate_qps, 1.0, duration_s, rng)
 
 
 @dataclass(frozen=True)
@@ -102,14 +76,14 @@ def varying_arrivals(phases: Sequence[Phase], duration_s: float, rng: np.random.
     if not phases:
         raise ValueError("a time-varying process needs at least one phase")
     for i, p in enumerate(phases):
-        _check_positive(f"phases[{i}].rate", p.rate_qps)
-        _check_positive(f"phases[{i}].cv2", p.cv2)
+        check_positive(f"phases[{i}].rate", p.rate_qps)
+        check_positive(f"phases[{i}].cv2", p.cv2)
     ends = [p.until_s for p in phases[:-1]]
     if any(b <= a for a, b in zip(ends, ends[1:])):
         raise ValueError(f"phase change times must increase, got {ends}")
     if transition_s < 0:
         raise ValueError(f"transition must be >= 0 s, got {transition_s}")
-    _check_positive("duration", duration_s)
+    check_positive("duration", duration_s)
     times: list[float] = []
     t = 0.0
     while t < duration_s:
@@ -142,7 +116,7 @@ def counts_to_arrivals(counts: Sequence[float] | np.ndarray, bin_s: float, rng: 
     Fractional counts (after rescaling) are rounded stochastically for ``uniform`` and ``even``,
     so the expected total is kept.
     """
-    _check_positive("bin", bin_s)
+    check_positive("bin", bin_s)
     c = np.asarray(counts, dtype=float)
     if c.ndim != 1 or np.any(c < 0) or not np.all(np.isfinite(c)):
         raise ValueError("counts must be a 1-D array of non-negative finite numbers")
@@ -164,16 +138,6 @@ def counts_to_arrivals(counts: Sequence[float] | np.ndarray, bin_s: float, rng: 
     return np.sort(starts + rng.random(int(n.sum())) * bin_s)
 
 
-def rate_series(arrivals_s: np.ndarray, bin_s: float = 1.0, duration_s: float | None = None) -> np.ndarray:
-    """Requests per second in each bin of width ``bin_s`` (the rate curve whose shape rescaling keeps)."""
-    _check_positive("bin", bin_s)
-    a = np.asarray(arrivals_s, dtype=float)
-    end = duration_s if duration_s is not None else (float(a[-1]) if len(a) else 0.0)
-    nbins = max(int(np.ceil(end / bin_s)), 1)
-    counts = np.bincount(np.minimum((a / bin_s).astype(np.int64), nbins - 1), minlength=nbins)
-    return counts[:nbins] / bin_s
-
-
 def scale_rate(arrivals_s: np.ndarray, factor: float, rng: np.random.Generator) -> np.ndarray:
     """Multiply the rate by ``factor`` while keeping the timeline (same duration, same rate curve shape).
 
@@ -182,7 +146,7 @@ def scale_rate(arrivals_s: np.ndarray, factor: float, rng: np.random.Generator) 
     ``frac(factor)``; each copy lands uniformly between its arrival and the next one, so order holds and
     the per-second rate is multiplied by ``factor`` in expectation.
     """
-    _check_positive("rate scale", factor)
+    check_positive("rate scale", factor)
     a = np.asarray(arrivals_s, dtype=float)
     if factor == 1.0 or len(a) == 0:
         return a.copy()
@@ -196,18 +160,12 @@ def scale_rate(arrivals_s: np.ndarray, factor: float, rng: np.random.Generator) 
     return np.sort(np.concatenate([a, added]), kind="stable")
 
 
-def peak_rate(arrivals_s: np.ndarray, window_s: float = 1.0) -> float:
-    """Highest rate over aligned windows of ``window_s`` (the rate a ``peak=`` rescale targets)."""
-    series = rate_series(arrivals_s, window_s)
-    return float(series.max()) if len(series) else 0.0
-
-
 def rescale_to_peak(arrivals_s: np.ndarray, target_qps: float, rng: np.random.Generator, *,
                     window_s: float = 1.0) -> np.ndarray:
     """Scale the rate so the peak ``window_s`` rate becomes ``target_qps`` (approximately: the thinning
     or copying is random; for count traces rescale the counts instead, which is exact)."""
-    _check_positive("peak", target_qps)
-    peak = peak_rate(arrivals_s, window_s)
+    check_positive("peak", target_qps)
+    peak = peak_rate_binned(arrivals_s, window_s)
     if peak <= 0:
         raise ValueError("cannot rescale an empty trace to a peak rate")
     return scale_rate(arrivals_s, target_qps / peak, rng)
@@ -215,7 +173,7 @@ def rescale_to_peak(arrivals_s: np.ndarray, target_qps: float, rng: np.random.Ge
 
 def compress(arrivals_s: np.ndarray, factor: float) -> np.ndarray:
     """Time compression: the same requests in ``1/factor`` of the time (rates times ``factor``)."""
-    _check_positive("compression", factor)
+    check_positive("compression", factor)
     return np.asarray(arrivals_s, dtype=float) / factor
 
 

@@ -142,15 +142,15 @@ def configs_in_force(control: Iterable[tuple[int, Mapping[str, Any]]], start_ns:
     at some time from ``start_ns`` on: per stage, the newest epoch published by then, and every newer
     epoch after it, in time order (the topic also holds earlier runs' configs; scaling actions carry
     no epoch)."""
+    from streams.control_rules import current_records
+
     before: dict[str, tuple[int, Mapping[str, Any]]] = {}
-    later, epoch = [], {}
-    for at_ns, rec in sorted(control, key=lambda r: r[0]):
-        stage = rec.get("stage")
-        if "epoch" not in rec or rec["epoch"] < epoch.get(stage, -1):
+    later = []
+    for at_ns, rec in current_records(control):
+        if "epoch" not in rec:
             continue
-        epoch[stage] = rec["epoch"]
         if at_ns <= start_ns:
-            before[stage] = (at_ns, rec)
+            before[rec["stage"]] = (at_ns, rec)
         else:
             later.append((at_ns, rec))
     return [*before.values(), *later]

@@ -38,7 +38,7 @@ from planner.sim.params import (BatchingChange, HostModel, Network, ReplicaChang
 from planner.sim.record import after_hop, finish_ns, to_result
 from planner.sim import stagewise
 from planner.sim.world import Unprofiled, World, build  # noqa: F401  (Unprofiled re-exported)
-from streams.batching import NS_PER_MS
+from streams.contract import deadline_ns as request_deadline
 
 NS_PER_S = 1_000_000_000
 FANOUT_DISTS = ("round", "poisson")
@@ -93,7 +93,7 @@ def simulate(problem: Problem, plan: Plan, arrivals_s: np.ndarray | None = None,
     modes = scaling_modes(scaling, names)
     arr = np.sort(np.asarray(problem.arrivals_s if arrivals_s is None else arrivals_s, dtype=float))
     arr_ns = (arr * NS_PER_S).astype(np.int64)
-    deadline_ns = arr_ns + int(problem.slo_ms * NS_PER_MS)
+    deadline_ns = request_deadline(arr_ns, problem.slo_ms)
     if request_ids is not None and len(request_ids) != arr.size:
         raise ValueError(f"{len(request_ids)} request_ids for {arr.size} arrivals")
 

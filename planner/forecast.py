@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.problem import peak_rate
+from streams.arrivals import peak_rate_sliding
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ def interval_peaks(arrivals_s: np.ndarray, now_s: float, s: ForecastSettings) ->
         hi = now_s - i * s.interval_s
         lo = hi - s.interval_s
         seg = a[(a >= lo) & (a < hi)]
-        peaks.append(peak_rate(seg, min(s.window_s, s.interval_s)))
+        peaks.append(peak_rate_sliding(seg, min(s.window_s, s.interval_s)))
     return peaks
 
 

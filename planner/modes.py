@@ -24,14 +24,14 @@ import time
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from planner import milp
 from planner.estimator import Unprofiled, simulate
 from planner.fallback import serve_anyway
 from planner.inferline import InferLineOptions, plan_inferline, top_variant
 from planner.plan import Assignment, Plan, Round, evaluate, formation_ms, infeasible
-from planner.problem import Problem, mean_rate, peak_rate
+from planner.problem import Problem
+from streams.arrivals import mean_rate, peak_rate_sliding
 
-MODES = ("milp", "inferline", "loki", "cg-mean", "cg-peak")
+MODES = ("milp", "inferline", "loki", "cg-mean", "cg-peak")  # the one list: CLI choices read it too
 
 
 class Planner(Protocol):
@@ -92,6 +92,8 @@ class MilpPlanner:
     name: str = "milp"
 
     def plan(self, problem: Problem, warm: Plan | None = None) -> Plan:
+        from planner import milp  # the solver (extra `planner`) loads with the first MILP plan
+
         def one(budget: float, rate: float, prev: Plan | None) -> Plan:
             return milp.solve(problem, milp.MilpOptions(self.solver, self.time_limit_s, budget, rate,
                                                         mode=self.name), warm=prev or warm)
@@ -106,6 +108,8 @@ class LokiPlanner:
     name: str = "loki"
 
     def plan(self, problem: Problem) -> Plan:
+        from planner import milp
+
         top = {s.name: frozenset({top_variant(problem, s.name)}) for s in problem.stages}
 
         def one(budget: float, rate: float, prev: Plan | None) -> Plan:
@@ -144,7 +148,7 @@ class CoarsePlanner:
         t0 = time.perf_counter()
         arr = problem.arrivals_s
         if arr.size:
-            rate = peak_rate(arr, problem.slo_ms / 1000.0) if self.kind == "peak" else mean_rate(arr)
+            rate = peak_rate_sliding(arr, problem.slo_ms / 1000.0) if self.kind == "peak" else mean_rate(arr)
         else:
             rate = problem.rate_qps
         choice = {}

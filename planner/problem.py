@@ -12,7 +12,6 @@ planning rate is the peak of the trace's sliding ``rate_window_s`` mean (documen
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, Optional
@@ -21,8 +20,9 @@ import numpy as np
 from pydantic import Field
 
 from planner.sim.params import HostModel, Network, ServiceTime
-from streams.docmodel import Doc, read
-from streams.graph import StageGraph
+from streams.arrivals import peak_rate_sliding, poisson_arrivals, read_arrivals
+from streams.docmodel import Doc, load_document, read
+from streams.graph import StageGraph, reference_error
 from streams.latency import LatencyCurve
 from streams.spec import EdgeDoc
 
@@ -112,38 +112,12 @@ class Problem(StageGraph):
 
 
 # ----------------------------------------------------------------------------------------------
-# Arrivals
+# Arrivals (generators, the file reader and the rates: streams.arrivals)
 
 
-def poisson_trace(rate_qps: float, seconds: float, seed: int) -> np.ndarray:
-    """A seeded Poisson arrival trace (seconds from 0)."""
-    if rate_qps <= 0:
-        return np.zeros(0)
-    rng = np.random.default_rng(seed)
-    n = int(rate_qps * seconds * 1.2) + 50
-    t = np.cumsum(rng.exponential(1.0 / rate_qps, size=n))
-    return t[t < seconds]
-
-
-def peak_rate(arrivals_s: np.ndarray, window_s: float) -> float:
-    """The largest number of arrivals in any window of ``window_s`` (sliding), divided by the window."""
-    a = np.sort(np.asarray(arrivals_s, dtype=float))
-    if a.size == 0:
-        return 0.0
-    ends = np.searchsorted(a, a + window_s, side="left")
-    return float((ends - np.arange(a.size)).max()) / window_s
-
-
-def mean_rate(arrivals_s: np.ndarray) -> float:
-    a = np.asarray(arrivals_s, dtype=float)
-    if a.size < 2:
-        return float(a.size)
-    return float(a.size / max(a[-1] - a[0], 1e-9))
-
-
-def read_trace(path: Path) -> np.ndarray:
-    vals = [float(x) for x in path.read_text().split() if x.strip()]
-    a = np.sort(np.asarray(vals, dtype=float))
+def read_sample(path: str | Path) -> np.ndarray:
+    """A planning sample from an arrival file (``streams.arrivals.read_arrivals``), shifted to start at 0."""
+    a = read_arrivals(path)
     return a - a[0] if a.size else a
 
 
@@ -230,13 +204,13 @@ def _arrivals(arr: ArrivalDoc, base_dir: Path, seed: int) -> tuple[float, np.nda
     if arr.trace is not None:
         tp = Path(arr.trace)
         try:
-            trace = read_trace(tp if tp.is_absolute() else base_dir / tp)
+            trace = read_sample(tp if tp.is_absolute() else base_dir / tp)
         except (OSError, ValueError) as exc:
             raise _fail("arrival.trace", "a readable file of arrival times in seconds", str(exc)) from None
-        rate = peak_rate(trace, arr.rate_window_s) if arr.rate_qps is None else arr.rate_qps
+        rate = peak_rate_sliding(trace, arr.rate_window_s) if arr.rate_qps is None else arr.rate_qps
         return rate, trace
     if arr.rate_qps is not None:
-        return arr.rate_qps, poisson_trace(arr.rate_qps, arr.sim_seconds, seed)
+        return arr.rate_qps, poisson_arrivals(arr.rate_qps, arr.sim_seconds, seed)
     raise _fail("arrival", "an object with rate_qps or trace", arr.model_dump(exclude_defaults=True))
 
 
@@ -244,13 +218,8 @@ def parse_problem(doc: Any, *, base_dir: Path = Path("."), name: str = "problem"
     d = read(ProblemDoc, doc, "", ProblemError)
     hw = {n: HardwareOption(n, h.cost_per_hour, h.kind, h.threads) for n, h in d.hardware.items()}
     stages = [_stage_option(s, f"stages[{i}]", hw) for i, s in enumerate(d.stages)]
-    names = [s.name for s in stages]
-    if len(set(names)) != len(names):
-        raise _fail("stages", "unique stage names", names)
-    for i, e in enumerate(d.edges):
-        for key, val in (("from", e.src), ("to", e.dst)):
-            if val not in names:
-                raise _fail(f"edges[{i}].{key}", f"a stage name, one of {names}", val)
+    if (wrong := reference_error([s.name for s in stages], d.edges)) is not None:
+        raise _fail(*wrong)
     rate, trace = _arrivals(d.arrival, base_dir, d.seed)
     problem = Problem(
         slo_ms=d.slo_ms, rate_qps=rate, hardware=hw, stages=tuple(stages),
@@ -266,12 +235,7 @@ def parse_problem(doc: Any, *, base_dir: Path = Path("."), name: str = "problem"
 
 def load_problem(path: str | Path) -> Problem:
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise ProblemError(f"{p}: no such problem file") from None
-    except json.JSONDecodeError as exc:
-        raise ProblemError(f"{p}: not valid JSON: {exc}") from None
+    doc = load_document(p, "problem", ProblemError, fmt="json")
     try:
         return parse_problem(doc, base_dir=p.parent, name=p.stem)
     except ProblemError as exc:

@@ -76,3 +76,27 @@ def profile_variant(variant: Variant, hardware: Hardware, factory: ExecutorFacto
 def runnable_hardware(pipe: Pipeline, has_cuda: bool) -> list[Hardware]:
     """Hardware of the catalog this machine can run: every CPU entry, CUDA ones only with a GPU."""
     return [h for h in pipe.hardware.values() if h.kind == "cpu" or (h.kind == "cuda" and has_cuda)]
+
+
+def has_cuda() -> bool:
+    """A CUDA device onnxruntime can use (torch is an optional extra: not needed to ask)."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return False
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+
+
+def profile_into(store, todo, factory: ExecutorFactory, settings: ProfilerSettings, *, show: bool = False) -> None:
+    """Profile each (variant, hardware) of ``todo`` into ``store`` with a progress bar (`slipstream
+    profile`, and a live run's missing profiles); ``show`` also writes each profile's points."""
+    from tqdm import tqdm
+
+    with tqdm(total=len(todo) * len(settings.batch_sizes), unit="batch size", desc="profiling") as bar:
+        for v, h in todo:
+            bar.set_postfix_str(f"{v.name}@{h.name}")
+            prof = profile_variant(v, h, factory, settings, progress=bar.update)
+            path = store.save(prof)
+            if show:
+                pts = ", ".join(f"b{b}: p50 {p.p50_ms:.1f} / p99 {p.p99_ms:.1f} ms" for b, p in prof.points.items())
+                bar.write(f"{path}: {pts}")

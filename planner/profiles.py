@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from planner import calibrate
-from planner.problem import (EdgeOption, HardwareOption, Problem, StageOption, VariantOption,
-                             peak_rate, poisson_trace)
+from planner.problem import EdgeOption, HardwareOption, Problem, StageOption, VariantOption
+from streams.arrivals import peak_rate_sliding, poisson_arrivals
 from streams.profile_store import (FORMAT_VERSION, BatchPoint, Profile, ProfileError, ProfileStore,  # noqa: F401
                                    lookup, machine_info, now_iso, slug)
 from streams.spec import Pipeline
@@ -85,8 +85,8 @@ def problem_from_pipeline(pipe: Pipeline, store: ProfileStore, *, arrivals_s: np
     if arrivals_s is None:
         if rate_qps is None:
             raise ProfileError("give an arrival trace or a rate")
-        arrivals_s = poisson_trace(rate_qps, sim_seconds, options.get("seed", 0))
-    rate = rate_qps if rate_qps is not None else peak_rate(arrivals_s, rate_window_s)
+        arrivals_s = poisson_arrivals(rate_qps, sim_seconds, options.get("seed", 0))
+    rate = rate_qps if rate_qps is not None else peak_rate_sliding(arrivals_s, rate_window_s)
     edges = tuple(EdgeOption(e.src, e.dst, e.fanout, e.probability) for e in pipe.edges)
     parts = min(s.defaults.partitions for s in pipe.stages)
     options.setdefault("min_partitions", parts)

@@ -26,7 +26,8 @@ from planner.capacity import StageCapacity, stage_capacity
 from planner.forecast import ForecastSettings, forecast_peak
 from planner.modes import make_planner
 from planner.plan import Plan, config_of
-from planner.problem import Problem, peak_rate
+from planner.problem import Problem
+from streams.arrivals import peak_rate_sliding
 from planner.results import LATE
 from streams.control_rules import next_epoch
 
@@ -82,7 +83,7 @@ def sample_for(arrivals_s: np.ndarray, now_s: float, rate_qps: float, sample_s: 
     if a.size == 0:
         return a
     a = a - a[0]
-    peak = peak_rate(a, window_s)
+    peak = peak_rate_sliding(a, window_s)
     if 0 < peak < rate_qps:
         a = a * (peak / rate_qps)
     return a

@@ -7,7 +7,9 @@ import logging
 import click
 
 # Each module in slipstream/commands/ exposes `commands: list[click.Command]`.
-COMMAND_MODULES = ("kafka", "worker", "pipeline", "bench", "tuner", "plan", "profile", "planner_service", "loadgen", "simulate", "demo", "calibrate", "chaos", "registry", "validate", "gateway", "reproduce")
+COMMAND_MODULES = ("kafka", "worker", "pipeline", "bench", "tuner", "up", "tuner_plan", "k8s_manifests", "fetch_model",
+                   "plan", "profile", "planner_service", "loadgen", "simulate", "demo", "compare_live", "calibrate",
+                   "estimate", "chaos", "soak", "chaos_tuner", "registry", "validate", "gateway", "reproduce")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

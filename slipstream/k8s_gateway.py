@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from streams.spec import Pipeline
-from slipstream.k8s_manifests import CONTAINER_SECURITY, LABEL, SPEC_PATH, _deployment, _env, _meta, _mounts, _plain
+from slipstream.k8s_pods import CONTAINER_SECURITY, LABEL, SPEC_PATH, deployment, object_meta, plain, pod_env, spec_mounts
 from tuner.k8s import deployment_name
 
 GATEWAY_PORT = 8080
@@ -35,19 +35,19 @@ def gateway_manifests(pipe: Pipeline, *, image: str, namespace: str = "default",
     c = {"name": "gateway", "image": image,
          "args": ["gateway", "--pipeline", SPEC_PATH, "--addr", f"0.0.0.0:{GATEWAY_PORT}",
                   "--grpc-port", str(GRPC_PORT)],
-         "env": _env(pipe.name), "ports": [{"name": "http", "containerPort": GATEWAY_PORT},
+         "env": pod_env(pipe.name), "ports": [{"name": "http", "containerPort": GATEWAY_PORT},
                                              {"name": "grpc", "containerPort": GRPC_PORT}], "resources": RESOURCES,
-         **PROBES, "securityContext": dict(CONTAINER_SECURITY), "volumeMounts": _mounts()}
-    dep = _deployment(name, pipe.name, namespace, role, None, [c], topics_image=image if create_topics else None)
+         **PROBES, "securityContext": dict(CONTAINER_SECURITY), "volumeMounts": spec_mounts()}
+    dep = deployment(name, pipe.name, namespace, role, None, [c], topics_image=image if create_topics else None)
     dep["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] = str(GATEWAY_PORT)
-    service = {"apiVersion": "v1", "kind": "Service", "metadata": _meta(name, pipe.name, namespace, **role),
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": object_meta(name, pipe.name, namespace, **role),
                "spec": {"selector": {f"{LABEL}/pipeline": pipe.name, **role},
                         "ports": [{"name": "http", "port": 80, "targetPort": "http"},
                                   {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc"}]}}
     hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-           "metadata": _meta(name, pipe.name, namespace, **role),
+           "metadata": object_meta(name, pipe.name, namespace, **role),
            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
                     "minReplicas": replicas, "maxReplicas": max(max_replicas, replicas),
                     "metrics": [{"type": "Resource", "resource": {
                         "name": "cpu", "target": {"type": "Utilization", "averageUtilization": cpu_target_pct}}}]}}
-    return [dep, *_plain([service, hpa])]
+    return [dep, *plain([service, hpa])]

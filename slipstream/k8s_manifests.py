@@ -27,24 +27,19 @@ topics in an init container (``slipstream topics``).
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Mapping
 
+from slipstream.k8s_gateway import gateway_manifests
+from slipstream.k8s_pods import (CONTAINER_SECURITY, LABEL, SMALL, SPEC_PATH, container, deployment,
+                                 kafka_configmap_name, object_meta, spec_mounts, plain, spec_configmap_name)
 from slipstream.model_fetch import fetched_models
 from streams.spec import Hardware, Pipeline
 from tuner.k8s import SCALE_RULE, deployment_name
 
-LABEL = "slipstream.io"
-METRICS_PORT = 9100
-METRICS_ADDR = f"0.0.0.0:{METRICS_PORT}"
-SPEC_DIR = "/etc/slipstream"
-SPEC_PATH = f"{SPEC_DIR}/pipeline.yaml"
 PROFILES_DIR = "/var/lib/slipstream/profiles"
-HOME = "/home/slipstream"  # the image's user (deploy/docker/Dockerfile)
-RUN_AS = 10001
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}  # NVIDIA GPU feature discovery's node label
 GPU_TOLERATIONS = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
@@ -52,7 +47,6 @@ DEFAULT_BOOTSTRAP = "kafka.kafka.svc.cluster.local:9092"
 CONFIGMAP_MAX_BYTES = 1_000_000  # the API server's limit is 1 MiB for the whole object
 MAX_POD_CPUS = 8  # the largest worker pod pod_instances makes by default
 # Processes that run no model: the join worker, the planner, the tuner.
-SMALL = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
 
 
 @dataclass(frozen=True)
@@ -85,101 +79,6 @@ def hardware_resources(hw: Hardware, instances: int = 1) -> dict[str, Any]:
     return {"requests": dict(res), "limits": dict(res)}
 
 
-# ---------------------------------------------------------------------------------------- pod parts
-
-
-def _meta(name: str, pipeline: str, namespace: str, **labels: str) -> dict[str, Any]:
-    return {"name": name, "namespace": namespace, "labels": {f"{LABEL}/pipeline": pipeline, **labels}}
-
-
-def _env(pipeline: str) -> list[dict[str, Any]]:
-    return [{"name": "SLIPSTREAM_BOOTSTRAP",
-             "valueFrom": {"configMapKeyRef": {"name": kafka_configmap_name(pipeline), "key": "bootstrap"}}},
-            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-            {"name": "MPLCONFIGDIR", "value": "/tmp/matplotlib"}]
-
-
-def _mounts() -> list[dict[str, Any]]:
-    return [{"name": "pipeline", "mountPath": SPEC_DIR, "readOnly": True},
-            {"name": "tmp", "mountPath": "/tmp"},
-            {"name": "cache", "mountPath": f"{HOME}/.cache"}]
-
-
-def _volumes(pipeline: str) -> list[dict[str, Any]]:
-    return [{"name": "pipeline", "configMap": {"name": spec_configmap_name(pipeline)}},
-            {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
-            {"name": "cache", "emptyDir": {"sizeLimit": "4Gi"}}]
-
-
-CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
-                      "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
-POD_SECURITY = {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS,
-                "seccompProfile": {"type": "RuntimeDefault"}}
-PROBES = {
-    # /healthz answers while the process runs; a model may take minutes to load and warm before it does
-    "startupProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 5,
-                     "failureThreshold": 120},
-    "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10,
-                      "failureThreshold": 3},
-    # /readyz: model warmed and partitions assigned (a worker), plan in hand (the tuner)
-    "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 5,
-                       "failureThreshold": 2},
-}
-SCRAPE = {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT), "prometheus.io/path": "/metrics"}
-
-
-def _container(name: str, image: str, pipeline: str, args: list[str], resources: dict[str, Any],
-               mounts: list[dict[str, Any]] = ()) -> dict[str, Any]:
-    return {"name": name, "image": image, "args": [*args, "--metrics-addr", METRICS_ADDR],
-            "env": _env(pipeline), "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
-            "resources": resources, **PROBES, "securityContext": dict(CONTAINER_SECURITY),
-            "volumeMounts": [*_mounts(), *mounts]}
-
-
-def _topics_init(pipeline: str, image: str) -> dict[str, Any]:
-    """Creates the pipeline's missing topics before the process starts (idempotent, any pod may run it)."""
-    return {"name": "topics", "image": image, "args": ["topics", "--pipeline", SPEC_PATH],
-            "env": _env(pipeline), "resources": SMALL, "securityContext": dict(CONTAINER_SECURITY),
-            "volumeMounts": _mounts()}
-
-
-def _deployment(name: str, pipeline: str, namespace: str, role_labels: dict[str, str], replicas: int | None,
-                containers: list[dict[str, Any]], *, topics_image: str | None, volumes=(), extra_labels=None,
-                service_account: str | None = None, node: dict[str, Any] | None = None,
-                single: bool = False) -> dict[str, Any]:
-    selector = {f"{LABEL}/pipeline": pipeline, **role_labels}
-    # the selector is immutable: what may change on a re-render (the hardware) is a label only
-    extra = extra_labels or {}
-    labels = {**selector, **extra, "app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "slipstream"}
-    pod: dict[str, Any] = {
-        # scale-down removes pods; a long grace lets a worker finish its batch, produce and commit
-        "terminationGracePeriodSeconds": 30,
-        "automountServiceAccountToken": service_account is not None,
-        "securityContext": dict(POD_SECURITY),
-        "containers": containers,
-        "volumes": [*_volumes(pipeline), *volumes],
-        **(node or {}),
-    }
-    if service_account:
-        pod["serviceAccountName"] = service_account
-    if topics_image:
-        pod["initContainers"] = [_topics_init(pipeline, topics_image)]
-    spec: dict[str, Any] = {"selector": {"matchLabels": selector}}
-    if replicas is not None:  # None: another owner sets it (the tuner, for the stages)
-        spec = {"replicas": int(replicas), **spec}
-    if single:  # one decision maker per pipeline: never two during a rollout
-        spec["strategy"] = {"type": "Recreate"}
-    spec["template"] = {"metadata": {"labels": labels, "annotations": dict(SCRAPE)}, "spec": pod}
-    return _plain({"apiVersion": "apps/v1", "kind": "Deployment",
-                   "metadata": _meta(name, pipeline, namespace, **role_labels, **extra), "spec": spec})
-
-
-def _plain(obj: Any) -> Any:
-    """A copy sharing nothing with the constants (YAML would write shared parts as anchors)."""
-    return json.loads(json.dumps(obj))
-
-
 # ---------------------------------------------------------------------------------------- objects
 
 
@@ -194,9 +93,9 @@ def worker_deployment(pipe: Pipeline, role: str, placement: Placement | None, *,
     k = pod_instances(placement.replicas, hw, max_pod_cpus) if hw else 1
     args = ["worker", "--pipeline", SPEC_PATH, "--stage", role, *(["--max-instances", str(k)] if hw else [])]
     inits, mounts, volumes = model_fetches(pipe, role, img) if hw else ([], [], [])
-    c = _container("worker", img, pipe.name, args, hardware_resources(hw, k) if hw else SMALL, mounts)
+    c = container("worker", img, pipe.name, args, hardware_resources(hw, k) if hw else SMALL, mounts)
     node = {"nodeSelector": dict(GPU_NODE_SELECTOR), "tolerations": list(GPU_TOLERATIONS)} if gpu else None
-    dep = _deployment(deployment_name(pipe.name, role), pipe.name, namespace, {f"{LABEL}/stage": role},
+    dep = deployment(deployment_name(pipe.name, role), pipe.name, namespace, {f"{LABEL}/stage": role},
                       None if hw else 1, [c], node=node, volumes=volumes,
                       extra_labels={f"{LABEL}/hardware": hw.name} if hw else None,
                       topics_image=img if create_topics else None)
@@ -216,12 +115,12 @@ def model_fetches(pipe: Pipeline, stage: str, image: str) -> tuple[list, list, l
     inits = [{"name": f"model-{i}", "image": image,
               "args": ["fetch-model", "--uri", uri, "--sha256", sha, "--out", path],
               "resources": SMALL, "securityContext": dict(CONTAINER_SECURITY),
-              "volumeMounts": [*_mounts(), {"name": vol[str(PurePosixPath(path).parent)],
+              "volumeMounts": [*spec_mounts(), {"name": vol[str(PurePosixPath(path).parent)],
                                             "mountPath": str(PurePosixPath(path).parent)}]}
              for i, (_, uri, sha, path) in enumerate(fetches)]
     mounts = [{"name": vol[d], "mountPath": d, "readOnly": True} for d in dirs]
     volumes = [{"name": vol[d], "emptyDir": {"sizeLimit": "8Gi"}} for d in dirs]
-    return _plain(inits), mounts, volumes
+    return plain(inits), mounts, volumes
 
 
 def planner_deployment(pipe: Pipeline, placements: Mapping[str, Placement], profile_files: Iterable[str], *,
@@ -231,12 +130,12 @@ def planner_deployment(pipe: Pipeline, placements: Mapping[str, Placement], prof
     hand-off on the control topic, each stage pinned to the hardware its Deployment has. It reads the
     profile store ``profile_files`` from the profiles ConfigMap."""
     pins = [a for s, p in placements.items() for a in ("--hardware", f"{s}={p.hardware}")]
-    c = _container("planner", image, pipe.name, ["planner", "--pipeline", SPEC_PATH, "--profiles", PROFILES_DIR,
+    c = container("planner", image, pipe.name, ["planner", "--pipeline", SPEC_PATH, "--profiles", PROFILES_DIR,
                                                  "--mode", mode, *pins], SMALL,
                    [{"name": "profiles", "mountPath": PROFILES_DIR, "readOnly": True}])
     profiles = {"name": "profiles", "configMap": {"name": profiles_configmap_name(pipe.name), "items": [
         {"key": _key(f), "path": f} for f in sorted(profile_files)]}}
-    return _deployment(deployment_name(pipe.name, "planner"), pipe.name, namespace, {f"{LABEL}/role": "planner"},
+    return deployment(deployment_name(pipe.name, "planner"), pipe.name, namespace, {f"{LABEL}/role": "planner"},
                        1, [c], volumes=[profiles], single=True, topics_image=image if create_topics else None)
 
 
@@ -248,27 +147,19 @@ def tuner_manifests(pipe: Pipeline, instances: Mapping[str, int], *, image: str,
     name = deployment_name(pipe.name, "tuner")
     workers = sorted(deployment_name(pipe.name, s.name) for s in pipe.stages)
     per_pod = [a for s, k in instances.items() for a in ("--pod-instances", f"{s}={k}")]
-    c = _container("tuner", image, pipe.name, ["tuner", "--pipeline", SPEC_PATH, "--actuator", "k8s",
+    c = container("tuner", image, pipe.name, ["tuner", "--pipeline", SPEC_PATH, "--actuator", "k8s",
                                                "--namespace", "$(POD_NAMESPACE)", *per_pod], SMALL)
-    return _plain([
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, pipe.name, namespace)},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(name, pipe.name, namespace),
+    return plain([
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": object_meta(name, pipe.name, namespace)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": object_meta(name, pipe.name, namespace),
          "rules": [{**SCALE_RULE, "resourceNames": workers}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": _meta(name, pipe.name, namespace),
+         "metadata": object_meta(name, pipe.name, namespace),
          "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}},
-        _deployment(name, pipe.name, namespace, {f"{LABEL}/role": "tuner"}, 1, [c], service_account=name,
+        deployment(name, pipe.name, namespace, {f"{LABEL}/role": "tuner"}, 1, [c], service_account=name,
                     single=True, topics_image=None),
     ])
-
-
-def spec_configmap_name(pipeline: str) -> str:
-    return f"slipstream-{pipeline}-spec"
-
-
-def kafka_configmap_name(pipeline: str) -> str:
-    return f"slipstream-{pipeline}-kafka"
 
 
 def profiles_configmap_name(pipeline: str) -> str:
@@ -276,7 +167,7 @@ def profiles_configmap_name(pipeline: str) -> str:
 
 
 def _configmap(name: str, pipeline: str, namespace: str, data: Mapping[str, str]) -> dict[str, Any]:
-    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(name, pipeline, namespace), "data": dict(data)}
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": object_meta(name, pipeline, namespace), "data": dict(data)}
     size = sum(len(k) + len(v.encode()) for k, v in data.items())
     if size > CONFIGMAP_MAX_BYTES:
         raise ValueError(f"ConfigMap {name}: {size} bytes of data, more than {CONFIGMAP_MAX_BYTES}")
@@ -346,7 +237,6 @@ def pipeline_manifests(pipe: Pipeline, spec_text: str, *, image: str, profiles: 
     docs.append(planner_deployment(pipe, place, profiles, image=control, mode=planner_mode, namespace=namespace,
                                    create_topics=create_topics))
     instances = {s: pod_instances(p.replicas, pipe.hardware[p.hardware], max_pod_cpus) for s, p in place.items()}
-    from slipstream.k8s_gateway import gateway_manifests  # its own module; it imports this one's pod parts
 
     return docs + tuner_manifests(pipe, instances, image=control, namespace=namespace) + gateway_manifests(
         pipe, image=image, namespace=namespace, create_topics=create_topics)

@@ -25,11 +25,11 @@ import uuid
 from typing import Any
 
 from streams import codec, kafka as kclient, topics
+from streams.contract import deadline_ns
 from streams.config import KafkaSettings
 from streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
-NS_PER_MS = 1_000_000
 
 
 def request_record(pipeline: str, request_id: str, created_ns: int, slo_ms: float, content_type: str,
@@ -40,7 +40,7 @@ def request_record(pipeline: str, request_id: str, created_ns: int, slo_ms: floa
         "request_id": request_id,
         "pipeline": pipeline,
         "created_ns": created_ns,
-        "deadline_ns": created_ns + int(slo_ms * NS_PER_MS),
+        "deadline_ns": deadline_ns(created_ns, slo_ms),
         "accuracy_floor": accuracy_floor,
         "content_type": content_type,
         "payload": payload,

@@ -41,6 +41,14 @@ MAX_SLO_FACTOR = 10  # a request may ask for a deadline up to this many pipeline
 MAX_FRACTION_DIGITS = 18  # numerator and denominator of a fragment (fan-outs multiply denominators)
 MAX_PARTS = 1_000_000
 MAX_BATCH = 1_000_000
+NS_PER_MS = 1_000_000
+
+
+def deadline_ns(created_ns, slo_ms: float):
+    """A request's deadline: its creation plus the SLO, in ns (``created_ns`` an int or an int array)."""
+    return created_ns + int(slo_ms * NS_PER_MS)
+
+
 _FRACTION = re.compile(r"[1-9][0-9]{0,%d}(/[1-9][0-9]{0,%d})?" % (MAX_FRACTION_DIGITS - 1, MAX_FRACTION_DIGITS - 1))
 
 

@@ -12,7 +12,7 @@ topic's egress. :class:`KafkaArrivals` is the one place that turns offsets into 
 
 The arrivals of a step are spread evenly over it (:func:`spread`), so timestamps are exact to one step
 (``poll_ms``, 20 ms by default) and the bytes read per arrival do not grow with the payload (``python -m
-tuner.bench_arrivals``). The consumer has no group (it must not steal partitions from the source
+loadgen.bench.arrivals``). The consumer has no group (it must not steal partitions from the source
 stage's workers); it reads only the control topic, from the beginning (compacted: the latest
 StageConfig per stage), so a scaling action republishes the stage's current variant/batch with only
 the replicas changed. Partitions added to the input topic are picked up within ``metadata_refresh_s``.
@@ -246,7 +246,7 @@ def control_records(records, kind: str, pipeline: str, spec: Pipeline | None = N
     return out
 
 
-async def read_control(settings: KafkaSettings, pipeline: str, kind: str, *, timeout_s: float = 10.0,
+async def read_control_topic(settings: KafkaSettings, pipeline: str, kind: str, *, timeout_s: float = 10.0,
                        wait_s: float = 0.0, on_wait: Callable[[str, float], None] | None = None,
                        spec: Pipeline | None = None) -> list[dict]:
     """Every ``kind`` record on the pipeline's control topic, read to its end (within ``timeout_s``).
@@ -285,7 +285,7 @@ async def read_control(settings: KafkaSettings, pipeline: str, kind: str, *, tim
 
 async def latest_epoch(settings: KafkaSettings, pipeline: str, timeout_s: float = 10.0) -> int:
     """The highest StageConfig epoch on the pipeline's control topic (0 when it is empty)."""
-    records = await read_control(settings, pipeline, "StageConfig", timeout_s=timeout_s)
+    records = await read_control_topic(settings, pipeline, "StageConfig", timeout_s=timeout_s)
     return max((int(r["epoch"]) for r in records), default=0)
 
 
@@ -299,5 +299,5 @@ async def latest_handoff(settings: KafkaSettings, pipeline: str, *, wait_s: floa
                          on_wait: Callable[[str, float], None] | None = None) -> dict | None:
     """The planner's latest TunerHandoff on the pipeline's control topic, waiting up to ``wait_s`` for
     one when there is none yet (None after that)."""
-    records = await read_control(settings, pipeline, "TunerHandoff", wait_s=wait_s, on_wait=on_wait)
+    records = await read_control_topic(settings, pipeline, "TunerHandoff", wait_s=wait_s, on_wait=on_wait)
     return newest_handoff(records, pipeline)

@@ -19,7 +19,7 @@ The rules:
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from streams import topics
 from streams.spec import Pipeline
@@ -141,3 +141,16 @@ def next_epoch(*seen: int) -> int:
     highest epoch it has read or written. Read epochs are offsets, so this is a lower bound of the
     offset the record will get; clamped to ``EPOCH_MAX``, so it never overflows whatever was read."""
     return min(max((int(s) for s in seen), default=-1) + 1, EPOCH_MAX)
+
+
+def current_records(history: Iterable[tuple[int, Mapping[str, Any]]]) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    """A control history's ``(timestamp ns, record)`` pairs in time order, less each StageConfig whose
+    epoch is below the newest its stage had by then (the compacted topic's rule: a stale record read
+    late changes nothing). A record without an epoch (a ScalingAction) passes."""
+    newest: dict[str, int] = {}
+    for at_ns, rec in sorted(history, key=lambda r: r[0]):
+        if "epoch" in rec:
+            if rec["epoch"] < newest.get(rec.get("stage"), -1):
+                continue
+            newest[rec.get("stage")] = rec["epoch"]
+        yield at_ns, rec

@@ -10,6 +10,8 @@ The same models export the JSON Schema that editors use (``slipstream validate -
 from __future__ import annotations
 
 import difflib
+import json
+from pathlib import Path
 from typing import Any, Iterable, Mapping, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -87,6 +89,22 @@ def _expected(err: Mapping[str, Any]) -> str:
     if kind == "string_type":
         return "expected a string"
     return err["msg"][0].lower() + err["msg"][1:]
+
+
+def load_document(path: str | Path, what: str, error: type[Exception], *, fmt: str) -> Any:
+    """The parsed content of a ``fmt`` (``yaml`` or ``json``) document file; ``error`` naming the file
+    when it is missing or does not parse (validate it with :func:`read`)."""
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise error(f"{p}: no such {what} file") from None
+    try:
+        return yaml.safe_load(text) if fmt == "yaml" else json.loads(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise error(f"{p}: not valid {fmt.upper()}: {exc}") from None
 
 
 def read(model: type[D], doc: Any, source: str, error: type[Exception]) -> D:

@@ -4,7 +4,23 @@ problem (``planner.problem.Problem``): both hold ``stages`` (with ``name``) and 
 cannot drift from the data plane's idea of the graph."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable, Sequence
+
+from streams.docmodel import did_you_mean
+
+
+def reference_error(names: Sequence[str], edges: Iterable[Any]) -> tuple[str, str, object] | None:
+    """What is wrong with a document's stage names and edges, as (field path, expected, got), or None:
+    the names unique, every edge's ``src`` and ``dst`` one of them. Both readers (pipeline spec,
+    planning problem) refuse what this names, before :meth:`StageGraph.shape_error`."""
+    names = list(names)
+    if len(set(names)) != len(names):
+        return "stages", "unique stage names", names
+    for i, e in enumerate(edges):
+        for key, val in (("from", e.src), ("to", e.dst)):
+            if val not in names:
+                return f"edges[{i}].{key}", f"a stage name, one of {names}{did_you_mean(val, names)}", val
+    return None
 
 
 class StageGraph:

@@ -29,11 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, Optional
 
-import yaml
 from pydantic import ConfigDict, Field, StringConstraints
 
-from streams.docmodel import Doc, did_you_mean, read
-from streams.graph import StageGraph
+from streams.docmodel import Doc, did_you_mean, load_document, read
+from streams.graph import StageGraph, reference_error
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
@@ -176,14 +175,8 @@ def json_schema() -> dict[str, Any]:
 
 def load_pipeline(path: str | Path) -> Pipeline:
     """Load and validate a pipeline spec file."""
-    p = Path(path)
-    try:
-        doc = yaml.safe_load(p.read_text())
-    except FileNotFoundError:
-        raise SpecError(f"{p}: no such pipeline spec file") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{p}: not valid YAML: {exc}") from None
-    return parse_pipeline(doc, source_file=str(p))
+    doc = load_document(path, "pipeline spec", SpecError, fmt="yaml")
+    return parse_pipeline(doc, source_file=str(Path(path)))
 
 
 def parse_pipeline(doc: Any, *, source_file: str = "<memory>") -> Pipeline:
@@ -195,15 +188,9 @@ def parse_pipeline(doc: Any, *, source_file: str = "<memory>") -> Pipeline:
 
     hardware = {n: Hardware(name=n, **h.model_dump()) for n, h in d.hardware.items()}
     stages = [_stage(s, f"stages[{i}]", hardware, fail) for i, s in enumerate(d.stages)]
-    snames = [s.name for s in stages]
-    if len(set(snames)) != len(snames):
-        raise fail("stages", "unique stage names", snames)
-    edges = []
-    for i, e in enumerate(d.edges or ()):
-        for key, val in (("from", e.src), ("to", e.dst)):
-            if val not in snames:
-                raise fail(f"edges[{i}].{key}", f"a stage name, one of {snames}{did_you_mean(val, snames)}", val)
-        edges.append(Edge(src=e.src, dst=e.dst, fanout=e.fanout, probability=e.probability))
+    if (wrong := reference_error([s.name for s in stages], d.edges or ())) is not None:
+        raise fail(*wrong)
+    edges = [Edge(src=e.src, dst=e.dst, fanout=e.fanout, probability=e.probability) for e in d.edges or ()]
     pipe = Pipeline(name=d.name, slo_ms=d.slo_ms, hardware=hardware, stages=tuple(stages),
                     edges=tuple(edges), input_content_type=d.input_content_type, source_file=source_file)
     if (wrong := pipe.shape_error()) is not None:

@@ -6,7 +6,7 @@ import json
 import yaml
 from click.testing import CliRunner
 
-from slipstream.commands.tuner import k8s_manifests_cmd
+from slipstream.commands.k8s_manifests import k8s_manifests_cmd
 
 SPEC = """
 name: shop

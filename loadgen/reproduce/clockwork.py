@@ -27,7 +27,7 @@ import numpy as np
 
 from loadgen.reproduce import Reproduction, Row
 from loadgen.reproduce.paper_vs_ours import note_if_apart, pct
-from loadgen.workloads import poisson_arrivals
+from streams.arrivals import poisson_arrivals
 from planner.estimator import simulate
 from planner.plan import Assignment, Plan, StagePlan
 from planner.problem import HardwareOption, Problem, StageOption, VariantOption

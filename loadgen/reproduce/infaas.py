@@ -29,9 +29,10 @@ import numpy as np
 
 from loadgen.reproduce import PROFILES, TWITTER, Reproduction, Row, missing
 from loadgen.reproduce.paper_vs_ours import note_if_apart, pct, times
-from loadgen.workloads import poisson_arrivals
+from streams.arrivals import poisson_arrivals
 from planner.estimator import simulate
-from planner.problem import Problem, peak_rate
+from planner.problem import Problem
+from streams.arrivals import peak_rate_sliding
 
 FAMILY = ("resnet18_v1", "resnet34_v1", "resnet50_v1", "resnet101_v1", "resnet152_v1")
 FIXED = "resnet50_v1"
@@ -183,13 +184,13 @@ def run(data_dir: Path | None, out_dir: Path, progress: Callable[[str], None]) -
     if why:
         return Reproduction("INFaaS", skipped=why)
     from loadgen.traces import load_trace
-    from loadgen.workloads import rate_series
+    from streams.arrivals import rate_series
 
     problem_for = problem_from(data_dir)
     loads = {"flat": poisson_arrivals(FLAT_QPS, FLAT_S, np.random.default_rng(0)),
              "fluctuating": load_trace(TWITTER_SPEC.format(path=data_dir / TWITTER), seed=0)}
     progress(f"fluctuating: {loads['fluctuating'].size} requests in 300 s, peak 1 s rate "
-             f"{peak_rate(loads['fluctuating'], 1.0):.0f} qps")
+             f"{peak_rate_sliding(loads['fluctuating'], 1.0):.0f} qps")
     ws = [w for load, arr in loads.items() for w in windowed(problem_for, load, arr, progress=progress)]
     floor = problem_for(loads["flat"], FAMILY, None).accuracy_floor or 0.0
     plot_path = plot(ws, {k: rate_series(a, 1.0) for k, a in loads.items()}, out_dir / "infaas-fig6.png")

@@ -30,7 +30,7 @@ import numpy as np
 
 from loadgen.reproduce import PROFILES, Reproduction, Row, missing
 from loadgen.reproduce.paper_vs_ours import note_if_apart, pct, problem_doc, times
-from loadgen.workloads import gamma_arrivals
+from streams.arrivals import gamma_arrivals
 from planner.estimator import simulate
 from planner.problem import EdgeOption, Problem
 

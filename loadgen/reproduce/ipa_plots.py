@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from loadgen.plots import _save, plt
-from loadgen.reproduce.ipa import Run
+
+if TYPE_CHECKING:  # for annotations only: ipa.py imports this module
+    from loadgen.reproduce.ipa import Run
 
 
 def frontier(ipa: Sequence[Run], fixed: Sequence[Run], slo_ms: float, path: Path) -> Path:

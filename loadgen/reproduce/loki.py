@@ -46,7 +46,8 @@ from loadgen.reproduce import Reproduction, Row, missing
 from planner.estimator import simulate
 from planner.inferline import top_variant
 from planner.modes import make_planner
-from planner.problem import EdgeOption, Problem, StageOption, poisson_trace
+from planner.problem import EdgeOption, Problem, StageOption
+from streams.arrivals import poisson_arrivals
 
 LOKI = "UMass-LIDS+Loki"
 AZURE = "vhive-serverless+invitro/azure2019_top10_invocations.csv"
@@ -114,9 +115,9 @@ class Experiment:
     def _measure(self, mode: str, demand: float, slo: float) -> Point:
         s = self.settings
         base = self.base if mode == MODES[0] else top_only(self.base)
-        problem = replace(base, slo_ms=slo, rate_qps=demand, arrivals_s=poisson_trace(demand, s.sample_s, s.seed))
+        problem = replace(base, slo_ms=slo, rate_qps=demand, arrivals_s=poisson_arrivals(demand, s.sample_s, s.seed))
         plan = make_planner("loki", time_limit_s=s.time_limit_s).plan(problem)
-        res = simulate(problem, plan, poisson_trace(demand, s.measure_s, s.seed + 1))
+        res = simulate(problem, plan, poisson_arrivals(demand, s.measure_s, s.seed + 1))
         return Point(mode, demand, slo, res.attainment, plan.accuracy,
                      sum(sp.replicas for sp in plan.stages), plan.feasible)
 
@@ -235,9 +236,9 @@ def run(data_dir: Path | None, out_dir: Path, progress: Callable[[str], None] = 
 
     from loadgen.reproduce import loki_plots
 
-    plots = [loki_plots.capacity(exp, cap, out_dir / "loki_capacity.png"),
+    plots = [loki_plots.capacity(exp, cap, TARGET, out_dir / "loki_capacity.png"),
              loki_plots.day(demand, day, shape_name, out_dir / "loki_day.png"),
-             loki_plots.slo(sweep, out_dir / "loki_slo.png")]
+             loki_plots.slo(sweep, MODES, out_dir / "loki_slo.png")]
     rows = rows_for(s, cap, top, at27, exp.point(MODES[0], acc_cap), exp.point(MODES[1], max(hw_cap, s.step_qps)),
                     day, sweep, peak)
     return Reproduction("Loki", rows=rows, plots=plots)

@@ -18,12 +18,12 @@ def bench() -> None:
 @click.option("--requests", "n_latency", default=400, show_default=True, help="Requests per latency round.")
 @click.option("--rate", default=100.0, show_default=True, help="Open-loop rate of the latency rounds (req/s).")
 @click.option("--backlog", "n_throughput", type=int, default=None,
-              help="Records per throughput round.  [default: agents.bench_dataplane.BACKLOG, 30000]")
+              help="Records per throughput round.  [default: loadgen.bench.dataplane.BACKLOG, 30000]")
 @click.option("--repeats", default=3, show_default=True, help="Rounds; medians are reported.")
 @click.option("--json", "as_json", is_flag=True)
 def dataplane(n_latency, rate, n_throughput, repeats, as_json) -> None:
     """Stage worker vs a plain aiokafka relay: added latency per hop and msgs/s (needs the broker)."""
-    from agents import bench_dataplane
+    from loadgen.bench import dataplane as bench_dataplane
 
     fig = bench_dataplane.run(KafkaSettings.from_env(), n_latency, rate, n_throughput or bench_dataplane.BACKLOG, repeats,
                               progress=lambda m: click.echo(m, err=True))
@@ -35,7 +35,7 @@ def dataplane(n_latency, rate, n_throughput, repeats, as_json) -> None:
 @click.option("--payload", type=click.Choice(["raw", "png"]), default="raw", show_default=True)
 def executor(runs, payload) -> None:
     """The ONNX executor vs onnxruntime called directly, EfficientNet-Lite0, batch 1, 8 and 64."""
-    from agents import bench_executor
+    from loadgen.bench import executor as bench_executor
 
     rows = bench_executor.bench_executor(runs=runs, payload=payload)
     click.echo(bench_executor.format_rows(rows))
@@ -47,7 +47,7 @@ def executor(runs, payload) -> None:
 def memory(timeout_s) -> None:
     """Resident memory of a ready worker of each kind the repo ships, and whether torch is loaded
     (needs the broker)."""
-    from agents import bench_memory
+    from loadgen.bench import memory as bench_memory
 
     rows = bench_memory.run(KafkaSettings.from_env(), timeout_s=timeout_s,
                             progress=lambda m: click.echo(m, err=True))

@@ -23,7 +23,7 @@ from streams.config import KafkaSettings
 def gateway_bench(n, rate, repeats, concurrency, seconds, client_linger_ms, interleave, as_json) -> None:
     """Gateway vs Python Kafka client, end to end on a no-op pipeline, and one gateway's requests/s
     (needs the broker)."""
-    from gateway import bench
+    from loadgen.bench import gateway as bench
 
     fig = bench.run(KafkaSettings.from_env(), n, rate, repeats, concurrency, seconds,
                     progress=lambda m: click.echo(m, err=True), client_linger_ms=client_linger_ms,

@@ -12,21 +12,20 @@ import click
 from slipstream.options import profiles_option
 import numpy as np
 
-MODES = ("milp", "inferline", "loki", "cg-mean", "cg-peak")
+from planner.modes import MODES
 
 
 def build_problem(problem_file, pipeline_file, profiles_dir, trace, rate):
-    from planner.problem import ProblemError, load_problem, read_trace
+    from planner.problem import ProblemError, load_problem, read_sample
     from planner.profiles import ProfileError, ProfileStore, problem_from_pipeline
     from streams.spec import SpecError, load_pipeline
-    from pathlib import Path
 
     try:
         if problem_file:
             return load_problem(problem_file)
         if not (pipeline_file and profiles_dir and (trace or rate)):
             raise click.UsageError("give --problem FILE, or --pipeline FILE --profiles DIR and --trace T or --rate R")
-        arrivals = read_trace(Path(trace)) if trace else None
+        arrivals = read_sample(trace) if trace else None
         return problem_from_pipeline(load_pipeline(pipeline_file), ProfileStore(profiles_dir),
                                      arrivals_s=arrivals, rate_qps=rate)
     except (ProblemError, ProfileError, SpecError) as exc:

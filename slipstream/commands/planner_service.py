@@ -10,7 +10,7 @@ import click
 from slipstream.options import key_values, metrics_addr_option, profiles_option, renamed_option
 from streams.config import KafkaSettings
 
-MODES = ("milp", "inferline", "loki", "cg-mean", "cg-peak")
+from planner.modes import MODES
 
 
 @click.command("planner")

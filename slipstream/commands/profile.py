@@ -23,9 +23,8 @@ def profile(ctx, pipeline_file, out_dir, batch_sizes, warmup, reps, variants, ha
         return
     if not pipeline_file:
         raise click.UsageError("give --pipeline FILE (or use `slipstream profile import --csv PATH`)")
-    from slipstream.live import has_cuda
-
-    from planner.profiler import ProfilerSettings, runnable_hardware
+    from agents.zoo import load_executor  # the data plane's executors, imported only here
+    from planner.profiler import ProfilerSettings, has_cuda, profile_into, runnable_hardware
     from planner.profiles import ProfileStore
     from streams.spec import SpecError, load_pipeline
 
@@ -42,25 +41,7 @@ def profile(ctx, pipeline_file, out_dir, batch_sizes, warmup, reps, variants, ha
     todo = [(v, h) for st in pipe.stages for v in st.variants if not variants or v.name in variants for h in hw]
     if not todo:
         raise click.ClickException("nothing to profile: no matching variant on hardware this machine has")
-    profile_into(ProfileStore(out_dir), todo, settings, show=True)
-
-
-def profile_into(store, todo, settings, *, show: bool = False) -> None:
-    """Profile each (variant, hardware) of ``todo`` with the zoo's executors into ``store``, with a
-    progress bar (also used by `slipstream demo`)."""
-    from tqdm import tqdm
-
-    from agents.zoo import load_executor  # the data plane's executors, imported only here
-    from planner.profiler import profile_variant
-
-    with tqdm(total=len(todo) * len(settings.batch_sizes), unit="batch size", desc="profiling") as bar:
-        for v, h in todo:
-            bar.set_postfix_str(f"{v.name}@{h.name}")
-            prof = profile_variant(v, h, load_executor, settings, progress=bar.update)
-            path = store.save(prof)
-            if show:
-                pts = ", ".join(f"b{b}: p50 {p.p50_ms:.1f} / p99 {p.p99_ms:.1f} ms" for b, p in prof.points.items())
-                bar.write(f"{path}: {pts}")
+    profile_into(ProfileStore(out_dir), todo, load_executor, settings, show=True)
 
 
 @profile.command("import")

@@ -20,7 +20,8 @@ from slipstream.options import key_values
 import numpy as np
 
 from loadgen.compare import ModeNotApplicable
-from loadgen.traces import TraceSpecError, load_trace
+from loadgen.traces import trace_arrivals
+from planner.modes import MODES
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "research-data" / "UMass-LIDS+Loki"
 TUNED_MODES = ("milp", "inferline", "loki")
@@ -70,7 +71,7 @@ def _run(problem_src, mode: str, trace: str, seed: int, sample_share: float, tun
          activation_s: float, label: str | None = None):
     from loadgen.simulate import simulate_run
 
-    arrivals = _load(trace, seed)
+    arrivals = trace_arrivals(trace, seed)
     split = float(arrivals[-1]) * sample_share if sample_share > 0 else float(arrivals[-1])
     sample = arrivals[arrivals < split] if sample_share > 0 else arrivals
     live = arrivals[arrivals >= split] - split if sample_share > 0 else arrivals
@@ -90,23 +91,17 @@ def _run(problem_src, mode: str, trace: str, seed: int, sample_share: float, tun
                         notes=(note, *notes)), plan
 
 
-def _load(spec: str, seed: int) -> np.ndarray:
-    try:
-        return load_trace(spec, seed=seed)
-    except (TraceSpecError, OSError, ValueError) as exc:
-        raise click.BadParameter(str(exc), param_hint="--trace") from None
-
-
 def _problem_source(problem_file: str | None, preset: str, data_dir: str, slo_ms: float | None,
                     prices: dict[str, float]):
     """A function sample-arrivals -> Problem: a planner problem file, or a preset on published data."""
     from dataclasses import replace
 
     if problem_file:
-        from planner.problem import load_problem, peak_rate
+        from planner.problem import load_problem
+        from streams.arrivals import peak_rate_sliding
 
         base = load_problem(problem_file)
-        return lambda sample: replace(base, arrivals_s=sample, rate_qps=peak_rate(sample, 1.0),
+        return lambda sample: replace(base, arrivals_s=sample, rate_qps=peak_rate_sliding(sample, 1.0),
                                       **({"slo_ms": slo_ms} if slo_ms else {}))
     from loadgen import published
 
@@ -155,13 +150,14 @@ def _with(options):
 @click.command()
 @_with(common)
 @click.option("--mode", default="milp", show_default=True,
-              type=click.Choice(["milp", "inferline", "loki", "cg-mean", "cg-peak"]))
+              type=click.Choice(MODES))
 @click.option("--no-tuner", is_flag=True, help="Keep the planned replicas all along.")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None)
 def simulate(spec, problem_file, preset, data_dir, slo_ms, price, seed, sample_share, tick_s, activation_s,
              mode, no_tuner, report_dir) -> None:
     """Plan, tune and replay a trace through the estimator; print (and write) the run report."""
     from loadgen.render import format_table, write_report
+    from loadgen.run_record import RunRecord
 
     source = _problem_source(problem_file, preset, data_dir, slo_ms, _prices(price))
     try:
@@ -171,7 +167,7 @@ def simulate(spec, problem_file, preset, data_dir, slo_ms, price, seed, sample_s
     click.echo(format_table(run.summary))
     if report_dir:
         write_report(run.summary, report_dir)
-        (Path(report_dir) / "plan.json").write_text(json.dumps(plan.to_dict(), indent=1) + "\n")
+        RunRecord(Path(report_dir)).write_plan(plan)
 
 
 @click.command()

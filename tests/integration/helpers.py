@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from contextlib import asynccontextmanager
 from typing import Iterable
 
+import numpy as np
+
 from loadgen.collect import Delivery, check_exactly_once
 from streams import codec, kafka as kclient, topics
+from streams.client import make_request
 
 
 async def drain(settings, topic: str, n: int, timeout_s: float = 30.0) -> list:
@@ -79,3 +83,16 @@ async def committed_offsets(kafka, group: str, topic: str) -> dict[int, tuple[in
     """Per partition of ``topic``: (the group's committed offset or None, the end offset)."""
     async with assigned(kafka, topic, group) as (cons, tps, ends):
         return {tp.partition: (await cons.committed(tp), ends[tp]) for tp in tps}
+
+
+async def poisson_open_loop(client, pipe, n: int, rate_qps: float, seed: int, ids: list[str]) -> None:
+    """Send ``n`` requests of random bytes at seeded Poisson arrivals of ``rate_qps``, open loop (each at
+    its time, answered or not), appending each request id to ``ids`` as it is sent; returns when the
+    broker has acknowledged every send."""
+    t0, futs = time.monotonic(), []
+    for at in np.cumsum(np.random.default_rng(seed).exponential(1 / rate_qps, n)):
+        await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
+        req = make_request(pipe, os.urandom(16))
+        ids.append(req["request_id"])
+        futs.append(await client.send(req, wait=False))
+    await asyncio.gather(*futs)

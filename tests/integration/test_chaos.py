@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from slipstream.chaos import ChaosOptions, run_suite
+from loadgen.faults.chaos_run import ChaosOptions, run_suite
 from streams import broker
 from streams.config import EXACTLY_ONCE
 

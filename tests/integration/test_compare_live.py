@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 from click.testing import CliRunner
 
-from slipstream.commands.demo import compare_live
+from slipstream.commands.compare_live import compare_live
 
 from .test_loadgen_replay import RELAY
 

@@ -13,7 +13,6 @@ import os
 import signal
 import time
 
-import numpy as np
 import pytest
 
 from agents.acks import Release
@@ -25,7 +24,7 @@ from streams.client import PipelineClient, make_request
 from streams.config import EXACTLY_ONCE, KafkaSettings
 from streams.spec import load_pipeline
 
-from .helpers import assigned, committed_offsets, read_topic
+from .helpers import assigned, committed_offsets, poisson_open_loop, read_topic
 from .test_data_plane import FANOUT3, collect, fanout3_with_workers, send_all
 from .workers import Workers, unique_pipeline
 
@@ -87,16 +86,8 @@ async def test_workers_killed_mid_window_under_load_restart_and_every_request_en
         async with PipelineClient(pipe, kafka) as client:
             ids: list[str] = []
 
-            async def open_loop() -> None:  # Poisson arrivals: the workers are busy when they are killed
-                t0, futs = time.monotonic(), []
-                for at in np.cumsum(np.random.default_rng(11).exponential(1 / rate, n)):
-                    await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
-                    req = make_request(pipe, os.urandom(16))
-                    ids.append(req["request_id"])
-                    futs.append(await client.send(req, wait=False))
-                await asyncio.gather(*futs)
-
-            sender = asyncio.create_task(open_loop())
+            # Poisson arrivals: the workers are busy when they are killed
+            sender = asyncio.create_task(poisson_open_loop(client, pipe, n, rate, 11, ids))
             t0 = time.monotonic()
             for stage, at_s in (("detect", 2.0), ("join", 4.0), ("classify", 6.0)):  # while sending (10 s)
                 await asyncio.sleep(max(0.0, t0 + at_s - time.monotonic()))

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from agents import worker as w
 from agents.admission import admit
-from agents.bench_dataplane import noop_pipeline
+from loadgen.bench.dataplane import noop_pipeline
 from agents.instances import Fleet
 from agents.metrics import StageMetrics
 from agents.window import Item

@@ -7,7 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from agents import worker as w
-from agents.bench_dataplane import noop_pipeline
+from loadgen.bench.dataplane import noop_pipeline
 from agents.metrics import StageMetrics
 from agents.zoo import load_executor
 from streams import codec

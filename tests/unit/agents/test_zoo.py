@@ -269,7 +269,7 @@ def test_dag_fanout_visit_ratios():
 
 
 def test_bench_executor_reports_both_throughputs_and_their_ratio(lite0_cache):
-    from agents.bench_executor import bench_executor, format_rows
+    from loadgen.bench.executor import bench_executor, format_rows
 
     (row,) = bench_executor((2,), runs=1, iterations=1, cache_dir=lite0_cache)
     assert row.batch == 2 and row.device == "cpu" and row.executor_items_per_s > 0

@@ -1,7 +1,7 @@
 import pytest
 
 from planner.milp import MilpOptions, solve
-from planner.synthetic import random_problem
+from loadgen.synthetic import random_problem
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,9 @@ import pytest
 
 from loadgen.reproduce import infaas
 from loadgen.reproduce.infaas import FAMILY, FIXED, total_cost, windowed
-from loadgen.workloads import poisson_arrivals
-from planner.problem import HardwareOption, Problem, StageOption, VariantOption, peak_rate
+from streams.arrivals import poisson_arrivals
+from planner.problem import HardwareOption, Problem, StageOption, VariantOption
+from streams.arrivals import peak_rate_sliding
 from streams.latency import LatencyCurve
 
 FLOOR = 0.77
@@ -24,7 +25,7 @@ def synthetic(arrivals, variants, hardware):
         curves = {"cpu": LatencyCurve.fit({1: 25 * scale, 2: 50 * scale}),
                   "pascal": LatencyCurve.fit({1: 8 * scale, 2: 10 * scale, 4: 14 * scale})}
         opts.append(VariantOption(v, ACC[v], {h: curves[h] for h in names}))
-    return Problem(slo_ms=300.0, rate_qps=max(peak_rate(arrivals, 1.0), 1.0), hardware={h: hw[h] for h in names},
+    return Problem(slo_ms=300.0, rate_qps=max(peak_rate_sliding(arrivals, 1.0), 1.0), hardware={h: hw[h] for h in names},
                    stages=(StageOption("classify", tuple(opts)),), arrivals_s=arrivals, accuracy_floor=FLOOR,
                    batch_sizes=(1, 2, 4), name="tiny")
 

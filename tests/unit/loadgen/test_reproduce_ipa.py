@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from loadgen.reproduce import ipa
-from planner.problem import EdgeOption, HardwareOption, Problem, StageOption, VariantOption, poisson_trace
+from planner.problem import EdgeOption, HardwareOption, Problem, StageOption, VariantOption
+from streams.arrivals import poisson_arrivals
 from streams.latency import LatencyCurve
 
 SETTINGS = ipa.Settings(warm_s=20, epoch_s=20.0, weights=(0.0, 2.0, 8.0, 64.0), time_limit_s=2.0)
@@ -30,7 +31,7 @@ def tiny_pipeline() -> Problem:
 
 @pytest.fixture(scope="module")
 def runs():
-    arrivals = np.sort(np.concatenate([poisson_trace(20.0, 60.0, 1), 60.0 + poisson_trace(35.0, 40.0, 2)]))
+    arrivals = np.sort(np.concatenate([poisson_arrivals(20.0, 60.0, 1), 60.0 + poisson_arrivals(35.0, 40.0, 2)]))
     return ipa.trade_off(tiny_pipeline(), arrivals, SETTINGS)
 
 

@@ -10,7 +10,7 @@ from loadgen.render import write_report
 from loadgen.report import summarize
 from planner.plan import Assignment, Plan, StagePlan
 from planner.profiles import BatchPoint, Profile, ProfileStore
-from slipstream.commands.calibrate import estimate_cmd
+from slipstream.commands.estimate import estimate_cmd
 
 MS = 1_000_000
 PIPE = """name: one

@@ -13,7 +13,7 @@ from planner.modes import check
 from planner.plan import Assignment
 from planner.problem import parse_problem
 from planner.service import stage_configs
-from planner.synthetic import random_problem
+from loadgen.synthetic import random_problem
 from planner_builders import single_plan
 
 FAST, SLOW = 10.0, 30.0  # ms, any batch of 1..4 on cpu; slow takes 1 ms on gpu

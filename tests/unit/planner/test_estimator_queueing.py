@@ -9,7 +9,7 @@ import pytest
 
 from planner.estimator import HostModel, ServiceTime, simulate
 from planner.plan import Assignment
-from planner.problem import poisson_trace
+from streams.arrivals import poisson_arrivals
 
 from planner_builders import one_stage, single_plan
 
@@ -25,7 +25,7 @@ def erlang_c_wait_ms(lam: float, mu: float, c: int) -> float:
 
 
 def one_stage_run(lam: float, seconds: float, replicas: int, seed: int, **options):
-    arr = poisson_trace(lam, seconds, seed)
+    arr = poisson_arrivals(lam, seconds, seed)
     p = one_stage({1: D_MS}, slo_ms=1e6, rate=lam)
     plan = single_plan({"a": [Assignment("v", "cpu", 1, replicas, 1.0, 0.0)]})
     return simulate(p, plan, arr, drop_late=False, seed=seed, **options)

@@ -6,7 +6,7 @@ import pytest
 
 from planner.estimator import ReplicaChange, simulate
 from planner.plan import Assignment
-from planner.problem import poisson_trace
+from streams.arrivals import poisson_arrivals
 
 from planner_builders import one_stage, single_plan
 
@@ -33,7 +33,7 @@ def test_instances_scale_up_delays_nobody():
     # Poisson at rho 0.75 on 2 instances; a third joins at 20 s (activation 2 s). Every request is
     # served no later than without the change, exactly as before until the new one is up, and
     # sooner on average after
-    arr = poisson_trace(150.0, 60.0, 3)
+    arr = poisson_arrivals(150.0, 60.0, 3)
     change = [ReplicaChange(20.0, "a", 3)]
     base, scaled = run(arr, 2, activation_s=2.0), run(arr, 2, change, activation_s=2.0)
     before = arr + base.latency_ms / 1000 < 22.0  # done before the new instance is up
@@ -53,7 +53,7 @@ def test_rebalance_pauses_every_replica_and_new_ones_wait_for_activation():
 
 
 def test_rebalance_scale_up_delays_by_about_the_pause():
-    arr = poisson_trace(150.0, 60.0, 3)
+    arr = poisson_arrivals(150.0, 60.0, 3)
     change = [ReplicaChange(20.0, "a", 3)]
     options = dict(scaling="rebalance", pause_s=0.5, activation_s=0.5)
     base, scaled = run(arr, 2, **options), run(arr, 2, change, **options)

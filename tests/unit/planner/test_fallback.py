@@ -13,7 +13,8 @@ from planner.capacity import capacity_qps
 from streams.control_rules import check
 from planner.metrics import PlannerMetrics
 from planner.modes import MODES, make_planner
-from planner.problem import parse_problem, poisson_trace
+from planner.problem import parse_problem
+from streams.arrivals import poisson_arrivals
 from planner.service import Replanner, ReplanSettings, ReplanState, stage_configs
 
 LAT = {"resize": {"cpu-1": {"1": 4, "2": 7, "4": 13, "8": 25}, "cpu-2": {"1": 3, "2": 5, "4": 9, "8": 17}},
@@ -57,7 +58,7 @@ def test_every_mode_serves_an_overload_with_its_highest_capacity_plan(overloaded
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_latency_miss_still_deploys_a_plan_that_keeps_up(overloaded, mode):
-    tight = replace(overloaded, slo_ms=20.0, rate_qps=10.0, arrivals_s=poisson_trace(10.0, 5.0, 1))
+    tight = replace(overloaded, slo_ms=20.0, rate_qps=10.0, arrivals_s=poisson_arrivals(10.0, 5.0, 1))
     plan = make_planner(mode, time_limit_s=5.0).plan(tight)
     assert not plan.feasible and plan.stages
     assert plan.capacity_qps >= 10.0  # enough capacity: the SLO is missed on latency
@@ -65,14 +66,14 @@ def test_a_latency_miss_still_deploys_a_plan_that_keeps_up(overloaded, mode):
 
 
 def test_a_feasible_plan_is_left_alone(overloaded):
-    light = replace(overloaded, rate_qps=5.0, arrivals_s=poisson_trace(5.0, 10.0, 2))
+    light = replace(overloaded, rate_qps=5.0, arrivals_s=poisson_arrivals(5.0, 10.0, 2))
     plan = make_planner("milp").plan(light)
     assert plan.feasible and plan.capacity_qps is None and not plan.notes[0].startswith("infeasible")
 
 
 def test_the_planner_service_publishes_the_highest_capacity_plan_and_says_so(overloaded):
     replanner = Replanner(overloaded, "p", ReplanSettings(mode="loki", time_limit_s=5.0))
-    arrivals = np.sort(poisson_trace(500.0, 5.0, 3))
+    arrivals = np.sort(poisson_arrivals(500.0, 5.0, 3))
     out, state = replanner.step(ReplanState(), arrivals, int(5.0 * 1e9))
     assert not out.plan.feasible and out.changed and state.epoch == 1
     assert [c["stage"] for c in out.configs] == ["resize", "classify"]
@@ -89,7 +90,7 @@ def test_the_planner_service_publishes_the_highest_capacity_plan_and_says_so(ove
 
 def test_an_infeasible_replan_replaces_the_serving_plan_only_when_it_serves_more(overloaded, caplog):
     replanner = Replanner(overloaded, "p", ReplanSettings(mode="milp", time_limit_s=5.0))
-    overload = np.sort(poisson_trace(500.0, 5.0, 3))
+    overload = np.sort(poisson_arrivals(500.0, 5.0, 3))
     out, state = replanner.step(ReplanState(), overload, int(5.0 * 1e9))
     highest = out.plan  # infeasible, the highest capacity the cap allows: deployed over nothing
     assert not highest.feasible and out.changed and state.plan is highest
@@ -100,7 +101,7 @@ def test_an_infeasible_replan_replaces_the_serving_plan_only_when_it_serves_more
     assert state2.plan is highest and state2.epoch == state.epoch
     assert any("that plan stays" in r.getMessage() for r in caplog.records)
     # a smaller serving plan (one replica per stage) is replaced by the higher-capacity one
-    small = make_planner("milp").plan(replace(overloaded, rate_qps=5.0, arrivals_s=poisson_trace(5.0, 10.0, 2)))
+    small = make_planner("milp").plan(replace(overloaded, rate_qps=5.0, arrivals_s=poisson_arrivals(5.0, 10.0, 2)))
     assert capacity_qps(overloaded, small)[0] < capacity_qps(overloaded, highest)[0]
     out3, state3 = replanner.step(replace(state, plan=small), overload + 0.0, int(5.0 * 1e9))
     assert out3.changed and state3.plan is out3.plan and [c["replicas"] for c in out3.configs] != [1, 1]

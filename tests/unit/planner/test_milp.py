@@ -11,7 +11,7 @@ from planner import milp
 from planner.inferline import InferLineOptions, plan_inferline
 from planner.plan import Config, stage_configs
 from planner.problem import Problem
-from planner.synthetic import random_problem
+from loadgen.synthetic import random_problem
 
 SOLVERS = ("highs", "cbc")
 

@@ -7,8 +7,8 @@ import pytest
 
 from planner.estimator import simulate
 from planner.modes import MODES, CoarsePlanner, LokiPlanner, MilpPlanner, make_planner
-from planner.problem import peak_rate
-from planner.synthetic import random_problem
+from streams.arrivals import peak_rate_sliding
+from loadgen.synthetic import random_problem
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def test_loki_hardware_scaling_then_accuracy_scaling():
 def test_cg_peak_provisions_for_the_slo_window_peak(problem):
     peak = CoarsePlanner("peak", validate=False).plan(problem)
     mean = CoarsePlanner("mean", validate=False).plan(problem)
-    assert peak.rate_qps == pytest.approx(peak_rate(problem.arrivals_s, problem.slo_ms / 1000))
+    assert peak.rate_qps == pytest.approx(peak_rate_sliding(problem.arrivals_s, problem.slo_ms / 1000))
     assert peak.rate_qps > mean.rate_qps
     assert peak.cost_per_hour >= mean.cost_per_hour
     # whole pipeline as a unit: every stage has the same replica count and batch

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.problem import peak_rate
+from streams.arrivals import peak_rate_sliding
 from planner.forecast import ForecastSettings, forecast_peak, interval_peaks
 from planner.service import ReplanSettings, ReplanState, Replanner, sample_for
-from planner.synthetic import random_problem
+from loadgen.synthetic import random_problem
 
 SCHEMA = Path(__file__).resolve().parents[3] / "schemas" / "StageConfig.avsc"
 
@@ -34,14 +34,14 @@ def test_sample_is_compressed_to_the_planned_rate():
     arr = np.arange(0, 60, 0.1)  # 10 qps
     s = sample_for(arr, 60.0, 20.0, 30.0, 1.0)
     assert s[0] == 0 and s.size == 300
-    assert peak_rate(s, 1.0) == pytest.approx(20, rel=0.05)  # its busiest second matches the plan
+    assert peak_rate_sliding(s, 1.0) == pytest.approx(20, rel=0.05)  # its busiest second matches the plan
     assert sample_for(arr, 60.0, 5.0, 30.0, 1.0)[-1] == pytest.approx(29.9)  # never stretched
 
 
 def test_replanner_publishes_only_on_change_and_handoff_reproduces_replicas():
     base = random_problem(3, stages=2, variants=2, hardware=2, batch_sizes=(1, 2, 4), rate_qps=1, slo_ms=400)
     def envelope(arrivals, windows):  # stands in for tuner.envelope.envelope (planner must not import tuner)
-        return np.array([peak_rate(arrivals, w) for w in windows])
+        return np.array([peak_rate_sliding(arrivals, w) for w in windows])
     rp = Replanner(base, "demo", ReplanSettings(mode="milp", validate=True, sample_s=30), envelope)
     arr = np.arange(0, 60, 1 / 40.0)
     out, st = rp.step(ReplanState(), arr, 60 * 10**9)

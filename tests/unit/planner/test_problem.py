@@ -6,7 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from planner.problem import ProblemError, load_problem, parse_problem, peak_rate
+from planner.problem import ProblemError, load_problem, parse_problem
+from streams.arrivals import peak_rate_sliding
 
 from planner_builders import example_problem_doc
 
@@ -48,7 +49,7 @@ def test_trace_file_sets_the_planning_rate_from_its_peak(tmp_path):
     (tmp_path / "p.json").write_text(json.dumps(doc))
     p = load_problem(tmp_path / "p.json")
     assert p.arrivals_s.size == arr.size
-    assert p.rate_qps == pytest.approx(peak_rate(arr, 1.0)) and p.rate_qps >= 100
+    assert p.rate_qps == pytest.approx(peak_rate_sliding(arr, 1.0)) and p.rate_qps >= 100
 
 
 def test_missing_file_and_bad_json(tmp_path):
@@ -64,3 +65,23 @@ def test_an_unknown_key_is_an_error_with_a_suggestion():
     doc["arrival"]["rate_qsp"] = doc["arrival"].pop("rate_qps")
     with pytest.raises(ProblemError, match=r"arrival\.rate_qsp: unknown field \(did you mean 'rate_qps'\?\)"):
         parse_problem(doc)
+
+
+def test_the_spec_and_the_problem_readers_refuse_a_wrong_edge_alike():
+    """One reference check for both documents (streams.graph.reference_error)."""
+    import yaml
+
+    from streams.assets import deploy_dir
+    from streams.spec import SpecError, parse_pipeline
+
+    spec = yaml.safe_load((deploy_dir() / "pipelines" / "dag-fanout.yaml").read_text())
+    problem = json.loads(json.dumps(DOC))
+    errors = []
+    for doc, parse, error in ((spec, parse_pipeline, SpecError), (problem, parse_problem, ProblemError)):
+        doc["edges"][0]["to"] = wrong = doc["stages"][1]["name"] + "x"
+        with pytest.raises(error) as err:
+            parse(doc)
+        errors.append((str(err.value), wrong))
+    for msg, wrong in errors:
+        assert "edges[0].to: expected a stage name, one of" in msg
+        assert "(did you mean" in msg and f"got {wrong!r}" in msg

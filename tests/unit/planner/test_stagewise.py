@@ -8,7 +8,7 @@ from planner.estimator import HostModel, Network, ReplicaChange, ServiceTime, Tr
 from planner.plan import Assignment, Plan, StagePlan
 from planner.problem import EdgeOption
 from planner.sim import stagewise
-from planner.synthetic import random_problem
+from loadgen.synthetic import random_problem
 
 DIAMOND = (EdgeOption("s0", "s1", fanout=1.5), EdgeOption("s0", "s2", probability=0.6),
            EdgeOption("s1", "s3"), EdgeOption("s2", "s3", fanout=2.0))

@@ -10,7 +10,8 @@ import yaml
 from click.testing import CliRunner
 
 from slipstream.commands.bench_tuner import tuner_bench
-from slipstream.commands.tuner import tuner_cmd, tuner_plan_cmd
+from slipstream.commands.tuner import tuner_cmd
+from slipstream.commands.tuner_plan import tuner_plan_cmd
 
 SPEC = """
 name: shop

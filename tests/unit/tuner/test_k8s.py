@@ -12,9 +12,10 @@ from click.testing import CliRunner
 
 from slipstream.cli import main as cli
 from slipstream.commands.planner_service import pin_hardware
-from slipstream.commands.tuner import k8s_manifests_cmd
+from slipstream.commands.k8s_manifests import k8s_manifests_cmd
 from tests.k8s_inputs import SPEC, by_name, inputs, plan_file, pod, render
-from slipstream.k8s_manifests import GPU_RESOURCE, PROFILES_DIR, RUN_AS, SPEC_PATH
+from slipstream.k8s_manifests import GPU_RESOURCE, PROFILES_DIR
+from slipstream.k8s_pods import RUN_AS, SPEC_PATH
 from tuner.k8s import FIELD_MANAGER, SCALE_RULE, KubernetesActuator, deployment_name, pods_for, scale_apply
 
 

@@ -23,9 +23,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from slipstream.commands.tuner import k8s_manifests_cmd
+from slipstream.commands.k8s_manifests import k8s_manifests_cmd
 from tests.k8s_inputs import inputs, plan_file, render
-from slipstream.k8s_manifests import RUN_AS
+from slipstream.k8s_pods import RUN_AS
 
 ROOT = Path(__file__).resolve().parents[3]
 TOOLS = ROOT / ".state/k8s-tools"

@@ -10,9 +10,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tuner.envelope import NS_PER_S, EnvelopeSnapshot, EnvelopeTracker, doubling_windows
-from tuner.policy import (LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, observe,
-                          replicas_for_rate, stage_up_target, tracker_windows)
+from tuner.envelope import NS_PER_S, EnvelopeSnapshot, doubling_windows
+from tuner.policy import (LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, replicas_for_rate,
+                          stage_up_target)
+
+from policy_flow import run_flow
 
 WINDOWS = doubling_windows(0.05)  # 0.05 .. 51.2 s
 RATE = 100.0
@@ -41,23 +43,6 @@ STAGES = (StagePlan("detect", replicas=4, mu_qps=30.0, visit_ratio=1.0),
 @pytest.fixture(scope="module")
 def plan() -> TunerPlan:
     return TunerPlan.from_sample(poisson(RATE, 300, seed=10), WINDOWS, STAGES)
-
-
-def run_flow(plan: TunerPlan, arrivals_s: np.ndarray, until_s: float, config: TunerConfig,
-             every_s: float = 0.5) -> list[tuple[float, dict[str, int], object]]:
-    """Feed arrivals up to each decision time into a live tracker and decide; return the history."""
-    tracker = EnvelopeTracker(tracker_windows(plan, config), recent_horizon_s=config.down_horizon_s + 1)
-    state = TunerState.initial(plan, 0)
-    ns = np.round(np.sort(arrivals_s) * NS_PER_S).astype(np.int64)
-    fed, history = 0, []
-    for k in range(1, int(until_s / every_s) + 1):
-        now = int(k * every_s * NS_PER_S)
-        upto = int(np.searchsorted(ns, now, side="right"))
-        tracker.add(ns[fed:upto])
-        fed = upto
-        decision, state = decide(observe(tracker, plan, now, config), plan, state, now, config)
-        history.append((now / NS_PER_S, dict(decision.targets), decision))
-    return history
 
 
 # ---- single steps
@@ -236,7 +221,6 @@ def test_config_rejects_nonsense():
         TunerConfig(min_replicas=5, max_replicas=2)
     with pytest.raises(ValueError):
         StagePlan("x", 0, 1.0, 1.0)
-
 
 
 def test_traffic_back_at_the_planned_rate_returns_every_stage_to_its_planned_count(plan):

@@ -9,13 +9,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from planner.problem import parse_problem, poisson_trace
+from planner.problem import parse_problem
+from streams.arrivals import poisson_arrivals
 from planner.service import handoff, handoff_record
 from streams import codec
 from tuner import planfile
-from tuner.envelope import NS_PER_S, EnvelopeSnapshot, EnvelopeTracker, doubling_windows, envelope
-from tuner.policy import (LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, observe,
-                          stage_up_target, tracker_windows)
+from tuner.envelope import NS_PER_S, EnvelopeSnapshot, doubling_windows, envelope
+from tuner.policy import LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, stage_up_target
+
+from policy_flow import run_flow
 
 CURVES = {"resize": {"cpu-1": {"1": 4, "2": 7, "4": 13, "8": 25}},
           "lite0": {"cpu-1": {"1": 15, "2": 27, "4": 52, "8": 100}}}
@@ -37,27 +39,12 @@ def quiet_plan():
     over on the control topic (record -> Avro -> the tuner's reader)."""
     from planner.modes import make_planner
 
-    problem = image_classify(27.0, poisson_trace(4.9, 30.0, seed=4))
+    problem = image_classify(27.0, poisson_arrivals(4.9, 30.0, 4))
     plan = make_planner("milp", validate=False).plan(problem)
     assert plan.feasible and plan.rate_qps == pytest.approx(27.0)
     record = handoff_record(handoff(problem, plan, envelope), problem.name, epoch=1)
     record = codec.decode("TunerHandoff", codec.encode("TunerHandoff", record))
     return plan, planfile.from_dict(record)
-
-
-def run_flow(plan: TunerPlan, arrivals_s: np.ndarray, until_s: float, config: TunerConfig, every_s: float = 0.5):
-    tracker = EnvelopeTracker(tracker_windows(plan, config), recent_horizon_s=config.down_horizon_s + 1)
-    state = TunerState.initial(plan, 0)
-    ns = np.round(np.sort(arrivals_s) * NS_PER_S).astype(np.int64)
-    fed, out = 0, []
-    for k in range(1, int(until_s / every_s) + 1):
-        now = int(k * every_s * NS_PER_S)
-        upto = int(np.searchsorted(ns, now, side="right"))
-        tracker.add(ns[fed:upto])
-        fed = upto
-        decision, state = decide(observe(tracker, plan, now, config), plan, state, now, config)
-        out.append((now / NS_PER_S, dict(decision.targets), decision))
-    return out
 
 
 def test_the_handoff_carries_what_the_planned_replicas_serve(quiet_plan):
@@ -77,9 +64,9 @@ def test_no_scale_up_below_the_plans_capacity(quiet_plan):
     without its capacity (a record written before it) scales up on the 5.5 qps alone."""
     _, tplan = quiet_plan
     cfg = TunerConfig(activation_s=1.0)
-    steady = poisson_trace(5.5, 120.0, seed=7)
+    steady = poisson_arrivals(5.5, 120.0, 7)
     assert all(h[1] == tplan.planned_replicas for h in run_flow(tplan, steady, 120, cfg))
-    bursty = np.sort(np.concatenate([steady, 40 + poisson_trace(20.0, 10.0, seed=8)]))
+    bursty = np.sort(np.concatenate([steady, 40 + poisson_arrivals(20.0, 10.0, 8)]))
     assert all(h[1] == tplan.planned_replicas for h in run_flow(tplan, bursty, 120, cfg))
     old = replace(tplan, stages=tuple(replace(s, capacity_qps=0.0, window_capacity_qps=()) for s in tplan.stages))
     assert any(h[1] != old.planned_replicas for h in run_flow(old, steady, 120, cfg))

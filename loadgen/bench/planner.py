@@ -26,8 +26,9 @@ import numpy as np
 from planner import milp
 from planner.estimator import simulate
 from planner.modes import make_planner
-from planner.problem import Problem, poisson_trace
-from planner.synthetic import random_problem
+from planner.problem import Problem
+from streams.arrivals import gamma_arrivals, peak_rate_sliding, poisson_arrivals
+from loadgen.synthetic import random_problem
 
 
 @dataclass(frozen=True)
@@ -74,15 +75,6 @@ class BenchResult:
         return self.sim_requests / self.sim_wall_s
 
 
-def gamma_trace(rate_qps: float, seconds: float, cv2: float, seed: int) -> np.ndarray:
-    """Gamma inter-arrivals with mean 1/rate and squared coefficient of variation cv2 (InferLine)."""
-    rng = np.random.default_rng(seed)
-    shape = 1.0 / cv2
-    n = int(rate_qps * seconds * 1.3) + 100
-    t = np.cumsum(rng.gamma(shape, 1.0 / (rate_qps * shape), size=n))
-    return t[t < seconds]
-
-
 def commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5)
@@ -119,7 +111,7 @@ def four_stage(s: BenchSettings, rate: float, trace: np.ndarray) -> Problem:
 
 def estimator_speed(s: BenchSettings) -> tuple[int, int, float, float, float]:
     """(requests, request-stage visits, wall s and CPU s by default, wall s through the event loop)."""
-    trace = poisson_trace(s.sim_rate, s.sim_seconds, s.seed)
+    trace = poisson_arrivals(s.sim_rate, s.sim_seconds, s.seed)
     p = four_stage(s, s.sim_rate, trace[trace < 30.0])
     plan = make_planner("milp").plan(p)
     walls, cpus = [], []
@@ -138,12 +130,11 @@ def top_variants_only(p: Problem) -> Problem:
 
 
 def compare_modes(s: BenchSettings) -> tuple[ModeRow, ...]:
-    plan_trace = gamma_trace(s.rate_qps, s.plan_seconds, s.cv2, s.seed)
-    eval_trace = gamma_trace(s.rate_qps, s.plan_seconds, s.cv2, s.seed + 1)
+    plan_trace = gamma_arrivals(s.rate_qps, s.cv2, s.plan_seconds, np.random.default_rng(s.seed))
+    eval_trace = gamma_arrivals(s.rate_qps, s.cv2, s.plan_seconds, np.random.default_rng(s.seed + 1))
     p = four_stage(s, s.rate_qps, plan_trace)
     # the planning rate for the analytical modes: the sample's peak 1-s rate
-    from planner.problem import peak_rate
-    p = replace(p, rate_qps=peak_rate(plan_trace, 1.0))
+    p = replace(p, rate_qps=peak_rate_sliding(plan_trace, 1.0))
     rows = []
     for mode in s.modes:
         t0 = time.perf_counter()

@@ -9,7 +9,7 @@ tuner does. Two deployments are measured in the same run, in alternating rounds:
 - ``processes`` (the baseline it replaces): one worker process per replica, so every replica change
   is a consumer-group rebalance.
 
-Per event, ``tuner.scaling_stats`` reads the results and the workers' timeline marks.
+Per event, ``loadgen.bench.scaling_stats`` reads the results and the workers' timeline marks.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from streams.procs import worker_argv
 from streams.spec import load_pipeline
 from streams.timeline import parse
 from tuner.actuators import LocalProcessActuator
-from tuner.scaling_stats import EventCost, Mark, Served, event_cost
+from loadgen.bench.scaling_stats import EventCost, Mark, Served, event_cost
 from tuner.service import stage_config_record
 
 STAGE = "model"

@@ -27,6 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
+from streams.arrivals import gamma_arrivals
 from tuner.envelope import NS_PER_S, EnvelopeTracker, doubling_windows, envelope
 
 READY_RE = re.compile(r"slipstream-worker ready stage=(\S+) partitions=(\S*)")
@@ -40,9 +41,9 @@ class CostResult:
 
 
 def _trace(rate_qps: float, seconds: float, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    gaps = rng.gamma(0.25, 1 / (0.25 * rate_qps), int(rate_qps * seconds))  # CV^2 = 4
-    return np.round(np.cumsum(gaps) * NS_PER_S).astype(np.int64)
+    """Arrival ns of a bursty trace (gamma, CV^2 = 4)."""
+    arrivals = gamma_arrivals(rate_qps, 4.0, seconds, np.random.default_rng(seed))
+    return np.round(arrivals * NS_PER_S).astype(np.int64)
 
 
 def _tracker(ts: np.ndarray, windows: Sequence[float], chunk: int) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.problem import EdgeOption, HardwareOption, Problem, StageOption, VariantOption, poisson_trace
+from planner.problem import EdgeOption, HardwareOption, Problem, StageOption, VariantOption
+from streams.arrivals import poisson_arrivals
 from streams.latency import LatencyCurve
 
 HARDWARE = (("cpu-1", 0.05, 1.0), ("cpu-4", 0.17, 0.32), ("gpu", 0.9, 0.06))  # name, $/h, slowness
@@ -46,7 +47,7 @@ def random_problem(seed: int, *, stages: int = 3, variants: int = 2, hardware: i
         edges = tuple(EdgeOption("s0", f"s{i}", fanout=1.5 if i == 1 else 1.0,
                                  probability=1.0 if i == 1 else 0.6) for i in range(1, stages))
     kw = dict(slo_ms=slo_ms, rate_qps=rate_qps, hardware=hws, stages=tuple(stage_list), edges=edges,
-              arrivals_s=poisson_trace(rate_qps, sim_seconds, seed), batch_sizes=batch_sizes,
+              arrivals_s=poisson_arrivals(rate_qps, sim_seconds, seed), batch_sizes=batch_sizes,
               seed=seed, name=f"synthetic-{seed}")
     kw.update(overrides)
     return Problem(**kw)

@@ -4,7 +4,6 @@ top, or not), replay a trace open-loop, and return the plan and the run's Summar
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import threading
@@ -16,6 +15,7 @@ import click
 import numpy as np
 
 from loadgen.compare import ModeNotApplicable
+from loadgen.run_record import RunRecord
 from streams import broker
 from streams.config import KafkaSettings
 
@@ -44,39 +44,29 @@ class Published:
     tuner_plan: object
 
 
-def ensure_broker() -> bool:
-    """Start the local broker unless SLIPSTREAM_BOOTSTRAP names one; True when it was started here."""
+def ensure_broker(state_dir: Path) -> bool:
+    """Start the local broker (its state under ``state_dir``) unless SLIPSTREAM_BOOTSTRAP names one;
+    True when it was started here."""
     if os.environ.get("SLIPSTREAM_BOOTSTRAP"):
         return False
-    from slipstream.options import state_dir
-
-    b = broker.default_broker(root=state_dir())
+    b = broker.default_broker(root=state_dir)
     started = broker.running_pid(b) is None
     broker.up(b, progress=click.echo)
     os.environ["SLIPSTREAM_BOOTSTRAP"] = b.bootstrap
     return started
 
 
-def has_cuda() -> bool:
-    """A CUDA device onnxruntime can use (torch is an optional extra: not needed to ask)."""
-    try:
-        import onnxruntime
-    except ImportError:
-        return False
-    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
-
-
 def profile_missing(pipe, store, batch_sizes=(1, 2, 4, 8), reps: int = 20) -> None:
     """Measure what the store lacks for this pipeline on this machine's hardware (with progress)."""
-    from planner.profiler import ProfilerSettings, runnable_hardware
-    from slipstream.commands.profile import profile_into
+    from agents.zoo import load_executor
+    from planner.profiler import ProfilerSettings, has_cuda, profile_into, runnable_hardware
 
     todo = [(v, h) for st in pipe.stages for v in st.variants
             for h in runnable_hardware(pipe, has_cuda()) if store.get(v.name, h.name) is None]
     if not todo:
         click.echo(f"profiles: cached in {store.root}")
         return
-    profile_into(store, todo, ProfilerSettings(tuple(batch_sizes), 3, reps))
+    profile_into(store, todo, load_executor, ProfilerSettings(tuple(batch_sizes), 3, reps))
 
 
 def local_problem(pipe, store, opts: LiveOptions, **kw):
@@ -232,7 +222,7 @@ class LiveResult:
 def live_run(pipe, pipeline_file: str, arrivals: np.ndarray, sample: np.ndarray, store, report_dir: Path,
              opts: LiveOptions, label: str) -> LiveResult:
     """Plan, publish, run the workers, replay, report, and replay the run through the estimator."""
-    from slipstream.commands.loadgen import _payload_factory, replay_report
+    from loadgen.live.replay_report import payload_factory, replay_report
     from streams import admin, topics
 
     settings = KafkaSettings.from_env()
@@ -240,12 +230,12 @@ def live_run(pipe, pipeline_file: str, arrivals: np.ndarray, sample: np.ndarray,
     published = plan_and_publish(pipe, store, sample, opts, settings)
     plan, problem = published.plan, published.problem
     report_dir.mkdir(parents=True, exist_ok=True)
-    (report_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=1) + "\n")  # for calibrate
+    RunRecord(report_dir).write_plan(plan)  # for calibrate
     workers = Workers(pipe, pipeline_file, published, store, settings, report_dir / "workers", opts)
     try:
         workers.wait_ready()
         click.echo("workers ready; replaying")
-        summary = replay_report(pipe, arrivals, _payload_factory(pipe, None), seed=opts.seed,
+        summary = replay_report(pipe, arrivals, payload_factory(pipe, None), seed=opts.seed,
                                 report_dir=str(report_dir), run_id=f"{opts.mode}-{int(time.time())}",
                                 planned_arrivals=problem.arrivals_s, label=label)
     finally:
@@ -267,10 +257,8 @@ def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions):
     """``loadgen.replay_estimate.estimate_run`` on a live run's report (its ``results.jsonl``)."""
     from loadgen.replay_estimate import estimate_run
     from planner.estimator import Transit, network_for
-    from slipstream.commands.loadgen import read_control
-
-    results = [json.loads(line) for line in (report_dir / "results.jsonl").read_text().splitlines() if line]
-    control = read_control(report_dir)
+    run = RunRecord(report_dir)
+    results, control = run.results(), run.control()
     # a result's finished_ns is stamped before the hop to the results topic: leave that hop out
     return estimate_run(problem, plan, summary, results, control=control, seed=opts.seed,
                         activation_s=opts.activation_s,

@@ -88,7 +88,7 @@ def format_rows(rows: Sequence[ExecutorBench]) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # python -m agents.bench_executor [runs]
+if __name__ == "__main__":  # python -m loadgen.bench.executor [runs]
     import os
     import platform
     import sys

@@ -1,4 +1,4 @@
-"""A bare consumer-group member that prints the worker ready line: ``python -m tuner.probe_worker``.
+"""A bare consumer-group member that prints the worker ready line: ``python -m loadgen.bench.probe_worker``.
 
 ``slipstream bench tuner --probe`` times it to measure the Kafka part of a replica's activation (process
 start, group join, rebalance of the members already there) without a model: a lower bound of what

@@ -1,6 +1,6 @@
 """`slipstream soak`: a long open-loop replay on the chaos stack, sampling memory and lag as it runs.
 
-The stack is ``slipstream.chaos.Stack`` (workers, join, tuner and planner service under the local
+The stack is ``loadgen.faults.chaos_run.Stack`` (workers, join, tuner and planner service under the local
 supervisor). Every ``sample_s`` it records each process's RSS (``/proc/<pid>/status`` VmRSS: the
 workers and services by role, the broker JVM(s), this load generator) and each consumer group's lag
 (end offset minus committed offset, summed over the partitions of the group's input topic). After the
@@ -20,8 +20,8 @@ import numpy as np
 
 from loadgen import soak
 from loadgen.chaos import window_attainment
-from slipstream.chaos import Stack, fresh_pipeline, interrupt_on_sigterm, tear_down
-from slipstream.chaos_cluster import use_cluster
+from loadgen.faults.chaos_run import Stack, fresh_pipeline, interrupt_on_sigterm, tear_down
+from loadgen.faults.cluster import use_cluster
 from streams import broker, topics
 from streams.config import KafkaSettings
 from streams.lag import LagReader, stage_groups
@@ -68,8 +68,9 @@ def run_soak(opts: SoakOptions) -> str:
     from loadgen.replay import ReplayOptions, ReplayTarget, replay
     from loadgen.schedule import build_schedule
     from planner.profiles import ProfileStore
-    from slipstream.commands.loadgen import _payload_factory, _trace
-    from slipstream.live import profile_missing
+    from loadgen.live.replay_report import payload_factory
+    from loadgen.traces import trace_arrivals
+    from loadgen.live.run import profile_missing
     from streams.spec import load_pipeline
 
     interrupt_on_sigterm()
@@ -82,8 +83,8 @@ def run_soak(opts: SoakOptions) -> str:
     store = ProfileStore(opts.profiles_dir)
     profile_missing(pipe, store)
     spec = opts.spec
-    arrivals = _trace(spec, opts.seed)
-    payload = _payload_factory(pipe, None)(0)
+    arrivals = trace_arrivals(spec, opts.seed)
+    payload = payload_factory(pipe, None)(0)
     stack = Stack(pipe, path, store, settings, report / "logs", mode=opts.mode, sample=arrivals[arrivals < 60],
                   replan_s=opts.replan_s)
     groups = stage_groups(pipe)

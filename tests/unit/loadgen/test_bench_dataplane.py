@@ -1,8 +1,8 @@
 """The data-plane benchmark times each hop from per-hop timestamps (no division of the total)."""
 from dataclasses import dataclass
 
-from agents.bench_dataplane import format_report, relay_hop_ends, split_hops, stage_hop_ends
-from agents.bench_relay import RELAY_HEADER
+from loadgen.bench.dataplane import format_report, relay_hop_ends, split_hops, stage_hop_ends
+from loadgen.bench.relay import RELAY_HEADER
 from streams import codec
 from streams.client import request_record
 

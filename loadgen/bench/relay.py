@@ -3,7 +3,7 @@
 It says it is ready once it holds its partitions. Each relay appends its produce time (epoch ns) as a
 ``RELAY_HEADER`` header, so the benchmark can time every hop as a stage worker's ``HopTiming`` does.
 
-    python -m agents.bench_relay SRC DST GROUP
+    python -m loadgen.bench.relay SRC DST GROUP
 """
 from __future__ import annotations
 

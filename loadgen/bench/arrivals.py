@@ -1,4 +1,4 @@
-"""Bytes the tuner and the planner service read per arrival (``python -m tuner.bench_arrivals``).
+"""Bytes the tuner and the planner service read per arrival (``python -m loadgen.bench.arrivals``).
 
 For each payload size, ``n`` requests are produced at ``rate_qps`` to a fresh input topic while a reader
 follows it; the figure is the bytes the reader's Kafka connections received, divided by the arrivals
@@ -125,7 +125,7 @@ def format_rows(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # python -m tuner.bench_arrivals [N] [RATE]
+if __name__ == "__main__":  # python -m loadgen.bench.arrivals [N] [RATE]
     a = sys.argv[1:]
     print(format_rows(run(KafkaSettings.from_env(), int(a[0]) if a else 100,
                           float(a[1]) if len(a) > 1 else 50.0)))

@@ -30,8 +30,8 @@ import yaml
 from loadgen import chaos
 from streams import broker, codec, kafka as kclient, topics
 from streams.app import AppSettings
-from slipstream.chaos_cluster import Cluster, use_cluster
-from slipstream.live import READY  # one parser of the worker's ready line
+from loadgen.faults.cluster import Cluster, use_cluster
+from loadgen.live.run import READY  # one parser of the worker's ready line
 from streams.config import KafkaSettings
 
 FREEZE_S = AppSettings.session_timeout_s + 5.0  # past the worker's consumer-group session timeout
@@ -58,7 +58,7 @@ class Stack:
     def __init__(self, pipe, pipeline_file: Path, store, settings: KafkaSettings, log_dir: Path, *,
                  mode: str = "milp", sample: np.ndarray, replan_s: float = 30.0, activation_s: float = 1.0,
                  reserve_cores: float = 0.5) -> None:
-        from slipstream.live import LiveOptions, plan_and_publish
+        from loadgen.live.run import LiveOptions, plan_and_publish
         from streams import admin
         from tuner.supervisor import LocalCapacity, local_supervisor
 
@@ -329,8 +329,9 @@ class ChaosOptions:
 def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
     """Start (or find) the Kafka, run every selected case on one stack, write the report."""
     from planner.profiles import ProfileStore
-    from slipstream.commands.loadgen import _payload_factory, _trace
-    from slipstream.live import profile_missing
+    from loadgen.live.replay_report import payload_factory
+    from loadgen.traces import trace_arrivals
+    from loadgen.live.run import profile_missing
     from streams.spec import load_pipeline
 
     interrupt_on_sigterm()
@@ -343,8 +344,8 @@ def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
     pipe = load_pipeline(path)
     store = ProfileStore(opts.profiles_dir)
     profile_missing(pipe, store)
-    arrivals = _trace(opts.trace, opts.seed)
-    payload = _payload_factory(pipe, None)(0)
+    arrivals = trace_arrivals(opts.trace, opts.seed)
+    payload = payload_factory(pipe, None)(0)
     freeze_stage = opts.freeze_stage or pipe.source
     cases = chaos.select(chaos.fault_cases([s.name for s in pipe.stages], has_join=pipe.needs_join,
                                            brokers=cluster.brokers, freeze_stage=freeze_stage,

@@ -1,0 +1,53 @@
+"""`slipstream compare-live`: planner modes on the real broker at small scale, each a live run."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from loadgen.live.calibration import calibrated
+from loadgen.live.prepare import prepare
+from loadgen.live.run import LiveOptions, ensure_broker, live_run
+from slipstream.live_options import live_options
+from slipstream.options import state_dir
+from streams import broker
+
+COMPARE_TRACE = "step:rates=6/18/6,at=20/50,cv2=4,transition=5,duration=70"
+
+
+@click.command("compare-live")
+@live_options
+@click.option("--trace", "spec", default=COMPARE_TRACE, show_default=True)
+@click.option("--modes", default="milp+tuner,inferline+tuner,cg-peak,cg-mean", show_default=True)
+@click.option("--report", "report_dir", default="reports/compare-live", show_default=True)
+def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, reserve_cores, replan_s,
+                 hop_ms, seed, calibrate, spec, modes, report_dir) -> None:
+    """Planner modes on the real broker at small scale: cost, attainment, measured vs estimator p99."""
+    from loadgen.compare import compare_runs, failures, format_comparison
+
+    started = ensure_broker(state_dir())
+    try:
+        pipe, store, arrivals, sample = prepare(pipeline_file, spec, seed, profiles_dir, plan_seconds)
+        store = calibrated(pipe, pipeline_file, store, calibrate,
+                           LiveOptions("milp", True, activation_s, max_replicas, hop_ms, seed, reserve_cores,
+                                       replan_s), Path(report_dir))
+
+        def runner(mode: str, tuned: bool):
+            name = f"{mode}{'+tuner' if tuned else ''}"
+            click.echo(f"\n== {name}")
+            opts = LiveOptions(mode, tuned, activation_s, max_replicas, hop_ms, seed, reserve_cores,
+                               replan_s if tuned else 0.0)
+            run = live_run(pipe, pipeline_file, arrivals, sample, store, Path(report_dir) / name, opts,
+                           f"{pipe.name} {name} {spec}")
+            return run.summary, run.estimate
+
+        rows = compare_runs([m.strip() for m in modes.split(",") if m.strip()], runner)
+        click.echo("\n" + format_comparison(rows))
+        if failures(rows):
+            raise click.ClickException(f"mode(s) failed:\n{failures(rows)}")
+    finally:
+        if started:
+            broker.down(broker.default_broker(root=state_dir()), progress=click.echo)
+
+
+commands = [compare_live]

@@ -1,0 +1,65 @@
+"""`slipstream estimate --report DIR [...]`: the estimator on finished live runs, like for like
+(``loadgen.live.run.like_for_like``), with the calibration in force or one fitted on other runs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from slipstream.options import state_default
+
+
+@click.command("estimate")
+@click.option("--report", "report_dirs", required=True, multiple=True, type=click.Path(exists=True, file_okay=False),
+              help="A finished live run's report folder (results.jsonl, plan.json, summary.json); repeatable.")
+@click.option("--pipeline", "pipeline_file", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--profiles", "profiles_dir", default=state_default("profiles"), show_default="STATE_DIR/profiles", type=click.Path(file_okay=False))
+@click.option("--fit", "fit_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
+              help="Estimate with a calibration fitted on these reports (in memory, not stored) instead of the one "
+                   "in force: fit on some runs, check on others.")
+@click.option("--activation-s", default=1.0, show_default=True, help="As the live runs had it.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--detail", is_flag=True, help="Also each run's per-stage table (residence, hop components).")
+def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_s, seed, detail) -> None:
+    """The estimator on finished live runs, like for like: each run's own arrivals, replica changes,
+    re-plans, plan and each model's measured pace (est. p99; drawn p99: the pace drawn from the
+    calibration instead), with the calibration in force ($SLIPSTREAM_CALIBRATION) or one fitted with --fit."""
+    from loadgen.compare import est_ratio
+    from loadgen.live.calibration import fit_report
+    from loadgen.replay_estimate import format_like_for_like
+    from loadgen.run_record import RunRecord
+    from planner.calibrate import recalibrated
+    from loadgen.live.run import LiveOptions, like_for_like, local_problem
+    from streams.profile_store import ProfileStore
+    from streams.spec import load_pipeline
+
+    pipe, store = load_pipeline(pipeline_file), ProfileStore(profiles_dir)
+    doc = fit_report(list(fit_dirs), pipe, profiles_dir, store=False) if fit_dirs else store.calibration
+    click.echo(f"calibration: {_named(doc)}")
+    opts = LiveOptions(activation_s=activation_s, seed=seed)
+    click.echo(f"{'report':<40}{'p99 ms':>9}{'est. p99':>10}{'est/meas':>9}{'seeds ms':>12}{'SLO met':>9}{'est. SLO':>9}"
+               f"{'drawn p99':>10}{'drawn/meas':>11}")
+    for rep in map(Path, report_dirs):
+        run = RunRecord(rep)
+        summary, plan = run.summary(), run.plan()
+        problem = local_problem(pipe, store, opts, rate_qps=max(plan.rate_qps, 1.0))  # the run's arrivals replace it
+        if fit_dirs:
+            problem = recalibrated(problem, doc, store.calibration)
+        est = like_for_like(problem, plan, summary, rep, opts)
+        seeds = f"{min(est.seed_p99_ms):.0f}-{max(est.seed_p99_ms):.0f}"
+        click.echo(f"{str(rep):<40}{est.measured_p99_ms:>9.1f}{est.estimated_p99_ms:>10.1f}"
+                   f"{est_ratio(est.estimated_p99_ms, est.measured_p99_ms):>9}{seeds:>12}"
+                   f"{100 * est.measured_attainment:>8.2f}%{100 * est.estimated_attainment:>8.2f}%"
+                   f"{est.drawn_p99_ms:>10.1f}{est_ratio(est.drawn_p99_ms, est.measured_p99_ms):>11}")
+        if detail:
+            click.echo(format_like_for_like(est) + "\n")
+
+
+
+def _named(doc: dict | None) -> str:
+    if not doc:
+        return "none (the bare profiles)"
+    return f"v{doc['version']}" if "version" in doc else f"fitted on {doc['source']} (not stored)"
+
+
+commands = [estimate_cmd]

@@ -1,0 +1,40 @@
+"""The options `slipstream demo` and `slipstream compare-live` share (a live run on this machine)."""
+from __future__ import annotations
+
+import click
+
+from slipstream.options import state_default
+
+common = [
+    click.option("--pipeline", "pipeline_file", default="deploy/pipelines/image-classify.yaml", show_default=True,
+                 type=click.Path(exists=True, dir_okay=False)),
+    click.option("--plan-seconds", default=None, type=float,
+                 help="The planner plans from this first part of the trace, the quiet phase before the "
+                      "step (the tuner handles the rest) [default: a step trace's first at=; other "
+                      "traces need it]."),
+    click.option("--profiles", "profiles_dir", default=state_default("profiles"), show_default="STATE_DIR/profiles"),
+    click.option("--activation-s", default=1.0, show_default=True,
+                 help="Replica activation time for the tuner and estimator: a new model instance loads and "
+                      "warms beside serving (slipstream bench scaling); scale-down waits 3x it."),
+    click.option("--max-replicas", default=2, show_default=True,
+                 help="Per stage; also capped by this host's cores less --reserve-cores."),
+    click.option("--reserve-cores", default=0.5, show_default=True,
+                 help="Cores kept for the broker, load generator and control plane."),
+    click.option("--replan-s", default=30.0, show_default=True,
+                 help="The planner service re-plans from live arrivals this often during the run (0: never)."),
+    click.option("--hop-ms", default=6.0, show_default=True,
+                 help="Kafka transit from one stage to the next (produce to consume) that the estimator "
+                      "adds; the default is above the p99 of one transit that `slipstream bench dataplane` "
+                      "measured on the 2-core VM (its 'last transit to client' row: p50 2.5 ms, p99 5.4 ms)."),
+    click.option("--seed", default=0, show_default=True),
+    click.option("--calibrate", "calibrate", type=click.Choice(["auto", "always", "never"]), default="auto",
+                 show_default=True, help="auto: a calibration run first when the profile store has no "
+                 "calibration in force; always: one first in any case; never: plan with what is in force."),
+]
+
+
+def live_options(fn):
+    """Decorate a live-run command with the shared options."""
+    for opt in reversed(common):
+        fn = opt(fn)
+    return fn
