@@ -13,8 +13,6 @@ import numpy as np
 from streams.calibration import key
 from streams.latency import LatencyCurve
 
-HOP_KINDS = ("ingress", "between", "to_join")
-
 
 def hop_kind(hop: Mapping[str, Any], created_ns: int) -> str:
     if hop["stage"] == "join":
