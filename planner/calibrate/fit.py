@@ -151,13 +151,7 @@ def fit_runs(runs: Sequence[RunHops], curves: Mapping[tuple[str, str], LatencyCu
     batches than this is too little to fit."""
     import os
 
-    transit: dict[str, list[float]] = defaultdict(list)
-    for run in runs:
-        for kind, _stage, _variant, _batch, t_ns, _w, _s in components(run.results):
-            transit[kind].append(max(t_ns, 0) / 1e6)
-    if not transit:
-        raise CalibrationFitError("no hop carries received_ns: the run was made before hop timings recorded "
-                                  "it; run it again with this version")
+    transit = _transits(runs)
     b = _run_batches(runs, curves)
     if len(b.ratio) < min_batches:
         raise CalibrationFitError(f"{len(b.ratio)} batches ran; a fit needs {min_batches}")
@@ -182,11 +176,7 @@ def fit_runs(runs: Sequence[RunHops], curves: Mapping[tuple[str, str], LatencyCu
         p, within[mine] = slowdown(b.start[ok][mine], left[mine])
         pace.extend(p)
     scaled_ms = base * expected
-    for i, name in enumerate(names):  # each variant's own spread: the code it runs sets it, not its length
-        mine = g == i
-        if mine.sum() >= SPREAD_BIN:
-            service[name]["cv_by_ms"] = spread_by_duration(scaled_ms[mine], within[mine]) or \
-                [[float(np.exp(np.log(scaled_ms[mine]).mean())), lognormal_cv(within[mine])]]
+    _own_spreads(service, names, g, scaled_ms, within)
     host = {"cores": cores, "free_cores": free, "mean_concurrency": float(k.mean())} if free < cores else None
     dispatch = np.concatenate([dispatch_ms(r.results, r.timeouts_ms) for r in runs])
     return {"fitted_at": now_iso(), "source": source, "machine": machine_info(), "service": service,
@@ -197,6 +187,29 @@ def fit_runs(runs: Sequence[RunHops], curves: Mapping[tuple[str, str], LatencyCu
             "dispatch_ms": _quantiles(dispatch),
             "samples": {"hops": sum(len(v) for v in transit.values()), "batches": len(b.ratio),
                         "results": sum(len(r.results) for r in runs), "runs": len(runs)}}
+
+
+def _transits(runs: Sequence[RunHops]) -> dict[str, list[float]]:
+    """Per kind of hop, every hop's transit in ms."""
+    transit: dict[str, list[float]] = defaultdict(list)
+    for run in runs:
+        for kind, _stage, _variant, _batch, t_ns, _w, _s in components(run.results):
+            transit[kind].append(max(t_ns, 0) / 1e6)
+    if not transit:
+        raise CalibrationFitError("no hop carries received_ns: the run was made before hop timings recorded "
+                                  "it; run it again with this version")
+    return transit
+
+
+def _own_spreads(service: dict, names: Sequence[str], g: np.ndarray, scaled_ms: np.ndarray,
+                 within: np.ndarray) -> None:
+    """Each variant with enough batches gets its own spread (``cv_by_ms`` in its ``service`` entry):
+    the code it runs sets it, not its length."""
+    for i, name in enumerate(names):
+        mine = g == i
+        if mine.sum() >= SPREAD_BIN:
+            service[name]["cv_by_ms"] = spread_by_duration(scaled_ms[mine], within[mine]) or \
+                [[float(np.exp(np.log(scaled_ms[mine]).mean())), lognormal_cv(within[mine])]]
 
 
 def service_scales(r: np.ndarray, g: np.ndarray, size: np.ndarray, names: Sequence[str],
