@@ -133,3 +133,6 @@ def _save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+save = _save  # the reproductions' figures (loadgen.reproduce) are laid out and saved the same way
