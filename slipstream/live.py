@@ -272,6 +272,6 @@ def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions):
     results = [json.loads(line) for line in (report_dir / "results.jsonl").read_text().splitlines() if line]
     control = read_control(report_dir)
     # a result's finished_ns is stamped before the hop to the results topic: leave that hop out
-    return estimate_run(problem, plan, summary, results, control=control, seed=opts.seed,
-                        activation_s=opts.activation_s,
-                        network=replace(network_for(problem), to_results=Transit.constant(0.0)))
+    problem = replace(problem, activation_s=opts.activation_s,
+                      network=replace(network_for(problem), to_results=Transit.constant(0.0)))
+    return estimate_run(problem, plan, summary, results, control=control, seed=opts.seed)
