@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 class Sent(NamedTuple):  # one per output: a tuple is the cheapest record to make
     out: routing.Out
-    item: Any  # the queued input it answers (``agents.worker.Item``); None for a dead letter of a bad record
+    item: Any  # the queued input it answers (``agents.window.Item``); None for a dead letter of a bad record
     fut: Any = None  # the producer's delivery future
     error: BaseException | None = None  # raised before a future existed (encode, record too large)
 

@@ -107,9 +107,6 @@ class Fleet:
         free = [i for i in self.instances if not i.busy and not i.retired]
         return min(free, key=lambda i: i.last_used_ns) if free else None
 
-    def busy_count(self) -> int:
-        return sum(i.busy for i in self.instances)
-
 
 def new_instance(factory: ExecutorFactory, variants: Iterable[Variant], hw: Hardware, name: str,
                  index: int) -> Instance:

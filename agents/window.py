@@ -1,7 +1,7 @@
 """The window planner: a stage worker's decisions, pure, with the clock passed in (``now_ns``).
 
-``agents.worker`` (the faust shell) reads records, runs models and talks to Kafka; everything it
-*decides* is here, so it is tested without a broker, an event loop or a real clock:
+``agents.worker`` (the faust shell, its parts in ``agents.stage``) reads records, runs models and
+talks to Kafka; everything it *decides* is here, so it is tested without a broker, an event loop or a real clock:
 
 - :class:`WindowPlanner` holds the worker's FIFO queue and says when to take a window and which items
   (:meth:`WindowPlanner.poll`), through ``streams.batching`` (``ready``, ``flush_due_ns``,
@@ -14,7 +14,7 @@
   one list per input item.
 
 A window's records are produced together and its input offsets acked together, after delivery
-(``agents.worker.StageWorker._finish``: the one place that would become a Kafka transaction).
+(``agents.stage.commit.Commit._finish``: the one place that would become a Kafka transaction).
 """
 from __future__ import annotations
 

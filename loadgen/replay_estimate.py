@@ -37,7 +37,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from loadgen.report import Summary, scale_events
-from planner.estimator import BatchingChange, ReplicaChange, SimResult, network_for, simulate
+from planner.estimator import BatchingChange, ReplicaChange, SimOptions, SimResult, network_for, simulate
 from planner.sim.params import Network, ServiceTime
 from planner.plan import Plan
 from planner.problem import Problem
@@ -198,28 +198,28 @@ def compare(summary: Summary, results: Sequence[Mapping[str, Any]], sim: SimResu
 
 
 def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequence[Mapping[str, Any]], *,
-                 control: Sequence[tuple[int, Mapping[str, Any]]] = (), seed: int = 0, seeds: int = SEEDS,
-                 **sim_options: Any) -> LikeForLike:
+                 control: Sequence[tuple[int, Mapping[str, Any]]] = (), seed: int = 0, seeds: int = SEEDS
+                 ) -> LikeForLike:
     """The estimator on this run's arrivals, replica changes and re-plans (``control``: what it saw
     on the control topic) and the machine's pace as the run measured it, against what
     was measured: one simulation per seed (``seed``, ``seed + 1``, ...); the run with the median p99
     is the estimate (a single run's p99 moves by tens of percent from seed to seed once service and
-    transits vary). ``drawn_p99_ms`` is the same with the pace drawn from the calibration."""
+    transits vary). ``drawn_p99_ms`` is the same with the pace drawn from the calibration. The
+    problem's activation time, network and service spread are the simulation's."""
     arrivals, ids = run_arrivals(results)
     start_ns = min((r["created_ns"] for r in results), default=0)
-    activation_s = sim_options.get("activation_s", problem.activation_s)
-    changes = (*run_changes(summary, plan), *batching_changes(control, plan, start_ns, activation_s))
-    service = sim_options.pop("service", None) or problem.service
+    changes = (*run_changes(summary, plan), *batching_changes(control, plan, start_ns, problem.activation_s))
+    service, options = problem.service, SimOptions(schedule=changes, request_ids=ids)
 
     def median_run(svc: ServiceTime) -> tuple[SimResult, tuple[float, ...]]:
-        sims = sorted((simulate(problem, plan, arrivals, seed=seed + i, schedule=changes, request_ids=ids,
-                                service=svc, **sim_options) for i in range(seeds)), key=lambda r: r.p99_ms)
+        sims = sorted((simulate(replace(problem, arrivals_s=arrivals, seed=seed + i, service=svc), plan, options)
+                       for i in range(seeds)), key=lambda r: r.p99_ms)
         return sims[len(sims) // 2], tuple(r.p99_ms for r in sims)
 
     drawn, drawn_seeds = median_run(service)
     own = run_service(problem, plan, results, control, start_ns, service)
     sim, seed_p99 = (drawn, drawn_seeds) if own is service else median_run(own)
-    network = network_for(problem, sim_options.get("network"), sim_options.get("hop_ms"))
+    network = network_for(problem)
     done = [(r["finished_ns"] - r["created_ns"]) / 1e6 for r in results if r["status"] == "done"]
     served = sim.latency_ms[~sim.dropped]
     return replace(compare(summary, results, sim), seed_p99_ms=seed_p99, drawn_p99_ms=drawn.p99_ms,

@@ -16,14 +16,14 @@ How estimator output maps onto InferenceResult fields (documented limits of a si
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
 
 from loadgen.cost import ConfigEvent
 from loadgen.report import Envelope, Summary, summarize
-from planner.estimator import ReplicaChange, SimResult, simulate
+from planner.estimator import ReplicaChange, SimOptions, SimResult, simulate
 from planner.plan import Plan
 from planner.problem import Problem
 from streams.batching import drop_reason
@@ -97,7 +97,9 @@ def simulate_run(problem: Problem, plan: Plan, arrivals_s: np.ndarray, *,
     if not plan.stages:
         raise ValueError(f"plan {plan.mode} has no stages: {plan.reason}")
     arr = np.sort(np.asarray(arrivals_s, dtype=float))
-    sim = simulate(problem, plan, arr, seed=seed, schedule=tuple(changes), activation_s=activation_s)
+    act = problem.activation_s if activation_s is None else activation_s
+    sim = simulate(replace(problem, arrivals_s=arr, seed=seed, activation_s=act), plan,
+                   SimOptions(schedule=tuple(changes)))
     results = results_from_sim(problem, plan, sim, start_ns=start_ns)
     end_ns = start_ns + int(max(float(arr[-1]) if len(arr) else 0.0,
                                 max((r["finished_ns"] - start_ns for r in results), default=0) / NS_PER_S)

@@ -24,6 +24,7 @@ docs/planner.md ("What the estimator models") lists every effect and its paramet
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -55,59 +56,65 @@ def network_for(problem: Problem, network: Network | None = None, hop_ms: float 
     return Network.every_hop(Transit.constant(problem.hop_ms if hop_ms is None else hop_ms))
 
 
-def simulate(problem: Problem, plan: Plan, arrivals_s: np.ndarray | None = None, *,
-             seed: int | None = None, schedule: Sequence[ReplicaChange | BatchingChange] = (),
-             activation_s: float | None = None, hop_ms: float | None = None, fanout_dist: str = "round",
-             drop_late: bool = True, scaling: str | Mapping[str, str] = "instances",
-             pause_s: float | None = None, host: HostModel | None = None, network: Network | None = None,
-             service: ServiceTime | None = None, method: str = "auto",
-             request_ids: Sequence[str] | None = None) -> SimResult:
-    """Replay ``arrivals_s`` (seconds; the problem's sample when None) through ``plan``.
+@dataclass(frozen=True)
+class SimOptions:
+    """How to run one simulation. What is simulated (the pipeline, its arrivals, seed, activation time,
+    Kafka transits, service spread and host) is the :class:`~planner.problem.Problem`'s: to change it,
+    ``dataclasses.replace`` the problem.
 
-    ``seed`` (default: the problem's) seeds every draw; ``schedule`` is the tuner's replica changes
-    and the re-plans' batching changes;
-    ``activation_s`` (default: the problem's) is a new replica's load and warm-up; ``hop_ms`` (default:
-    the problem's) a constant Kafka transit on every hop, or give ``network`` instead; ``scaling`` is
+    ``schedule`` is the tuner's replica changes and the re-plans' batching changes; ``scaling`` is
     ``instances`` or ``rebalance``, for all stages or per stage; ``pause_s`` the rebalance pause
-    (default: ``activation_s``); ``host`` shares the cores among running batches (default: the problem's);
-    ``service`` how a batch's run time varies around its profiled latency (default: the problem's);
-    without ``hop_ms`` or ``network``, the problem's ``network`` (a calibration's), else its ``hop_ms``;
-    ``method`` ``auto`` runs stage by stage when nothing couples the stages in time
+    (default: the problem's ``activation_s``); ``fanout_dist`` how many children a request has
+    (``round``: the fan-out rounded, ``poisson``); ``drop_late`` whether the workers drop requests past
+    their deadline; ``method`` ``auto`` runs stage by stage when nothing couples the stages in time
     (``planner.sim.stagewise``, same result, faster), ``events`` always runs the event loop;
     ``request_ids`` (default ``"0"``, ``"1"``, ... in arrival order) are what a mixed stage routes by.
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if fanout_dist not in FANOUT_DISTS:
-        raise ValueError(f"fanout_dist must be one of {FANOUT_DISTS}, got {fanout_dist!r}")
-    if network is not None and hop_ms is not None:
-        raise ValueError(f"give hop_ms ({hop_ms!r}) or network, not both")
-    act_s = problem.activation_s if activation_s is None else activation_s
-    for name, v in (("activation_s", act_s), ("pause_s", pause_s)):
-        if v is not None and not v >= 0:
-            raise ValueError(f"{name} must be >= 0, got {v!r}")
-    network = network_for(problem, network, hop_ms)
-    service = problem.service if service is None else service
-    host = problem.host if host is None else host
+
+    schedule: Sequence[ReplicaChange | BatchingChange] = ()
+    scaling: str | Mapping[str, str] = "instances"
+    pause_s: float | None = None
+    fanout_dist: str = "round"
+    drop_late: bool = True
+    method: str = "auto"
+    request_ids: Sequence[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.fanout_dist not in FANOUT_DISTS:
+            raise ValueError(f"fanout_dist must be one of {FANOUT_DISTS}, got {self.fanout_dist!r}")
+        if self.pause_s is not None and not self.pause_s >= 0:
+            raise ValueError(f"pause_s must be >= 0, got {self.pause_s!r}")
+
+
+def simulate(problem: Problem, plan: Plan, options: SimOptions = SimOptions()) -> SimResult:
+    """Replay the problem's arrivals (``problem.arrivals_s``, seconds) through ``plan``, with the
+    problem's seed, activation time, network (a calibration's; else its ``hop_ms`` on every hop),
+    service spread and host; ``options`` says how (:class:`SimOptions`)."""
+    if not problem.activation_s >= 0:
+        raise ValueError(f"activation_s must be >= 0, got {problem.activation_s!r}")
+    o, act_s = options, problem.activation_s
+    network, service, host = network_for(problem), problem.service, problem.host
     names = problem.topo_order
-    modes = scaling_modes(scaling, names)
-    arr = np.sort(np.asarray(problem.arrivals_s if arrivals_s is None else arrivals_s, dtype=float))
+    modes = scaling_modes(o.scaling, names)
+    arr = np.sort(np.asarray(problem.arrivals_s, dtype=float))
     arr_ns = (arr * NS_PER_S).astype(np.int64)
     deadline_ns = request_deadline(arr_ns, problem.slo_ms)
-    if request_ids is not None and len(request_ids) != arr.size:
-        raise ValueError(f"{len(request_ids)} request_ids for {arr.size} arrivals")
+    if o.request_ids is not None and len(o.request_ids) != arr.size:
+        raise ValueError(f"{len(o.request_ids)} request_ids for {arr.size} arrivals")
 
-    world = World(seed=problem.seed if seed is None else seed, deadline=deadline_ns.tolist(), host=host,
+    world = World(seed=problem.seed, deadline=deadline_ns.tolist(), host=host,
                   network=network, service=service, activation_ns=int(act_s * NS_PER_S),
-                  pause_ns=int((act_s if pause_s is None else pause_s) * NS_PER_S), fanout_dist=fanout_dist,
-                  request_ids=request_ids)
-    stages = build(problem, plan, world, modes, drop_late)
+                  pause_ns=int((act_s if o.pause_s is None else o.pause_s) * NS_PER_S), fanout_dist=o.fanout_dist,
+                  request_ids=o.request_ids)
+    stages = build(problem, plan, world, modes, o.drop_late)
     vis = _ingress(world, arr_ns)
-    if method == "auto" and stagewise.applies(host=host, schedule=schedule, service=service, network=network):
+    if o.method == "auto" and stagewise.applies(host=host, schedule=o.schedule, service=service, network=network):
         stagewise.run(world, stages, vis, arr_ns)
     else:
         stages[0].group.seed(np.arange(arr_ns.size), vis, arr_ns)
-        for c in sorted(schedule, key=lambda c: c.time_s):
+        for c in sorted(o.schedule, key=lambda c: c.time_s):
             world.engine.at(int(c.time_s * NS_PER_S), CHANGE, _group_of(stages, c), c)
         world.engine.run()
     fetch = [world.fetch_cadence(), world.fetch_cadence()]  # the join's and the client's consumers

@@ -24,7 +24,7 @@ formation term of the analytical latency, so the model stays an upper bound on t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from planner.problem import Problem
@@ -243,16 +243,3 @@ def evaluate(problem: Problem, mode: str, stages: Mapping[str, tuple[Assignment,
     accuracy = sum(math.prod(stage_acc[s] for s in p) for p in paths) / len(paths)
     return Plan(mode=mode, stages=tuple(plans), feasible=True, cost_per_hour=cost, accuracy=accuracy,
                 analytic_latency_ms=longest, solve_time_s=solve_time_s, notes=notes, rate_qps=rate)
-
-
-def with_validation(plan: Plan, **changes: Any) -> Plan:
-    return replace(plan, **changes)
-
-
-def utilisation(problem: Problem, plan: Plan, rate_qps: float | None = None) -> dict[str, float]:
-    """Per stage: its arrival rate over its replicas' profiled throughput at their planned batch."""
-    out = {}
-    for sp in plan.stages:
-        cap = sum(a.replicas * config_of(problem, sp.stage, a, rate_qps).throughput_qps for a in sp.assignments)
-        out[sp.stage] = problem.stage_rate(sp.stage, rate_qps) / cap if cap > 0 else math.inf
-    return out

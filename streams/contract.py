@@ -216,7 +216,7 @@ def answerable(violations: list[Violation]) -> bool:
 
 
 REASON_PREFIX = "contract: "  # an error result's reason for a request that broke the contract
-BAD_INPUT_PREFIX = "bad input: "  # ... for a payload a stage's model refused (agents.worker)
+BAD_INPUT_PREFIX = "bad input: "  # ... for a payload a stage's model refused (agents.stage.serve)
 _FIELD = re.compile(r"(?:^contract: |; )([A-Za-z_][\w.\[\]]*)=")
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streams.assets import DEFAULT_STATE_DIR, deploy_dir, staged
-from streams.broker import _alive, _need
+from streams.broker.process import _alive, _need
 
 REGISTRY_DEPLOY = deploy_dir() / "registry"
 PORT = 18081

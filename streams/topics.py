@@ -26,10 +26,6 @@ def use_prefixes(topic_prefix: str = DEFAULT_PREFIX, group_prefix: str = DEFAULT
     _prefix.update(topic=topic_prefix, group=group_prefix)
 
 
-def prefixes() -> tuple[str, str]:
-    return _prefix["topic"], _prefix["group"]
-
-
 @dataclass(frozen=True)
 class TopicSpec:
     name: str

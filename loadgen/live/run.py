@@ -260,6 +260,6 @@ def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions):
     run = RunRecord(report_dir)
     results, control = run.results(), run.control()
     # a result's finished_ns is stamped before the hop to the results topic: leave that hop out
-    return estimate_run(problem, plan, summary, results, control=control, seed=opts.seed,
-                        activation_s=opts.activation_s,
-                        network=replace(network_for(problem), to_results=Transit.constant(0.0)))
+    problem = replace(problem, activation_s=opts.activation_s,
+                      network=replace(network_for(problem), to_results=Transit.constant(0.0)))
+    return estimate_run(problem, plan, summary, results, control=control, seed=opts.seed)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -28,7 +28,7 @@ import numpy as np
 from loadgen.reproduce import Reproduction, Row
 from loadgen.reproduce.paper_vs_ours import note_if_apart, pct
 from streams.arrivals import poisson_arrivals
-from planner.estimator import simulate
+from planner.estimator import SimOptions, simulate
 from planner.plan import Assignment, Plan, StagePlan
 from planner.problem import HardwareOption, Problem, StageOption, VariantOption
 from streams.latency import LatencyCurve
@@ -82,7 +82,7 @@ def slo_sweep(slos_ms: Sequence[float], *, copies: int = COPIES, rate: float = R
         plan = one_gpu_plan(problem)
         for drops in (True, False):
             t0 = time.perf_counter()
-            sim = simulate(problem, plan, arrivals, drop_late=drops)
+            sim = simulate(replace(problem, arrivals_s=arrivals), plan, SimOptions(drop_late=drops))
             good = sim.attainment * arrivals.size / seconds
             done = sim.latency_ms[~sim.dropped]
             p99 = float(np.percentile(done, 99)) if done.size else math.nan

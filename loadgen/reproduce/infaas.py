@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -101,7 +101,7 @@ def windowed(problem_for: ProblemFor, load: str, arrivals: np.ndarray, modes: Se
                 continue
             problem = problem_for(part, variants, hardware)
             plan = static if static is not None else planner.plan(problem)
-            sim = simulate(problem, plan, part)
+            sim = simulate(replace(problem, arrivals_s=part), plan)
             a = plan.stages[0].primary
             out.append(Window(load, mode, s, seconds, int(part.size), plan.cost_per_hour,
                               int(round(sim.attainment * part.size)), f"{a.variant}@{a.hardware} x{plan.stages[0].replicas}",

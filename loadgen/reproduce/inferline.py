@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -80,7 +80,7 @@ def cost_sweep(problem_for: Callable[[np.ndarray], Problem], rates: Sequence[flo
             for mode in modes:
                 t0 = time.perf_counter()
                 plan = make_planner(mode, validate=not mode.startswith("cg-")).plan(problem)
-                sim = simulate(problem, plan, held)
+                sim = simulate(replace(problem, arrivals_s=held), plan)
                 out.append(Point(rate, cv2, mode, plan.cost_per_hour, sim.attainment, sim.p99_ms, plan.feasible))
                 progress(f"CV2={cv2:g} {rate:g} qps {mode}: ${plan.cost_per_hour:.2f}/h, held-out attainment "
                          f"{100 * sim.attainment:.2f} % ({time.perf_counter() - t0:.1f} s)")

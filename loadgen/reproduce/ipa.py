@@ -132,7 +132,7 @@ def run_policy(base: Problem, label: str, arrivals_s: np.ndarray, settings: Sett
         if pair not in used:
             used.append(pair)
         if seg.size:
-            res = simulate(out.problem, plan, seg, seed=s.seed)
+            res = simulate(replace(out.problem, arrivals_s=seg, seed=s.seed), plan)
             met += res.attainment * seg.size
             acc += plan.accuracy * seg.size
             norm += normalised(plan, rank) * seg.size

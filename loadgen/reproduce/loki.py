@@ -117,7 +117,7 @@ class Experiment:
         base = self.base if mode == MODES[0] else top_only(self.base)
         problem = replace(base, slo_ms=slo, rate_qps=demand, arrivals_s=poisson_arrivals(demand, s.sample_s, s.seed))
         plan = make_planner("loki", time_limit_s=s.time_limit_s).plan(problem)
-        res = simulate(problem, plan, poisson_arrivals(demand, s.measure_s, s.seed + 1))
+        res = simulate(replace(problem, arrivals_s=poisson_arrivals(demand, s.measure_s, s.seed + 1)), plan)
         return Point(mode, demand, slo, res.attainment, plan.accuracy,
                      sum(sp.replicas for sp in plan.stages), plan.feasible)
 

@@ -26,7 +26,6 @@ from planner.sim.stages import Stage
 from streams import shares
 from streams.calibration import key as variant_key
 from streams.batching import NS_PER_MS, BatchSettings
-from streams.latency import PREDICT_PERCENTILE, PREDICT_WINDOW
 
 
 class World:

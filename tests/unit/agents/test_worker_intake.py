@@ -7,6 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from agents import worker as w
+from agents.stage import intake
 from loadgen.bench.dataplane import noop_pipeline
 from agents.metrics import StageMetrics
 from agents.zoo import load_executor
@@ -43,7 +44,7 @@ def test_a_fetch_is_decoded_onto_the_queue_and_tracked_for_acks_in_one_go(tmp_pa
 
 
 def test_the_consumer_waits_while_the_worker_holds_max_queued_records(tmp_path, monkeypatch):
-    monkeypatch.setattr(w, "MAX_QUEUED", 5)
+    monkeypatch.setattr(intake, "MAX_QUEUED", 5)
     sw = stage_worker(tmp_path)
     sw.on_records(TP, fetch(sw.pipe, 0, 3))
     assert sw.room.is_set()

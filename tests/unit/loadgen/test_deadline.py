@@ -1,5 +1,7 @@
 """A request's deadline is its creation plus the SLO, the same wherever a request is made: the client's
 records, the simulated run's results, and the deadlines the estimator's batching reads."""
+from dataclasses import replace
+
 import numpy as np
 
 from loadgen.simulate import results_from_sim
@@ -16,14 +18,14 @@ def test_the_client_record_deadline_is_created_plus_slo():
 
 def test_simulated_results_carry_created_plus_slo(planned):
     problem, plan = planned
-    results = results_from_sim(problem, plan, simulate(problem, plan, problem.arrivals_s[:50]), start_ns=10**18)
+    results = results_from_sim(problem, plan, simulate(replace(problem, arrivals_s=problem.arrivals_s[:50]), plan), start_ns=10**18)
     assert {r["deadline_ns"] - r["created_ns"] for r in results} == {int(problem.slo_ms * MS)}
 
 
 def test_the_estimator_drops_against_created_plus_slo(planned):
     problem, plan = planned
     burst = np.sort(np.concatenate([problem.arrivals_s[:20], np.full(400, 1.0)]))
-    sim = simulate(problem, plan, burst, seed=0)
+    sim = simulate(replace(problem, arrivals_s=burst, seed=0), plan)
     dropped = np.flatnonzero(sim.dropped)
     assert dropped.size, "the burst must overload the plan"
     arrival_ns = (burst[dropped] * 1e9).astype(np.int64)

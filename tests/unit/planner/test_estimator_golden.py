@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.estimator import HostModel, Network, ReplicaChange, ServiceTime, Transit, simulate
+from planner.estimator import HostModel, Network, ReplicaChange, ServiceTime, SimOptions, Transit, simulate
 from planner.plan import Assignment
 from planner.problem import parse_problem
 from planner_builders import example_problem_doc, single_plan
@@ -80,19 +80,19 @@ CALIBRATED = dict(network=Network(ingress=Transit.lognormal(2.0, 0.5), between=T
 SCHEDULE = [ReplicaChange(10.0, "detect", 2), ReplicaChange(25.0, "classify", 1)]
 
 CASES = {
-    "chain4-auto": (lambda: chain4(300.0), {}),
-    "chain4-events": (lambda: chain4(300.0), {"method": "events"}),
-    "chain4-tight-auto": (lambda: chain4(70.0), {}),
-    "chain4-tight-events": (lambda: chain4(70.0), {"method": "events"}),
-    "chain4-tight-rebalance-hop": (lambda: chain4(70.0), {"scaling": "rebalance", "hop_ms": 1.5}),
-    "chain4-tight-no-drops": (lambda: chain4(70.0), {"drop_late": False}),
-    "example-round": (example, {}),
-    "example-poisson-events": (example, {"fanout_dist": "poisson", "method": "events"}),
-    "example-schedule-rebalance": (example, {"schedule": SCHEDULE, "scaling": "rebalance", "pause_s": 2.0}),
-    "example-calibrated": (calibrated, {}),
-    "example-calibrated-schedule": (calibrated, {"schedule": SCHEDULE, "activation_s": 3.0}),
-    "example-two-variants": (two_variants, {}),
-    "example-two-variants-events": (two_variants, {"method": "events", "scaling": "rebalance"}),
+    "chain4-auto": (lambda: chain4(300.0), {}, {}),
+    "chain4-events": (lambda: chain4(300.0), {}, {"method": "events"}),
+    "chain4-tight-auto": (lambda: chain4(70.0), {}, {}),
+    "chain4-tight-events": (lambda: chain4(70.0), {}, {"method": "events"}),
+    "chain4-tight-rebalance-hop": (lambda: chain4(70.0), {"hop_ms": 1.5}, {"scaling": "rebalance"}),
+    "chain4-tight-no-drops": (lambda: chain4(70.0), {}, {"drop_late": False}),
+    "example-round": (example, {}, {}),
+    "example-poisson-events": (example, {}, {"fanout_dist": "poisson", "method": "events"}),
+    "example-schedule-rebalance": (example, {}, {"schedule": SCHEDULE, "scaling": "rebalance", "pause_s": 2.0}),
+    "example-calibrated": (calibrated, {}, {}),
+    "example-calibrated-schedule": (calibrated, {"activation_s": 3.0}, {"schedule": SCHEDULE}),
+    "example-two-variants": (two_variants, {}, {}),
+    "example-two-variants-events": (two_variants, {}, {"method": "events", "scaling": "rebalance"}),
 }
 
 PINNED = json.loads((Path(__file__).parent / "estimator_golden.json").read_text())  # summary() per case
@@ -131,9 +131,9 @@ def digest(res) -> str:
 
 
 def run(case: str):
-    make, options = CASES[case]
+    make, changes, options = CASES[case]  # changes: the problem's fields; options: SimOptions'
     p, plan = make()
-    return simulate(p, plan, **options)
+    return simulate(replace(p, **changes), plan, SimOptions(**options))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -147,13 +147,13 @@ def test_the_estimators_output_is_unchanged(case):
 
 @pytest.mark.parametrize("case", sorted(c for c in CASES if c.startswith("example-") and "two-variants" not in c))
 def test_a_mixed_stage_with_one_variant_is_its_deployed_single_assignment(case):
-    options = CASES[case][1]
+    _, changes, options = CASES[case]
     p, plan = deployed_example()
     if "schedule" in options:  # the primary's change 1 -> 2 replicas is the pool's 3 -> 4
         options = options | {"schedule": [ReplicaChange(10.0, "detect", 4), SCHEDULE[1]]}
     if "calibrated" in case:
         p = replace(p, **CALIBRATED)
-    assert digest(simulate(p, plan, **options)) == digest(run(case))
+    assert digest(simulate(replace(p, **changes), plan, SimOptions(**options))) == digest(run(case))
 
 
 def test_the_cases_reach_every_branch_of_the_batching_policy(monkeypatch):

@@ -3,12 +3,14 @@ the primary assignment's hardware and batching, each window split by variant wit
 (``streams.shares``), the variants' items run one after the other with each variant's latency."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from agents.control import ActiveConfig
 from agents.window import Item, split_variants
-from planner.estimator import Unprofiled, simulate
+from planner.estimator import SimOptions, Unprofiled, simulate
 from planner.modes import check
 from planner.plan import Assignment
 from planner.problem import parse_problem
@@ -49,7 +51,7 @@ EXPECTED_MS = [30, 40, 30, 40, 10, 40, 10, 40, 50, 60, 10, 30]
 def test_a_mixed_stage_runs_as_one_pool_on_the_primarys_hardware(method):
     arr = np.array([t for t, ids in BURSTS for _ in ids])
     ids = [i for _, ids in BURSTS for i in ids]
-    res = simulate(problem(), MIXED, arr, hop_ms=0.0, request_ids=ids, method=method)
+    res = simulate(replace(problem(), arrivals_s=arr, hop_ms=0.0), MIXED, SimOptions(request_ids=ids, method=method))
     assert not res.dropped.any()
     assert res.latency_ms.tolist() == pytest.approx(EXPECTED_MS)
     assert res.batches == 8  # two sub-batches in each of the three mixed windows, one each alone
@@ -60,7 +62,8 @@ def test_the_worker_and_the_estimator_route_each_request_id_to_the_same_variant(
     the worker's split (``agents.window.split_variants``) of the config the planner publishes for
     the plan must agree on every id."""
     ids = [f"req-{k:04d}" for k in range(300)]
-    res = simulate(problem(), MIXED, np.arange(len(ids)) * 0.1, hop_ms=0.0, request_ids=ids)
+    res = simulate(replace(problem(), arrivals_s=np.arange(len(ids)) * 0.1, hop_ms=0.0), MIXED,
+                   SimOptions(request_ids=ids))
     served = {i: {FAST: "fast", SLOW: "slow"}[round(ms)] for i, ms in zip(ids, res.latency_ms.tolist())}
 
     rec = stage_configs("p", MIXED, problem(), epoch=1)[0]
@@ -87,7 +90,7 @@ def test_the_published_config_is_the_simulated_pool_and_costs_what_it_runs_on():
 def test_a_variant_without_a_profile_on_the_primarys_hardware_is_refused():
     plan = single_plan({"a": [Assignment("slow", "gpu", 4, 2, 0.6, 0.0), Assignment("fast", "cpu", 4, 1, 0.4, 0.0)]})
     with pytest.raises(Unprofiled, match="fast has no latency profile there"):
-        simulate(problem(), plan, np.arange(10) * 0.1)
+        simulate(replace(problem(), arrivals_s=np.arange(10) * 0.1), plan)
     checked = check(problem(), plan)
     assert not checked.feasible and "deployed form" in checked.reason
 
@@ -103,8 +106,8 @@ def test_mixed_pools_give_the_event_loops_result_stage_by_stage(scaling, monkeyp
     split = groups.Mix.split
     mixed_windows = []
     monkeypatch.setattr(groups.Mix, "split", lambda self, reqs: mixed_windows.append(len(s := split(self, reqs))) or s)
-    fast = simulate(p, plan, scaling=scaling)
-    slow = simulate(p, plan, scaling=scaling, method="events")
+    fast = simulate(p, plan, SimOptions(scaling=scaling))
+    slow = simulate(p, plan, SimOptions(scaling=scaling, method="events"))
     assert fast.dropped.any() and max(mixed_windows) == 2
     assert (fast.latency_ms.tobytes(), fast.dropped.tobytes(), fast.drop_info_ns.tobytes(), fast.stage_ms.tobytes(),
             fast.batches) == (slow.latency_ms.tobytes(), slow.dropped.tobytes(), slow.drop_info_ns.tobytes(),

@@ -1,6 +1,8 @@
 """Kafka between the agents in the estimator: a transit on every hop, sampled transits, fetches."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -25,10 +27,11 @@ TWO = single_plan({"d": [Assignment("v", "cpu", 1, 1, 1.0, 0.0)], "c": [Assignme
 
 def test_a_constant_transit_on_every_hop():
     # client -> d -> c -> results: 3 hops of 2 ms; hop_ms says the same as a constant Network
-    res = simulate(two_stage(1.0), TWO, np.array([0.0]), hop_ms=2.0)
+    res = simulate(replace(two_stage(1.0), arrivals_s=np.array([0.0]), hop_ms=2.0), TWO)
     assert res.latency_ms[0] == pytest.approx(2 + 10 + 2 + 4 + 2)
     assert res.stage_ms[0] == pytest.approx([12.0, 6.0])  # residence counts the transit in
-    net = simulate(two_stage(1.0), TWO, np.array([0.0]), network=Network.every_hop(Transit.constant(2.0)))
+    net = simulate(replace(two_stage(1.0), arrivals_s=np.array([0.0]),
+                           network=Network.every_hop(Transit.constant(2.0))), TWO)
     assert net.latency_ms[0] == res.latency_ms[0]
 
 
@@ -36,9 +39,9 @@ def test_split_requests_go_through_the_join():
     # 3 fragments of 4 ms one after another, each to the join (+1 ms), then the result (+5 ms)
     net = Network(ingress=Transit.constant(2.0), between=Transit.constant(3.0), to_join=Transit.constant(1.0),
                   to_results=Transit.constant(5.0))
-    res = simulate(two_stage(3.0), TWO, np.array([0.0]), network=net)
+    res = simulate(replace(two_stage(3.0), arrivals_s=np.array([0.0]), network=net), TWO)
     assert res.latency_ms[0] == pytest.approx(2 + 10 + 3 + 12 + 1 + 5)
-    whole = simulate(two_stage(1.0), TWO, np.array([0.0]), network=net)  # never split: no join
+    whole = simulate(replace(two_stage(1.0), arrivals_s=np.array([0.0]), network=net), TWO)  # never split: no join
     assert whole.latency_ms[0] == pytest.approx(2 + 10 + 3 + 4 + 5)
 
 
@@ -46,7 +49,7 @@ def test_sampled_transit_adds_its_mean_per_hop():
     # one request a second through two stages (no queueing): 3 hops of shift 1 + Exp(mean 2) ms
     transit = Transit.shifted_exponential(1.0, 2.0)
     arr = np.arange(4000) * 1.0
-    res = simulate(two_stage(1.0), TWO, arr, network=Network.every_hop(transit), seed=5)
+    res = simulate(replace(two_stage(1.0), arrivals_s=arr, network=Network.every_hop(transit), seed=5), TWO)
     extra = res.latency_ms - 14.0
     assert extra.min() >= 3.0
     assert float(extra.mean()) == pytest.approx(3 * transit.mean_ms, rel=0.05)
@@ -72,7 +75,7 @@ def test_fetch_cadence_delays_each_consumer_to_its_next_fetch():
     p = one_stage({1: 5.0}, slo_ms=10_000)
     plan = single_plan({"a": [Assignment("v", "cpu", 1, 1, 1.0, 0.0)]})
     arr = np.arange(3000) * 0.1003  # arrivals spread evenly over the fetch cycle
-    res = simulate(p, plan, arr, network=Network(fetch_interval_ms=10.0), seed=2)
+    res = simulate(replace(p, arrivals_s=arr, network=Network(fetch_interval_ms=10.0), seed=2), plan)
     seen = res.stage_ms[:, 0] - 5.0  # worker: arrival -> its next fetch
     assert seen.min() >= 0 and seen.max() < 10.0 and float(seen.mean()) == pytest.approx(5.0, rel=0.05)
     fetched_ms = np.round(arr * 1000 + seen, 6) % 10.0

@@ -1,10 +1,12 @@
 """The estimator's parameters refuse bad values, and the message names the value."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from planner.estimator import HostModel, Network, ReplicaChange, ServiceTime, Transit, simulate
+from planner.estimator import HostModel, Network, ReplicaChange, ServiceTime, SimOptions, Transit, simulate
 from planner.plan import Assignment
 
 from planner_builders import one_stage, single_plan
@@ -47,13 +49,16 @@ PLAN = single_plan({"a": [Assignment("v", "cpu", 1, 1, 1.0, 0.0)]})
     ({"method": "magic"}, "'magic'"),
     ({"fanout_dist": "binomial"}, "'binomial'"),
     ({"pause_s": -1.0}, "-1.0"),
-    ({"activation_s": -2.0}, "-2.0"),
-    ({"hop_ms": 1.0, "network": Network()}, "1.0"),
     ({"schedule": [ReplicaChange(1.0, "zz", 2)]}, "'zz'"),
 ])
 def test_bad_simulate_options_are_refused_by_name(options, names):
     with pytest.raises(ValueError, match=names.replace(".", r"\.")):
-        simulate(P, PLAN, np.array([0.0]), **options)
+        simulate(replace(P, arrivals_s=np.array([0.0])), PLAN, SimOptions(**options))
+
+
+def test_a_negative_activation_time_is_refused_by_name():
+    with pytest.raises(ValueError, match="-2.0"):
+        simulate(replace(P, arrivals_s=np.array([0.0]), activation_s=-2.0), PLAN)
 
 
 def test_host_rate_is_processor_sharing():
@@ -68,7 +73,7 @@ def test_drops_predict_with_the_workers_own_predictor_learning_from_the_runs():
     problem = one_stage({1: 10.0}, slo_ms=25.0)
     plan = single_plan({"a": [Assignment("v", "cpu", 1, 1)]})
     arrivals = np.arange(0.0, 2.0, 0.05)
-    res = simulate(problem, plan, arrivals, service=ServiceTime(timeline=(1.0, 3.0)), hop_ms=0.0)
+    res = simulate(replace(problem, arrivals_s=arrivals, service=ServiceTime(timeline=(1.0, 3.0)), hop_ms=0.0), plan)
     first = arrivals < 1.0
     assert not res.dropped[first].any() and np.allclose(res.latency_ms[first], 10.0)
     late = np.flatnonzero(~first)
@@ -82,11 +87,11 @@ def test_a_timeline_paces_each_window_as_the_run_measured_and_each_variant_its_o
     plan = single_plan({"a": [Assignment("v", "cpu", 1, 1)]})
     arrivals = np.arange(0.0, 4.0, 0.25)
     tl = (1.0, 2.0, 0.5)  # windows past its end are drawn from ``slowdown`` (none: 1)
-    res = simulate(problem, plan, arrivals, service=ServiceTime(timeline=tl), hop_ms=0.0)
+    res = simulate(replace(problem, arrivals_s=arrivals, service=ServiceTime(timeline=tl), hop_ms=0.0), plan)
     assert res.latency_ms.tolist() == pytest.approx([10.0] * 4 + [20.0] * 4 + [5.0] * 4 + [10.0] * 4)
     own = ServiceTime(timelines=(("v@cpu", tl),), timeline=(3.0,))
     assert own.for_variant("v@cpu").timeline == tl and own.for_variant("w@cpu").timeline == (3.0,)
-    res = simulate(problem, plan, arrivals, service=own, hop_ms=0.0)
+    res = simulate(replace(problem, arrivals_s=arrivals, service=own, hop_ms=0.0), plan)
     assert res.latency_ms.tolist() == pytest.approx([10.0] * 4 + [20.0] * 4 + [5.0] * 4 + [10.0] * 4)
     with pytest.raises(ValueError, match=r"timelines\['v@cpu'\]"):
         ServiceTime(timelines=(("v@cpu", (1.0, -1.0)),))
@@ -95,10 +100,10 @@ def test_a_timeline_paces_each_window_as_the_run_measured_and_each_variant_its_o
 def test_slowdown_paces_every_batch_of_a_window():
     problem = one_stage({1: 10.0}, rate=2.0, seconds=30.0)
     plan = single_plan({"a": [Assignment("v", "cpu", 1, 2)]})
-    base = simulate(problem, plan, seed=3)
-    slow = simulate(problem, plan, seed=3, service=ServiceTime(slowdown=(3.0,)))
+    base = simulate(replace(problem, seed=3), plan)
+    slow = simulate(replace(problem, seed=3, service=ServiceTime(slowdown=(3.0,))), plan)
     assert slow.p50_ms == pytest.approx(base.p50_ms + 20.0, abs=0.01)  # every batch 3x its 10 ms
-    mixed = simulate(problem, plan, seed=3, service=ServiceTime(slowdown=(1.0, 3.0), slowdown_window_s=1.0))
+    mixed = simulate(replace(problem, seed=3, service=ServiceTime(slowdown=(1.0, 3.0), slowdown_window_s=1.0)), plan)
     lat = mixed.latency_ms[~np.isnan(mixed.latency_ms)]
     assert np.any(np.isclose(lat, base.p50_ms, atol=0.5)) and np.any(lat > base.p50_ms + 19.0)
     with pytest.raises(ValueError, match="slowdown_window_s"):
@@ -108,10 +113,10 @@ def test_slowdown_paces_every_batch_of_a_window():
 @pytest.mark.parametrize("method", ["auto", "events"])
 def test_the_workers_own_time_per_batch_holds_the_instance_before_the_model_runs(method):
     service = ServiceTime(dispatch=Transit.constant(3.0))
-    one = one_stage({1: 10.0})
-    sim = simulate(one, PLAN, np.array([0.0, 0.0, 1.0]), hop_ms=0.0, service=service, method=method)
+    one = replace(one_stage({1: 10.0}), arrivals_s=np.array([0.0, 0.0, 1.0]), hop_ms=0.0)
+    sim = simulate(replace(one, service=service), PLAN, SimOptions(method=method))
     assert np.sort(sim.latency_ms).tolist() == pytest.approx([13.0, 13.0, 26.0])  # the second waits 13 ms
-    plain = simulate(one, PLAN, np.array([0.0, 0.0, 1.0]), hop_ms=0.0, method=method)
+    plain = simulate(one, PLAN, SimOptions(method=method))
     assert np.sort(plain.latency_ms).tolist() == pytest.approx([10.0, 10.0, 20.0])
 
 
@@ -132,7 +137,8 @@ def test_a_long_batch_runs_with_the_small_spread_of_long_batches():
     spread = {}
     for ms in (4.0, 100.0):
         problem = one_stage({1: ms}, slo_ms=100 * ms)
-        lat = simulate(problem, plan, np.arange(0.0, 400.0, 2.0), service=svc, hop_ms=0.0, seed=4).latency_ms
+        lat = simulate(replace(problem, arrivals_s=np.arange(0.0, 400.0, 2.0), service=svc, hop_ms=0.0, seed=4),
+                       plan).latency_ms
         spread[ms] = np.std(lat) / np.mean(lat)
     assert spread[4.0] == pytest.approx(0.5, rel=0.2) and spread[100.0] == pytest.approx(0.05, rel=0.2)
 
@@ -149,14 +155,14 @@ def test_a_variant_with_its_own_spread_runs_and_is_predicted_with_it():
     arrivals = np.arange(0.0, 400.0, 2.0)  # far apart: residence is the batch's run
     spread = {}
     for name, svc in (("pooled", pooled), ("own", own)):
-        lat = simulate(problem, plan, arrivals, service=svc, hop_ms=0.0, seed=4).latency_ms
+        lat = simulate(replace(problem, arrivals_s=arrivals, service=svc, hop_ms=0.0, seed=4), plan).latency_ms
         spread[name] = np.std(lat) / np.mean(lat)
     assert spread["pooled"] == pytest.approx(0.6, rel=0.2) and spread["own"] == pytest.approx(0.05, rel=0.2)
     # a deadline 1.35x the profile: the worker's predictor (the slowest of its last 10 runs) stays
     # under it with v's own spread and goes over it with the pooled one, so only that one drops
     tight = one_stage({1: 50.0}, slo_ms=50.0 * 1.35)
-    assert simulate(tight, plan, arrivals, service=own, hop_ms=0.0, seed=4).drop_rate == 0
-    assert simulate(tight, plan, arrivals, service=pooled, hop_ms=0.0, seed=4).drop_rate > 0.5
+    assert simulate(replace(tight, arrivals_s=arrivals, service=own, hop_ms=0.0, seed=4), plan).drop_rate == 0
+    assert simulate(replace(tight, arrivals_s=arrivals, service=pooled, hop_ms=0.0, seed=4), plan).drop_rate > 0.5
     with pytest.raises(ValueError, match="by_variant"):
         ServiceTime("deterministic", by_variant=(("v@cpu", ((50.0, 0.05),)),))
     with pytest.raises(ValueError, match=r"by_variant\['v@cpu'\].*ascending"):

@@ -3,11 +3,12 @@ processor sharing. Each case has a fixed seed and enough requests for its tolera
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from planner.estimator import HostModel, ServiceTime, simulate
+from planner.estimator import HostModel, ServiceTime, SimOptions, simulate
 from planner.plan import Assignment
 from streams.arrivals import poisson_arrivals
 
@@ -24,11 +25,13 @@ def erlang_c_wait_ms(lam: float, mu: float, c: int) -> float:
     return p_wait / (c * mu - lam) * 1000
 
 
-def one_stage_run(lam: float, seconds: float, replicas: int, seed: int, **options):
+def one_stage_run(lam: float, seconds: float, replicas: int, seed: int, **changes):
+    """``changes``: the problem's fields (host, service) or SimOptions' (method, scaling)."""
     arr = poisson_arrivals(lam, seconds, seed)
     p = one_stage({1: D_MS}, slo_ms=1e6, rate=lam)
+    options = {k: changes.pop(k) for k in ("method", "scaling") if k in changes}
     plan = single_plan({"a": [Assignment("v", "cpu", 1, replicas, 1.0, 0.0)]})
-    return simulate(p, plan, arr, drop_late=False, seed=seed, **options)
+    return simulate(replace(p, arrivals_s=arr, seed=seed, **changes), plan, SimOptions(drop_late=False, **options))
 
 
 @pytest.mark.parametrize("method", ["auto", "events"])
@@ -78,7 +81,7 @@ def test_processor_sharing_mean_sojourn(service):
 def ps_latencies(arr: list[float], host: HostModel) -> list[float]:
     p = one_stage({1: D_MS}, slo_ms=1e6)
     plan = single_plan({"a": [Assignment("v", "cpu", 1, 4, 1.0, 0.0)]})
-    return list(simulate(p, plan, np.array(arr), host=host).latency_ms)
+    return list(simulate(replace(p, arrivals_s=np.array(arr), host=host), plan).latency_ms)
 
 
 def test_processor_sharing_schedules_exactly():

@@ -1,10 +1,12 @@
 """Replica changes in the estimator: instances (no pause for running servers) against rebalance."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from planner.estimator import ReplicaChange, simulate
+from planner.estimator import ReplicaChange, SimOptions, simulate
 from planner.plan import Assignment
 from streams.arrivals import poisson_arrivals
 
@@ -13,10 +15,11 @@ from planner_builders import one_stage, single_plan
 D_MS = 10.0
 
 
-def run(arr, replicas: int, schedule=(), max_batch: int = 1, **options):
+def run(arr, replicas: int, schedule=(), max_batch: int = 1, activation_s: float = 5.0, **options):
     p = one_stage({1: D_MS, 4: 16.0}, slo_ms=1e6)
+    p = replace(p, arrivals_s=np.asarray(arr, dtype=float), activation_s=activation_s)
     plan = single_plan({"a": [Assignment("v", "cpu", max_batch, replicas, 1.0, 0.0)]})
-    return simulate(p, plan, np.asarray(arr, dtype=float), schedule=schedule, drop_late=False, **options)
+    return simulate(p, plan, SimOptions(schedule=schedule, drop_late=False, **options))
 
 
 def test_instances_start_serving_activation_after_the_change():
@@ -73,7 +76,7 @@ def test_removed_instance_finishes_its_window_and_stops():
     p = one_stage({1: 10.0, 2: 11.0, 3: 30.0, 4: 44.0}, slo_ms=45.0)
     plan = single_plan({"a": [Assignment("v", "cpu", 4, 2, 1.0, 5.0)]})
     arr = np.array([0.0] * 4 + [0.001, 0.002, 0.003, 0.004] + [1.0] * 8)
-    res = simulate(p, plan, arr, schedule=[ReplicaChange(0.005, "a", 1)])
+    res = simulate(replace(p, arrivals_s=arr), plan, SimOptions(schedule=[ReplicaChange(0.005, "a", 1)]))
     assert res.latency_ms[:8] == pytest.approx([44.0] * 4 + [33.0, 32.0, 31.0, 40.0])
     assert res.latency_ms[8:12] == pytest.approx([44.0] * 4) and res.dropped[12:].all()
 
@@ -101,8 +104,9 @@ def test_a_replans_batching_applies_to_windows_taken_after_it(scaling):
     plan = single_plan({"a": [Assignment("v", "cpu", 4, 1, 1.0, 100.0)]})
     arr = np.arange(0.0, 10.0, 0.5)
     change = BatchingChange(5.0, "a", "w", "cpu", 1, 0.0)
-    res = simulate(parse_problem(doc), plan, arr, schedule=[change], hop_ms=0.0, drop_late=False, scaling=scaling)
+    p = replace(parse_problem(doc), arrivals_s=arr, hop_ms=0.0)
+    res = simulate(p, plan, SimOptions(schedule=[change], drop_late=False, scaling=scaling))
     assert res.latency_ms[arr < 5.0] == pytest.approx(110.0)  # the timeout, then l(1) of v
     assert res.latency_ms[arr >= 5.0] == pytest.approx(4.0)
     with pytest.raises(ValueError, match="'b'"):
-        simulate(parse_problem(doc), plan, arr, schedule=[BatchingChange(5.0, "b", "w", "cpu", 1, 0.0)])
+        simulate(p, plan, SimOptions(schedule=[BatchingChange(5.0, "b", "w", "cpu", 1, 0.0)]))

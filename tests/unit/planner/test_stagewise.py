@@ -1,10 +1,12 @@
 """The stage-by-stage fast path gives exactly the event loop's result wherever it is used."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from planner.estimator import HostModel, Network, ReplicaChange, ServiceTime, Transit, simulate
+from planner.estimator import HostModel, Network, ReplicaChange, ServiceTime, SimOptions, Transit, simulate
 from planner.plan import Assignment, Plan, StagePlan
 from planner.problem import EdgeOption
 from planner.sim import stagewise
@@ -49,10 +51,10 @@ def test_stagewise_equals_the_event_loop(seed, edges, scaling, load):
     rng = np.random.default_rng(seed)
     plan = random_plan(p, rng, load)
     modes = scaling if scaling != "mixed" else {"s0": "rebalance", "s2": "rebalance"}
-    options = dict(scaling=modes, hop_ms=float(rng.choice([0.0, 1.5])),
-                   fanout_dist="poisson" if seed % 2 else "round")
-    fast = simulate(p, plan, **options)
-    slow = simulate(p, plan, method="events", **options)
+    p = replace(p, hop_ms=float(rng.choice([0.0, 1.5])))
+    options = SimOptions(scaling=modes, fanout_dist="poisson" if seed % 2 else "round")
+    fast = simulate(p, plan, options)
+    slow = simulate(p, plan, replace(options, method="events"))
     assert fast.requests > 1000
     assert results(fast) == results(slow)
 

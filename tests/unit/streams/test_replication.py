@@ -6,6 +6,7 @@ import re
 import pytest
 
 from streams import admin, broker, topics
+from streams.broker import process
 from streams.config import KafkaSettings, prefixes_from_env
 from streams.topics import TopicSpec
 
@@ -88,5 +89,5 @@ def test_cluster_ids_never_start_with_a_dash(monkeypatch):
     import uuid as uuid_mod
 
     ids = iter([uuid_mod.UUID(bytes=b"\xfb" + bytes(15)), uuid_mod.UUID(bytes=bytes(16))])  # '-w...', 'AAA...'
-    monkeypatch.setattr(broker.uuid, "uuid4", lambda: next(ids))
-    assert broker._cluster_id() == "A" * 22
+    monkeypatch.setattr(process.uuid, "uuid4", lambda: next(ids))
+    assert process._cluster_id() == "A" * 22

@@ -1,0 +1,115 @@
+"""Serve: one window worked off on one model instance, as ``streams.batching`` describes.
+
+Owns the model runs: the split by variant and accuracy floor, sub-batches and deadline drops
+(``agents.window``), each run's hand-off to the instance's thread under its deadline
+(``agents.instances.run_bounded``; a run past it hands the instance to ``fleet``), the executor's
+input checks, and the run's metrics and predictor update. Owns nothing between windows.
+"""
+from __future__ import annotations
+
+import time
+
+from agents import routing
+from agents.instances import Instance, RunPastDeadline, VariantState, run_bounded
+from agents.metrics import observe_many
+from agents.stage import log
+from agents.window import Item, batch_outputs, split_variants, sub_batch
+from streams import batching, contract
+from streams.executor import Executor
+
+
+class Serve:
+    async def work_off(self, inst: Instance, variants: dict[str, VariantState], window: list[Item],
+                       s: batching.BatchSettings, answers: list) -> None:
+        """Run one window on ``inst``, adding (records, item) to ``answers`` (kept when it fails)."""
+        groups, floor = split_variants(window, self.config, {n: vs.accuracy for n, vs in variants.items()})
+        if floor:
+            now = time.time_ns()
+            answers += [([routing.ended(self.pipe, it.req, "dropped", why, now)], it) for it, why in floor]
+            self.metrics.lab(self.metrics.drops, reason="accuracy-floor").inc(len(floor))
+        for variant, pending in groups.items():
+            vs = variants[variant]
+            while pending:
+                if inst.hung:  # the rest of the window cannot run on it
+                    answers += [([routing.ended(self.pipe, it.req, "error", inst.hung, time.time_ns())], it)
+                                for it in pending]
+                    break
+                now = time.time_ns()
+                step = sub_batch(pending, now, vs.predictor.predict_ns, s)
+                if step.dropped:
+                    answers += [([routing.ended(self.pipe, it.req, "dropped", why, now)], it)
+                                for it, why in step.dropped]
+                    self.metrics.lab(self.metrics.drops, reason="deadline").inc(len(step.dropped))
+                if step.run:
+                    answers += await self._run(inst, variant, vs, step.run)
+                pending = step.deferred
+
+    async def _run(self, inst: Instance, variant: str, vs: VariantState, batch: list[Item]
+                   ) -> list[tuple[list[routing.Out], Item]]:
+        """One hand-off to the model thread: the executor's input checks (they decode: images take
+        milliseconds), then the model on the items that passed."""
+        started = time.time_ns()
+        observe_many(self.metrics.lab(self.metrics.queueing), [(started - it.arrival_ns) / 1e9 for it in batch])
+        try:
+            bad, outs = await run_bounded(inst, self.heartbeat, self.run_deadline_s,
+                                          f"model run {self.stage}/{variant} of {len(batch)} on instance {inst.index}",
+                                          check_and_run, inst.executors[variant], [it.req["payload"] for it in batch])
+            error = None
+        except RunPastDeadline as exc:  # its requests get error results; a new instance takes its place
+            bad, outs, error = [None] * len(batch), None, str(exc)
+            self._hung(inst, error)
+        except Exception as exc:  # a model error fails this batch, not the worker
+            log.exception("model %s failed on a batch of %d", variant, len(batch))
+            bad, outs = [None] * len(batch), None
+            error = f"model error in {self.stage}/{variant}: {type(exc).__name__}: {exc}"
+        finished = time.time_ns()
+        good = [it for it, why in zip(batch, bad) if why is None]
+        answers = [([routing.ended(self.pipe, it.req, "error", f"{contract.BAD_INPUT_PREFIX}{why}", finished)], it)
+                   for it, why in zip(batch, bad) if why is not None]
+        if answers:
+            self.metrics.lab(self.metrics.results, status="error").inc(len(answers))
+        if good:
+            if not inst.hung:  # a hung run's time says nothing of the model's
+                vs.predictor.observe(len(good), finished - started)
+            self.metrics.lab(self.metrics.batch_size, variant=variant).observe(len(good))
+            self.metrics.lab(self.metrics.inference, variant=variant).observe((finished - started) / 1e9)
+            records = batch_outputs(self.pipe, self.stage, variant, vs.accuracy, good, outs, error, started,
+                                    finished, f"{self.worker_id}/{inst.index}", inst.executors[variant].digest)
+            self.metrics.lab(self.metrics.results, status="error" if error else "done").inc(len(good))
+            answers += zip(records, good)
+        return answers
+
+
+def check_all(ex: Executor, payloads: list[bytes]) -> list[str | None]:
+    """The executor's per-item input check (None = fine) for each payload; executors without one
+    accept everything."""
+    check = getattr(ex, "check", None)
+    return [check(p) for p in payloads] if check is not None else [None] * len(payloads)
+
+
+def check_and_run(ex: Executor, payloads: list[bytes]) -> tuple[list[str | None], list]:
+    """On the model thread, in one hand-off: each payload's check (``check_all``), then the model on
+    the payloads that passed; (the reasons, None for the good ones; the good ones' outputs, in order).
+    When the model fails on the batch, each item runs alone and an item that fails alone gets a
+    reason; a single item that fails (or a model returning a wrong number of outputs) raises."""
+    bad = check_all(ex, payloads)
+    good = [i for i, why in enumerate(bad) if why is None]
+    try:
+        return bad, _run_checked(ex, [payloads[i] for i in good])
+    except Exception:
+        if len(good) < 2:
+            raise
+    outs = []  # the batch failed: each item alone, so only the one that fails alone is an error
+    for i in good:
+        try:
+            outs += _run_checked(ex, [payloads[i]])
+        except Exception as exc:
+            bad[i] = f"the model fails on this item alone: {type(exc).__name__}: {exc}"[:2000]
+    return bad, outs
+
+
+def _run_checked(ex: Executor, payloads: list[bytes]) -> list:
+    outs = ex.run(payloads) if payloads else []
+    if len(outs) != len(payloads):
+        raise RuntimeError(f"{getattr(ex, 'variant', 'model')} returned {len(outs)} outputs for {len(payloads)} inputs")
+    return outs

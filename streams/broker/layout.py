@@ -1,0 +1,113 @@
+"""Where the local brokers live: one KRaft node (:class:`LocalBroker`: ports, state folder, jars,
+replication of the internal topics) and a replicated cluster of them (:class:`LocalCluster`, whose
+shape is kept in its ``cluster.json``), with the defaults ``slipstream kafka`` uses.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from streams.assets import DEFAULT_STATE_DIR
+
+SINGLE_PORT = 19092
+CLUSTER_PORT = 19094
+CLUSTER_NAME = "cluster"
+
+
+class BrokerError(RuntimeError):
+    """The local broker cannot be set up or started; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class LocalBroker:
+    """One KRaft node (broker and controller in one process)."""
+
+    state_dir: Path
+    port: int = SINGLE_PORT
+    controller_port: int = SINGLE_PORT + 1
+    heap: str = "512m"
+    node_id: int = 1
+    voters: str = ""  # controller.quorum.voters; "" = this node alone
+    replication: int = 1  # of the internal topics (offsets, transactions) and the broker default
+    min_isr: int = 1
+    build_dir: Path = DEFAULT_STATE_DIR / "build" / "kafka"  # the jars' Maven build
+    advertised_port: int | None = None  # the port clients are sent to (a proxy in front); None: port
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def quorum_voters(self) -> str:
+        return self.voters or f"{self.node_id}@127.0.0.1:{self.controller_port}"
+
+    @property
+    def libs(self) -> Path:
+        return self.build_dir / "target" / "kafka-libs"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.state_dir / "kafka.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.state_dir / "logs" / "server.log"
+
+    @property
+    def stdout_file(self) -> Path:
+        return self.state_dir / "logs" / "stdout.log"
+
+
+@dataclass(frozen=True)
+class LocalCluster:
+    """``brokers`` nodes that form one KRaft quorum; every node is a voter."""
+
+    name: str
+    state_dir: Path
+    brokers: int = 3
+    port: int = CLUSTER_PORT
+    heap: str = "384m"
+    build_dir: Path = DEFAULT_STATE_DIR / "build" / "kafka"  # the jars' Maven build
+
+    def __post_init__(self) -> None:
+        if self.brokers < 1:
+            raise ValueError(f"brokers must be >= 1, got {self.brokers}")
+
+    @property
+    def nodes(self) -> tuple[LocalBroker, ...]:
+        ports = [(self.port + 2 * i, self.port + 2 * i + 1) for i in range(self.brokers)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
+        rf = min(3, self.brokers)
+        return tuple(LocalBroker(self.state_dir / f"node-{i + 1}", p, c, self.heap, i + 1, voters, rf, min(2, rf),
+                                 self.build_dir)
+                     for i, (p, c) in enumerate(ports))
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    @property
+    def layout_file(self) -> Path:
+        return self.state_dir / "cluster.json"
+
+
+def default_broker(state: str | os.PathLike | None = None, port: int = SINGLE_PORT, *,
+                   root: Path = DEFAULT_STATE_DIR) -> LocalBroker:
+    """The single broker; its state in ``state`` (default ``root/kafka``), its jars under ``root/build``."""
+    return LocalBroker(Path(state) if state else root / "kafka", port, port + 1, build_dir=root / "build" / "kafka")
+
+
+def local_cluster(brokers: int | None = None, name: str | None = None, port: int | None = None,
+                  state: str | os.PathLike | None = None, *, root: Path = DEFAULT_STATE_DIR) -> LocalCluster:
+    """The cluster named ``name`` (default ``cluster``). Brokers and port not given are read from the
+    cluster's ``cluster.json`` when it was started before, else 3 and 19094."""
+    name = name or CLUSTER_NAME
+    folder = Path(state) if state else root / f"kafka-{name}"
+    try:
+        saved = json.loads((folder / "cluster.json").read_text())
+    except (FileNotFoundError, ValueError):
+        saved = {}
+    return LocalCluster(name, folder, brokers or saved.get("brokers", 3), port or saved.get("port", CLUSTER_PORT),
+                        build_dir=root / "build" / "kafka")
