@@ -18,6 +18,10 @@ the cg baselines: the most accurate one) on any hardware of the problem:
 
 The mode's own failed plan is kept instead when it has stages, fits the cap and serves at least as
 much (e.g. milp's last tightening round).
+
+A periodic re-plan that finds no feasible plan replaces the plan being served only when it serves
+more (:func:`replaces`): redeploying a plan of no more capacity restarts model instances in the
+middle of the burst that made the forecast infeasible, and undoes the tuner's scale-up.
 """
 from __future__ import annotations
 
@@ -99,3 +103,11 @@ def serve_anyway(problem: Problem, plan: Plan, *, top_only: bool) -> Plan:
     log.warning("%s", said)
     return replace(best, feasible=False, reason=plan.reason or best.reason, capacity_qps=cap,
                    notes=(f"infeasible: {said}",) + tuple(n for n in best.notes if not n.startswith("infeasible:")))
+
+
+def replaces(problem: Problem, new: Plan, serving: Plan | None) -> bool:
+    """Whether ``new`` should be deployed over ``serving``: always when it meets the SLO or nothing is
+    served yet; an infeasible one only when its capacity for ``problem`` exceeds the serving plan's."""
+    if new.feasible or serving is None or not serving.stages:
+        return True
+    return capacity_qps(problem, new)[0] > capacity_qps(problem, serving)[0] * (1 + 1e-9)

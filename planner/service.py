@@ -14,13 +14,14 @@ at the planned rate r = lambda.
 """
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from planner import calibrate, milp
+from planner import calibrate, fallback, milp
 from planner.capacity import StageCapacity, stage_capacity
 from planner.forecast import ForecastSettings, forecast_peak
 from planner.modes import make_planner
@@ -28,6 +29,8 @@ from planner.plan import Plan, config_of
 from planner.problem import Problem, peak_rate
 from planner.results import LATE
 from streams.control_rules import next_epoch
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -196,14 +199,18 @@ class Replanner:
         planner = make_planner(s.mode, solver=s.solver, time_limit_s=s.time_limit_s,
                                validate=s.validate and sample.size > 0)
         plan = planner.plan(problem)  # infeasible: the highest-capacity plan, deployed all the same
-        changed = bool(plan.stages) and (state.plan is None or plan.key() != state.plan.key())
         if not plan.stages:
             out = ReplanOutput(plan, False, rate, (), None, problem)
             return out, replace(state, last_step_ns=now_ns)
+        served = plan if fallback.replaces(problem, plan, state.plan) else state.plan
+        if served is not plan:
+            log.warning("re-plan for %.1f qps meets no SLO and serves no more than the plan in place: "
+                        "that plan stays, the tuner scales beyond it", rate)
+        changed = state.plan is None or served.key() != state.plan.key()
         epoch = next_epoch(state.epoch) if changed else state.epoch
         configs = stage_configs(self.pipeline, plan, problem, epoch) if changed else ()
-        out = ReplanOutput(plan, changed, rate, configs, handoff(problem, plan, self.envelope), problem)
-        new_state = ReplanState(epoch, plan if changed else state.plan, now_ns)
+        out = ReplanOutput(plan, changed, rate, configs, handoff(problem, served, self.envelope), problem)
+        new_state = ReplanState(epoch, served, now_ns)
         return out, new_state
 
     def runner_up(self, out: ReplanOutput) -> Plan | None:

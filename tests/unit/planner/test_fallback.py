@@ -85,3 +85,22 @@ def test_the_planner_service_publishes_the_highest_capacity_plan_and_says_so(ove
     assert registry.get_sample_value("slipstream_planner_shortfall_requests_per_second", {"pipeline": "p"}) \
         == pytest.approx(out.forecast_qps - out.plan.capacity_qps)
     assert registry.get_sample_value("slipstream_planner_replans_total", {"pipeline": "p", "outcome": "infeasible"}) == 1
+
+
+def test_an_infeasible_replan_replaces_the_serving_plan_only_when_it_serves_more(overloaded, caplog):
+    replanner = Replanner(overloaded, "p", ReplanSettings(mode="milp", time_limit_s=5.0))
+    overload = np.sort(poisson_trace(500.0, 5.0, 3))
+    out, state = replanner.step(ReplanState(), overload, int(5.0 * 1e9))
+    highest = out.plan  # infeasible, the highest capacity the cap allows: deployed over nothing
+    assert not highest.feasible and out.changed and state.plan is highest
+    # a later overload finds no better plan: the one in place stays, nothing is republished
+    with caplog.at_level(logging.WARNING, logger="planner.service"):
+        again, state2 = replanner.step(state, overload + 0.0, int(5.0 * 1e9))
+    assert not again.plan.feasible and not again.changed and again.configs == ()
+    assert state2.plan is highest and state2.epoch == state.epoch
+    assert any("that plan stays" in r.getMessage() for r in caplog.records)
+    # a smaller serving plan (one replica per stage) is replaced by the higher-capacity one
+    small = make_planner("milp").plan(replace(overloaded, rate_qps=5.0, arrivals_s=poisson_trace(5.0, 10.0, 2)))
+    assert capacity_qps(overloaded, small)[0] < capacity_qps(overloaded, highest)[0]
+    out3, state3 = replanner.step(replace(state, plan=small), overload + 0.0, int(5.0 * 1e9))
+    assert out3.changed and state3.plan is out3.plan and [c["replicas"] for c in out3.configs] != [1, 1]
