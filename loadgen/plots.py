@@ -136,10 +136,12 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def plot_modes(summaries: dict[str, Summary], path: Path) -> Path:
+def plot_modes(summaries: dict[str, Summary], path: Path, what: str = "") -> Path:
     """Several runs of one trace side by side over time (``compare-live``'s ``modes.png``): SLO
     attainment, mean accuracy of the requests done and cost per hour per window, one line per mode,
-    the arrival rate behind the first panel."""
+    the arrival rate behind the first panel; ``what`` names the trace in the title."""
+    import textwrap
+
     fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
     ax_a, ax_acc, ax_c = axes
     rate_ax = ax_a.twinx()
@@ -161,7 +163,8 @@ def plot_modes(summaries: dict[str, Summary], path: Path) -> Path:
     ax_a.set_ylabel("SLO met (%)")
     ax_a.set_ylim(-5, 105)
     first = next(iter(summaries.values()))
-    ax_a.set_title(_title(first, f"modes over time, SLO {first.slo_ms:g} ms, {first.series.window_s:g} s windows"))
+    ax_a.set_title("\n".join(textwrap.wrap(f"{first.pipeline}, {what or first.label}: SLO {first.slo_ms:g} ms, "
+                                            f"{first.series.window_s:g} s windows ({first.source})", 90)))
     ax_acc.set_ylabel("accuracy (served)")
     ax_c.set_ylabel(r"\$/hour")
     ax_c.set_xlabel("time since start (s)")

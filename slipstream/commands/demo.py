@@ -189,7 +189,7 @@ def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_re
         Path(report_dir).mkdir(parents=True, exist_ok=True)
         (Path(report_dir) / "comparison.txt").write_text(format_comparison(rows) + "\n")
         if summaries:
-            click.echo(f"modes over time: {plot_modes(summaries, Path(report_dir) / 'modes.png')}")
+            click.echo(f"modes over time: {plot_modes(summaries, Path(report_dir) / 'modes.png', spec)}")
         if failures(rows):
             raise click.ClickException(f"mode(s) failed:\n{failures(rows)}")
     finally:
