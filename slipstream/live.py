@@ -273,10 +273,11 @@ def estimate_live(problem, plan, summary, report_dir: Path, opts: LiveOptions):
     return est
 
 
-def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions):
+def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions, forward: bool = True):
     """``loadgen.replay_estimate.estimate_run`` on a live run's report (its ``results.jsonl``), with
-    the forward prediction: the tuner policy (when the run was tuned) stepped over the run's arrivals
-    with the live tuner's config and period."""
+    the forward prediction when ``forward``: the tuner policy (when the run was tuned) stepped over the
+    run's arrivals with the live tuner's config and period, from the hand-off of ``problem`` (whose
+    arrivals are the planning sample)."""
     from loadgen.replay_estimate import estimate_run, run_arrivals
     from loadgen.simulate import tuner_changes
     from planner.estimator import Transit, network_for
@@ -285,11 +286,11 @@ def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions):
 
     results = [json.loads(line) for line in (report_dir / "results.jsonl").read_text().splitlines() if line]
     control = read_control(report_dir)
-    forward = []
-    if opts.tune:
+    schedule = [] if forward else None
+    if forward and opts.tune:
         config = tuner_config(opts, LocalCapacity(opts.reserve_cores).max_instances)
-        forward = tuner_changes(problem, plan, run_arrivals(results)[0], tick_s=TUNER_TICK_S, config=config)
+        schedule = tuner_changes(problem, plan, run_arrivals(results)[0], tick_s=TUNER_TICK_S, config=config)
     # a result's finished_ns is stamped before the hop to the results topic: leave that hop out
     return estimate_run(problem, plan, summary, results, control=control, seed=opts.seed,
-                        activation_s=opts.activation_s, forward=forward,
+                        activation_s=opts.activation_s, forward=schedule,
                         network=replace(network_for(problem), to_results=Transit.constant(0.0)))
