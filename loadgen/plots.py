@@ -173,3 +173,6 @@ def plot_modes(summaries: dict[str, Summary], path: Path, what: str = "") -> Pat
             ax.legend(loc="lower left", fontsize="small")
         ax.grid(alpha=0.3)
     return _save(fig, path)
+
+
+save = _save  # the reproductions' figures (loadgen.reproduce) are laid out and saved the same way

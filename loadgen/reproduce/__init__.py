@@ -13,6 +13,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PAPERS = ("inferline", "loki", "ipa", "clockwork", "infaas")
+# The published files the experiments read, under the research-data directory (its README gives
+# each one's provenance and licence); read where they lie, never copied.
+PROFILES = "UMass-LIDS+Loki/aggregate_profiled.csv"
+TWITTER = "reconfigurable-ml-pipeline+ipa/twitter_workload_per_second.tbz2"
+
+
+def missing(data_dir: Path | None, *files: str) -> str:
+    """Why an experiment cannot run ("" when every file is under ``data_dir``)."""
+    if data_dir is None:
+        return "no research-data directory"
+    absent = [f for f in files if not (data_dir / f).exists()]
+    return f"{data_dir}: missing {', '.join(absent)}" if absent else ""
 
 
 @dataclass(frozen=True)

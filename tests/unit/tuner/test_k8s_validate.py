@@ -105,7 +105,8 @@ def test_kafka_topics_are_valid_strimzi_kafka_topics(tmp_path, api):
 
 
 def _dockerfile() -> tuple[str, dict[str, list[str]]]:
-    """The Dockerfile's text and, per stage name, its instruction lines (continuations joined)."""
+    """The Dockerfile's text and, per stage name, its instruction lines (continuations joined), those
+    of the stage it is built FROM first."""
     text = (ROOT / "deploy/docker/Dockerfile").read_text()
     stages: dict[str, list[str]] = {}
     current = None
@@ -113,10 +114,10 @@ def _dockerfile() -> tuple[str, dict[str, list[str]]]:
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        m = re.match(r"FROM \S+(?: AS (\S+))?", line)
+        m = re.match(r"FROM (\S+)(?: AS (\S+))?", line)
         if m:
-            current = m.group(1)
-            stages[current] = []
+            current = m.group(2)
+            stages[current] = stages.get(m.group(1), [])[:]  # a stage built FROM a stage inherits it
         elif current:
             stages[current].append(line)
     return text, stages
