@@ -211,7 +211,7 @@ def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequen
     is the estimate (a single run's p99 moves by tens of percent from seed to seed once service and
     transits vary). ``drawn_p99_ms`` is the same with the pace drawn from the calibration.
     ``forward`` (the replica changes the tuner policy makes on these arrivals,
-    ``loadgen.simulate.tuner_changes``; empty for an untuned mode) adds the forward prediction
+    ``slipstream.commands.simulate.tuner_changes``; empty for an untuned mode) adds the forward prediction
     (:func:`forward_estimate`)."""
     arrivals, ids = run_arrivals(results)
     start_ns = min((r["created_ns"] for r in results), default=0)

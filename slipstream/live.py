@@ -279,7 +279,7 @@ def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions, f
     run's arrivals with the live tuner's config and period, from the hand-off of ``problem`` (whose
     arrivals are the planning sample)."""
     from loadgen.replay_estimate import estimate_run, run_arrivals
-    from loadgen.simulate import tuner_changes
+    from slipstream.commands.simulate import tuner_changes
     from planner.estimator import Transit, network_for
     from slipstream.commands.loadgen import read_control
     from tuner.supervisor import LocalCapacity

@@ -117,7 +117,7 @@ def test_the_forward_prediction_steps_the_tuner_over_the_arrivals_that_came(plan
     """A rate three times the plan's after 10 s: the tuner policy, stepped over those arrivals, scales
     up only after the step, and the forward prediction with its changes serves more than the plan alone."""
     from loadgen.replay_estimate import forward_estimate
-    from loadgen.simulate import tuner_changes
+    from slipstream.commands.simulate import tuner_changes
     from loadgen.workloads import Phase, varying_arrivals
     from tuner.policy import TunerConfig
 
