@@ -109,4 +109,3 @@ def simulate_run(problem: Problem, plan: Plan, arrivals_s: np.ndarray, *,
                f"{len(changes)} tuner replica changes, {sim.events} simulator events", *notes),
     )
     return SimulatedRun(summary, sim, tuple(changes))
-
