@@ -40,6 +40,8 @@ class ComparisonRow:
     predicted_attainment: float = math.nan
     predicted_seeds_ms: tuple[float, ...] = ()  # its p99 with each seed (the median is predicted_p99_ms)
     drawn_p99_ms: float = math.nan  # the same with the machine's pace drawn from the calibration, not the run's
+    forward_p99_ms: float = math.nan  # the forward prediction: the plan, the tuner policy on the arrivals that
+    forward_attainment: float = math.nan  # came, no re-plan, pace drawn (loadgen.replay_estimate.forward_estimate)
     error: str = ""
     failed: bool = False  # the error is a failure, not ModeNotApplicable
 
@@ -73,7 +75,9 @@ def compare_runs(specs: Sequence[str], runner: Callable[[str, bool], Summary | t
         acc = math.nan if s.mean_accuracy is None else s.mean_accuracy
         predicted = {} if est is None else dict(predicted_p99_ms=est.estimated_p99_ms, predicted_seeds_ms=est.seed_p99_ms,
                                                 predicted_attainment=est.estimated_attainment,
-                                                drawn_p99_ms=est.drawn_p99_ms)
+                                                drawn_p99_ms=est.drawn_p99_ms,
+                                                forward_p99_ms=est.forward_p99_ms,
+                                                forward_attainment=est.forward_attainment)
         rows.append(ComparisonRow(spec, mode, tuned, s.cost_total_usd, s.cost_mean_per_hour, s.attainment,
                                   s.latency.p99_ms, acc, s.dropped, s.requests, **predicted))
     base = next((r for r in rows if r.mode == BASELINE and not r.error), None)
@@ -98,7 +102,8 @@ def format_comparison(rows: Sequence[ComparisonRow]) -> str:
             f"{'accuracy':>9}{'dropped':>9}")
     predicted = any(not math.isnan(r.predicted_p99_ms) for r in rows)
     if predicted:
-        head += f"{'est. p99':>10}{'est/meas':>9}{'seeds ms':>16}{'est. SLO':>10}{'drawn p99':>10}{'drawn/meas':>11}"
+        head += (f"{'est. p99':>10}{'est/meas':>9}{'seeds ms':>16}{'est. SLO':>10}{'drawn p99':>10}{'drawn/meas':>11}"
+                 f"{'fwd p99':>10}{'fwd/meas':>9}{'fwd SLO':>9}")
     lines = [head]
     for r in rows:
         if r.error:
@@ -116,6 +121,9 @@ def format_comparison(rows: Sequence[ComparisonRow]) -> str:
             drawn = "-" if math.isnan(r.drawn_p99_ms) else f"{r.drawn_p99_ms:.1f}"
             line += (f"{'-' if math.isnan(est) else f'{est:.1f}':>10}{est_ratio(est, r.p99_ms):>9}{seeds:>16}{att:>10}"
                      f"{drawn:>10}{est_ratio(r.drawn_p99_ms, r.p99_ms):>11}")
+            fwd = "-" if math.isnan(r.forward_p99_ms) else f"{r.forward_p99_ms:.1f}"
+            fatt = "-" if math.isnan(r.forward_attainment) else f"{100 * r.forward_attainment:.2f}%"
+            line += f"{fwd:>10}{est_ratio(r.forward_p99_ms, r.p99_ms):>9}{fatt:>9}"
         lines.append(line)
     return "\n".join(lines)
 

@@ -8,6 +8,7 @@ Latency and cost plots mark every scale event (a stage's replicas changing) with
   100 %), SLO marked
 - ``cost.png``     replicas per stage and total cost per hour over time
 - ``envelope.png`` live arrival envelope (max rate per window size) against the planned one, if given
+- ``modes.png``    several runs of one trace (``compare-live``): attainment, accuracy and cost over time
 """
 from __future__ import annotations
 
@@ -133,6 +134,45 @@ def _save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def plot_modes(summaries: dict[str, Summary], path: Path, what: str = "") -> Path:
+    """Several runs of one trace side by side over time (``compare-live``'s ``modes.png``): SLO
+    attainment, mean accuracy of the requests done and cost per hour per window, one line per mode,
+    the arrival rate behind the first panel; ``what`` names the trace in the title."""
+    import textwrap
+
+    fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
+    ax_a, ax_acc, ax_c = axes
+    rate_ax = ax_a.twinx()
+    for k, (name, s) in enumerate(summaries.items()):
+        ser, color = s.series, f"C{k}"
+        t = np.asarray(ser.t_s)
+        if k == 0:
+            rate_ax.fill_between(t, np.asarray(ser.sent) / ser.window_s, step="post", color="tab:gray", alpha=0.15)
+        ax_a.plot(t, np.asarray(ser.attainment) * 100, color=color, lw=1.2,
+                  label=f"{name}: {100 * s.attainment:.2f}% met")
+        if ser.accuracy:
+            acc = "-" if s.mean_accuracy is None else f"{s.mean_accuracy:.3f}"
+            ax_acc.plot(t, ser.accuracy, color=color, lw=1.2, label=f"{name}: mean {acc}")
+        ax_c.step(t, ser.cost_per_hour, where="post", color=color, lw=1.2,
+                  label=f"{name}: mean \\${s.cost_mean_per_hour:.3f}/h")
+    rate_ax.set_ylabel("arrivals (req/s, shaded)")
+    ax_a.set_zorder(rate_ax.get_zorder() + 1)
+    ax_a.patch.set_visible(False)
+    ax_a.set_ylabel("SLO met (%)")
+    ax_a.set_ylim(-5, 105)
+    first = next(iter(summaries.values()))
+    ax_a.set_title("\n".join(textwrap.wrap(f"{first.pipeline}, {what or first.label}: SLO {first.slo_ms:g} ms, "
+                                            f"{first.series.window_s:g} s windows ({first.source})", 90)))
+    ax_acc.set_ylabel("accuracy (served)")
+    ax_c.set_ylabel(r"\$/hour")
+    ax_c.set_xlabel("time since start (s)")
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower left", fontsize="small")
+        ax.grid(alpha=0.3)
+    return _save(fig, path)
 
 
 save = _save  # the reproductions' figures (loadgen.reproduce) are laid out and saved the same way

@@ -39,7 +39,8 @@ def read_summary(path: str | Path) -> Summary:
 
     s = d["series"]
     series = Series(s["window_s"], tuple(s["t_s"]), tuple(s["sent"]), nums(s["p50_ms"]), nums(s["p99_ms"]),
-                    nums(s["attainment"]), nums(s["cost_per_hour"]), {k: tuple(v) for k, v in s["replicas"].items()})
+                    nums(s["attainment"]), nums(s["cost_per_hour"]), {k: tuple(v) for k, v in s["replicas"].items()},
+                    nums(s.get("accuracy", ())))
     stages = tuple(StageBreakdown(b["stage"], b["items"], stats(b["residence"]), stats(b["queue"]), stats(b["service"]),
                                   b["mean_batch"], b["variants"]) for b in d["stages"])
     e, lag = d.get("envelope"), d.get("lag")

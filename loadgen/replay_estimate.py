@@ -74,6 +74,11 @@ class LikeForLike:
     seed_p99_ms: tuple[float, ...] = ()  # the estimator's p99 with each seed; the median is the estimate
     drawn_p99_ms: float = math.nan  # the same with the machine's pace drawn from the calibration
     drawn_attainment: float = math.nan
+    # the forward prediction: the plan as published, the tuner policy stepped over the arrivals that
+    # came (not the run's own replica changes or re-plans), the pace drawn from the calibration
+    forward_p99_ms: float = math.nan
+    forward_attainment: float = math.nan
+    forward_changes: int = 0  # replica changes the stepped tuner made
     served_ms: tuple[float, float] = (math.nan, math.nan)  # p99 of the served requests: measured, estimated
 
     @property
@@ -198,33 +203,56 @@ def compare(summary: Summary, results: Sequence[Mapping[str, Any]], sim: SimResu
 
 
 def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequence[Mapping[str, Any]], *,
-                 control: Sequence[tuple[int, Mapping[str, Any]]] = (), seed: int = 0, seeds: int = SEEDS
-                 ) -> LikeForLike:
+                 control: Sequence[tuple[int, Mapping[str, Any]]] = (), seed: int = 0, seeds: int = SEEDS,
+                 forward: Sequence[ReplicaChange] | None = None) -> LikeForLike:
     """The estimator on this run's arrivals, replica changes and re-plans (``control``: what it saw
     on the control topic) and the machine's pace as the run measured it, against what
     was measured: one simulation per seed (``seed``, ``seed + 1``, ...); the run with the median p99
     is the estimate (a single run's p99 moves by tens of percent from seed to seed once service and
     transits vary). ``drawn_p99_ms`` is the same with the pace drawn from the calibration. The
-    problem's activation time, network and service spread are the simulation's."""
+    problem's activation time, network and service spread are the simulation's. ``forward`` (the
+    replica changes the tuner policy makes on these arrivals, ``loadgen.simulate.tuner_changes``;
+    empty for an untuned mode) adds the forward prediction (:func:`forward_estimate`)."""
     arrivals, ids = run_arrivals(results)
     start_ns = min((r["created_ns"] for r in results), default=0)
     changes = (*run_changes(summary, plan), *batching_changes(control, plan, start_ns, problem.activation_s))
+    at = replace(problem, arrivals_s=arrivals)
     service, options = problem.service, SimOptions(schedule=changes, request_ids=ids)
-
-    def median_run(svc: ServiceTime) -> tuple[SimResult, tuple[float, ...]]:
-        sims = sorted((simulate(replace(problem, arrivals_s=arrivals, seed=seed + i, service=svc), plan, options)
-                       for i in range(seeds)), key=lambda r: r.p99_ms)
-        return sims[len(sims) // 2], tuple(r.p99_ms for r in sims)
-
-    drawn, drawn_seeds = median_run(service)
+    drawn, drawn_seeds = median_run(at, plan, options, seed, seeds)
     own = run_service(problem, plan, results, control, start_ns, service)
-    sim, seed_p99 = (drawn, drawn_seeds) if own is service else median_run(own)
+    sim, seed_p99 = (drawn, drawn_seeds) if own is service else median_run(replace(at, service=own), plan, options,
+                                                                            seed, seeds)
     network = network_for(problem)
     done = [(r["finished_ns"] - r["created_ns"]) / 1e6 for r in results if r["status"] == "done"]
     served = sim.latency_ms[~sim.dropped]
+    fwd = {}
+    if forward is not None:
+        f = forward_estimate(at, plan, forward, options, seed, seeds)
+        fwd = dict(forward_p99_ms=f.p99_ms, forward_attainment=f.attainment, forward_changes=len(forward))
     return replace(compare(summary, results, sim), seed_p99_ms=seed_p99, drawn_p99_ms=drawn.p99_ms,
                    drawn_attainment=drawn.attainment, served_ms=(_p(done, 99), _p(served, 99)),
-                   components=components(problem, plan, results, network, service, seed))
+                   components=components(problem, plan, results, network, service, seed), **fwd)
+
+
+def median_run(problem: Problem, plan: Plan, options: SimOptions, seed: int = 0, seeds: int = SEEDS
+               ) -> tuple[SimResult, tuple[float, ...]]:
+    """The simulation of ``problem``'s arrivals with the median p99 of ``seeds`` (seeds ``seed``,
+    ``seed + 1``, ...), and every seed's p99 in order."""
+    sims = sorted((simulate(replace(problem, seed=seed + i), plan, options) for i in range(seeds)),
+                  key=lambda r: r.p99_ms)
+    return sims[len(sims) // 2], tuple(r.p99_ms for r in sims)
+
+
+def forward_estimate(problem: Problem, plan: Plan, tuner_schedule: Sequence[ReplicaChange],
+                     options: SimOptions = SimOptions(), seed: int = 0, seeds: int = SEEDS) -> SimResult:
+    """The forward prediction of a run: what the planner could have predicted before it, told only
+    the arrivals that came (``problem.arrivals_s``). The plan as published, the replica changes the
+    tuner policy makes on those arrivals (``tuner_schedule``), no re-plan (the planner service's
+    re-plans depend on the run), and the machine's pace drawn from the calibration (the problem's
+    service), not the run's own; the median over seeds (:func:`median_run`). This is what
+    ``slipstream simulate`` predicts for the same trace, so its error against a live run is how far
+    the simulator can be trusted."""
+    return median_run(problem, plan, replace(options, schedule=tuple(tuner_schedule)), seed, seeds)[0]
 
 
 def run_service(problem: Problem, plan: Plan, results: Sequence[Mapping[str, Any]],
@@ -253,6 +281,12 @@ def format_like_for_like(x: LikeForLike) -> str:
         r = x.drawn_p99_ms / x.measured_p99_ms if x.measured_p99_ms > 0 else math.nan
         lines.append(f"{'p99, pace drawn':<22}{x.measured_p99_ms:>12.1f}{x.drawn_p99_ms:>12.1f}{r:>8.2f}")
         lines.append(f"{'SLO, pace drawn':<22}{100 * x.measured_attainment:>11.2f}%{100 * x.drawn_attainment:>11.2f}%")
+    if not math.isnan(x.forward_p99_ms):
+        r = x.forward_p99_ms / x.measured_p99_ms if x.measured_p99_ms > 0 else math.nan
+        lines.append(f"{'p99, forward':<22}{x.measured_p99_ms:>12.1f}{x.forward_p99_ms:>12.1f}{r:>8.2f}")
+        lines.append(f"{'SLO, forward':<22}{100 * x.measured_attainment:>11.2f}%{100 * x.forward_attainment:>11.2f}%")
+        lines.append(f"(forward: the plan as published, {x.forward_changes} replica changes of the tuner policy "
+                     f"stepped over these arrivals, no re-plan, pace drawn)")
     m, e = x.served_ms
     if not math.isnan(m):
         lines.append(f"{'p99 of served ms':<22}{m:>12.1f}{e:>12.1f}{e / m if m > 0 else math.nan:>8.2f}")

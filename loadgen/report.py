@@ -78,6 +78,7 @@ class Series:
     attainment: tuple[float, ...]  # of requests created in the window
     cost_per_hour: tuple[float, ...]
     replicas: Mapping[str, tuple[float, ...]]  # stage -> replicas at each window start
+    accuracy: tuple[float, ...] = ()  # mean accuracy of the window's requests done (nan when none)
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,8 @@ def summarize(results: Sequence[Mapping[str, Any]], *, slo_ms: float, pipeline: 
         stages=_stage_breakdown(results),
         cost_total_usd=cost_total,
         cost_mean_per_hour=cost_total / (duration_s / 3600.0) if duration_s > 0 else 0.0,
-        series=_series(created, lat_ms, ok, start, end, win, configs),
+        series=_series(created, lat_ms, ok, start, end, win, configs,
+                       np.array([float(r.get("accuracy", 1.0)) if d else np.nan for r, d in zip(results, is_done)])),
         cdf_ms=tuple(float(x) for x in cdf), cdf_q=tuple(float(x) for x in q) if len(cdf) else (),
         envelope=envelope, lag=lag, duplicates=duplicates, notes=tuple(notes),
     )
@@ -216,7 +218,8 @@ def _stage_breakdown(results: Sequence[Mapping[str, Any]]) -> tuple[StageBreakdo
 
 
 def _series(created: np.ndarray, lat_ms: np.ndarray, ok: np.ndarray,
-            start: int, end: int, window_s: float, configs: Sequence[ConfigEvent]) -> Series:
+            start: int, end: int, window_s: float, configs: Sequence[ConfigEvent],
+            accuracy: np.ndarray | None = None) -> Series:
     win_ns = int(window_s * NS_PER_S)
     nwin = max(int(np.ceil((end - start) / win_ns)), 1) if end > start else 1
     idx = np.clip((created - start) // win_ns, 0, nwin - 1)
@@ -227,6 +230,12 @@ def _series(created: np.ndarray, lat_ms: np.ndarray, ok: np.ndarray,
     stages = sorted({e.stage for e in configs})
     with np.errstate(invalid="ignore", divide="ignore"):
         attain = np.where(sent > 0, met / np.maximum(sent, 1), np.nan)
+        acc = np.full(nwin, np.nan)
+        if accuracy is not None and len(accuracy):
+            done = ~np.isnan(accuracy)
+            n_done = np.bincount(idx[done], minlength=nwin)
+            acc = np.where(n_done > 0, np.bincount(idx[done], weights=accuracy[done], minlength=nwin)
+                           / np.maximum(n_done, 1), np.nan)
     return Series(
         window_s=window_s,
         t_s=tuple(float(x) for x in np.arange(nwin) * window_s),
@@ -236,6 +245,7 @@ def _series(created: np.ndarray, lat_ms: np.ndarray, ok: np.ndarray,
         cost_per_hour=tuple(float(x) for x in step_values(configs, t_ns, "cost_per_hour"))
         if configs else tuple(0.0 for _ in range(nwin)),
         replicas={s: tuple(float(x) for x in step_values(configs, t_ns, "replicas", s)) for s in stages},
+        accuracy=tuple(float(x) for x in acc),
     )
 
 

@@ -112,3 +112,36 @@ def simulate_run(problem: Problem, plan: Plan, arrivals_s: np.ndarray, *,
                f"{len(changes)} tuner replica changes, {sim.events} simulator events", *notes),
     )
     return SimulatedRun(summary, sim, tuple(changes))
+
+
+def tuner_changes(problem: Problem, plan: Plan, arrivals_s: np.ndarray, *, tick_s: float,
+                  config: Any) -> list[ReplicaChange]:
+    """Step the tuner policy (``config``: ``tuner.policy.TunerConfig``) over ``arrivals_s`` (seconds)
+    one decision every ``tick_s``, as the tuner service steps it, from the hand-off the planner
+    publishes for ``plan``; the estimator's replica changes. The live runs' forward prediction
+    steps the same (``loadgen.live.run.like_for_like``)."""
+    from planner.service import handoff, handoff_record
+    from tuner import planfile
+    from tuner.envelope import EnvelopeTracker, envelope
+    from tuner.policy import TunerState, decide, observe, tracker_windows
+
+    # the record the planner publishes for the live tuner (one conversion for both)
+    tplan = planfile.from_dict(handoff_record(handoff(problem, plan, envelope), problem.name, 0))
+    tracker = EnvelopeTracker(tracker_windows(tplan, config))
+    state = TunerState.initial(tplan, 0)
+    ns = np.round(np.asarray(arrivals_s) * 1e9).astype(np.int64)
+    changes = []
+    other = {sp.stage: sp.replicas - sp.primary.replicas for sp in plan.stages}
+    index = {sp.stage: sp.assignments.index(sp.primary) for sp in plan.stages}
+    lo = 0
+    end = float(arrivals_s[-1]) if len(arrivals_s) else 0.0
+    for k in range(1, int(np.ceil(end / tick_s)) + 1):
+        now = int(k * tick_s * 1e9)
+        hi = int(np.searchsorted(ns, now, side="right"))
+        tracker.add(ns[lo:hi])
+        lo = hi
+        decision, state = decide(observe(tracker, tplan, now, config), tplan, state, now, config)
+        for c in decision.changes:
+            changes.append(ReplicaChange(now / 1e9, c.stage, max(1, c.replicas - other[c.stage]),
+                                         index[c.stage]))
+    return changes

@@ -107,7 +107,11 @@ def serve_anyway(problem: Problem, plan: Plan, *, top_only: bool) -> Plan:
 
 def replaces(problem: Problem, new: Plan, serving: Plan | None) -> bool:
     """Whether ``new`` should be deployed over ``serving``: always when it meets the SLO or nothing is
-    served yet; an infeasible one only when its capacity for ``problem`` exceeds the serving plan's."""
+    served yet; an infeasible one only when the serving plan falls short of the forecast
+    (``problem.rate_qps``) and ``new`` has more capacity for ``problem``. A serving plan that keeps up
+    with the forecast misses, if at all, on latency, which more replicas do not mend (the tuner
+    scales for bursts): redeploying would pay for capacity the forecast does not need."""
     if new.feasible or serving is None or not serving.stages:
         return True
-    return capacity_qps(problem, new)[0] > capacity_qps(problem, serving)[0] * (1 + 1e-9)
+    have = capacity_qps(problem, serving)[0]
+    return have < problem.rate_qps and capacity_qps(problem, new)[0] > have * (1 + 1e-9)

@@ -116,6 +116,17 @@ def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, setting
     return Published(plan, problem, int(record["epoch"]), planfile.from_dict(record, pipeline=pipe))
 
 
+TUNER_TICK_S = 0.5  # the live tuner's decision period
+
+
+def tuner_config(opts: LiveOptions, max_instances: int):
+    """The live tuner's ``tuner.policy.TunerConfig``: replicas capped by ``--max-replicas`` and what
+    one worker process holds (``max_instances``)."""
+    from tuner.policy import TunerConfig
+
+    return TunerConfig(activation_s=opts.activation_s, max_replicas=min(opts.max_replicas, max_instances))
+
+
 def control_plane(pipe, published: Published, store, opts: LiveOptions, settings: KafkaSettings, actuator,
                   max_instances: int, on_decision=None):
     """``control(stop)``: the tuner on ``actuator`` and, with ``opts.replan_s``, the planner service
@@ -124,10 +135,9 @@ def control_plane(pipe, published: Published, store, opts: LiveOptions, settings
     from planner.run import run_planner
     from planner.service import ReplanSettings, Replanner, ReplanState
     from tuner.envelope import envelope
-    from tuner.policy import TunerConfig
     from tuner.run import run_tuner
 
-    config = TunerConfig(activation_s=opts.activation_s, max_replicas=min(opts.max_replicas, max_instances))
+    config = tuner_config(opts, max_instances)
     replanner = Replanner(local_problem(pipe, store, opts, rate_qps=1.0), pipe.name,
                           ReplanSettings(mode=opts.mode), envelope=envelope, calibration=store.calibration)
 
@@ -139,7 +149,7 @@ def control_plane(pipe, published: Published, store, opts: LiveOptions, settings
 
     async def control(stop: asyncio.Event) -> None:
         tasks = [run_tuner(pipe, published.tuner_plan, config, actuator, dry_run=False, settings=settings,
-                           interval_s=0.5, lookback_s=0.0, stop=stop, metrics_addr=None,
+                           interval_s=TUNER_TICK_S, lookback_s=0.0, stop=stop, metrics_addr=None,
                            on_decision=on_decision, max_instances=max_instances)]
         if opts.replan_s > 0:
             tasks.append(run_planner(pipe, replanner, settings, interval_s=opts.replan_s, lookback_s=0.0,
@@ -253,13 +263,23 @@ def estimate_live(problem, plan, summary, report_dir: Path, opts: LiveOptions):
     return est
 
 
-def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions):
-    """``loadgen.replay_estimate.estimate_run`` on a live run's report (its ``results.jsonl``)."""
-    from loadgen.replay_estimate import estimate_run
+def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions, forward: bool = True):
+    """``loadgen.replay_estimate.estimate_run`` on a live run's report (its ``results.jsonl``), with
+    the forward prediction when ``forward``: the tuner policy (when the run was tuned) stepped over the
+    run's arrivals with the live tuner's config and period, from the hand-off of ``problem`` (whose
+    arrivals are the planning sample)."""
+    from loadgen.replay_estimate import estimate_run, run_arrivals
     from planner.estimator import Transit, network_for
+    from loadgen.simulate import tuner_changes
+    from tuner.supervisor import LocalCapacity
+
     run = RunRecord(report_dir)
     results, control = run.results(), run.control()
+    schedule = [] if forward else None
+    if forward and opts.tune:
+        config = tuner_config(opts, LocalCapacity(opts.reserve_cores).max_instances)
+        schedule = tuner_changes(problem, plan, run_arrivals(results)[0], tick_s=TUNER_TICK_S, config=config)
     # a result's finished_ns is stamped before the hop to the results topic: leave that hop out
     problem = replace(problem, activation_s=opts.activation_s,
                       network=replace(network_for(problem), to_results=Transit.constant(0.0)))
-    return estimate_run(problem, plan, summary, results, control=control, seed=opts.seed)
+    return estimate_run(problem, plan, summary, results, control=control, seed=opts.seed, forward=schedule)

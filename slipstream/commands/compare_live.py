@@ -24,6 +24,7 @@ def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_re
                  hop_ms, seed, calibrate, spec, modes, report_dir) -> None:
     """Planner modes on the real broker at small scale: cost, attainment, measured vs estimator p99."""
     from loadgen.compare import compare_runs, failures, format_comparison
+    from loadgen.plots import plot_modes
 
     started = ensure_broker(state_dir())
     try:
@@ -31,6 +32,7 @@ def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_re
         store = calibrated(pipe, pipeline_file, store, calibrate,
                            LiveOptions("milp", True, activation_s, max_replicas, hop_ms, seed, reserve_cores,
                                        replan_s), Path(report_dir))
+        summaries = {}
 
         def runner(mode: str, tuned: bool):
             name = f"{mode}{'+tuner' if tuned else ''}"
@@ -39,10 +41,15 @@ def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_re
                                replan_s if tuned else 0.0)
             run = live_run(pipe, pipeline_file, arrivals, sample, store, Path(report_dir) / name, opts,
                            f"{pipe.name} {name} {spec}")
+            summaries[name] = run.summary
             return run.summary, run.estimate
 
         rows = compare_runs([m.strip() for m in modes.split(",") if m.strip()], runner)
         click.echo("\n" + format_comparison(rows))
+        Path(report_dir).mkdir(parents=True, exist_ok=True)
+        (Path(report_dir) / "comparison.txt").write_text(format_comparison(rows) + "\n")
+        if summaries:
+            click.echo(f"modes over time: {plot_modes(summaries, Path(report_dir) / 'modes.png', spec)}")
         if failures(rows):
             raise click.ClickException(f"mode(s) failed:\n{failures(rows)}")
     finally:

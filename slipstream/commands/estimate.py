@@ -45,7 +45,7 @@ def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_
         problem = local_problem(pipe, store, opts, rate_qps=max(plan.rate_qps, 1.0))  # the run's arrivals replace it
         if fit_dirs:
             problem = recalibrated(problem, doc, store.calibration)
-        est = like_for_like(problem, plan, summary, rep, opts)
+        est = like_for_like(problem, plan, summary, rep, opts, forward=False)  # the planning sample is not stored
         seeds = f"{min(est.seed_p99_ms):.0f}-{max(est.seed_p99_ms):.0f}"
         click.echo(f"{str(rep):<40}{est.measured_p99_ms:>9.1f}{est.estimated_p99_ms:>10.1f}"
                    f"{est_ratio(est.estimated_p99_ms, est.measured_p99_ms):>9}{seeds:>12}"

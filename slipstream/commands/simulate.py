@@ -12,12 +12,10 @@ is still simulated (with a note), so a comparison shows what each mode would hav
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 import click
 
 from slipstream.options import key_values
-import numpy as np
 
 from loadgen.compare import ModeNotApplicable
 from loadgen.traces import trace_arrivals
@@ -36,40 +34,10 @@ def plan_with(mode: str, problem):
                         validate=not mode.startswith("cg-")).plan(problem)
 
 
-def tuner_changes(problem, plan, arrivals_s: np.ndarray, *, tick_s: float, activation_s: float):
-    """Step the tuner policy over ``arrivals_s`` (seconds) and return the estimator's replica changes."""
-    from planner.estimator import ReplicaChange
-    from planner.service import handoff, handoff_record
-    from tuner import planfile
-    from tuner.envelope import EnvelopeTracker, envelope
-    from tuner.policy import TunerConfig, TunerState, decide, observe, tracker_windows
-
-    # the record the planner publishes for the live tuner (one conversion for both)
-    tplan = planfile.from_dict(handoff_record(handoff(problem, plan, envelope), problem.name, 0))
-    config = TunerConfig(activation_s=activation_s)
-    tracker = EnvelopeTracker(tracker_windows(tplan, config))
-    state = TunerState.initial(tplan, 0)
-    ns = np.round(np.asarray(arrivals_s) * 1e9).astype(np.int64)
-    changes = []
-    other = {sp.stage: sp.replicas - sp.primary.replicas for sp in plan.stages}
-    index = {sp.stage: sp.assignments.index(sp.primary) for sp in plan.stages}
-    lo = 0
-    end = float(arrivals_s[-1]) if len(arrivals_s) else 0.0
-    for k in range(1, int(math.ceil(end / tick_s)) + 1):
-        now = int(k * tick_s * 1e9)
-        hi = int(np.searchsorted(ns, now, side="right"))
-        tracker.add(ns[lo:hi])
-        lo = hi
-        decision, state = decide(observe(tracker, tplan, now, config), tplan, state, now, config)
-        for c in decision.changes:
-            changes.append(ReplicaChange(now / 1e9, c.stage, max(1, c.replicas - other[c.stage]),
-                                         index[c.stage]))
-    return changes
-
-
 def _run(problem_src, mode: str, trace: str, seed: int, sample_share: float, tune: bool, tick_s: float,
          activation_s: float, label: str | None = None):
-    from loadgen.simulate import simulate_run
+    from loadgen.simulate import simulate_run, tuner_changes
+    from tuner.policy import TunerConfig
 
     arrivals = trace_arrivals(trace, seed)
     split = float(arrivals[-1]) * sample_share if sample_share > 0 else float(arrivals[-1])
@@ -82,7 +50,7 @@ def _run(problem_src, mode: str, trace: str, seed: int, sample_share: float, tun
     if not plan.stages:
         raise ModeNotApplicable(f"{mode}: no plan: {plan.reason}")
     notes = () if plan.feasible else ((plan.notes or (plan.reason,))[0],)  # the highest-capacity plan
-    changes = (tuner_changes(problem, plan, live, tick_s=tick_s, activation_s=activation_s)
+    changes = (tuner_changes(problem, plan, live, tick_s=tick_s, config=TunerConfig(activation_s=activation_s))
                if tune and mode in TUNED_MODES else [])
     note = (f"planned on the first {100 * sample_share:g}% of the trace ({len(sample)} requests), "
             f"simulated on the rest" if sample_share > 0 else "planned on the whole trace (oracle)")

@@ -41,3 +41,25 @@ def test_scale_events_are_read_from_the_replica_series():
     got = scale_events(s)
     assert [(stage, a, b) for _, stage, a, b in got] == [("a", 1, 2), ("a", 2, 1)]
     assert [round(t) for t, *_ in got] == [12, 30]
+
+
+def test_accuracy_per_window_is_the_mean_of_the_requests_done_and_modes_plot_side_by_side(tmp_path):
+    """A run that serves 0.8 for 10 s, then 0.6 (and drops every third request there): the per-window
+    accuracy follows the requests done only; the modes plot draws two such runs as one PNG."""
+    from loadgen.plots import plot_modes
+    from loadgen.render import read_summary
+
+    res = []
+    for i in range(200):
+        c = T0 + i * 100 * MS
+        late = i >= 100 and i % 3 == 0
+        res.append({"request_id": f"r-{i}", "status": "dropped" if late else "done", "reason": "deadline: x",
+                    "created_ns": c, "deadline_ns": c + 100 * MS, "finished_ns": c + 5 * MS,
+                    "accuracy": 0.1 if late else (0.8 if i < 100 else 0.6), "hops": []})
+    s = summarize(res, slo_ms=100, configs=[ConfigEvent(T0, "a", 1, 0.1)], window_s=1.0)
+    acc = np.asarray(s.series.accuracy)
+    assert np.allclose(acc[:10], 0.8) and np.allclose(acc[10:20], 0.6)
+    back = read_summary(write_report(s, tmp_path / "r")[0].parent / "summary.json")
+    assert np.allclose(back.series.accuracy[:20], acc[:20])
+    path = plot_modes({"a": s, "b": back}, tmp_path / "modes.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000

@@ -97,3 +97,39 @@ def test_the_replans_batching_comes_from_what_the_run_saw_on_the_control_topic()
         BatchingChange(10.0, "a", "v", "cpu", 4, 50.0), BatchingChange(21.5, "a", "w", "cpu", 4, 50.0)]
     started_on_other = batching_changes([cfg(-1, 7, "w", 2, 5.0)], plan, s0, activation_s=1.5)
     assert started_on_other == [BatchingChange(0.0, "a", "w", "cpu", 2, 5.0)]  # the run started on epoch 7, not the plan
+
+
+def test_the_forward_prediction_of_a_run_without_changes_is_the_drawn_pace_estimate(planned):
+    """Untuned, no replica change, no re-plan: the forward prediction and the drawn-pace like-for-like
+    replay simulate the same thing; the run's own changes are not the forward prediction's."""
+    from loadgen.simulate import results_from_sim
+
+    problem, plan = planned
+    arrivals = problem.arrivals_s - problem.arrivals_s[0]
+    run = simulate_run(problem, plan, arrivals, seed=2, start_ns=10**18)
+    results = results_from_sim(problem, plan, run.sim, start_ns=10**18)
+    est = estimate_run(problem, plan, run.summary, results, seed=3, forward=[])
+    assert est.forward_p99_ms == pytest.approx(est.drawn_p99_ms, rel=1e-9)
+    assert est.forward_attainment == pytest.approx(est.drawn_attainment, abs=1e-9)
+    assert "p99, forward" in format_like_for_like(est)
+    assert np.isnan(estimate_run(problem, plan, run.summary, results, seed=3).forward_p99_ms)  # not asked
+
+
+def test_the_forward_prediction_steps_the_tuner_over_the_arrivals_that_came(planned):
+    """A rate three times the plan's after 10 s: the tuner policy, stepped over those arrivals, scales
+    up only after the step, and the forward prediction with its changes serves more than the plan alone."""
+    from loadgen.replay_estimate import forward_estimate
+    from loadgen.simulate import tuner_changes
+    from loadgen.workloads import Phase, varying_arrivals
+    from tuner.policy import TunerConfig
+
+    problem, plan = planned
+    rng = np.random.default_rng(0)
+    arrivals = varying_arrivals([Phase(problem.rate_qps / 2, 1.0, 10.0), Phase(3 * problem.rate_qps, 1.0)], 25.0, rng)
+    changes = tuner_changes(problem, plan, arrivals, tick_s=0.5, config=TunerConfig(activation_s=1.0, max_replicas=8))
+    ups = [c for c in changes if c.replicas > plan.stage(c.stage).primary.replicas]
+    assert ups and min(c.time_s for c in ups) > 10.0
+    came = replace(problem, arrivals_s=arrivals)
+    tuned = forward_estimate(came, plan, changes, seeds=3)
+    alone = forward_estimate(came, plan, [], seeds=3)
+    assert tuned.attainment > alone.attainment + 0.05

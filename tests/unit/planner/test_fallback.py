@@ -105,3 +105,17 @@ def test_an_infeasible_replan_replaces_the_serving_plan_only_when_it_serves_more
     assert capacity_qps(overloaded, small)[0] < capacity_qps(overloaded, highest)[0]
     out3, state3 = replanner.step(replace(state, plan=small), overload + 0.0, int(5.0 * 1e9))
     assert out3.changed and state3.plan is out3.plan and [c["replicas"] for c in out3.configs] != [1, 1]
+
+
+def test_an_infeasible_replan_keeps_a_serving_plan_that_keeps_up_with_the_forecast(overloaded):
+    """A re-plan that misses the SLO on latency, not capacity, must not pay for more replicas: the
+    serving plan stays while its capacity covers the forecast, and is replaced once it does not."""
+    from planner.fallback import replaces
+
+    highest = make_planner("milp").plan(overloaded)
+    assert not highest.feasible
+    small = make_planner("milp").plan(replace(overloaded, rate_qps=5.0, arrivals_s=poisson_arrivals(5.0, 10.0, 2)))
+    have = capacity_qps(overloaded, small)[0]
+    assert have < capacity_qps(overloaded, highest)[0]
+    assert not replaces(replace(overloaded, rate_qps=0.8 * have), highest, small)  # keeps up: stays
+    assert replaces(replace(overloaded, rate_qps=1.5 * have), highest, small)  # short: replaced
