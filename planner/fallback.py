@@ -72,15 +72,23 @@ def highest_capacity(problem: Problem, mode: str, top_only: bool) -> dict[str, t
         else:
             chosen[s] = min(configs[s], key=lambda c: (c[2], c[3]))
     mu = {s: chosen[s][2] / (chosen[s][3] / 1000.0) for s in names}
-    reps = {s: max(1, math.ceil(problem.stage_rate(s) / mu[s] - 1e-9)) for s in names}
+    top = problem.max_stage_replicas or math.inf
+    reps = {s: min(top, max(1, math.ceil(problem.stage_rate(s) / mu[s] - 1e-9))) for s in names}
     cap = problem.max_replicas
     if cap is not None and sum(reps.values()) > cap:
         reps = {s: 1 for s in names}
         served = [s for s in names if problem.visit_ratio(s) > 0]
-        while served and sum(reps.values()) < cap:
-            low = min(served, key=lambda s: reps[s] * mu[s] / problem.visit_ratio(s))
+        while sum(reps.values()) < cap and (room := [s for s in served if reps[s] < top]):
+            low = min(room, key=lambda s: reps[s] * mu[s] / problem.visit_ratio(s))
             reps[low] += 1
     return {s: (Assignment(chosen[s][0], chosen[s][1], chosen[s][2], reps[s], 1.0, chosen[s][4]),) for s in names}
+
+
+def within_caps(problem: Problem, plan: Plan) -> bool:
+    """Whether ``plan`` keeps to the problem's cluster cap and per-stage cap."""
+    reps = [sp.replicas for sp in plan.stages]
+    return ((problem.max_replicas is None or sum(reps) <= problem.max_replicas)
+            and (problem.max_stage_replicas is None or max(reps, default=0) <= problem.max_stage_replicas))
 
 
 def serve_anyway(problem: Problem, plan: Plan, *, top_only: bool) -> Plan:
@@ -91,7 +99,7 @@ def serve_anyway(problem: Problem, plan: Plan, *, top_only: bool) -> Plan:
     best = evaluate(problem, plan.mode, highest_capacity(problem, plan.mode, top_only),
                     rate_qps=problem.rate_qps, solve_time_s=plan.solve_time_s)
     cap, neck = capacity_qps(problem, best)
-    if plan.stages and (problem.max_replicas is None or sum(sp.replicas for sp in plan.stages) <= problem.max_replicas):
+    if plan.stages and within_caps(problem, plan):
         own, own_neck = capacity_qps(problem, plan)
         if own >= cap:
             best, cap, neck = plan, own, own_neck

@@ -66,6 +66,8 @@ class _Search:
     def feasible(self, cfg: Cfg) -> bool:
         if self.p.max_replicas is not None and sum(c[3] for c in cfg) > self.p.max_replicas:
             return False  # beyond the cluster cap, whatever the estimator says
+        if self.p.max_stage_replicas is not None and max(c[3] for c in cfg) > self.p.max_stage_replicas:
+            return False  # beyond the per-stage cap
         if cfg not in self.cache:
             if self.sims >= self.opts.max_simulations:
                 return False
@@ -92,7 +94,10 @@ class _Search:
         while not self.feasible(cfg):
             if self.sims >= self.opts.max_simulations or sum(c[3] for c in cfg) >= limit:
                 return None
-            cand = range(len(cfg)) if only is None else (only,)
+            top = self.p.max_stage_replicas or limit
+            cand = [i for i in (range(len(cfg)) if only is None else (only,)) if cfg[i][3] < top]
+            if not cand:
+                return None
 
             def headroom(i: int) -> float:
                 v, h, b, n = cfg[i]

@@ -70,6 +70,11 @@ def diagnose(problem: Problem, configs: Mapping[str, list[Config]], budget: floa
         if fastest > budget + 1e-9:
             return (f"path {'->'.join(p)}: even the fastest configs take {fastest:.1f} ms > budget "
                     f"{budget:.1f} ms")
+    if (cap := problem.max_stage_replicas) is not None:
+        for s, cs in configs.items():
+            need = math.ceil(problem.stage_rate(s, rate) / max(c.throughput_qps for c in cs) - 1e-9) or 1
+            if need > cap:
+                return f"stage {s}: {need} replicas needed at {rate:.1f} qps > max_stage_replicas {cap}"
     if problem.max_replicas is not None:
         need = sum(math.ceil(problem.stage_rate(s, rate) / max(c.throughput_qps for c in cs) - 1e-9) or 1
                    for s, cs in configs.items())
@@ -218,10 +223,13 @@ def _build_single(m: "mip.Model", problem: Problem, configs: Mapping[str, list[C
     for the chosen config, which is optimal for every objective here, so only binaries remain."""
     use: dict[Config, Any] = {}
     rep: dict[Config, int] = {}
+    cap = problem.max_stage_replicas
     for s, cs in configs.items():
         for i, c in enumerate(cs):
             use[c] = m.add_var(_name("use", s, c.variant, c.hardware, "b", c.batch, i), var_type=mip.BINARY)
             rep[c] = c.replicas_for(lam[s])
+            if cap is not None and rep[c] > cap:
+                m += use[c] == 0, _name("stage_cap", s, i)
         m += mip.xsum(use[c] for c in cs) == 1, _name("one_config", s)
     for k, p in enumerate(paths):
         m += mip.xsum(lat(c) * use[c] for s in p for c in configs[s]) <= budget, _name("path_latency", k)
@@ -246,9 +254,7 @@ def _build_mixed(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Co
         lat_s[s] = m.add_var(_name("lat", s), lb=0.0)
         for i, c in enumerate(cs):
             key = _name(s, c.variant, c.hardware, "b", c.batch, i)
-            cap = c.replicas_for(lam[s])
-            if problem.max_replicas is not None:
-                cap = min(cap, problem.max_replicas)
+            cap = min(c.replicas_for(lam[s]), problem.stage_cap() or math.inf)
             use[c] = m.add_var(_name("use", key), var_type=mip.BINARY)
             rep[c] = m.add_var(_name("rep", key), var_type=mip.INTEGER, lb=0, ub=cap)
             m += rep[c] >= use[c], _name("rep_min", key)
@@ -260,6 +266,8 @@ def _build_mixed(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Co
                 m += flow[c] <= lam[s] * use[c], _name("flow_use", key)
         m += mip.xsum(use[c] for c in cs) >= 1, _name("one_config", s)
         m += mip.xsum(rep[c] * c.throughput_qps for c in cs) >= lam[s], _name("capacity", s)
+        if problem.max_stage_replicas is not None:
+            m += mip.xsum(rep[c] for c in cs) <= problem.max_stage_replicas, _name("stage_cap", s)
         if objective != "cost":
             m += mip.xsum(flow[c] for c in cs) == lam[s], _name("route_all", s)
     for k, p in enumerate(paths):

@@ -183,6 +183,8 @@ class CoarsePlanner:
                                f"for {rate:.1f} qps",))
         if problem.max_replicas is not None and k * len(stages) > problem.max_replicas:
             return replace(plan, feasible=False, reason=f"{k} pipeline units exceed max_replicas")
+        if problem.max_stage_replicas is not None and k > problem.max_stage_replicas:
+            return replace(plan, feasible=False, reason=f"{k} pipeline units exceed max_stage_replicas")
         return check(problem, plan) if self.validate else plan
 
 

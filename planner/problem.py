@@ -81,6 +81,7 @@ class Problem(StageGraph):
     accuracy_weight: float = 1.0  # $/h per unit of expected log pipeline accuracy (objective=accuracy)
     accuracy_floor: float | None = None  # INFaaS: every request's pipeline accuracy >= floor
     max_replicas: int | None = None  # cluster cap: total replicas over all stages
+    max_stage_replicas: int | None = None  # no stage above this many (what one host or Deployment runs)
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     activation_s: float = 5.0  # replica activation (consumer rebalance pause) time
     hop_ms: float = 0.0  # Kafka transit per hop (produce -> consume), added by the estimator
@@ -101,6 +102,11 @@ class Problem(StageGraph):
             raise ProblemError(f"objective: expected one of {OBJECTIVES}, got {self.objective!r}")
 
     # graph queries (stage, children, parents, source, topo_order, visit_ratio, paths): StageGraph
+
+    def stage_cap(self) -> int | None:
+        """The most replicas any one stage may have: the per-stage cap, or the cluster cap (None: no cap)."""
+        caps = [c for c in (self.max_stage_replicas, self.max_replicas) if c is not None]
+        return min(caps) if caps else None
 
     def stage_rate(self, stage: str, rate_qps: float | None = None) -> float:
         return (self.rate_qps if rate_qps is None else rate_qps) * self.visit_ratio(stage)
@@ -162,6 +168,7 @@ class ProblemDoc(Doc):
     accuracy_weight: float = Field(1.0, ge=0)
     accuracy_floor: Optional[float] = Field(None, ge=0, le=1)
     max_replicas: Optional[int] = Field(None, ge=1)
+    max_stage_replicas: Optional[int] = Field(None, ge=1)
     batch_sizes: list[Annotated[int, Field(ge=1)]] = Field(list(DEFAULT_BATCH_SIZES), min_length=1)
     activation_s: float = Field(5.0, ge=0)
     hop_ms: float = Field(0.0, ge=0)
@@ -225,7 +232,7 @@ def parse_problem(doc: Any, *, base_dir: Path = Path("."), name: str = "problem"
         slo_ms=d.slo_ms, rate_qps=rate, hardware=hw, stages=tuple(stages),
         edges=tuple(EdgeOption(e.src, e.dst, e.fanout, e.probability) for e in d.edges),
         arrivals_s=trace, objective=d.objective, accuracy_weight=d.accuracy_weight,
-        accuracy_floor=d.accuracy_floor, max_replicas=d.max_replicas,
+        accuracy_floor=d.accuracy_floor, max_replicas=d.max_replicas, max_stage_replicas=d.max_stage_replicas,
         batch_sizes=tuple(sorted(set(d.batch_sizes))), activation_s=d.activation_s, hop_ms=d.hop_ms,
         min_partitions=d.min_partitions, mix=d.mix, seed=d.seed, name=name)
     if (wrong := problem.shape_error()) is not None:

@@ -119,3 +119,26 @@ def test_an_infeasible_replan_keeps_a_serving_plan_that_keeps_up_with_the_foreca
     assert have < capacity_qps(overloaded, highest)[0]
     assert not replaces(replace(overloaded, rate_qps=0.8 * have), highest, small)  # keeps up: stays
     assert replaces(replace(overloaded, rate_qps=1.5 * have), highest, small)  # short: replaced
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_no_mode_plans_a_stage_above_the_per_stage_cap(overloaded, mode):
+    """A host that runs at most 2 instances of a stage: the highest-capacity plan spreads the cluster
+    cap of 4 as 2 + 2, never the 1 + 3 it chooses without the per-stage cap, so the capacity it states
+    is what runs."""
+    capped = replace(overloaded, max_stage_replicas=2)
+    plan = make_planner(mode, time_limit_s=5.0).plan(capped)
+    assert not plan.feasible
+    assert [sp.replicas for sp in plan.stages] == [2, 2]
+    assert plan.capacity_qps == pytest.approx(capacity_qps(capped, plan)[0])
+
+
+@pytest.mark.parametrize("mode, rate", [("milp", 180.0), ("loki", 180.0), ("inferline", 100.0)])
+def test_a_feasible_plan_keeps_to_the_per_stage_cap(overloaded, mode, rate):
+    """Where the cheapest plan needs 3 replicas of a stage, a per-stage cap of 2 makes the planner buy
+    faster replicas instead, and the plan still meets the SLO."""
+    base = replace(overloaded, rate_qps=rate, max_replicas=None, arrivals_s=poisson_arrivals(rate, 5.0, 4))
+    free = make_planner(mode, time_limit_s=5.0).plan(base)
+    assert free.feasible and max(sp.replicas for sp in free.stages) > 2, "the uncapped plan must need > 2"
+    plan = make_planner(mode, time_limit_s=5.0).plan(replace(base, max_stage_replicas=2))
+    assert plan.feasible and max(sp.replicas for sp in plan.stages) <= 2
