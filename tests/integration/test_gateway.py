@@ -7,6 +7,7 @@ gateway and through Kafka; gRPC ModelInfer through the same request path."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -65,53 +66,65 @@ def one_stage(name: str, slo_ms: float, params: dict, model: str = "synthetic", 
                         "defaults": {"max_batch": max_batch, "batch_timeout_ms": 2, "partitions": 2}}], "edges": []}
 
 
-async def test_an_image_is_classified_and_an_impossible_budget_gets_504_with_the_drop_reason(kafka, unique, tmp_path):
-    doc = yaml.safe_load((ROOT / "deploy/pipelines/image-classify.yaml").read_text())
-    doc["name"] = unique
-    classify = next(s for s in doc["stages"] if s["name"] == "classify")
-    classify["variants"] = [v for v in classify["variants"] if v["name"] == "lite0"]  # one ONNX export
+@contextlib.asynccontextmanager
+async def serving(kafka, tmp_path, doc: dict, start, *gateway_args: str):
+    """``doc`` served on the broker: its topics, its workers (``start(workers)`` starts them) and one
+    gateway process; yields ``(pipe, path, gateway, url)`` and stops the processes on the way out."""
     path = write_spec(tmp_path, doc)
     pipe = load_pipeline(path)
     await admin.ensure_topics(kafka, topics.all_topics(pipe))
     workers = Workers(path, kafka.bootstrap)
     gw = None
     try:
-        for w in workers.start("resize", "classify", wait=False):
-            w.wait_ready(600)  # a first start exports EfficientNet-Lite0 to ONNX
-        gw, url = start_gateway(path, kafka.bootstrap)
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
-            async with http.get(f"{url}/v2/health/ready") as r:
-                assert r.status == 200
-            async with http.get(f"{url}/v2/models/{unique}") as r:
-                md = await r.json()
-            assert md["parameters"]["slo_ms"] == 400 and md["parameters"]["stages"][1]["variants"][0]["accuracy"] == 0.751
-            body, headers = binary_infer(png(), "image/png")
-            async with http.post(f"{url}/v2/models/{unique}/infer", data=body, headers=headers) as r:
-                assert r.status == 200, await r.text()
-                doc = await r.json()
-            assert doc["id"] == "client-1" and doc["parameters"]["status"] == "done"
-            top5 = json.loads(doc["outputs"][0]["data"][0])["top5"]
-            assert len(top5) == 5 and all(0 <= cls < 1000 for cls, _ in top5)
-            hops = doc["parameters"]["hops"]
-            assert [h["stage"] for h in hops] == ["resize", "classify"] and hops[1]["variant"] == "lite0"
-            assert all(h["service_ms"] > 0 and h["queue_ms"] >= 0 for h in hops)
-            assert doc["parameters"]["latency_ms"] >= sum(h["service_ms"] for h in hops)
-            # a 1 ms budget: the resize worker drops it; the answer says why, at once (not after the SLO)
-            t0 = time.monotonic()
-            async with http.post(f"{url}/v2/models/{unique}/infer", data=body,
-                                 headers={**headers, "Slipstream-Deadline-Ms": "1"}) as r:
-                assert r.status == 504, await r.text()
-                err = await r.json()
-            assert time.monotonic() - t0 < 0.4 + 0.5  # deadline + grace at most, never the full SLO and more
-            assert err["parameters"]["status"] == "dropped" and err["parameters"]["reason"].startswith("deadline")
-            assert err["parameters"]["deadline_ms"] == 1.0
-            async with http.get(f"{url}/metrics") as r:
-                metrics = await r.text()
-            assert f'slipstream_gateway_requests_total{{code="504",pipeline="{unique}"}} 1.0' in metrics
+        start(workers)
+        gw, url = start_gateway(path, kafka.bootstrap, *gateway_args)
+        yield pipe, path, gw, url
     finally:
         if gw is not None:
             gw.stop()
         workers.stop()
+
+
+def start_slowly(workers: Workers) -> None:
+    for w in workers.start("resize", "classify", wait=False):
+        w.wait_ready(600)  # a first start exports EfficientNet-Lite0 to ONNX
+
+
+async def test_an_image_is_classified_and_an_impossible_budget_gets_504_with_the_drop_reason(kafka, unique, tmp_path):
+    doc = yaml.safe_load((ROOT / "deploy/pipelines/image-classify.yaml").read_text())
+    doc["name"] = unique
+    classify = next(s for s in doc["stages"] if s["name"] == "classify")
+    classify["variants"] = [v for v in classify["variants"] if v["name"] == "lite0"]  # one ONNX export
+    async with serving(kafka, tmp_path, doc, start_slowly) as (_, _, _, url), \
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        async with http.get(f"{url}/v2/health/ready") as r:
+            assert r.status == 200
+        async with http.get(f"{url}/v2/models/{unique}") as r:
+            md = await r.json()
+        assert md["parameters"]["slo_ms"] == 400 and md["parameters"]["stages"][1]["variants"][0]["accuracy"] == 0.751
+        body, headers = binary_infer(png(), "image/png")
+        async with http.post(f"{url}/v2/models/{unique}/infer", data=body, headers=headers) as r:
+            assert r.status == 200, await r.text()
+            doc = await r.json()
+        assert doc["id"] == "client-1" and doc["parameters"]["status"] == "done"
+        top5 = json.loads(doc["outputs"][0]["data"][0])["top5"]
+        assert len(top5) == 5 and all(0 <= cls < 1000 for cls, _ in top5)
+        hops = doc["parameters"]["hops"]
+        assert [h["stage"] for h in hops] == ["resize", "classify"] and hops[1]["variant"] == "lite0"
+        assert all(h["service_ms"] > 0 and h["queue_ms"] >= 0 for h in hops)
+        assert doc["parameters"]["latency_ms"] >= sum(h["service_ms"] for h in hops)
+        # a 1 ms budget: the resize worker drops it; the answer says why, at once (not after the SLO)
+        t0 = time.monotonic()
+        async with http.post(f"{url}/v2/models/{unique}/infer", data=body,
+                             headers={**headers, "Slipstream-Deadline-Ms": "1"}) as r:
+            assert r.status == 504, await r.text()
+            err = await r.json()
+        assert time.monotonic() - t0 < 0.4 + 0.5  # deadline + grace at most, never the full SLO and more
+        assert err["parameters"]["status"] == "dropped" and err["parameters"]["reason"].startswith("deadline")
+        assert err["parameters"]["deadline_ms"] == 1.0
+        async with http.get(f"{url}/metrics") as r:
+            metrics = await r.text()
+        assert f'slipstream_gateway_requests_total{{code="504",pipeline="{unique}"}} 1.0' in metrics
 
 
 async def post(http, url: str, body: dict) -> tuple[int, dict, dict]:
@@ -120,33 +133,23 @@ async def post(http, url: str, body: dict) -> tuple[int, dict, dict]:
 
 
 async def test_an_overloaded_pipeline_sheds_with_429_and_the_admitted_keep_their_deadline(kafka, unique, tmp_path):
-    path = write_spec(tmp_path, one_stage(unique, 500, {"width": 2048, "depth": 6, "seed": 2}, max_batch=2))
-    pipe = load_pipeline(path)
-    await admin.ensure_topics(kafka, topics.all_topics(pipe))
-    workers = Workers(path, kafka.bootstrap)
-    gw = None
-    try:
-        workers.start("s")
-        gw, url = start_gateway(path, kafka.bootstrap)
+    doc = one_stage(unique, 500, {"width": 2048, "depth": 6, "seed": 2}, max_batch=2)
+    async with serving(kafka, tmp_path, doc, lambda w: w.start("s")) as (_, _, _, url), \
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         infer = f"{url}/v2/models/{unique}/infer"
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
-            serial = []
-            for i in range(10):  # one at a time: the gateway learns the unloaded latency and a rate
-                code, doc, _ = await post(http, infer, text_infer(f"warm {i}"))
-                assert code == 200, doc
-                serial.append(doc["parameters"]["latency_ms"])
-            rate = 5 * 1000 / float(np.median(serial))  # five times what one-at-a-time service sustains
-            tasks = []
-            for i in range(int(rate * 4)):  # open loop for 4 s
-                tasks.append(asyncio.create_task(post(http, infer, text_infer(f"load {i}"))))
-                await asyncio.sleep(1 / rate)
-            answers = await asyncio.gather(*tasks)
-            async with http.get(f"{url}/metrics") as r:
-                metrics = await r.text()
-    finally:
-        if gw is not None:
-            gw.stop()
-        workers.stop()
+        serial = []
+        for i in range(10):  # one at a time: the gateway learns the unloaded latency and a rate
+            code, doc, _ = await post(http, infer, text_infer(f"warm {i}"))
+            assert code == 200, doc
+            serial.append(doc["parameters"]["latency_ms"])
+        rate = 5 * 1000 / float(np.median(serial))  # five times what one-at-a-time service sustains
+        tasks = []
+        for i in range(int(rate * 4)):  # open loop for 4 s
+            tasks.append(asyncio.create_task(post(http, infer, text_infer(f"load {i}"))))
+            await asyncio.sleep(1 / rate)
+        answers = await asyncio.gather(*tasks)
+        async with http.get(f"{url}/metrics") as r:
+            metrics = await r.text()
     shed = [(doc, h) for code, doc, h in answers if code == 429]
     admitted = [(code, doc) for code, doc, _ in answers if code != 429]
     print(f"overload: {len(answers)} sent at {rate:.0f}/s (serial median {np.median(serial):.1f} ms), "
@@ -213,14 +216,8 @@ async def test_a_gateway_killed_mid_load_loses_no_answer_of_the_other_gateways_c
 
 
 async def test_the_python_client_and_submit_go_through_the_gateway_or_kafka(kafka, unique, tmp_path):
-    path = write_spec(tmp_path, one_stage(unique, 5000, {"content_type": "text/plain"}, model="noop"))
-    pipe = load_pipeline(path)
-    await admin.ensure_topics(kafka, topics.all_topics(pipe))
-    workers = Workers(path, kafka.bootstrap)
-    gw = None
-    try:
-        workers.start("s")
-        gw, url = start_gateway(path, kafka.bootstrap)
+    doc = one_stage(unique, 5000, {"content_type": "text/plain"}, model="noop")
+    async with serving(kafka, tmp_path, doc, lambda w: w.start("s")) as (pipe, path, _, url):
         blob = bytes(range(256))  # not text: answered as binary data
         async with connect(pipe, kafka, url) as via_gw, connect(pipe, kafka) as via_kafka:
             assert isinstance(via_gw, GatewayClient) and not isinstance(via_kafka, GatewayClient)
@@ -246,10 +243,6 @@ async def test_the_python_client_and_submit_go_through_the_gateway_or_kafka(kafk
         async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as r:
             metrics = await r.text()
         assert f'slipstream_gateway_requests_total{{code="200",pipeline="{unique}"}} 4.0' in metrics  # 2 + 1 + 1
-    finally:
-        if gw is not None:
-            gw.stop()
-        workers.stop()
 
 
 async def test_grpc_model_infer_goes_through_the_same_request_path(kafka, unique, tmp_path):
@@ -257,14 +250,8 @@ async def test_grpc_model_infer_goes_through_the_same_request_path(kafka, unique
 
     from gateway.grpc_v2 import grpc_predict_v2_pb2 as pb, grpc_predict_v2_pb2_grpc as pb_grpc
 
-    path = write_spec(tmp_path, one_stage(unique, 5000, {"content_type": "application/octet-stream"}, model="noop"))
-    pipe = load_pipeline(path)
-    await admin.ensure_topics(kafka, topics.all_topics(pipe))
-    workers = Workers(path, kafka.bootstrap)
-    gw = None
-    try:
-        workers.start("s")
-        gw, url = start_gateway(path, kafka.bootstrap, "--grpc-port", "0")
+    doc = one_stage(unique, 5000, {"content_type": "application/octet-stream"}, model="noop")
+    async with serving(kafka, tmp_path, doc, lambda w: w.start("s"), "--grpc-port", "0") as (_, _, gw, url):
         target = next(m.group(1) for m in map(GRPC_READY.search, list(gw.lines)) if m)
         async with aio.insecure_channel(target) as channel:
             stub = pb_grpc.GRPCInferenceServiceStub(channel)
@@ -302,7 +289,3 @@ async def test_grpc_model_infer_goes_through_the_same_request_path(kafka, unique
             metrics = await r.text()
         for code in (200, 504, 404, 400):  # counted by the request path REST shares
             assert f'slipstream_gateway_requests_total{{code="{code}",pipeline="{unique}"}} 1.0' in metrics, code
-    finally:
-        if gw is not None:
-            gw.stop()
-        workers.stop()
