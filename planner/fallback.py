@@ -19,9 +19,12 @@ the cg baselines: the most accurate one) on any hardware of the problem:
 The mode's own failed plan is kept instead when it has stages, fits the cap and serves at least as
 much (e.g. milp's last tightening round).
 
-A periodic re-plan that finds no feasible plan replaces the plan being served only when it serves
-more (:func:`replaces`): redeploying a plan of no more capacity restarts model instances in the
-middle of the burst that made the forecast infeasible, and undoes the tuner's scale-up.
+A periodic re-plan replaces the plan being served only when that buys something (:func:`replaces`):
+an infeasible one only when the serving plan falls short of the forecast and the new one serves more;
+a feasible one only when the serving plan no longer meets the SLO for the forecast, or the new one
+costs clearly less (``min_saving``) or, when accuracy is the objective, is more accurate. Every
+redeploy loads and warms model instances on the workers' cores and resets the tuner's replicas to the
+plan's: re-plans that only trade one equally good plan for another did that every interval.
 """
 from __future__ import annotations
 
@@ -113,13 +116,27 @@ def serve_anyway(problem: Problem, plan: Plan, *, top_only: bool) -> Plan:
                    notes=(f"infeasible: {said}",) + tuple(n for n in best.notes if not n.startswith("infeasible:")))
 
 
-def replaces(problem: Problem, new: Plan, serving: Plan | None) -> bool:
-    """Whether ``new`` should be deployed over ``serving``: always when it meets the SLO or nothing is
-    served yet; an infeasible one only when the serving plan falls short of the forecast
-    (``problem.rate_qps``) and ``new`` has more capacity for ``problem``. A serving plan that keeps up
-    with the forecast misses, if at all, on latency, which more replicas do not mend (the tuner
-    scales for bursts): redeploying would pay for capacity the forecast does not need."""
-    if new.feasible or serving is None or not serving.stages:
+MIN_SAVING = 0.10  # a feasible re-plan must cost this share less than a serving plan that still holds
+
+
+def replaces(problem: Problem, new: Plan, serving: Plan | None, serving_now: Plan | None = None,
+             min_saving: float = MIN_SAVING) -> bool:
+    """Whether ``new`` should be deployed over ``serving`` (always when nothing is served yet).
+
+    ``serving_now`` is the serving plan judged for ``problem`` by the estimator (its forecast and
+    sample; None: not judged, as if it no longer held). A feasible ``new`` replaces it when it no
+    longer meets the SLO, or ``new`` costs at least ``min_saving`` less, or, when accuracy comes first
+    (the accuracy objective, loki), ``new`` is more accurate. An infeasible ``new`` replaces it only
+    when the serving plan falls short of the forecast (``problem.rate_qps``) and ``new`` has more
+    capacity: a serving plan that keeps up misses, if at all, on latency, which more replicas do not
+    mend (the tuner scales for bursts)."""
+    if serving is None or not serving.stages:
         return True
+    if new.feasible:
+        if serving_now is None or not serving_now.feasible:
+            return True
+        accuracy_first = problem.objective != "cost" or new.mode == "loki"
+        return (new.cost_per_hour < serving_now.cost_per_hour * (1 - min_saving)
+                or (accuracy_first and new.accuracy > serving_now.accuracy + 1e-6))
     have = capacity_qps(problem, serving)[0]
     return have < problem.rate_qps and capacity_qps(problem, new)[0] > have * (1 + 1e-9)

@@ -22,10 +22,10 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from planner import calibrate, fallback, milp
-from planner.capacity import StageCapacity, stage_capacity
+from planner.capacity import StageCapacity, capacity_qps, stage_capacity
 from planner.forecast import ForecastSettings, forecast_peak
-from planner.modes import make_planner
-from planner.plan import Plan, config_of
+from planner.modes import check, make_planner
+from planner.plan import Plan, config_of, evaluate
 from planner.problem import Problem
 from streams.arrivals import peak_rate_sliding
 from planner.results import LATE
@@ -43,6 +43,7 @@ class ReplanSettings:
     sample_s: float = 60.0  # how much recent history the estimator replays
     forecast: ForecastSettings = field(default_factory=ForecastSettings)
     refit_min_batches: int = 200  # refit the calibration from recent results once this many batches ran (0: never)
+    min_saving: float = fallback.MIN_SAVING  # what a re-plan must save to replace a plan that still holds
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,17 @@ def stage_configs(pipeline: str, plan: Plan, problem: Problem, epoch: int) -> tu
     return tuple(out)
 
 
+def judged(problem: Problem, plan: Plan) -> Plan:
+    """``plan`` (its assignments) evaluated for ``problem`` and checked by the estimator on its sample:
+    whether the plan in place still meets the SLO at the forecast."""
+    if not plan.feasible:
+        return plan
+    now = evaluate(problem, plan.mode, {sp.stage: sp.assignments for sp in plan.stages}, rate_qps=problem.rate_qps)
+    if problem.arrivals_s.size == 0:  # nothing to replay: capacity alone
+        return replace(now, feasible=capacity_qps(problem, now)[0] >= problem.rate_qps)
+    return check(problem, now)
+
+
 @dataclass(frozen=True)
 class Replanner:
     """Holds the static inputs (the problem without its rate/sample, the settings)."""
@@ -203,10 +215,15 @@ class Replanner:
         if not plan.stages:
             out = ReplanOutput(plan, False, rate, (), None, problem)
             return out, replace(state, last_step_ns=now_ns)
-        served = plan if fallback.replaces(problem, plan, state.plan) else state.plan
-        if served is not plan:
+        now = judged(problem, state.plan) if plan.feasible and state.plan is not None else None
+        served = plan if fallback.replaces(problem, plan, state.plan, now, s.min_saving) else state.plan
+        if served is not plan and not plan.feasible:
             log.warning("re-plan for %.1f qps meets no SLO and serves no more than the plan in place: "
                         "that plan stays, the tuner scales beyond it", rate)
+        elif served is not plan and served.key() != plan.key():
+            log.info("re-plan for %.1f qps: the plan in place still meets the SLO and the new one "
+                     "(%.3f $/h, accuracy %.3f) buys too little to redeploy: that plan stays", rate,
+                     plan.cost_per_hour, plan.accuracy)
         changed = state.plan is None or served.key() != state.plan.key()
         epoch = next_epoch(state.epoch) if changed else state.epoch
         configs = stage_configs(self.pipeline, served, problem, epoch) if changed else ()

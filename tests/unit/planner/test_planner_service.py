@@ -94,3 +94,26 @@ def test_a_huge_epoch_read_from_the_topic_never_overflows_the_next_plan():
     assert out.changed and st.epoch == EPOCH_MAX
     for rec in out.configs:
         assert codec.decode("StageConfig", codec.encode("StageConfig", rec))["epoch"] == EPOCH_MAX
+
+
+def test_a_replan_keeps_a_plan_that_still_holds_unless_the_new_one_saves_enough():
+    """Each redeploy loads model instances and resets the tuner's replicas: a plan in place that still
+    meets the SLO at the forecast stays when the re-plan finds only an equally cheap other plan (the
+    MILP's runner-up here: same cost, other configs), and goes when the re-plan costs >= 10 % less."""
+    from dataclasses import replace
+
+    from planner.plan import evaluate
+
+    base = random_problem(3, stages=2, variants=3, hardware=2, batch_sizes=(1, 2, 4), rate_qps=1, slo_ms=400)
+    rp = Replanner(base, "demo", ReplanSettings(mode="milp", validate=True, sample_s=30))
+    arr = np.arange(0, 60, 1 / 40.0)
+    out, st = rp.step(ReplanState(), arr, 60 * 10**9)
+    other = rp.runner_up(out)
+    assert other.key() != out.plan.key() and other.cost_per_hour == pytest.approx(out.plan.cost_per_hour)
+    kept, st2 = rp.step(replace(st, plan=other), arr + 0.0, 60 * 10**9)
+    assert not kept.changed and kept.configs == () and st2.plan is other and st2.epoch == st.epoch
+    doubled = evaluate(out.problem, "milp", {sp.stage: tuple(replace(a, replicas=2 * a.replicas) for a in sp.assignments)
+                                            for sp in out.plan.stages}, rate_qps=out.forecast_qps)
+    moved, st3 = rp.step(replace(st, plan=doubled), arr + 0.0, 60 * 10**9)
+    assert moved.changed and st3.plan is moved.plan and st3.epoch == st.epoch + 1
+    assert moved.plan.cost_per_hour <= 0.9 * doubled.cost_per_hour
