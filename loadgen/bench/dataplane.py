@@ -38,13 +38,13 @@ import yaml
 from loadgen.bench.relay import RELAY_HEADER
 from streams import admin, codec, kafka as kclient, topics
 from streams.client import make_request
-from streams.config import KafkaSettings
+from streams.config import AT_LEAST_ONCE, EXACTLY_ONCE, KafkaSettings
 from streams.procs import ReadyProcess, worker_argv
 from streams.spec import load_pipeline
 from streams.topics import TopicSpec
 
 RELAY_READY = re.compile(r"relay ready")
-MODES = {"stage": "at-least-once", "eos": "exactly-once"}  # figure prefix -> SLIPSTREAM_PROCESSING
+MODES = {"stage": AT_LEAST_ONCE, "eos": EXACTLY_ONCE}  # figure prefix -> SLIPSTREAM_PROCESSING
 LATENCY_BATCH, THROUGHPUT_BATCH = 8, 64
 # Records per throughput round. A round is timed from the ready line to the last record read back,
 # so it includes fixed start-up costs (the counting consumer's start, the first fetch; the relay's
