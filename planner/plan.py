@@ -100,6 +100,10 @@ class Plan:
                 return s
         raise KeyError(name)
 
+    def p99_text(self) -> str:
+        """The estimator's p99 for printing: "not validated" when it did not run (or no plan met the SLO)."""
+        return "not validated" if self.predicted_p99_ms is None else f"{self.predicted_p99_ms:.1f} ms"
+
     def hardware_of(self) -> dict[tuple[str, str], str]:
         """(stage, variant) -> the hardware its assignment runs it on."""
         return {(sp.stage, a.variant): a.hardware for sp in self.stages for a in sp.assignments}

@@ -100,7 +100,7 @@ def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, setting
     for sp in plan.stages:
         a = sp.primary
         click.echo(f"plan: {sp.stage}: {a.variant} on {a.hardware}, max batch {a.max_batch}, x{sp.replicas}")
-    click.echo(f"plan: {plan.cost_per_hour:.3f} $/h, predicted p99 {plan.predicted_p99_ms} ms "
+    click.echo(f"plan: {plan.cost_per_hour:.3f} $/h, predicted p99 {plan.p99_text()} "
                f"for {plan.rate_qps:.1f} qps")
 
     async def publish() -> dict:

@@ -51,7 +51,7 @@ def demo(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, 
         run = live_run(pipe, pipeline_file, arrivals, sample, store,
                        Path(report_dir), opts, f"demo: {pipe.name}, {mode} + tuner, {spec}")
         plan, summary = run.plan, run.summary
-        click.echo(f"\nplan ({mode}): planner's estimate for its sample: p99 {plan.predicted_p99_ms:.1f} ms at "
+        click.echo(f"\nplan ({mode}): planner's estimate for its sample: p99 {plan.p99_text()} at "
                    f"{plan.rate_qps:.1f} qps")
         click.echo("the estimator on this run's own arrivals, replica changes, re-plans and each model's measured "
                    "pace (and with the pace drawn from the calibration), against the measured run:")

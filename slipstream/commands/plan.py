@@ -45,7 +45,7 @@ def render(plan, problem, lines) -> None:
             t.add_row(sp.stage, a.variant, a.hardware, str(a.max_batch), f"{a.batch_timeout_ms:.1f}",
                       str(a.replicas), f"{a.weight:.2f}", str(sp.partitions))
     con.print(t)
-    p99 = "not validated" if plan.predicted_p99_ms is None else f"{plan.predicted_p99_ms:.1f} ms"
+    p99 = plan.p99_text()
     att = "" if plan.attainment is None else f", attainment {plan.attainment:.4f}"
     con.print(f"cost {plan.cost_per_hour:.4f} $/h, accuracy {plan.accuracy:.4f}, analytical latency "
               f"{plan.analytic_latency_ms:.1f} ms, predicted p99 {p99}{att}, solve {plan.solve_time_s:.3f} s")

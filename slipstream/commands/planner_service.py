@@ -55,7 +55,7 @@ def planner_cmd(pipeline_file, profiles_dir, mode, interval_s, lookback_s, once,
         status = ("changed, published" if out.changed else "unchanged") + ("" if p.feasible else f"; {(p.notes or (p.reason,))[0]}")
         measured = "no results yet" if measured_p99_ms is None else f"{measured_p99_ms:.1f} ms"
         click.echo(f"forecast {out.forecast_qps:.1f} qps -> {p.mode} plan {status}; cost "
-                   f"{p.cost_per_hour:.3f} $/h, p99 ({LATE}) predicted {p.predicted_p99_ms}, measured {measured}")
+                   f"{p.cost_per_hour:.3f} $/h, p99 ({LATE}) predicted {p.p99_text()}, measured {measured}")
         for rec in out.configs:
             click.echo("  " + json.dumps({k: rec[k] for k in ("stage", "variant", "hardware", "max_batch",
                                                                "replicas", "epoch")}))

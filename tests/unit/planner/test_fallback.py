@@ -142,3 +142,11 @@ def test_a_feasible_plan_keeps_to_the_per_stage_cap(overloaded, mode, rate):
     assert free.feasible and max(sp.replicas for sp in free.stages) > 2, "the uncapped plan must need > 2"
     plan = make_planner(mode, time_limit_s=5.0).plan(replace(base, max_stage_replicas=2))
     assert plan.feasible and max(sp.replicas for sp in plan.stages) <= 2
+
+
+def test_an_infeasible_plan_prints_its_p99_as_not_validated(overloaded):
+    """The demo printed the planner's p99 with ``:.1f`` and crashed after a run whose plan was the
+    fallback (no estimator p99): every printer goes through ``Plan.p99_text``."""
+    plan = make_planner("milp", time_limit_s=5.0).plan(overloaded)
+    assert plan.predicted_p99_ms is None and plan.p99_text() == "not validated"
+    assert replace(plan, predicted_p99_ms=123.456).p99_text() == "123.5 ms"
