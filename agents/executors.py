@@ -15,7 +15,9 @@ A pin (``params.digest`` of a spec variant, ``StageConfig.digests``) names the d
 load; :func:`check_digest` refuses any other model (:class:`DigestMismatch`) rather than serve it.
 
 Threads: ``Hardware.threads`` becomes onnxruntime's ``intra_op_num_threads`` (``inter_op`` stays 1:
-one batch at a time). torch has only a process-wide setting (``torch.set_num_threads``), so a torch
+one batch at a time). Its pool's threads do not spin waiting for the next batch
+(``session.intra_op.allow_spinning`` 0): a worker shares the host's cores with the other stages'
+workers and the broker, and spinning threads take those cores from them between batches. torch has only a process-wide setting (``torch.set_num_threads``), so a torch
 backend sets it for the whole worker process; one worker process runs one stage replica, which is
 what makes that acceptable.
 """
@@ -170,6 +172,7 @@ class OrtBackend:
         opts.intra_op_num_threads = hardware.threads
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")  # see the module docstring
         provider_options = [{"device_id": device_index} if p == CUDA_PROVIDER else {}
                             for p in choice.providers]
         self.session = ort.InferenceSession(str(onnx_path), opts, providers=list(choice.providers),

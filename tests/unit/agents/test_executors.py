@@ -92,6 +92,7 @@ def test_ort_backend_on_cpu_does_not_warn_and_uses_hardware_threads(tiny_onnx, c
     assert backend.device == "cpu" and not caplog.records
     opts = backend.session.get_session_options()
     assert opts.intra_op_num_threads == 2 and opts.inter_op_num_threads == 1
+    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"  # cores shared with other stages
 
 
 def test_torch_backend_falls_back_with_a_warning(caplog):
