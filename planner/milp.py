@@ -70,16 +70,14 @@ def diagnose(problem: Problem, configs: Mapping[str, list[Config]], budget: floa
         if fastest > budget + 1e-9:
             return (f"path {'->'.join(p)}: even the fastest configs take {fastest:.1f} ms > budget "
                     f"{budget:.1f} ms")
-    if (cap := problem.max_stage_replicas) is not None:
-        for s, cs in configs.items():
-            need = math.ceil(problem.stage_rate(s, rate) / max(c.throughput_qps for c in cs) - 1e-9) or 1
-            if need > cap:
-                return f"stage {s}: {need} replicas needed at {rate:.1f} qps > max_stage_replicas {cap}"
-    if problem.max_replicas is not None:
-        need = sum(math.ceil(problem.stage_rate(s, rate) / max(c.throughput_qps for c in cs) - 1e-9) or 1
-                   for s, cs in configs.items())
-        if need > problem.max_replicas:
-            return f"max_replicas {problem.max_replicas} < {need} replicas needed at {rate:.1f} qps"
+    need = {s: math.ceil(problem.stage_rate(s, rate) / max(c.throughput_qps for c in cs) - 1e-9) or 1
+            for s, cs in configs.items()}  # each stage's fewest replicas, on its fastest config
+    cap = problem.max_stage_replicas
+    over = [s for s in need if cap is not None and need[s] > cap]
+    if over:
+        return f"stage {over[0]}: {need[over[0]]} replicas needed at {rate:.1f} qps > max_stage_replicas {cap}"
+    if problem.max_replicas is not None and sum(need.values()) > problem.max_replicas:
+        return f"max_replicas {problem.max_replicas} < {sum(need.values())} replicas needed at {rate:.1f} qps"
     if problem.accuracy_floor:
         for p in problem.paths():
             best = math.prod(max(c.accuracy for c in configs[s]) for s in p)
