@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
+from aiokafka.errors import KafkaError
 
 from loadgen.collect import Collector
 from loadgen.cost import events_from_records
@@ -163,8 +164,13 @@ async def _send_all(schedule: Schedule, target: ReplayTarget, producer, payload_
             rid = schedule.request_id(collector.run_id, j)
             created = time.time_ns()
             value = build_request(target, rid, created, payload_factory(j))
-            fut = await kafka.send(producer, target.input_topic, "InferenceRequest", value, key=rid,
-                                   timestamp_ns=created)
+            try:
+                fut = await kafka.send(producer, target.input_topic, "InferenceRequest", value, key=rid,
+                                       timestamp_ns=created)
+            except KafkaError as exc:  # not produced (e.g. no broker within the send timeout): not expected
+                errors[0] += 1
+                log.warning("request %s not sent: %s", rid, type(exc).__name__)
+                continue
             actual[j] = created
             collector.expect(rid)
             pending.add(fut)
