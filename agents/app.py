@@ -19,6 +19,7 @@ import os
 import sys
 
 import faust
+from aiokafka import TopicPartition
 
 from agents.intake import use_bulk_intake
 from agents.join_worker import JOIN, build_join_app
@@ -61,9 +62,11 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
 
     @app.task
     async def start_worker() -> None:
-        await worker.start()
+        control = ControlFeed(pipe, stage, kafka, worker.metrics.lab(worker.metrics.control_invalid).inc)
+        await control.start()
+        await worker.start(await control.held())
         app.add_future(worker.run_batches())
-        app.add_future(follow_control(pipe, stage, kafka, worker))
+        app.add_future(control.follow(worker))
 
     async def on_revoked(sender, revoked, **kwargs) -> None:
         await worker.on_revoked(set(revoked), app.consumer._commit)  # faust's thread-safe commit
@@ -86,30 +89,59 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
     return app, worker
 
 
-async def follow_control(pipe: Pipeline, stage: str, kafka: KafkaSettings, worker: StageWorker) -> None:
-    """Read the compacted control topic from the start, forever; offer each valid StageConfig of this
-    stage to the worker. An invalid record (``streams.control_rules``) is logged, counted and skipped;
-    nothing a record holds is raised into this loop."""
-    cons = kclient.consumer(kafka, topics.control(pipe.name), group_id=None)
-    await cons.start()
-    count = worker.metrics.lab(worker.metrics.control_invalid).inc
-    try:
-        async for msg in cons:
-            await codec.prefetch([msg.value])  # off the event loop when a registry is set
-            try:
-                if msg.key is not None and msg.key != stage.encode():  # another stage's (or not UTF-8)
-                    check_key(msg.key)
+class ControlFeed:
+    """This stage's StageConfigs on the compacted control topic, read from the start. :meth:`held`
+    reads to the end the topic had when the worker started and returns them (the worker loads only
+    the newest it accepts, ``StageWorker.start``); :meth:`follow` then offers each later one to the
+    worker, forever. An invalid record (``streams.control_rules``) is logged, counted and skipped;
+    nothing a record holds is raised into these loops."""
+
+    def __init__(self, pipe: Pipeline, stage: str, kafka: KafkaSettings, count_invalid) -> None:
+        self.pipe, self.stage, self.count = pipe, stage, count_invalid
+        self.cons = kclient.consumer(kafka, topics.control(pipe.name), group_id=None)
+        self.tp = TopicPartition(topics.control(pipe.name), 0)
+
+    async def start(self) -> None:
+        await self.cons.start()
+
+    async def held(self) -> list[dict]:
+        end = (await self.cons.end_offsets([self.tp]))[self.tp]
+        found: list[dict] = []
+        if (await self.cons.beginning_offsets([self.tp]))[self.tp] < end:
+            async for msg in self.cons:
+                if (rec := await self._config(msg)) is not None:
+                    found.append(rec)
+                if await self.cons.position(self.tp) >= end:
+                    break
+        return found
+
+    async def follow(self, worker: StageWorker) -> None:
+        try:
+            async for msg in self.cons:
+                if (rec := await self._config(msg)) is None:
                     continue
-                kind, rec = control_io.read_record(msg, pipe.name, pipe)
-                if kind == "StageConfig":
+                try:
                     await worker.offer_config(rec)
-            except InvalidControl as exc:
-                control_io.skipped(msg, exc, count)
-            except Exception as exc:  # a bug must not take the control loop (and the worker) down
-                log.exception("control record at %s[%d]@%d not applied", msg.topic, msg.partition, msg.offset)
-                control_io.skipped(msg, InvalidControl(f"{type(exc).__name__}: {exc}"), count)
-    finally:
-        await cons.stop()
+                except Exception:  # a bug must not take the control loop (and the worker) down
+                    log.exception("control record at %s[%d]@%d not applied", msg.topic, msg.partition, msg.offset)
+        finally:
+            await self.cons.stop()
+
+    async def _config(self, msg) -> dict | None:
+        """The StageConfig of this stage ``msg`` holds, else None."""
+        await codec.prefetch([msg.value])  # off the event loop when a registry is set
+        try:
+            if msg.key is not None and msg.key != self.stage.encode():  # another stage's (or not UTF-8)
+                check_key(msg.key)
+                return None
+            kind, rec = control_io.read_record(msg, self.pipe.name, self.pipe)
+            return rec if kind == "StageConfig" else None
+        except InvalidControl as exc:
+            control_io.skipped(msg, exc, self.count)
+        except Exception as exc:  # a bug must not take the control loop (and the worker) down
+            log.exception("control record at %s[%d]@%d not applied", msg.topic, msg.partition, msg.offset)
+            control_io.skipped(msg, InvalidControl(f"{type(exc).__name__}: {exc}"), self.count)
+        return None
 
 
 def app_from_env() -> faust.App:

@@ -27,6 +27,7 @@ import asyncio
 import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
+from typing import Mapping, Sequence
 
 from agents.acks import AckTracker
 from agents.backlog import Backlog
@@ -98,9 +99,11 @@ class StageWorker(Intake, Windows, Serve, Commit, ConfigSwitch, FleetKeeper, Reb
         self.limits = Limits()  # the broker default until read from the cluster (:meth:`start`)
         self.bounds = self._bounds()  # the data contract's (streams.contract), again once the limits are read
 
-    async def start(self) -> None:
+    async def start(self, held: Sequence[Mapping] = ()) -> None:
+        """Load the config to start with (``held``: this stage's StageConfigs on the control topic,
+        :meth:`_initial_config`), then the producer; ready (``started``) after both."""
+        self.config, self.fleet = await self._initial_config(held)
         self.metrics.lab(self.metrics.config_epoch).set(self.config.epoch)
-        self.fleet = await self._prepare(self.config, Fleet())
         self._set_instance_gauge()
         mark("model-loaded", instances=len(self.fleet.instances))
         self.limits = await read_limits(self.kafka, [t.name for t in topics.all_topics(self.pipe)])

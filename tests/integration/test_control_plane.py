@@ -160,3 +160,36 @@ async def test_the_tuner_reads_past_a_poisoned_epoch_and_equal_written_epochs_ap
     finally:
         await pub.stop()
         workers.stop()
+
+
+async def test_a_worker_started_after_many_configs_loads_only_the_newest(kafka, unique, tmp_path):
+    """Compaction keeps only the latest config per stage, eventually: a worker that starts while the
+    topic still holds older ones starts with the newest, and never puts an older one in force."""
+    path = two_variant_pipeline(unique, tmp_path)
+    pipe = load_pipeline(path)
+    await admin.ensure_topics(kafka, topics.all_topics(pipe))
+    control = topics.control(pipe.name)
+    pub = KafkaPublisher(kafka)
+    await pub.start()
+    try:
+        epochs = [await pub.publish(control, "StageConfig", stage_config_record(pipe, None, "s", 1, 2, f"test: {i}")
+                                    | {"variant": "ab"[i % 2], "max_batch": 1 + i % 3}, "s") for i in range(6)]
+    finally:
+        await pub.stop()
+    workers = Workers(path, kafka.bootstrap)
+    try:
+        (worker,) = workers.start("s")
+        async with PipelineClient(pipe, kafka) as client:
+            ids = []
+            for _ in range(10):
+                req = make_request(pipe, b"x")
+                ids.append(req["request_id"])
+                await client.send(req)
+            results = {rid: await client.result(rid, 60) for rid in ids}
+        assert {r["hops"][-1]["variant"] for r in results.values()} == {"b"}, "served before the newest config"
+        logged = "".join(worker.lines)
+        assert f"config epoch {epochs[-1]} in force at start" in logged, logged[-3000:]
+        older = [e for e in epochs[:-1] if f"config epoch {e} in force" in logged]
+        assert not older, f"older configs put in force: {older}"
+    finally:
+        workers.stop()
