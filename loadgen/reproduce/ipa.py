@@ -114,7 +114,7 @@ def run_policy(base: Problem, label: str, arrivals_s: np.ndarray, settings: Sett
     problem = base if not weight else replace(base, objective="accuracy", accuracy_weight=weight)
     replanner = Replanner(problem, label, ReplanSettings(
         mode="milp", time_limit_s=s.time_limit_s, sample_s=s.warm_s, refit_min_batches=0,
-        forecast=ForecastSettings(interval_s=s.epoch_s, lookback_intervals=2)))
+        forecast=ForecastSettings(interval_s=s.epoch_s, lookback_intervals=2, window_s=1.0)))
     state = ReplanState()
     arr = np.sort(np.asarray(arrivals_s, dtype=float))
     end = float(arr[-1]) if arr.size else 0.0

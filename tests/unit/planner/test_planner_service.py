@@ -24,10 +24,24 @@ def test_forecast_uses_recent_peaks_not_the_mean():
     peaks = interval_peaks(arr, 30.0, s)
     assert max(peaks) == pytest.approx(60, abs=1)
     assert forecast_peak(arr, 30.0, s) == pytest.approx(60, abs=1)
-    assert forecast_peak(arr, 30.0, ForecastSettings(growth=1.2, lookback_intervals=3)) == pytest.approx(72, abs=1.5)
+    assert forecast_peak(arr, 30.0, ForecastSettings(window_s=1.0, growth=1.2, lookback_intervals=3)) == \
+        pytest.approx(72, abs=1.5)
     # once the burst is older than the lookback it is forgotten
     late = np.concatenate([arr, 30 + np.arange(0, 30, 0.1)])
     assert forecast_peak(late, 60.0, s) == pytest.approx(10, abs=1)
+
+
+def test_default_forecast_leaves_bursts_shorter_than_its_window_to_the_tuner():
+    """The default window is the interval (10 s): a one-second burst moves the forecast by its share
+    of the window, a step that lasts the window is forecast in full."""
+    d = ForecastSettings(growth=1.0, lookback_intervals=3)
+    steady = np.arange(0, 30, 0.1)  # 10 qps
+    spike = np.sort(np.concatenate([steady, 15 + np.arange(0, 1, 0.02)]))  # +50 in one second
+    assert forecast_peak(spike, 30.0, d) == pytest.approx(15, abs=0.5)  # (100 + 50) / 10 s
+    step = np.sort(np.concatenate([steady, 10 + np.arange(0, 10, 0.05)]))  # +20 qps for 10 s
+    assert forecast_peak(step, 30.0, d) == pytest.approx(30, abs=0.5)
+    # a history shorter than the window is counted over what it spans, not diluted
+    assert forecast_peak(np.arange(0, 5, 0.01), 5.0, d) == pytest.approx(100, abs=1)
 
 
 def test_sample_is_compressed_to_the_planned_rate():
