@@ -17,6 +17,7 @@ from streams.spec import Pipeline
 from tuner import planfile
 from tuner.policy import TunerConfig, TunerPlan
 from tuner.run import run_tuner
+from tuner.service import ServiceSettings
 
 
 def pipeline_of(path: str) -> Pipeline:
@@ -49,7 +50,7 @@ common = [
                  help="Replica activation time (measure it: slipstream bench tuner); scale-down waits 3x it."),
     click.option("--max-replicas", default=64, show_default=True),
     click.option("--rho-mode", type=click.Choice(["per-window", "mean"]), default="per-window", show_default=True),
-    click.option("--interval-s", default=0.5, show_default=True, help="Seconds between decisions."),
+    click.option("--interval-s", default=ServiceSettings.interval_s, show_default=True, help="Seconds between decisions."),
     click.option("--lookback-s", default=60.0, show_default=True, help="History read at start."),
     metrics_addr_option(),
     click.option("--reserve-cores", default=0.5, show_default=True,

@@ -45,8 +45,11 @@ GrowPartitions = Callable[[str, int], Awaitable[int]]  # (topic, count) -> count
 
 @dataclass(frozen=True)
 class ServiceSettings:
-    interval_s: float = 0.5
-    reorder_s: float = 0.2  # hold-back for timestamps interleaved across partitions
+    # a burst is seen (and answered) within one interval: deciding costs well under a millisecond
+    interval_s: float = 0.1
+    # hold-back for out-of-order timestamps; none for ``streams.control_io.KafkaArrivals``, whose
+    # timestamps come from successive offset snapshots and are in order by construction
+    reorder_s: float = 0.0
     partition_headroom: float = 1.5
     bucket_s: float = 0.5
     max_instances: int | None = None  # replicas per worker process; None: one process per replica

@@ -18,6 +18,7 @@ from loadgen.compare import ModeNotApplicable
 from loadgen.run_record import RunRecord
 from streams import broker
 from streams.config import KafkaSettings
+from tuner.service import ServiceSettings
 
 READY = re.compile(rb"slipstream-worker ready stage=\S+ partitions=[1-9]\d* .*?at_ns=(\d+)")
 
@@ -117,7 +118,7 @@ def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, setting
     return Published(plan, problem, int(record["epoch"]), planfile.from_dict(record, pipeline=pipe))
 
 
-TUNER_TICK_S = 0.5  # the live tuner's decision period
+TUNER_TICK_S = ServiceSettings.interval_s  # the live tuner's decision period
 
 
 def tuner_config(opts: LiveOptions, max_instances: int):

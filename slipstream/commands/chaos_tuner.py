@@ -20,6 +20,7 @@ def chaos_tuner(pipeline_file, activation_s, max_replicas, wait_plan_s) -> None:
     from streams.config import KafkaSettings
     from tuner.actuators import DryRunActuator
     from tuner.run import run_tuner
+    from tuner.service import ServiceSettings
 
     pipe = pipeline_of(pipeline_file)
     settings = KafkaSettings.from_env()
@@ -31,9 +32,9 @@ def chaos_tuner(pipeline_file, activation_s, max_replicas, wait_plan_s) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await run_tuner(pipe, plan, config, DryRunActuator(), dry_run=False, settings=settings, interval_s=0.5,
-                        lookback_s=60.0, stop=stop, metrics_addr=None, max_instances=max_replicas,
-                        plan_epoch=epoch)
+        await run_tuner(pipe, plan, config, DryRunActuator(), dry_run=False, settings=settings,
+                        interval_s=ServiceSettings.interval_s, lookback_s=60.0, stop=stop, metrics_addr=None,
+                        max_instances=max_replicas, plan_epoch=epoch)
 
     asyncio.run(main())
 

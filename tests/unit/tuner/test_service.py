@@ -206,3 +206,20 @@ def test_a_huge_epoch_read_never_overflows_the_tuners_config():
     latest = stage_config_record(pipe, None, "s", 1, 4, "") | {"epoch": 2**63 - 1}
     rec = stage_config_record(pipe, latest, "s", 2, 4, "scale-up")
     assert rec["epoch"] == EPOCH_MAX and codec.decode("StageConfig", codec.encode("StageConfig", rec))["replicas"] == 2
+
+
+async def test_the_service_as_deployed_acts_on_a_burst_at_the_first_tick_after_it(setup):
+    """The live feed's timestamps are in order (offset snapshots): nothing is held back, so a burst
+    that came in the last tick is counted by the next decision."""
+    pipe, plan = setup
+    clock = Clock()
+    svc = TunerService(pipe, plan, TunerConfig(activation_s=1.0), DryRunActuator(),
+                       partitions={"detect": 2, "classify": 4}, clock=clock)
+    svc.feed(poisson_ns(50, 0, 10, seed=2))
+    clock.ns = 10 * NS_PER_S
+    assert not (await svc.tick()).changes
+    svc.feed(np.round(np.linspace(10.0, 10.05, 40) * NS_PER_S).astype(np.int64))  # 40 requests in 50 ms
+    clock.ns = int(10.05 * NS_PER_S)
+    decision = await svc.tick()
+    assert {c.stage for c in decision.changes} == {"detect", "classify"}
+    assert all(c.reason == "scale-up" for c in decision.changes)
