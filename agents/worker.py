@@ -37,7 +37,7 @@ from agents.instances import ExecutorFactory, Fleet, run_deadline_s
 from agents.metrics import StageMetrics
 from agents.stage.commit import WINDOW_BATCH_BYTES, WINDOW_LINGER_MS, Commit
 from agents.stage.config_switch import ConfigSwitch
-from agents.stage.fleet import FleetKeeper
+from agents.stage.fleet import FleetKeeper, Spares
 from agents.stage.intake import Intake
 from agents.stage.rebalance import Rebalance
 from agents.stage.serve import Serve, check_all, check_and_run
@@ -75,6 +75,8 @@ class StageWorker(Intake, Windows, Serve, Commit, ConfigSwitch, FleetKeeper, Reb
         self.profiles = profiles  # the planner's profile store: predictors start from its numbers
         self.config: ActiveConfig = defaults(pipe, stage)
         self.fleet = Fleet()
+        self.spares = Spares()  # loaded copies serving nothing, for the next scale-up (agents.stage.fleet)
+        self._spare_fill: asyncio.Future | None = None
         self._pending: tuple[ActiveConfig, Fleet] | None = None
         self._intake: list = []  # (tp, records, received_ns) per fetch since the batch loop last looked
         self._intake_n = 0  # records on it
@@ -106,6 +108,7 @@ class StageWorker(Intake, Windows, Serve, Commit, ConfigSwitch, FleetKeeper, Reb
         self.metrics.lab(self.metrics.config_epoch).set(self.config.epoch)
         self._set_instance_gauge()
         mark("model-loaded", instances=len(self.fleet.instances))
+        self._keep_spares()
         self.limits = await read_limits(self.kafka, [t.name for t in topics.all_topics(self.pipe)])
         self.bounds = self._bounds()
         if self.txns is None:
@@ -132,7 +135,10 @@ class StageWorker(Intake, Windows, Serve, Commit, ConfigSwitch, FleetKeeper, Reb
             await self.producer.stop()
         if self.txns is not None:
             await self.txns.close_all()
+        if self._spare_fill is not None:
+            self._spare_fill.cancel()
         self.loader.shutdown(wait=True)
         pending = self._pending[1].instances if self._pending else []
         for inst in {id(i): i for i in [*self.fleet.instances, *pending]}.values():
             inst.retire()
+        self.spares.clear()

@@ -83,4 +83,5 @@ class ConfigSwitch:
         self._set_instance_gauge()
         self.metrics.lab(self.metrics.config_epoch).set(cfg.epoch)
         log.info("config epoch %d in force: %s; %d instance(s)", cfg.epoch, cfg, len(fleet.instances))
+        self._keep_spares()
         mark("config-in-force", epoch=cfg.epoch, instances=len(fleet.instances))

@@ -1,0 +1,74 @@
+"""Loaded copies that serve nothing (``agents.stage.fleet.Spares``): a scale-down parks the copies it
+frees, the worker tops them up to ``max_instances`` in the background, and a scale-up of the same
+variants on the same hardware serves with them at once, without a load."""
+from __future__ import annotations
+
+from aiokafka.structs import ConsumerRecord
+
+from agents import worker as w
+from agents.metrics import StageMetrics
+from agents.zoo import load_executor
+from streams import codec, kafka as kclient
+from streams.config import KafkaSettings
+from streams.control_io import read_record
+from streams.spec import parse_pipeline
+
+PIPE = parse_pipeline({
+    "name": "sp", "slo_ms": 300, "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},
+    "stages": [{"name": "s", "variants": [{"name": "a", "model": "noop", "accuracy": 0.5},
+                                          {"name": "b", "model": "noop", "accuracy": 0.9}],
+                "defaults": {"variant": "a", "hardware": "cpu-1", "partitions": 2}}]})
+
+
+def config(offset: int, variant: str, replicas: int) -> dict:
+    value = codec.encode("StageConfig", {
+        "pipeline": "sp", "stage": "s", "variant": variant, "hardware": "cpu-1", "max_batch": 2,
+        "batch_timeout_ms": 5.0, "replicas": replicas, "partitions": 2, "epoch": offset, "planner_mode": "t"})
+    r = ConsumerRecord("c", 0, offset, 0, 0, b"s", value, None, 1, len(value), kclient.headers_for("StageConfig"))
+    return read_record(r, "sp", PIPE)[1]
+
+
+async def switch(sw: w.StageWorker, rec: dict) -> None:
+    assert await sw.offer_config(rec)
+    sw._apply_pending_config()
+
+
+async def test_a_scale_up_after_a_scale_down_takes_the_freed_copy_and_a_variant_change_closes_it():
+    loads = []
+
+    def factory(variant, hw):
+        loads.append(variant.name)
+        return load_executor(variant, hw)
+
+    sw = w.StageWorker(PIPE, "s", KafkaSettings(), factory, StageMetrics.create("sp", "s"), max_instances=2)
+    sw.config, sw.fleet = await sw._initial_config([config(1, "a", 2)])
+    first, second = sw.fleet.instances
+    assert loads == ["a", "a"]
+
+    await switch(sw, config(2, "a", 1))  # scale down: the second copy is parked, not closed
+    assert sw.fleet.instances == [first] and sw.spares.copies == [second] and not second.retired
+    assert sw.fleet.idle() is first  # a spare takes no work
+
+    await switch(sw, config(3, "a", 2))  # scale up: the spare serves, nothing loads
+    assert sw.fleet.instances == [first, second] and sw.spares.copies == [] and loads == ["a", "a"]
+
+    await switch(sw, config(4, "a", 1))
+    await switch(sw, config(5, "b", 1))  # another variant: the spare of "a" is closed, "b" loads
+    assert loads == ["a", "a", "b"] and second.retired and first.retired
+    await sw._spare_fill  # ... and a spare of "b" loads in the background
+    (spare,) = sw.spares.copies
+    assert loads == ["a", "a", "b", "b"] and sw.fleet.idle() is not spare
+    await switch(sw, config(6, "b", 2))  # the scale-up takes it: nothing loads
+    assert loads == ["a", "a", "b", "b"] and sw.fleet.instances[1] is spare
+    assert len({i.index for i in sw.fleet.instances}) == 2
+    sw.loader.shutdown(wait=True)
+
+
+async def test_a_worker_started_below_its_instance_cap_loads_spares_up_to_it():
+    sw = w.StageWorker(PIPE, "s", KafkaSettings(), load_executor, StageMetrics.create("sp", "s"), max_instances=3)
+    sw.config, sw.fleet = await sw._initial_config([config(1, "a", 1)])
+    sw._keep_spares()
+    await sw._spare_fill
+    assert len(sw.fleet.instances) == 1 and len(sw.spares.copies) == 2
+    assert len({i.index for i in [*sw.fleet.instances, *sw.spares.copies]}) == 3
+    sw.loader.shutdown(wait=True)
