@@ -11,7 +11,7 @@ import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -72,33 +72,45 @@ class LatencyCurve:
 
 PREDICT_WINDOW = 10  # RecentLatency: the last runs per batch size it keeps
 PREDICT_PERCENTILE = 99.0  # ... and the percentile of them it predicts (the estimator mirrors both)
+# ... of the runs of the last PREDICT_HORIZON_S seconds. Without a horizon one stalled run past the
+# SLO (428 ms in demo run s11-demo-1, SLO 400 ms) had every later request dropped as certain to be
+# late, so nothing ran again to correct it: the stage answered nothing for 150 s.
+PREDICT_HORIZON_S = 5.0
 
 
 @dataclass
 class RecentLatency:
-    """p-th percentile of the last ``window`` observed latencies per batch size (Clockwork).
+    """p-th percentile of the last ``window`` observed latencies per batch size (Clockwork), of the
+    runs of the last ``horizon_s`` on ``clock`` (epoch or simulated ns; None: no horizon).
 
-    Before a size has been seen, the curve's value is scaled by how the sizes seen so far compare
-    with the curve (the median ratio), so a slower-than-profiled machine is noticed at once.
+    Before a size has been seen (or when its runs are all older than the horizon), the curve's value
+    is scaled by how the runs seen so far compare with the curve (the median ratio), so a
+    slower-than-profiled machine is noticed at once.
     """
 
     curve: LatencyCurve
     window: int = PREDICT_WINDOW
     percentile: float = PREDICT_PERCENTILE
-    _recent: dict[int, deque] = field(default_factory=dict)
+    clock: Callable[[], int] | None = field(default=None, compare=False, repr=False)
+    horizon_s: float = PREDICT_HORIZON_S
+    _recent: dict[int, deque] = field(default_factory=dict)  # batch -> (at_ns, latency_ns) of its runs
     _ratios: deque = field(default_factory=lambda: deque(maxlen=32))
     # the median of _ratios, computed once per observation when asked (a cache: not compared or shown)
     _scale: float | None = field(default=None, compare=False, repr=False)
 
     def observe(self, batch: int, latency_ns: int) -> None:
-        self._recent.setdefault(batch, deque(maxlen=self.window)).append(latency_ns)
+        at = self.clock() if self.clock is not None else 0
+        self._recent.setdefault(batch, deque(maxlen=self.window)).append((at, latency_ns))
         self._ratios.append(latency_ns / max(self.curve.ns(batch), 1))
         self._scale = None
 
     def predict_ns(self, batch: int) -> int:
         seen = self._recent.get(batch)
+        if seen and self.clock is not None:
+            since = self.clock() - int(self.horizon_s * 1e9)
+            seen = [run for run in seen if run[0] >= since]
         if seen:
-            vals = sorted(seen)
+            vals = sorted(lat for _, lat in seen)
             k = min(len(vals) - 1, math.ceil(self.percentile / 100.0 * len(vals)) - 1)
             return int(vals[max(k, 0)])
         if self._scale is None:

@@ -65,7 +65,7 @@ class FleetKeeper:
                 if v.name not in fleet.variants:
                     profile = lookup(self.profiles, v, cfg.hardware) if self.profiles is not None else None
                     seed = profile.curve() if profile is not None else curve
-                    fleet.variants[v.name] = VariantState(v.accuracy, RecentLatency(seed))
+                    fleet.variants[v.name] = VariantState(v.accuracy, RecentLatency(seed, clock=time.monotonic_ns))
             fleet.instances.append(inst)
             load_ns, warm_ns = load_ns + t1 - t0, warm_ns + time.time_ns() - t1
         if cfg.epoch >= 0:

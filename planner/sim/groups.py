@@ -65,12 +65,14 @@ class Latency(NamedTuple):
     observe: Callable[[int, int], None] | None = None
 
     @classmethod
-    def of(cls, curve: LatencyCurve, max_batch: int, service: ServiceTime, learn: bool = True) -> "Latency":
-        """``service`` is the variant's own (``ServiceTime.for_variant``)."""
+    def of(cls, curve: LatencyCurve, max_batch: int, service: ServiceTime, learn: bool = True,
+           clock: Callable[[], int] | None = None) -> "Latency":
+        """``service`` is the variant's own (``ServiceTime.for_variant``); ``clock``: the simulated
+        time, for the predictor's horizon."""
         base = [0] + [int(curve.ns(b)) for b in range(1, max_batch + 1)]
         if not learn:
             return cls(base.__getitem__, base, service)
-        learner = RecentLatency(curve, PREDICT_WINDOW, PREDICT_PERCENTILE)
+        learner = RecentLatency(curve, PREDICT_WINDOW, PREDICT_PERCENTILE, clock)
         return cls(learner.predict_ns, base, service, learner.observe)
 
 

@@ -55,6 +55,10 @@ class World:
         self._between = _HopTimes(network.between, net)
         self.between_ns = self._between.const  # the constant between-stage transit, None when random
 
+    def clock(self) -> int:
+        """The simulated time (ns): the predictors' clock."""
+        return self.engine.now
+
     def stream(self) -> np.random.Generator:
         """A new independent generator (the stages', in build order)."""
         return np.random.default_rng(self._seeds.spawn(1)[0])
@@ -98,11 +102,12 @@ class _HopTimes:
         return [vis[i] for i in order], [reqs[i] for i in order]
 
 
-def _latency_of(stage, service: ServiceTime, learn: bool, variant: str, hardware: str, max_batch: int) -> Latency:
+def _latency_of(stage, service: ServiceTime, learn: bool, clock, variant: str, hardware: str,
+                max_batch: int) -> Latency:
     curve = stage.variant(variant).latency.get(hardware)
     if curve is None:
         raise Unprofiled(f"stage {stage.name}: variant {variant} has no latency profile on {hardware}")
-    return Latency.of(curve, max_batch, service.for_variant(variant_key(variant, hardware)), learn)
+    return Latency.of(curve, max_batch, service.for_variant(variant_key(variant, hardware)), learn, clock)
 
 
 class Unprofiled(ValueError):
@@ -131,7 +136,7 @@ def build(problem: Problem, plan: Plan, world: World, scaling: Mapping[str, str]
                 raise Unprofiled(f"stage {name} is deployed on {a.hardware} (its primary assignment's) but variant "
                                  f"{v} has no latency profile there")
             tables.append(Latency.of(curve, a.max_batch, world.service.for_variant(variant_key(v, a.hardware)),
-                                     world.learns))
+                                     world.learns, world.clock))
         mix = None
         if len(variants) > 1:
             key = tuple(sorted(use.items()))
@@ -141,7 +146,7 @@ def build(problem: Problem, plan: Plan, world: World, scaling: Mapping[str, str]
             index = {v: k for k, v in enumerate(variants)}
             mix = Mix([index[v] for v in routed[key]], tables)
         settings = BatchSettings.from_ms(a.max_batch, a.batch_timeout_ms, drop_late)
-        latency_of = partial(_latency_of, problem.stage(name), world.service, world.learns)
+        latency_of = partial(_latency_of, problem.stage(name), world.service, world.learns, world.clock)
         counts = [x.replicas for x in sp.assignments]
         if scaling[name] == "instances":
             st.group = InstanceGroup(world, st, settings, tables[0], counts, mix)

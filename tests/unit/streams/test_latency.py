@@ -51,3 +51,20 @@ def test_unseen_size_scale_is_numpys_median_of_the_ratios():
             r.observe(b, int(curve.ns(b) * rng.uniform(0.5, 3.0)))
         scale = float(np.median(r._ratios))
         assert r.predict_ns(5) == int(curve.ns(5) * scale)
+
+
+def test_a_stalled_run_is_forgotten_after_the_horizon_even_when_nothing_runs_again():
+    """A run past the SLO makes the predictor call every request late, so nothing runs to correct
+    it: the runs older than the horizon no longer count, and the scaled profile speaks again."""
+    now = [0]
+    r = RecentLatency(LatencyCurve.fit({1: 25, 4: 60}), clock=lambda: now[0], horizon_s=5.0)
+    for v in (25, 26, 428, 27):
+        r.observe(1, v * MS)
+        now[0] += 100 * MS
+    assert r.predict_ns(1) == 428 * MS
+    now[0] += 4 * 1000 * MS
+    assert r.predict_ns(1) == 428 * MS  # within the horizon: still the stall
+    now[0] += 1000 * MS
+    assert r.predict_ns(1) < 100 * MS  # past it: the profile x the median ratio of the runs seen
+    r.observe(1, 30 * MS)
+    assert r.predict_ns(1) == 30 * MS
