@@ -106,9 +106,10 @@ class RecentLatency:
 
     def predict_ns(self, batch: int) -> int:
         seen = self._recent.get(batch)
-        if seen and self.clock is not None:
+        if seen and self.clock is not None:  # runs are in time order: the expired ones lead
             since = self.clock() - int(self.horizon_s * 1e9)
-            seen = [run for run in seen if run[0] >= since]
+            while seen and seen[0][0] < since:
+                seen.popleft()
         if seen:
             vals = sorted(lat for _, lat in seen)
             k = min(len(vals) - 1, math.ceil(self.percentile / 100.0 * len(vals)) - 1)

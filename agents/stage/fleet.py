@@ -22,7 +22,7 @@ from agents.executors import check_digest, pinned
 from agents.instances import Fleet, Instance, VariantState, new_instance, warmup_curve
 from agents.stage import log
 from streams import placement
-from streams.latency import RecentLatency
+from streams.latency import LatencyCurve, RecentLatency
 from streams.profile_store import lookup
 from streams.timeline import mark
 
@@ -31,18 +31,31 @@ class FleetKeeper:
     fleet: Fleet
     loader: ThreadPoolExecutor
     max_instances: int
-    spares: "Spares"
+    spares: Spares
     _spare_fill: asyncio.Future | None
 
     def instances_for(self, cfg: ActiveConfig) -> int:
         return placement.layout(cfg.replicas, self.max_instances).instances
 
+    async def _load_copy(self, cfg: ActiveConfig, fleet: Fleet) -> tuple[Instance, dict[str, LatencyCurve], int]:
+        """One copy of ``cfg``'s variants beside ``fleet``, loaded and warmed on the loader thread: the
+        copy, each variant's warm-up curve and the load's ns (the rest of the time is the warm-up)."""
+        loop = asyncio.get_running_loop()
+        variants = [self.spec.variant(n) for n in cfg.variants]
+        index = max((i.index for i in [*fleet.instances, *self.spares.copies]), default=-1) + 1
+        t0 = time.time_ns()
+        inst = await loop.run_in_executor(self.loader, new_instance, pinned(self.factory, cfg.digests), variants,
+                                          self.pipe.hardware[cfg.hardware], self.stage, index)
+        load_ns = time.time_ns() - t0
+        sizes = self.warmup_batches or (1, cfg.max_batch)
+        curves = {v.name: await loop.run_in_executor(self.loader, warmup_curve, inst.executors[v.name], sizes)
+                  for v in variants}
+        return inst, curves, load_ns
+
     async def _prepare(self, cfg: ActiveConfig, current: Fleet) -> Fleet:
         """The fleet for ``cfg``: ``current``'s instances when they run the same variants on the same
-        hardware (a pure replica change), plus new ones loaded and warmed off the event loop."""
-        loop = asyncio.get_running_loop()
-        hw = self.pipe.hardware[cfg.hardware]
-        variants = [self.spec.variant(n) for n in cfg.variants]
+        hardware (a pure replica change), then spares, then new copies loaded and warmed off the
+        event loop."""
         same = bool(current.instances) and set(current.variants) == set(cfg.variants) and \
             cfg.hardware == current.hardware
         keep = current.instances[:self.instances_for(cfg)] if same else []
@@ -50,24 +63,18 @@ class FleetKeeper:
         keep = keep + reused
         for name, ex in (kv for inst in keep for kv in inst.executors.items()):  # kept copies too
             check_digest(ex, cfg.digests.get(name, ""), "the StageConfig")
-        factory = pinned(self.factory, cfg.digests)
         fleet = Fleet(list(keep), dict(current.variants) if same else {}, cfg.hardware)
         load_ns = warm_ns = 0
         while len(fleet.instances) < self.instances_for(cfg):
             t0 = time.time_ns()
-            index = max((i.index for i in [*fleet.instances, *self.spares.copies]), default=-1) + 1
-            inst = await loop.run_in_executor(self.loader, new_instance, factory, variants, hw,
-                                              self.stage, index)
-            t1 = time.time_ns()
-            sizes = self.warmup_batches or (1, cfg.max_batch)
-            for v in variants:  # warm every copy; without a profile the first warm-up seeds the predictor
-                curve = await loop.run_in_executor(self.loader, warmup_curve, inst.executors[v.name], sizes)
+            inst, curves, load = await self._load_copy(cfg, fleet)
+            for v in map(self.spec.variant, cfg.variants):  # without a profile the first warm-up seeds the predictor
                 if v.name not in fleet.variants:
                     profile = lookup(self.profiles, v, cfg.hardware) if self.profiles is not None else None
-                    seed = profile.curve() if profile is not None else curve
+                    seed = profile.curve() if profile is not None else curves[v.name]
                     fleet.variants[v.name] = VariantState(v.accuracy, RecentLatency(seed, clock=time.monotonic_ns))
             fleet.instances.append(inst)
-            load_ns, warm_ns = load_ns + t1 - t0, warm_ns + time.time_ns() - t1
+            load_ns, warm_ns = load_ns + load, warm_ns + time.time_ns() - t0 - load
         if cfg.epoch >= 0:
             mark("config-loaded", epoch=cfg.epoch, instances=len(fleet.instances),
                  new=len(fleet.instances) - len(keep), spares=len(reused), load_ms=f"{load_ns / 1e6:.1f}",
@@ -81,16 +88,9 @@ class FleetKeeper:
             self._spare_fill.add_done_callback(self._window_done)
 
     async def _fill_spares(self) -> None:
-        loop = asyncio.get_running_loop()
         while self._pending is None and len(self.fleet.instances) + len(self.spares.copies) < self.max_instances:
             fleet, cfg = self.fleet, self.config
-            variants = [self.spec.variant(n) for n in cfg.variants]
-            index = max((i.index for i in [*fleet.instances, *self.spares.copies]), default=-1) + 1
-            inst = await loop.run_in_executor(self.loader, new_instance, pinned(self.factory, cfg.digests),
-                                              variants, self.pipe.hardware[cfg.hardware], self.stage, index)
-            for v in variants:
-                await loop.run_in_executor(self.loader, warmup_curve, inst.executors[v.name],
-                                           self.warmup_batches or (1, cfg.max_batch))
+            inst, _, _ = await self._load_copy(cfg, fleet)
             if self.fleet is not fleet or not self.spares.park(inst, fleet, fleet, self.max_instances):
                 inst.retire()  # the config changed meanwhile
                 return
