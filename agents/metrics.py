@@ -131,7 +131,9 @@ class StageMetrics:
                         registry=reg),
         )
         m._labels = labels
-        m.lab(m.slo_met)  # every series exists from the start (at 0), so rates and ratios are defined
+        for unlabelled in (m.slo_met, m.requests, m.dead_letters, m.config_rejected, m.control_invalid,
+                           m.queue_depth, m.instances, m.backlog):
+            m.lab(unlabelled)  # every series exists from the start (at 0): rates, ratios and scrapes are defined
         for status in STATUSES:
             m.lab(m.slo_missed, status=status)
         if slo_ms:

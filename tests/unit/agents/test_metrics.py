@@ -53,6 +53,9 @@ def test_series_exist_before_the_first_result():
     m = StageMetrics.create("p", "s")
     assert value(m, "slipstream_slo_met_total") == 0
     assert value(m, "slipstream_slo_missed_total", status="dropped") == 0
+    for gauge in ("slipstream_queued_requests", "slipstream_instances", "slipstream_delivery_backlog_windows"):
+        assert value(m, gauge) == 0, gauge  # a scrape before the first window reads 0, not nothing
+    assert value(m, "slipstream_requests_total") == 0
     assert m.registry.get_sample_value("slipstream_build_info", {"version": version()}) == 1
     assert m.registry.get_sample_value("process_start_time_seconds") is not None
 
