@@ -15,8 +15,9 @@ and per stage (the same definition on both sides: drops count as infinitely late
   (``drawn_p99_ms``);
 - arrivals: every result's ``created_ns``, from the first, with its request id (what a mixed stage
   routes by);
-- replica changes: where the run's replica series changes (``loadgen.report.scale_events``), as
-  the estimator's ``ReplicaChange`` of the stage's primary assignment;
+- replica changes: every StageConfig the run saw on the control topic that changed a stage's
+  replicas, at its time, as the estimator's ``ReplicaChange`` of the stage's primary assignment; an
+  added model instance serves ``instance_activation_s`` later (the worker takes a loaded spare);
 - re-plans: every StageConfig the run saw on the control topic (the report's ``control.jsonl``) that
   changed a stage's variant, hardware, max batch or batch timeout, as a ``BatchingChange`` at its
   time (a new variant or hardware a model load later: the run's activation);
@@ -36,7 +37,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from loadgen.report import Summary, scale_events
+from loadgen.report import Summary
 from planner.estimator import BatchingChange, ReplicaChange, SimOptions, SimResult, network_for, simulate
 from planner.sim.params import Network, ServiceTime
 from planner.plan import Plan
@@ -100,13 +101,22 @@ def run_arrivals(results: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, list
     return ((created - created[0]) / NS if created.size else np.empty(0)), [r["request_id"] for r in order]
 
 
-def run_changes(summary: Summary, plan: Plan) -> list[ReplicaChange]:
-    """The run's replica changes, on each stage's primary assignment (other assignments keep theirs)."""
+def run_changes(control: Sequence[tuple[int, Mapping[str, Any]]], plan: Plan, start_ns: int) -> list[ReplicaChange]:
+    """The run's replica changes at their StageConfig's time on the control topic (``control`` as in
+    :func:`batching_changes`; what was in force at the start, ``start_ns``, is a change at 0 s where it
+    differs from ``plan``), on each stage's primary assignment (other assignments keep theirs)."""
+    from planner.calibrate import configs_in_force
+
+    current = {sp.stage: sp.replicas for sp in plan.stages}
     out = []
-    for t, stage, _before, after in scale_events(summary):
-        sp = plan.stage(stage)
+    for at_ns, rec in configs_in_force(control, start_ns):
+        stage, replicas = rec["stage"], int(rec["replicas"])
+        if current.get(stage, replicas) == replicas:
+            continue
+        current[stage], sp = replicas, plan.stage(stage)
         others = sp.replicas - sp.primary.replicas
-        out.append(ReplicaChange(t, stage, max(1, after - others), sp.assignments.index(sp.primary)))
+        out.append(ReplicaChange(max(0.0, (at_ns - start_ns) / NS), stage, max(1, replicas - others),
+                                 sp.assignments.index(sp.primary)))
     return out
 
 
@@ -204,20 +214,23 @@ def compare(summary: Summary, results: Sequence[Mapping[str, Any]], sim: SimResu
 
 def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequence[Mapping[str, Any]], *,
                  control: Sequence[tuple[int, Mapping[str, Any]]] = (), seed: int = 0, seeds: int = SEEDS,
-                 forward: Sequence[ReplicaChange] | None = None) -> LikeForLike:
+                 forward: Sequence[ReplicaChange] | None = None,
+                 instance_activation_s: float | None = None) -> LikeForLike:
     """The estimator on this run's arrivals, replica changes and re-plans (``control``: what it saw
     on the control topic) and the machine's pace as the run measured it, against what
     was measured: one simulation per seed (``seed``, ``seed + 1``, ...); the run with the median p99
     is the estimate (a single run's p99 moves by tens of percent from seed to seed once service and
     transits vary). ``drawn_p99_ms`` is the same with the pace drawn from the calibration. The
-    problem's activation time, network and service spread are the simulation's. ``forward`` (the
+    problem's activation time, network and service spread are the simulation's, and an added model
+    instance serves ``instance_activation_s`` after its change (default: the activation time). ``forward`` (the
     replica changes the tuner policy makes on these arrivals, ``loadgen.simulate.tuner_changes``;
     empty for an untuned mode) adds the forward prediction (:func:`forward_estimate`)."""
     arrivals, ids = run_arrivals(results)
     start_ns = min((r["created_ns"] for r in results), default=0)
-    changes = (*run_changes(summary, plan), *batching_changes(control, plan, start_ns, problem.activation_s))
+    changes = (*run_changes(control, plan, start_ns), *batching_changes(control, plan, start_ns, problem.activation_s))
     at = replace(problem, arrivals_s=arrivals)
-    service, options = problem.service, SimOptions(schedule=changes, request_ids=ids)
+    service = problem.service
+    options = SimOptions(schedule=changes, request_ids=ids, instance_activation_s=instance_activation_s)
     drawn, drawn_seeds = median_run(at, plan, options, seed, seeds)
     own = run_service(problem, plan, results, control, start_ns, service)
     sim, seed_p99 = (drawn, drawn_seeds) if own is service else median_run(replace(at, service=own), plan, options,

@@ -64,7 +64,10 @@ class SimOptions:
 
     ``schedule`` is the tuner's replica changes and the re-plans' batching changes; ``scaling`` is
     ``instances`` or ``rebalance``, for all stages or per stage; ``pause_s`` the rebalance pause
-    (default: the problem's ``activation_s``); ``fanout_dist`` how many children a request has
+    (default: the problem's ``activation_s``); ``instance_activation_s`` how long after its change an
+    added model instance serves (``instances``; default: the problem's ``activation_s``, a model load;
+    a worker holding loaded spares, ``agents.stage.fleet.Spares``, serves it once the control record is
+    in); ``fanout_dist`` how many children a request has
     (``round``: the fan-out rounded, ``poisson``); ``drop_late`` whether the workers drop requests past
     their deadline; ``method`` ``auto`` runs stage by stage when nothing couples the stages in time
     (``planner.sim.stagewise``, same result, faster), ``events`` always runs the event loop;
@@ -74,6 +77,7 @@ class SimOptions:
     schedule: Sequence[ReplicaChange | BatchingChange] = ()
     scaling: str | Mapping[str, str] = "instances"
     pause_s: float | None = None
+    instance_activation_s: float | None = None
     fanout_dist: str = "round"
     drop_late: bool = True
     method: str = "auto"
@@ -84,8 +88,10 @@ class SimOptions:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.fanout_dist not in FANOUT_DISTS:
             raise ValueError(f"fanout_dist must be one of {FANOUT_DISTS}, got {self.fanout_dist!r}")
-        if self.pause_s is not None and not self.pause_s >= 0:
-            raise ValueError(f"pause_s must be >= 0, got {self.pause_s!r}")
+        for name in ("pause_s", "instance_activation_s"):
+            value = getattr(self, name)
+            if value is not None and not value >= 0:
+                raise ValueError(f"{name} must be >= 0, got {value!r}")
 
 
 def simulate(problem: Problem, plan: Plan, options: SimOptions = SimOptions()) -> SimResult:
@@ -104,8 +110,10 @@ def simulate(problem: Problem, plan: Plan, options: SimOptions = SimOptions()) -
     if o.request_ids is not None and len(o.request_ids) != arr.size:
         raise ValueError(f"{len(o.request_ids)} request_ids for {arr.size} arrivals")
 
+    instance_s = act_s if o.instance_activation_s is None else o.instance_activation_s
     world = World(seed=problem.seed, deadline=deadline_ns.tolist(), host=host,
                   network=network, service=service, activation_ns=int(act_s * NS_PER_S),
+                  instance_activation_ns=int(instance_s * NS_PER_S),
                   pause_ns=int((act_s if o.pause_s is None else o.pause_s) * NS_PER_S), fanout_dist=o.fanout_dist,
                   request_ids=o.request_ids)
     stages = build(problem, plan, world, modes, o.drop_late)

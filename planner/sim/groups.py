@@ -9,8 +9,9 @@ off one variant after the other (``planner.sim.servers``). A replica change name
 - :class:`InstanceGroup` (``scaling="instances"``, the data plane's model instances): one worker
   process, so one consumer and one FIFO for all the group's partitions, with c servers (instances)
   taking windows from it: a central queue with c servers. A replica change is an instance change:
-  running instances never pause; an added one serves from ``activation`` after the change (model load
-  and warm-up); a removed one finishes the window it is on (``agents.instances``) and stops.
+  running instances never pause; an added one serves from ``instance activation`` after the change
+  (a model load and warm-up, or a loaded spare taken once the control record is in); a removed one
+  finishes the window it is on (``agents.instances``) and stops.
 - :class:`PartitionGroup` (``scaling="rebalance"``, a process per replica): items go round-robin over
   ``partitions``, partitions go to replicas by Kafka's range assignor, and each replica keeps one FIFO
   of its partitions (not a central queue). A replica change is a consumer rebalance: unconsumed items
@@ -166,7 +167,7 @@ class InstanceGroup(Group):
         live = [s for s in self.servers if not s.retired]
         for _ in range(replicas - len(live)):
             srv = Server(self, self.queue)
-            srv.pause_until(now + self.world.activation_ns)
+            srv.pause_until(now + self.world.instance_activation_ns)
             self.servers.append(srv)
         for srv in live[replicas:]:  # the newest go first; a busy one finishes its window
             srv.retired = True

@@ -32,7 +32,8 @@ class World:
     """The shared context of one run (see the module docstring)."""
 
     def __init__(self, *, seed: int, deadline: list[int], host: HostModel | None, network: Network,
-                 service: ServiceTime, activation_ns: int, pause_ns: int, fanout_dist: str,
+                 service: ServiceTime, activation_ns: int, instance_activation_ns: int, pause_ns: int,
+                 fanout_dist: str,
                  request_ids: Sequence[str] | None) -> None:
         self._seeds = np.random.SeedSequence(seed)
         net, svc, fetch = (np.random.default_rng(s) for s in self._seeds.spawn(3))
@@ -50,6 +51,7 @@ class World:
         self.dispatch = Draws(partial(service.dispatch.sample_ns, self.stream())).one if service.has_dispatch else None
         self.network = network
         self.activation_ns = activation_ns
+        self.instance_activation_ns = instance_activation_ns
         self.pause_ns = pause_ns
         self.fanout_dist = fanout_dist
         self._between = _HopTimes(network.between, net)

@@ -17,7 +17,8 @@ from slipstream.options import state_default
 @click.option("--fit", "fit_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
               help="Estimate with a calibration fitted on these reports (in memory, not stored) instead of the one "
                    "in force: fit on some runs, check on others.")
-@click.option("--activation-s", default=1.0, show_default=True, help="As the live runs had it.")
+@click.option("--activation-s", type=float, default=None, show_default="LiveOptions.activation_s",
+              help="As the live runs had it.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--detail", is_flag=True, help="Also each run's per-stage table (residence, hop components).")
 def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_s, seed, detail) -> None:
@@ -36,7 +37,7 @@ def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_
     pipe, store = load_pipeline(pipeline_file), ProfileStore(profiles_dir)
     doc = fit_report(list(fit_dirs), pipe, profiles_dir, store=False) if fit_dirs else store.calibration
     click.echo(f"calibration: {_named(doc)}")
-    opts = LiveOptions(activation_s=activation_s, seed=seed)
+    opts = LiveOptions(seed=seed) if activation_s is None else LiveOptions(activation_s=activation_s, seed=seed)
     click.echo(f"{'report':<40}{'p99 ms':>9}{'est. p99':>10}{'est/meas':>9}{'seeds ms':>12}{'SLO met':>9}{'est. SLO':>9}"
                f"{'drawn p99':>10}{'drawn/meas':>11}")
     for rep in map(Path, report_dirs):

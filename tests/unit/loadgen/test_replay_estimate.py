@@ -10,11 +10,25 @@ from loadgen.simulate import simulate_run
 from planner.estimator import ReplicaChange
 
 
+def control_of(plan, changes, start_ns: int) -> list[tuple[int, dict]]:
+    """The control topic of a run: the plan's StageConfigs before it, one per replica change at its time."""
+    def record(sp, epoch: int, replicas: int) -> dict:
+        a = sp.primary
+        return {"stage": sp.stage, "variant": a.variant, "hardware": a.hardware, "max_batch": a.max_batch,
+                "batch_timeout_ms": a.batch_timeout_ms, "replicas": replicas, "epoch": epoch}
+    out = [(start_ns - 10**9, record(sp, i, sp.replicas)) for i, sp in enumerate(plan.stages)]
+    for i, c in enumerate(changes):
+        sp = plan.stage(c.stage)
+        out.append((start_ns + round(c.time_s * 1e9), record(sp, len(plan.stages) + i,
+                                                             c.replicas + sp.replicas - sp.primary.replicas)))
+    return out
+
+
 def test_the_estimator_replaying_its_own_run_gives_back_that_run(planned):
     problem, plan = planned
     first = plan.stages[0]
-    changes = [ReplicaChange(5.0, first.stage, first.primary.replicas + 1, first.assignments.index(first.primary)),
-               ReplicaChange(12.0, first.stage, first.primary.replicas, first.assignments.index(first.primary))]
+    changes = [ReplicaChange(5.3, first.stage, first.primary.replicas + 1, first.assignments.index(first.primary)),
+               ReplicaChange(12.7, first.stage, first.primary.replicas, first.assignments.index(first.primary))]
     arrivals = problem.arrivals_s - problem.arrivals_s[0]
     run = simulate_run(problem, plan, arrivals, changes=changes, seed=4, start_ns=10**18)
     from loadgen.simulate import results_from_sim
@@ -25,10 +39,13 @@ def test_the_estimator_replaying_its_own_run_gives_back_that_run(planned):
     created = {r["request_id"]: r["created_ns"] for r in results}
     assert sorted(ids) == sorted(created) and all(created[i] == min(created.values()) + round(t * 1e9)
                                                   for i, t in zip(ids, times))
-    got = run_changes(run.summary, plan)
-    assert [(round(c.time_s), c.stage, c.replicas) for c in got] == [(round(c.time_s), c.stage, c.replicas)
-                                                                       for c in changes]
-    est = estimate_run(problem, plan, run.summary, results, seed=4)
+    start = min(created.values())  # the first arrival: the run's 0 s
+    control = control_of(plan, changes, start_ns=10**18)
+    got = run_changes(control, plan, start)
+    # at the StageConfig's time, not on the report's 1 s grid
+    assert [(c.time_s, c.stage, c.replicas) for c in got] == [
+        (pytest.approx(c.time_s - (start - 10**18) / 1e9, abs=1e-6), c.stage, c.replicas) for c in changes]
+    est = estimate_run(problem, plan, run.summary, results, control=control, seed=4)
     assert est.estimated_p99_ms == pytest.approx(est.measured_p99_ms, rel=0.02)
     assert est.estimated_attainment == pytest.approx(est.measured_attainment, abs=0.005)
     assert "end-to-end p99 ms" in format_like_for_like(est)

@@ -32,6 +32,16 @@ def test_instances_start_serving_activation_after_the_change():
     assert sorted(res.latency_ms[7:]) == pytest.approx([10, 10, 10, 20, 20, 20])
 
 
+def test_an_added_instance_serves_its_own_activation_after_the_change():
+    # as above with a loaded spare: the third instance serves 0.1 s after the change (not the 0.5 s of a
+    # load, which the rebalance pause keeps), so the burst at 1.2 s already finds 3
+    burst1 = [1.2] * 6
+    res = run([1.0, *burst1], 2, [ReplicaChange(1.0, "a", 3)], activation_s=0.5, instance_activation_s=0.1)
+    assert sorted(res.latency_ms[1:7]) == pytest.approx([10, 10, 10, 20, 20, 20])
+    with pytest.raises(ValueError, match="instance_activation_s"):
+        SimOptions(instance_activation_s=-1.0)
+
+
 def test_instances_scale_up_delays_nobody():
     # Poisson at rho 0.75 on 2 instances; a third joins at 20 s (activation 2 s). Every request is
     # served no later than without the change, exactly as before until the new one is up, and
