@@ -64,7 +64,8 @@ class Stack:
 
         self.pipe, self.settings, self.log_dir = pipe, settings, log_dir
         asyncio.run(admin.ensure_topics(settings, topics.all_topics(pipe)))
-        opts = LiveOptions(mode, True, activation_s, 2, reserve_cores=reserve_cores, replan_s=replan_s)
+        opts = LiveOptions(mode=mode, activation_s=activation_s, max_replicas=2, reserve_cores=reserve_cores,
+                           replan_s=replan_s)
         self.published = plan_and_publish(pipe, store, sample, opts, settings)
         capacity = LocalCapacity(reserve_cores)
         cli = [sys.executable, "-m", "slipstream.cli"]

@@ -23,7 +23,7 @@ from tuner.service import ServiceSettings
 READY = re.compile(rb"slipstream-worker ready stage=\S+ partitions=[1-9]\d* .*?at_ns=(\d+)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LiveOptions:
     mode: str = "milp"
     tune: bool = True

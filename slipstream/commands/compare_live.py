@@ -30,15 +30,16 @@ def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_re
     try:
         pipe, store, arrivals, sample = prepare(pipeline_file, spec, seed, profiles_dir, plan_seconds)
         store = calibrated(pipe, pipeline_file, store, calibrate,
-                           LiveOptions("milp", True, activation_s, max_replicas, hop_ms, seed, reserve_cores,
-                                       replan_s), Path(report_dir))
+                           LiveOptions(mode="milp", activation_s=activation_s, max_replicas=max_replicas, hop_ms=hop_ms,
+                                       seed=seed, reserve_cores=reserve_cores, replan_s=replan_s), Path(report_dir))
         summaries = {}
 
         def runner(mode: str, tuned: bool):
             name = f"{mode}{'+tuner' if tuned else ''}"
             click.echo(f"\n== {name}")
-            opts = LiveOptions(mode, tuned, activation_s, max_replicas, hop_ms, seed, reserve_cores,
-                               replan_s if tuned else 0.0)
+            opts = LiveOptions(mode=mode, tune=tuned, activation_s=activation_s, max_replicas=max_replicas,
+                               hop_ms=hop_ms, seed=seed, reserve_cores=reserve_cores,
+                               replan_s=replan_s if tuned else 0.0)
             run = live_run(pipe, pipeline_file, arrivals, sample, store, Path(report_dir) / name, opts,
                            f"{pipe.name} {name} {spec}")
             summaries[name] = run.summary

@@ -46,7 +46,8 @@ def demo(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, 
     started = ensure_broker(state_dir())
     try:
         pipe, store, arrivals, sample = prepare(pipeline_file, spec, seed, profiles_dir, plan_seconds)
-        opts = LiveOptions(mode, True, activation_s, max_replicas, hop_ms, seed, reserve_cores, replan_s)
+        opts = LiveOptions(mode=mode, activation_s=activation_s, max_replicas=max_replicas, hop_ms=hop_ms, seed=seed,
+                           reserve_cores=reserve_cores, replan_s=replan_s)
         store = calibrated(pipe, pipeline_file, store, calibrate, opts, Path(report_dir))
         run = live_run(pipe, pipeline_file, arrivals, sample, store,
                        Path(report_dir), opts, f"demo: {pipe.name}, {mode} + tuner, {spec}")
