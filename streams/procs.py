@@ -1,6 +1,13 @@
 """Child processes that announce readiness on their output: stage workers (``slipstream worker``
 prints ``slipstream-worker ready ...``) and benchmark relays. Readiness is an event set by a reader
-thread when the line appears, never a sleep."""
+thread when the line appears, never a sleep.
+
+Children that must not outlive their parent (the workers a run, the demo or ``slipstream up``
+starts) hold a *lifeline*: the read end of a pipe whose write end only the parent holds
+(:func:`lifeline`). However the parent ends, SIGKILL included, the kernel closes that end and the
+child's read returns EOF; :func:`exit_with_parent` (the worker calls it first thing) then stops the
+child as SIGTERM does, and kills it after a grace period. Without it, the workers of a killed run
+stayed in their consumer groups and served later runs' requests unseen."""
 from __future__ import annotations
 
 import os
@@ -10,6 +17,11 @@ import subprocess
 import sys
 import threading
 from typing import Mapping, Sequence
+
+LIFELINE_ENV = "SLIPSTREAM_LIFELINE_FD"
+EXIT_GRACE_S = 30.0  # after the SIGTERM a lost parent causes: a worker's drain is bounded well within it
+_pipe: tuple[int, int] | None = None
+_pipe_lock = threading.Lock()
 
 WORKER_READY = re.compile(r"slipstream-worker ready stage=(\S+) partitions=(\d+)")
 
@@ -22,6 +34,46 @@ def worker_argv(pipeline_file: str, stage: str, loglevel: str = "info", max_inst
     return argv + (["--profiles", str(profiles)] if profiles else [])
 
 
+def lifeline(env: Mapping[str, str] | None = None) -> tuple[dict[str, str], tuple[int, ...]]:
+    """``(env, pass_fds)`` for a child that must stop when this process ends: ``env`` (default: this
+    process's) plus :data:`LIFELINE_ENV`, and the pipe's read end to pass. One pipe serves every
+    child; its ends are not inheritable, so only children given the read end hold it, and only this
+    process holds the write end."""
+    global _pipe
+    with _pipe_lock:
+        if _pipe is None:
+            _pipe = os.pipe()
+    base = dict(os.environ if env is None else env)
+    return {**base, LIFELINE_ENV: str(_pipe[0])}, (_pipe[0],)
+
+
+def exit_with_parent(grace_s: float = EXIT_GRACE_S, on_lost=None) -> threading.Thread | None:
+    """When this process was given a lifeline (:func:`lifeline`), watch it on a daemon thread: at EOF
+    (the parent is gone) send this process SIGTERM and, if it still runs ``grace_s`` later, SIGKILL.
+    ``on_lost`` (a callable) is told first, for a log line. None without a lifeline."""
+    raw = os.environ.pop(LIFELINE_ENV, None)  # not for this process's own children
+    if raw is None:
+        return None
+    try:
+        fd = int(raw)
+        os.fstat(fd)
+    except (ValueError, OSError):
+        return None  # set, but no such descriptor here (a shell copied the variable): nothing to watch
+
+    def watch() -> None:
+        while os.read(fd, 1):  # the parent never writes: data is ignored, EOF means it is gone
+            pass
+        if on_lost is not None:
+            on_lost()
+        os.kill(os.getpid(), signal.SIGTERM)
+        threading.Event().wait(grace_s)  # a bound on the drain, not a synchronisation
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    t = threading.Thread(target=watch, name="lifeline", daemon=True)
+    t.start()
+    return t
+
+
 class ReadyProcess:
     """A child process whose ready line (a regex; for workers, with at least one partition) sets
     :attr:`ready`. Its output is kept (last lines) for error messages."""
@@ -32,8 +84,9 @@ class ReadyProcess:
         self.ready = threading.Event()
         self.lines: list[str] = []
         self._pattern = ready
+        child_env, fds = lifeline({**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
         self.proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+                                     text=True, env=child_env, pass_fds=fds)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence
 
 from streams.placement import layout
+from streams.procs import lifeline
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,10 @@ class LocalProcessActuator:
         self._replicas: dict[str, int] = {}
         self.grace_s = grace_s
         self._log_dir = log_dir
-        # ``env`` adds to this process's environment (prefixes, SLIPSTREAM_PROCESSING, calibration...)
-        self._env = {**os.environ, **env} if env is not None else None
+        # ``env`` adds to this process's environment (prefixes, SLIPSTREAM_PROCESSING, calibration...);
+        # the lifeline stops the workers if this process dies without stopping them (streams.procs)
+        self._env, self._pass_fds = lifeline({**os.environ, **(env or {})})
+        self.started: list[tuple[str, int]] = []  # (stage, pid) of every worker started, for reports
         self._workers: dict[str, list[Worker]] = {}
         self._desired: dict[str, int] = {}
         self.unexpected_exits = 0  # workers that exited without being asked to (crashes)
@@ -170,10 +173,11 @@ class LocalProcessActuator:
         try:
             # own session: SIGTERM reaches the worker's whole process group, not our terminal's
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=self._env, start_new_session=True)
+                                    env=self._env, start_new_session=True, pass_fds=self._pass_fds)
         finally:
             if out is not subprocess.DEVNULL:
                 out.close()
+        self.started.append((stage, proc.pid))
         log.info("started %s worker pid=%d: %s", stage, proc.pid, " ".join(argv))
         return Worker(stage, proc, time.time_ns())
 

@@ -28,6 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from streams.arrivals import gamma_arrivals
+from streams.procs import lifeline
 from tuner.envelope import NS_PER_S, EnvelopeTracker, doubling_windows, envelope
 
 READY_RE = re.compile(r"slipstream-worker ready stage=(\S+) partitions=(\S*)")
@@ -127,8 +128,9 @@ class ActivationResult:
 def _start_until_ready(argv: Sequence[str], timeout_s: float, env=None) -> tuple[subprocess.Popen, float, str]:
     """Start ``argv`` and read its stdout until the ready line; returns (process, seconds, partitions)."""
     t0 = time.monotonic()
+    child_env, fds = lifeline(env)
     proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            bufsize=1, start_new_session=True, env=env)
+                            bufsize=1, start_new_session=True, env=child_env, pass_fds=fds)
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     tail: collections.deque[str] = collections.deque(maxlen=20)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import socket
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -182,6 +183,7 @@ class Workers:
                                       log_dir=log_dir, env={"SLIPSTREAM_BOOTSTRAP": settings.bootstrap},
                                       profiles=str(store.root))
         self.stages = list(supervisor.initial)
+        self.actuator = supervisor.actuator
 
         def on_decision(d) -> None:
             for c in d.changes:
@@ -221,6 +223,39 @@ class Workers:
         self.loop.call_soon_threadsafe(self.stop_event.set)
         self.thread.join(60)
 
+    def ids(self) -> set[str]:
+        """The ``worker`` ids (``HopTiming.worker`` less its instance) of every worker these started."""
+        host = socket.gethostname()
+        return {f"{host}-{pid}" for _, pid in self.actuator.started}
+
+
+def foreign_hops(results, ours: set[str]) -> dict[str, int]:
+    """Hops per worker process not in ``ours``: another run's workers, still in the stages' consumer
+    groups, served them, and the run measured more than its plan."""
+    out: dict[str, int] = {}
+    for r in results:
+        for h in r.get("hops", ()):
+            process = h["worker"].rsplit("/", 1)[0]
+            if process and process not in ours:
+                out[process] = out.get(process, 0) + 1
+    return out
+
+
+def warn_foreign(report_dir: Path, ours: set[str]) -> str:
+    """The warning for a run some of whose hops other workers served ("" when none did), also
+    appended to its ``summary.txt``."""
+    record = RunRecord(report_dir)
+    results = record.results() if record.has_results() else []
+    foreign = foreign_hops(results, ours)
+    if not foreign:
+        return ""
+    total = sum(len(r.get("hops", ())) for r in results)
+    text = (f"WARNING: {sum(foreign.values())} of {total} hops were served by workers this run did not start "
+            f"({', '.join(f'{w} x{n}' for w, n in sorted(foreign.items()))}): stop them and run again")
+    with (report_dir / "summary.txt").open("a") as fh:
+        fh.write(text + "\n")
+    return text
+
 
 def ready_since(log_dir: Path, stage: str, since_ns: int) -> bool:
     """Whether a worker log of ``stage`` in ``log_dir`` holds a ready line stamped at or after ``since_ns``."""
@@ -256,6 +291,9 @@ def live_run(pipe, pipeline_file: str, arrivals: np.ndarray, sample: np.ndarray,
                                 planned_arrivals=problem.arrivals_s, label=label)
     finally:
         workers.stop()
+    foreign = warn_foreign(report_dir, workers.ids())
+    if foreign:
+        click.echo(foreign, err=True)
     return LiveResult(plan, summary, estimate_live(problem, plan, summary, report_dir, opts))
 
 

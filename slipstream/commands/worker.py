@@ -35,7 +35,11 @@ def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_addr, m
            profiles_dir: str | None, commit_interval_s: float, loglevel: str) -> None:
     """Run one stage worker: consume the stage's input topic, batch, infer, route."""
     from agents.app import JOIN, build_join_app, build_stage_app
+    from streams.procs import exit_with_parent
     from streams.timeline import mark
+
+    exit_with_parent(on_lost=lambda: click.echo("slipstream-worker: the process that started this worker "
+                                                "is gone: stopping", err=True))
     from agents.zoo import load_executor
 
     if os.environ.get("SLIPSTREAM_METRICS_PORT"):
