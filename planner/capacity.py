@@ -33,6 +33,8 @@ class StageCapacity:
     rate_qps: float  # what its planned replicas keep up with, back to back at the planned batch
     window_qps: tuple[float, ...]  # per window w_i: the most arrivals in w_i served within budget, / w_i;
     # empty when the stage cannot serve a lone item within its budget (no delay bound at any rate)
+    variant: str = ""  # the primary assignment's, which the numbers are for
+    service_ms: tuple[float, ...] = ()  # l(b) for b = 1..max batch: what the numbers assume a batch takes
 
 
 def path_transit_ms(problem: Problem, path: Sequence[str]) -> float:
@@ -81,7 +83,9 @@ def stage_capacity(problem: Problem, plan: Plan, windows_s: Sequence[float]) -> 
         # delay bound at any rate: no window capacity (the tuner sizes it to the sample, as before)
         bounded = served_within(0, budget_ns, a.max_batch, batch_ns, timeout_ns) > 0
         window = tuple(sp.replicas * n / (s_m * w) for n, w in zip(one, windows_s)) if bounded else ()
-        out[sp.stage] = StageCapacity(sp.stage, budgets[sp.stage], sp.replicas * c.throughput_qps / s_m, window)
+        curve = problem.stage(sp.stage).variant(a.variant).latency[a.hardware]
+        out[sp.stage] = StageCapacity(sp.stage, budgets[sp.stage], sp.replicas * c.throughput_qps / s_m, window,
+                                      a.variant, tuple(curve.ms(b) for b in range(1, a.max_batch + 1)))
     return out
 
 

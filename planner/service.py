@@ -134,7 +134,8 @@ def handoff_record(h: TunerHandoff, pipeline: str, epoch: int, at_ns: int = 0) -
                         "visit_ratio": float(h.visit_ratio[s])} for s in h.replicas],
             "at_ns": int(at_ns),
             "capacity": [{"stage": c.stage, "budget_ms": float(c.budget_ms), "rate_qps": float(c.rate_qps),
-                          "window_qps": [float(x) for x in c.window_qps]}
+                          "window_qps": [float(x) for x in c.window_qps], "variant": c.variant,
+                          "service_ms": [float(x) for x in c.service_ms]}
                          for c in h.capacity.values() if math.isfinite(c.rate_qps) and c.window_qps]}
 
 

@@ -1,5 +1,6 @@
-"""Control-plane Kafka bindings shared by the planner and the tuner: arrival timestamps in,
-StageConfig/ScalingAction out, partitions grown.
+"""Control-plane Kafka bindings shared by the planner and the tuner: arrival timestamps in, results'
+hop timings in (:class:`KafkaResults`, for the workers' pace), StageConfig/ScalingAction out,
+partitions grown.
 
 Arrivals come from the *offsets* of the pipeline's input topic, never from its records: the input
 topic carries the payloads (images up to 16 MiB), and fetching them only to read timestamps doubled the
@@ -160,6 +161,41 @@ class KafkaArrivals:
                 self._on_handoff(rec)
         else:
             self._on_config(rec)
+
+
+class KafkaResults:
+    """Decoded InferenceResults of a pipeline's results topic from its end when started: the tuner
+    reads their hop timings for the workers' pace (``tuner.pace``). No consumer group (it takes no
+    partitions from the results' readers) and no commits; an undecodable record is logged and skipped."""
+
+    def __init__(self, settings: KafkaSettings, pipeline: str, *, poll_ms: int = 200, max_records: int = 500) -> None:
+        self.settings, self.topic = settings, topics.results(pipeline)
+        self._poll_ms, self._max = poll_ms, max_records
+        self._consumer = None
+
+    async def start(self) -> None:
+        self._consumer = kclient.consumer(self.settings, self.topic, group_id=None, enable_auto_commit=False,
+                                          auto_offset_reset="latest")
+        await self._consumer.start()
+
+    async def stop(self) -> None:
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
+
+    async def follow(self, on_result: Callable[[Mapping], None], stop: asyncio.Event) -> None:
+        """Hand every result to ``on_result`` until ``stop``."""
+        while not stop.is_set():
+            batch = await self._consumer.getmany(timeout_ms=self._poll_ms, max_records=self._max)
+            await codec.prefetch(r.value for records in batch.values() for r in records)
+            for records in batch.values():
+                for r in records:
+                    try:
+                        on_result(codec.decode("InferenceResult", r.value))
+                    except codec.CodecError as exc:
+                        log.warning("undecodable result at %s[%d]@%d skipped: %s", r.topic, r.partition,
+                                    r.offset, exc)
+            await asyncio.sleep(0)  # a full batch decoded: let the tuner's tick run
 
 
 class KafkaPublisher:

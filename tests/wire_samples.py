@@ -38,5 +38,6 @@ SAMPLES: dict[str, dict] = {
         "rates_qps": [80.0, 30.0],
         "stages": [{"stage": "classify", "replicas": 1, "mu_qps": 86.0, "visit_ratio": 1.0}],
         "at_ns": 1_700_000_000_000_000_000,
-        "capacity": [{"stage": "classify", "budget_ms": 380.0, "rate_qps": 86.0, "window_qps": [400.0, 120.0]}]},
+        "capacity": [{"stage": "classify", "budget_ms": 380.0, "rate_qps": 86.0, "window_qps": [400.0, 120.0],
+                      "variant": "lite0", "service_ms": [11.6, 21.0]}]},
 }

@@ -20,6 +20,8 @@ class TunerMetrics:
                                   ["pipeline", "window_s"], **kw)
         self.down_rate = Gauge("slipstream_tuner_down_rate_requests_per_second", "Peak 5 s rate over the last 30 s",
                                ["pipeline"], **kw)
+        self.pace = Gauge("slipstream_tuner_pace", "Each stage's batch service time against the plan's "
+                          "(tuner.pace): its capacity is divided by it", ["pipeline", "stage"], **kw)
         self.replicas = Gauge("slipstream_tuner_replicas", "Replicas the tuner wants per stage",
                               ["pipeline", "stage"], **kw)
         self.partitions = Gauge("slipstream_tuner_partitions", "Partitions of the stage input topic",
@@ -52,6 +54,8 @@ class TunerMetrics:
         for w, r in zip(live.envelope.windows_s, live.envelope.rates_qps):
             self.live_rate.labels(p, f"{w:g}").set(r)
         self.down_rate.labels(p).set(live.down_rate_qps)
+        for stage in decision.targets:
+            self.pace.labels(p, stage).set(live.pace.get(stage, 1.0))
         for stage, n in decision.targets.items():
             self.replicas.labels(p, stage).set(n)
         for c in decision.changes:

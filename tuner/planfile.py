@@ -3,13 +3,15 @@
     {"pipeline": "image-classify", "mean_rate_qps": 100.4,
      "windows_s": [0.05, 0.1, ...], "rates_qps": [320.0, 250.0, ...],
      "stages": [{"stage": "detect", "replicas": 4, "mu_qps": 30.0, "visit_ratio": 1.0}, ...],
-     "capacity": [{"stage": "detect", "rate_qps": 120.0, "window_qps": [900.0, 520.0, ...]}, ...]}
+     "capacity": [{"stage": "detect", "rate_qps": 120.0, "window_qps": [900.0, 520.0, ...],
+                   "variant": "yolo-s", "service_ms": [31.0, 52.0, 95.0]}, ...]}
 
 It is the TunerHandoff record's shape (``schemas/TunerHandoff.avsc``, which adds ``epoch`` and
 ``at_ns``): the planner builds it (``planner.service.handoff_record``) and publishes it on the control
 topic, where the tuner follows it; a file holds the same document. ``windows_s``/``rates_qps`` are the sample trace's envelope (``tuner.envelope.envelope``),
 ``mu_qps`` the single-replica throughput at the planned (variant, hardware, batch) and ``visit_ratio``
-the stage's s_m, ``capacity`` what the planned replicas serve (``planner.capacity``; optional).
+the stage's s_m, ``capacity`` what the planned replicas serve (``planner.capacity``; optional) and
+the batch service times that assumes (``service_ms`` by batch size, for ``variant``; the tuner's pace).
 :func:`plan_for_pipeline` builds one from a sample trace and per-stage numbers.
 """
 from __future__ import annotations
@@ -34,7 +36,8 @@ def to_dict(plan: TunerPlan, pipeline: str) -> dict[str, Any]:
             "windows_s": list(plan.envelope.windows_s), "rates_qps": list(plan.envelope.rates_qps),
             "stages": [{"stage": s.stage, "replicas": s.replicas, "mu_qps": s.mu_qps,
                         "visit_ratio": s.visit_ratio} for s in plan.stages],
-            "capacity": [{"stage": s.stage, "rate_qps": s.capacity_qps, "window_qps": list(s.window_capacity_qps)}
+            "capacity": [{"stage": s.stage, "rate_qps": s.capacity_qps, "window_qps": list(s.window_capacity_qps),
+                          "variant": s.variant, "service_ms": list(s.service_ms)}
                          for s in plan.stages if s.window_capacity_qps]}
 
 
@@ -44,7 +47,8 @@ def from_dict(doc: Mapping[str, Any], *, pipeline: Pipeline | None = None) -> Tu
     try:
         windows = tuple(float(w) for w in doc["windows_s"])
         rates = tuple(float(r) for r in doc["rates_qps"])
-        cap = {str(c["stage"]): (float(c["rate_qps"]), tuple(float(x) for x in c["window_qps"]))
+        cap = {str(c["stage"]): (float(c["rate_qps"]), tuple(float(x) for x in c["window_qps"]),
+                                 str(c.get("variant") or ""), tuple(float(x) for x in c.get("service_ms") or ()))
                for c in doc.get("capacity") or ()}
         stages = tuple(StagePlan(str(s["stage"]), int(s["replicas"]), float(s["mu_qps"]),
                                  float(s["visit_ratio"]), *cap.get(str(s["stage"]), (0.0, ())))

@@ -25,6 +25,9 @@ envelope and lambda = the planned rate):
   replicas to steady traffic); the target is ``max(n_m, max_i k_{m,i})`` over triggering windows.
   At ``n_m = R_m`` and zero slack this is InferLine's Algorithm 3; scaling ``c`` by ``n_m / R_m``
   lets traffic that returns after a scale-down scale back up, which the paper's fixed test misses.
+- **pace**: each stage's capacity is divided by its pace p_m (``tuner.pace``: the workers' batches
+  against the service times the capacity assumed, at least 1), so on a machine running p_m times
+  slower than calibrated r_i^plan and lambda are what the replicas serve there (:meth:`TunerPlan.at_pace`).
 - **scale down** (slowly): only after ``quiet_factor x activation_s`` since the last change (up or
   down). ``lambda_new`` = peak ``down_window_s`` (5 s) rate over the last ``down_horizon_s`` (30 s),
   ``k_m = max(R_m, ceil(lambda_new * s_m / (mu_m * rho_m)))`` with the stage's own ``rho_m``, so
@@ -38,7 +41,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 import numpy as np
@@ -60,6 +63,8 @@ class StagePlan:
     # what the planned replicas serve (the hand-off's capacity; empty: unknown, size to the sample):
     capacity_qps: float = 0.0  # the rate they keep up with, pipeline requests/s
     window_capacity_qps: tuple[float, ...] = ()  # per plan window: the most req/s within it served within the SLO
+    variant: str = ""  # what the capacity is for, and the batch service time it assumes, per
+    service_ms: tuple[float, ...] = ()  # batch size 1..max batch (the workers' pace is measured against it)
 
     def __post_init__(self) -> None:
         if self.replicas < 1 or not self.mu_qps > 0 or self.visit_ratio < 0:
@@ -119,6 +124,17 @@ class TunerPlan:
         ws, cap = self.envelope.windows_s, stage.window_capacity_qps
         return tuple(cap[min(bisect.bisect_left(ws, 2 * w * (1 - _EPS)), len(ws) - 1)] for w in ws)
 
+    def at_pace(self, pace: Mapping[str, float]) -> "TunerPlan":
+        """This plan with each stage's capacity divided by its pace (``tuner.pace``: how much longer
+        its batches take than the capacity assumed); stages without a capacity, or not in ``pace``,
+        as they are."""
+        if not pace:
+            return self
+        return replace(self, stages=tuple(
+            replace(s, capacity_qps=s.capacity_qps / pace[s.stage],
+                    window_capacity_qps=tuple(x / pace[s.stage] for x in s.window_capacity_qps))
+            if s.window_capacity_qps and pace.get(s.stage, 1.0) != 1.0 else s for s in self.stages))
+
     @property
     def planned_replicas(self) -> dict[str, int]:
         return {s.stage: s.replicas for s in self.stages}
@@ -158,6 +174,7 @@ class LiveTraffic:
     envelope: EnvelopeSnapshot  # maxima over windows ending in the last up_horizon_s (plan's windows)
     recent: EnvelopeSnapshot  # the same over the last down_horizon_s
     down_rate_qps: float  # peak down_window_s rate over the last down_horizon_s
+    pace: Mapping[str, float] = field(default_factory=dict)  # per stage (tuner.pace); absent: 1
 
 
 @dataclass(frozen=True)
@@ -179,6 +196,7 @@ class StageChange:
     window_s: float | None
     live_rate_qps: float
     planned_rate_qps: float | None
+    pace: float = 1.0  # the stage's pace the capacity was divided by
 
 
 @dataclass(frozen=True)
@@ -201,14 +219,16 @@ def tracker_windows(plan: TunerPlan, config: "TunerConfig") -> tuple[float, ...]
     return tuple(sorted(set(plan.envelope.windows_s) | {config.down_window_s}))
 
 
-def observe(tracker: EnvelopeTracker, plan: TunerPlan, now_ns: int, config: "TunerConfig") -> LiveTraffic:
-    """Read what the policy needs out of a live tracker built with :func:`tracker_windows`."""
+def observe(tracker: EnvelopeTracker, plan: TunerPlan, now_ns: int, config: "TunerConfig",
+            pace: Mapping[str, float] | None = None) -> LiveTraffic:
+    """Read what the policy needs out of a live tracker built with :func:`tracker_windows` (and the
+    workers' ``pace``, ``tuner.pace``)."""
     ws = plan.envelope.windows_s
     up = tracker.recent(now_ns, config.up_horizon_s)
     down = tracker.recent(now_ns, config.down_horizon_s)
     return LiveTraffic(EnvelopeSnapshot(ws, tuple(up.rate(w) for w in ws)),
                        EnvelopeSnapshot(ws, tuple(down.rate(w) for w in ws)),
-                       down.rate(config.down_window_s))
+                       down.rate(config.down_window_s), dict(pace or {}))
 
 
 # ---- steps
@@ -263,14 +283,15 @@ def bounded(targets: Mapping[str, int], config: TunerConfig) -> dict[str, int]:
 
 
 def _changes(before: Mapping[str, int], after: Mapping[str, int], reason: str,
-             triggers: Mapping[str, Trigger | None], live_rate: float) -> tuple[StageChange, ...]:
+             triggers: Mapping[str, Trigger | None], live: LiveTraffic, live_rate: float) -> tuple[StageChange, ...]:
     out = []
     for stage, n in after.items():
         if n == before[stage]:
             continue
         t = triggers.get(stage)
         out.append(StageChange(stage, before[stage], n, reason, t.window_s if t else None,
-                               t.live_rate_qps if t else live_rate, t.planned_rate_qps if t else None))
+                               t.live_rate_qps if t else live_rate, t.planned_rate_qps if t else None,
+                               live.pace.get(stage, 1.0)))
     return tuple(out)
 
 
@@ -280,6 +301,7 @@ def _changes(before: Mapping[str, int], after: Mapping[str, int], reason: str,
 def decide(live: LiveTraffic, planned: TunerPlan, state: TunerState, now_ns: int,
            config: TunerConfig = TunerConfig()) -> tuple[ScaleDecision, TunerState]:
     """Up fast (this call), down slow (after the quiet period); see the module docstring."""
+    planned = planned.at_pace(live.pace)
     current = {s.stage: state.replicas.get(s.stage, s.replicas) for s in planned.stages}
     ups = {s.stage: stage_up_target(planned, s, current[s.stage], live.envelope,
                                     config.up_slack_sigma, config.rho_mode) for s in planned.stages}
@@ -289,7 +311,7 @@ def decide(live: LiveTraffic, planned: TunerPlan, state: TunerState, now_ns: int
         triggers = {k: v[1] for k, v in ups.items()}
         top = max((v[1] for v in ups.values() if v[1] is not None),
                   key=lambda t: t.live_rate_qps / max(t.planned_rate_qps, 1e-12))
-        return (ScaleDecision(up, _changes(current, up, "scale-up", triggers, top.live_rate_qps), top),
+        return (ScaleDecision(up, _changes(current, up, "scale-up", triggers, live, top.live_rate_qps), top),
                 replace(state, replicas=up, last_change_ns=now_ns))
 
     quiet_for = now_ns - state.last_change_ns
@@ -302,5 +324,5 @@ def decide(live: LiveTraffic, planned: TunerPlan, state: TunerState, now_ns: int
     down = {k: min(v, current[k]) for k, v in down.items()}  # bounds never turn a down into an up
     if down == current:
         return ScaleDecision(current, note="steady"), state
-    changes = _changes(current, down, "scale-down", {}, live.down_rate_qps)
+    changes = _changes(current, down, "scale-down", {}, live, live.down_rate_qps)
     return ScaleDecision(down, changes), replace(state, replicas=down, last_change_ns=now_ns)

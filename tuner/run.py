@@ -23,7 +23,8 @@ async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuat
     """Run the tuner service on Kafka until ``stop`` is set: arrivals from the input topic, configs
     from the control topic, decisions applied through ``actuator`` and published (unless dry-run).
     ``plan_epoch``: ``plan`` is the planner's hand-off of that epoch (read from the control topic), so
-    only later hand-offs replace it. Every ``lag_interval_s`` each worker role's consumer lag is read
+    only later hand-offs replace it. The results topic's hop timings give the workers' pace
+    (``tuner.pace``). Every ``lag_interval_s`` each worker role's consumer lag is read
     from the broker (``streams.lag``) into ``slipstream_group_lag_records``."""
     from streams import control_io as kafka_io
     from tuner.metrics import TunerMetrics
@@ -59,6 +60,8 @@ async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuat
     if publisher:
         await publisher.start()
     await arrivals.start()
+    results = kafka_io.KafkaResults(settings, pipe.name)
+    await results.start()
     lags = LagReader(settings, stage_groups(pipe))
     await lags.start()
     roles = {g: g.removeprefix(topics.consumer_group(pipe.name, "")) for g in lags.groups}
@@ -71,12 +74,15 @@ async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuat
             log.warning("reading consumer lag from the broker failed: %s", exc)
 
     lag_task = asyncio.create_task(periodically(read_lag, lag_interval_s, stop))
+    pace_task = asyncio.create_task(results.follow(service.on_result, stop))
     running.set()
     try:
         await service.run(arrivals, stop, on_decision)
     finally:
         lag_task.cancel()
-        await asyncio.gather(lag_task, return_exceptions=True)
+        pace_task.cancel()
+        await asyncio.gather(lag_task, pace_task, return_exceptions=True)
+        await results.stop()
         await lags.stop()
         await arrivals.stop()
         if publisher:

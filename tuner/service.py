@@ -11,7 +11,9 @@ Order of one scaling action (per changed stage):
 3. Publish a ``StageConfig`` (the stage's latest config with the new replicas/partitions, ``reason``;
    its epoch is its offset on the control topic, the written field ``streams.control_rules.next_epoch``) to the control topic and a ``ScalingAction`` to the scaling topic.
 
-Kafka I/O (where timestamps come from, where records go) is injected: ``tuner.control_io`` binds it to
+The workers' pace (``tuner.pace``) comes from the results topic's hop timings (:meth:`on_result`)
+and scales the plan's capacity at every decision. Kafka I/O (where timestamps and results come from,
+where records go) is injected: ``tuner.control_io`` binds it to
 the broker, tests bind it to lists.
 """
 from __future__ import annotations
@@ -33,6 +35,7 @@ from tuner import planfile
 from tuner.actuators import Actuator
 from tuner.envelope import EnvelopeTracker
 from tuner.metrics import TunerMetrics
+from tuner.pace import PaceConfig, PaceTracker
 from tuner.partitions import target_partitions
 from tuner.policy import (ScaleDecision, StageChange, TunerConfig, TunerPlan, TunerState, decide, observe,
                           tracker_windows)
@@ -88,17 +91,18 @@ def scaling_action_record(pipeline: str, change: StageChange, partitions: int, a
 
 
 def describe(change: StageChange) -> str:
+    pace = f" (capacity at pace {change.pace:.2f})" if change.pace != 1.0 else ""
     if change.window_s is not None:
         return (f"{change.reason}: {change.live_rate_qps:.1f} qps at the {change.window_s:g} s window "
-                f"> planned {change.planned_rate_qps:.1f} qps")
-    return f"{change.reason}: peak 5 s rate {change.live_rate_qps:.1f} qps over the last 30 s"
+                f"> planned {change.planned_rate_qps:.1f} qps{pace}")
+    return f"{change.reason}: peak 5 s rate {change.live_rate_qps:.1f} qps over the last 30 s{pace}"
 
 
 class TunerService:
     def __init__(self, pipeline: Pipeline, plan: TunerPlan, config: TunerConfig, actuator: Actuator, *,
                  partitions: Mapping[str, int], publish: Publish | None = None,
                  grow: GrowPartitions | None = None, metrics: TunerMetrics | None = None,
-                 settings: ServiceSettings = ServiceSettings(),
+                 settings: ServiceSettings = ServiceSettings(), pace: PaceConfig = PaceConfig(),
                  clock: Callable[[], int] = time.time_ns) -> None:
         self.pipeline, self.plan, self.config, self.actuator = pipeline, plan, config, actuator
         self.settings = settings
@@ -107,6 +111,7 @@ class TunerService:
         self._publish, self._grow, self._clock = publish, grow, clock
         self.metrics = metrics
         self.tracker = self._tracker(plan)
+        self.pace = PaceTracker(pace)
         self.state = TunerState.initial(plan, clock())
         self.handoff_epoch = -1
         self._next_plan: TunerPlan | None = None
@@ -154,6 +159,10 @@ class TunerService:
     def feed(self, timestamps_ns: np.ndarray) -> None:
         self.tracker.add(timestamps_ns)
 
+    def on_result(self, record: Mapping) -> None:
+        """An InferenceResult from the results topic: its hops' batch times, for the stages' pace."""
+        self.pace.add(record, {s.stage: (s.variant, s.service_ms) for s in self.plan.stages if s.service_ms})
+
     def on_stage_config(self, record: Mapping) -> None:
         """Remember the latest StageConfig per stage (from the control topic) to republish from."""
         stage = record.get("stage")
@@ -165,7 +174,7 @@ class TunerService:
         now = self._clock()
         await self._follow_plan(now)
         t0 = time.perf_counter()
-        live = observe(self.tracker, self.plan, now, self.config)
+        live = observe(self.tracker, self.plan, now, self.config, self.pace.pace(now))
         decision, self.state = decide(live, self.plan, self.state, now, self.config)
         spent = time.perf_counter() - t0
         if self.metrics is not None:

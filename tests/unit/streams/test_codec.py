@@ -151,6 +151,22 @@ def test_a_tuner_handoff_of_the_previous_generation_reads_with_no_capacity():
         codec.decode("TunerHandoff", data + b"\x00")
 
 
+# A TunerHandoff written before a capacity's ``variant`` and ``service_ms``
+# (schemas/history/TunerHandoff.v2.avsc): the codec at commit e21a5ba encoding the sample without them.
+HANDOFF_V2 = ("c30102967dfbdb0080af1c696d6167652d636c6173736966790e0000000000003240049a9999999999b93f000000000000f03f"
+              "000400000000000054400000000000003e40000210636c617373696679020000000000805540000000000000f03f00"
+              "8080d0e2c6bfce972f0210636c6173736966790000000000c0774000000000008055400400000000000079400000000000"
+              "005e400000")
+
+
+def test_a_tuner_handoff_written_before_service_times_reads_with_none():
+    """The tuner then takes every stage's pace as 1 (tuner.pace)."""
+    data = bytes.fromhex(HANDOFF_V2)
+    assert codec.encode("TunerHandoff", SAMPLES["TunerHandoff"])[2:10] != data[2:10], "the schema did not change"
+    cap = {**SAMPLES["TunerHandoff"]["capacity"][0], "variant": "", "service_ms": []}
+    assert codec.decode("TunerHandoff", data) == {**SAMPLES["TunerHandoff"], "capacity": [cap]}
+
+
 # ----------------------------------------------------------------------------------------------
 # The Confluent framing without a registry (with one: tests/integration/test_schema_registry.py).
 

@@ -57,6 +57,11 @@ def test_the_handoff_carries_what_the_planned_replicas_serve(quiet_plan):
         assert s.window_capacity_qps[-1] == pytest.approx(s.capacity_qps, rel=0.05)
         assert list(s.window_capacity_qps) == sorted(s.window_capacity_qps, reverse=True)
     assert tplan.stages[1].window_capacity_qps[0] > 2 * tplan.envelope.rates_qps[0]
+    # and the batch service times those numbers assume, for the workers' pace (tuner.pace)
+    for s, sp in zip(tplan.stages, plan.stages):
+        curve = CURVES[sp.primary.variant]["cpu-1"]
+        assert s.variant == sp.primary.variant and len(s.service_ms) == sp.primary.max_batch
+        assert s.service_ms[0] == pytest.approx(curve["1"])
 
 
 def test_no_scale_up_below_the_plans_capacity(quiet_plan):

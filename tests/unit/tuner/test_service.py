@@ -223,3 +223,40 @@ async def test_the_service_as_deployed_acts_on_a_burst_at_the_first_tick_after_i
     decision = await svc.tick()
     assert {c.stage for c in decision.changes} == {"detect", "classify"}
     assert all(c.reason == "scale-up" for c in decision.changes)
+
+
+async def test_results_slower_than_the_plan_assumed_scale_up_a_rate_it_serves(setup):
+    """A stage with a capacity and its service times in the hand-off: 40 req/s against 50 it serves
+    holds; the same rate, with results (Avro-decoded) whose batches took 1.5x the assumed time, scales
+    up, and the pace shows on /metrics."""
+    from prometheus_client import CollectorRegistry
+
+    from tuner.envelope import EnvelopeSnapshot
+    from tuner.policy import StagePlan, TunerPlan
+
+    pipe, _ = setup
+    ws = (0.1, 0.2, 0.4, 0.8, 1.6)
+    stages = tuple(StagePlan(s, 1, 50.0, 1.0, 50.0, tuple(50.0 for _ in ws), v, (10.0, 18.0))
+                   for s, v in (("detect", "v"), ("classify", "w")))
+    plan = TunerPlan(EnvelopeSnapshot(ws, tuple(5.0 for _ in ws)), 5.0, stages)
+    clock, reg = Clock(), CollectorRegistry()
+
+    def run(with_results: bool):
+        metrics = TunerMetrics(pipe.name, reg if with_results else CollectorRegistry())
+        svc = TunerService(pipe, plan, TunerConfig(activation_s=1.0), DryRunActuator(), partitions={},
+                           metrics=metrics, clock=clock)
+        svc.feed(np.arange(0, 2 * NS_PER_S, NS_PER_S // 40, dtype=np.int64))  # 40 req/s
+        for i in range(20 if with_results else 0):
+            hop = {"stage": "classify", "variant": "w", "batch_size": 2, "enqueued_ns": 0, "started_ns": i * 10**8,
+                   "finished_ns": i * 10**8 + 27_000_000, "worker": "h-1/0", "received_ns": 0, "model_digest": ""}
+            rec = {"request_id": f"r{i}", "pipeline": "shop", "status": "done", "reason": "", "created_ns": 0,
+                   "deadline_ns": 0, "finished_ns": 0, "content_type": "x", "output": b"", "hops": [hop],
+                   "accuracy": 0.8, "parts": 1, "fragment": "1", "path": []}
+            svc.on_result(codec.decode("InferenceResult", codec.encode("InferenceResult", rec)))
+        clock.ns = 2 * NS_PER_S
+        return svc
+
+    assert not (await run(False).tick()).changes
+    decision = await run(True).tick()
+    assert decision.targets == {"detect": 1, "classify": 2}
+    assert reg.get_sample_value("slipstream_tuner_pace", {"pipeline": "shop", "stage": "classify"}) == pytest.approx(1.5)
