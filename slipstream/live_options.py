@@ -26,6 +26,9 @@ common = [
                  help="Kafka transit from one stage to the next (produce to consume) that the estimator "
                       "adds; the default is above the p99 of one transit that `slipstream bench dataplane` "
                       "measured on the 2-core VM (its 'last transit to client' row: p50 2.5 ms, p99 5.4 ms)."),
+    click.option("--pace-ceiling", default=3.0, show_default=True, type=click.FloatRange(min=1.0),
+                 help="The most the tuner divides a stage's capacity by when its batches run slower than "
+                      "the plan assumed (tuner/pace.py); 1 turns the pace off."),
     click.option("--seed", default=0, show_default=True),
     click.option("--calibrate", "calibrate", type=click.Choice(["auto", "always", "never"]), default="auto",
                  show_default=True, help="auto: a calibration run first when the profile store has no "

@@ -10,6 +10,7 @@ from streams.lag import LagReader, stage_groups
 from streams.loops import periodically
 from streams.metrics_http import MetricsAddr
 from streams.spec import Pipeline
+from tuner.pace import PaceConfig
 from tuner.policy import TunerConfig, TunerPlan
 from tuner.service import ServiceSettings, TunerService
 
@@ -19,7 +20,8 @@ log = logging.getLogger(__name__)
 async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuator, *, dry_run: bool,
                     settings: KafkaSettings, interval_s: float, lookback_s: float, stop: asyncio.Event,
                     metrics_addr: MetricsAddr | None, on_decision=None, max_instances: int | None = None,
-                    plan_epoch: int | None = None, lag_interval_s: float = 5.0) -> None:
+                    plan_epoch: int | None = None, lag_interval_s: float = 5.0,
+                    pace: PaceConfig = PaceConfig()) -> None:
     """Run the tuner service on Kafka until ``stop`` is set: arrivals from the input topic, configs
     from the control topic, decisions applied through ``actuator`` and published (unless dry-run).
     ``plan_epoch``: ``plan`` is the planner's hand-off of that epoch (read from the control topic), so
@@ -46,7 +48,8 @@ async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuat
                            publish=publisher.publish if publisher else None,
                            grow=None if dry_run else kafka_io.grower(settings),
                            metrics=metrics,
-                           settings=ServiceSettings(interval_s=interval_s, max_instances=max_instances))
+                           settings=ServiceSettings(interval_s=interval_s, max_instances=max_instances),
+                           pace=pace)
     if plan_epoch is not None:
         service.handoff_epoch = plan_epoch
 

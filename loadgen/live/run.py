@@ -38,6 +38,7 @@ class LiveOptions:
     seed: int = 0
     reserve_cores: float = 0.5
     replan_s: float = 30.0  # the planner service's interval during the run (0: plan once, at start)
+    pace_ceiling: float = 3.0  # tuner.pace.PaceConfig.ceiling; 1: the tuner ignores the workers' pace
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,7 @@ def control_plane(pipe, published: Published, store, opts: LiveOptions, settings
     from planner.run import run_planner
     from planner.service import ReplanSettings, Replanner, ReplanState
     from tuner.envelope import envelope
+    from tuner.pace import PaceConfig
     from tuner.run import run_tuner
 
     config = tuner_config(opts, max_instances)
@@ -157,7 +159,8 @@ def control_plane(pipe, published: Published, store, opts: LiveOptions, settings
     async def control(stop: asyncio.Event) -> None:
         tasks = [run_tuner(pipe, published.tuner_plan, config, actuator, dry_run=False, settings=settings,
                            interval_s=TUNER_TICK_S, lookback_s=0.0, stop=stop, metrics_addr=None,
-                           on_decision=on_decision, max_instances=max_instances)]
+                           on_decision=on_decision, max_instances=max_instances,
+                           pace=PaceConfig(ceiling=opts.pace_ceiling))]
         if opts.replan_s > 0:
             tasks.append(run_planner(pipe, replanner, settings, interval_s=opts.replan_s, lookback_s=0.0,
                                      stop=stop, on_step=on_step,

@@ -21,7 +21,7 @@ COMPARE_TRACE = "step:rates=6/18/6,at=20/50,cv2=4,transition=5,duration=70"
 @click.option("--modes", default="milp+tuner,inferline+tuner,cg-peak,cg-mean", show_default=True)
 @click.option("--report", "report_dir", default="reports/compare-live", show_default=True)
 def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, reserve_cores, replan_s,
-                 hop_ms, seed, calibrate, spec, modes, report_dir) -> None:
+                 hop_ms, pace_ceiling, seed, calibrate, spec, modes, report_dir) -> None:
     """Planner modes on the real broker at small scale: cost, attainment, measured vs estimator p99."""
     from loadgen.compare import compare_runs, failures, format_comparison
     from loadgen.plots import plot_modes
@@ -39,7 +39,7 @@ def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_re
             click.echo(f"\n== {name}")
             opts = LiveOptions(mode=mode, tune=tuned, activation_s=activation_s, max_replicas=max_replicas,
                                hop_ms=hop_ms, seed=seed, reserve_cores=reserve_cores,
-                               replan_s=replan_s if tuned else 0.0)
+                               replan_s=replan_s if tuned else 0.0, pace_ceiling=pace_ceiling)
             run = live_run(pipe, pipeline_file, arrivals, sample, store, Path(report_dir) / name, opts,
                            f"{pipe.name} {name} {spec}")
             summaries[name] = run.summary
