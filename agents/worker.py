@@ -24,8 +24,6 @@ This module holds the worker's state and lifecycle; each concern is a part of ``
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 from concurrent.futures import ThreadPoolExecutor
 from typing import Mapping, Sequence
 
@@ -44,7 +42,7 @@ from agents.stage.serve import Serve, check_all, check_and_run
 from agents.stage.windows import Windows
 from agents.transactions import PartitionTransactions
 from agents.window import WindowPlanner
-from streams import contract, kafka as kclient, placement, topics
+from streams import contract, kafka as kclient, placement, procs, topics
 from streams.config import KafkaSettings
 from streams.heartbeat import Heartbeat
 from streams.limits import Limits, read_limits
@@ -70,7 +68,7 @@ class StageWorker(Intake, Windows, Serve, Commit, ConfigSwitch, FleetKeeper, Reb
         self.pipe, self.stage, self.kafka, self.factory = pipe, stage, kafka, factory
         self.spec = pipe.stage(stage)
         self.metrics = metrics or StageMetrics.create(pipe.name, stage)
-        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.worker_id = worker_id or procs.worker_id()
         self.max_instances = placement.instance_cap(max_instances, placement.cgroup_cpu_limit())
         self.profiles = profiles  # the planner's profile store: predictors start from its numbers
         self.config: ActiveConfig = defaults(pipe, stage)

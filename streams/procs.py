@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -32,6 +33,12 @@ def worker_argv(pipeline_file: str, stage: str, loglevel: str = "info", max_inst
             "--stage", stage, "--loglevel", loglevel]
     argv += ["--max-instances", str(max_instances)] if max_instances else []
     return argv + (["--profiles", str(profiles)] if profiles else [])
+
+
+def worker_id(pid: int | None = None) -> str:
+    """A stage worker process's name in its hops (``HopTiming.worker`` less ``/instance``): host-pid
+    (default: this process's)."""
+    return f"{socket.gethostname()}-{os.getpid() if pid is None else pid}"
 
 
 def lifeline(env: Mapping[str, str] | None = None) -> tuple[dict[str, str], tuple[int, ...]]:

@@ -54,10 +54,9 @@ class TunerMetrics:
         for w, r in zip(live.envelope.windows_s, live.envelope.rates_qps):
             self.live_rate.labels(p, f"{w:g}").set(r)
         self.down_rate.labels(p).set(live.down_rate_qps)
-        for stage in decision.targets:
-            self.pace.labels(p, stage).set(live.pace.get(stage, 1.0))
         for stage, n in decision.targets.items():
             self.replicas.labels(p, stage).set(n)
+            self.pace.labels(p, stage).set(live.pace.get(stage, 1.0))
         for c in decision.changes:
             self.actions.labels(p, c.stage, "up" if c.replicas > c.previous else "down").inc()
         self.decide_seconds.labels(p).observe(seconds)

@@ -39,6 +39,11 @@ class PaceConfig:
 Expected = Mapping[str, tuple[str, tuple[float, ...]]]  # stage -> (variant, service_ms by batch size)
 
 
+def expected_service(plan) -> Expected:
+    """What a plan's capacity assumes per stage (``TunerPlan`` stages with ``service_ms``)."""
+    return {s.stage: (s.variant, s.service_ms) for s in plan.stages if s.service_ms}
+
+
 def hop_ratios(result: Mapping, expected: Expected) -> list[tuple[str, int, float, float]]:
     """``(stage, finished_ns, measured / expected, weight 1/b)`` for each hop of an InferenceResult
     whose stage and variant ``expected`` covers at its batch size."""

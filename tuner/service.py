@@ -35,7 +35,7 @@ from tuner import planfile
 from tuner.actuators import Actuator
 from tuner.envelope import EnvelopeTracker
 from tuner.metrics import TunerMetrics
-from tuner.pace import PaceConfig, PaceTracker
+from tuner.pace import PaceConfig, PaceTracker, expected_service
 from tuner.partitions import target_partitions
 from tuner.policy import (ScaleDecision, StageChange, TunerConfig, TunerPlan, TunerState, decide, observe,
                           tracker_windows)
@@ -112,6 +112,7 @@ class TunerService:
         self.metrics = metrics
         self.tracker = self._tracker(plan)
         self.pace = PaceTracker(pace)
+        self._expected = expected_service(plan)
         self.state = TunerState.initial(plan, clock())
         self.handoff_epoch = -1
         self._next_plan: TunerPlan | None = None
@@ -143,6 +144,7 @@ class TunerService:
             self.tracker = self._tracker(plan)
             self._counted = (0, 0)  # the new tracker counts from zero
         self.plan = plan
+        self._expected = expected_service(plan)
         self.state = TunerState.initial(plan, now_ns)
         for stage, n in plan.planned_replicas.items():
             await asyncio.to_thread(self.actuator.set_replicas, stage, n)
@@ -161,7 +163,7 @@ class TunerService:
 
     def on_result(self, record: Mapping) -> None:
         """An InferenceResult from the results topic: its hops' batch times, for the stages' pace."""
-        self.pace.add(record, {s.stage: (s.variant, s.service_ms) for s in self.plan.stages if s.service_ms})
+        self.pace.add(record, self._expected)
 
     def on_stage_config(self, record: Mapping) -> None:
         """Remember the latest StageConfig per stage (from the control topic) to republish from."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import socket
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -228,8 +227,9 @@ class Workers:
 
     def ids(self) -> set[str]:
         """The ``worker`` ids (``HopTiming.worker`` less its instance) of every worker these started."""
-        host = socket.gethostname()
-        return {f"{host}-{pid}" for _, pid in self.actuator.started}
+        from streams.procs import worker_id
+
+        return {worker_id(pid) for _, pid in self.actuator.started}
 
 
 def foreign_hops(results, ours: set[str]) -> dict[str, int]:

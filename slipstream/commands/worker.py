@@ -37,10 +37,10 @@ def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_addr, m
     from agents.app import JOIN, build_join_app, build_stage_app
     from streams.procs import exit_with_parent
     from streams.timeline import mark
+    from agents.zoo import load_executor
 
     exit_with_parent(on_lost=lambda: click.echo("slipstream-worker: the process that started this worker "
                                                 "is gone: stopping", err=True))
-    from agents.zoo import load_executor
 
     if os.environ.get("SLIPSTREAM_METRICS_PORT"):
         raise click.UsageError("SLIPSTREAM_METRICS_PORT is gone: set SLIPSTREAM_METRICS_ADDR=HOST:PORT "
