@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from typing import Any
 
@@ -35,7 +34,7 @@ from agents.join import Joiner
 from agents.metrics import StageMetrics
 from agents.ready import serve_worker
 from agents.transactions import PartitionTransactions
-from streams import codec, contract, kafka as kclient, topics
+from streams import codec, contract, kafka as kclient, procs, topics
 from streams.app import AppSettings, make_app, rejoin_group
 from streams.config import KafkaSettings
 from streams.limits import MAX_ERROR_CHARS, Limits, RecordTooLarge, read_limits
@@ -229,7 +228,7 @@ def build_join_app(pipe: Pipeline, kafka: KafkaSettings, timeout_ms: float | Non
                                commit_interval_s=commit_interval_s))
     metrics = StageMetrics.create(pipe.name, JOIN, pipe.slo_ms)
     joiner = Joiner(int((timeout_ms if timeout_ms is not None else pipe.slo_ms) * 1e6),
-                    worker=f"join-{os.getpid()}")
+                    worker=procs.join_id())
     worker = JoinWorker(pipe, kafka, joiner, metrics)
     if worker.txns is not None:  # a partition whose transaction failed is read again (agents.transactions)
         worker.txns.on_reread = lambda tp: rejoin_group(app)

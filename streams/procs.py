@@ -41,6 +41,11 @@ def worker_id(pid: int | None = None) -> str:
     return f"{socket.gethostname()}-{os.getpid() if pid is None else pid}"
 
 
+def join_id(pid: int | None = None) -> str:
+    """The join worker's name in the hops it adds: join-pid (default: this process's)."""
+    return f"join-{os.getpid() if pid is None else pid}"
+
+
 def lifeline(env: Mapping[str, str] | None = None) -> tuple[dict[str, str], tuple[int, ...]]:
     """``(env, pass_fds)`` for a child that must stop when this process ends: ``env`` (default: this
     process's) plus :data:`LIFELINE_ENV`, and the pipe's read end to pass. One pipe serves every

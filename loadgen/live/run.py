@@ -226,10 +226,15 @@ class Workers:
         self.thread.join(60)
 
     def ids(self) -> set[str]:
-        """The ``worker`` ids (``HopTiming.worker`` less its instance) of every worker these started."""
-        from streams.procs import worker_id
+        return started_ids(self.actuator.started)
 
-        return {worker_id(pid) for _, pid in self.actuator.started}
+
+def started_ids(started) -> set[str]:
+    """The ``worker`` ids (``HopTiming.worker`` less its instance) of the workers ``started`` ((role,
+    pid) pairs): a stage worker's, or for the ``join`` role the join worker's."""
+    from streams.procs import join_id, worker_id
+
+    return {join_id(pid) if role == "join" else worker_id(pid) for role, pid in started}
 
 
 def foreign_hops(results, ours: set[str]) -> dict[str, int]:

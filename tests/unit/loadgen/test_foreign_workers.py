@@ -1,7 +1,7 @@
 """A live run says so when workers it did not start served its requests."""
 from __future__ import annotations
 
-from loadgen.live.run import foreign_hops, warn_foreign
+from loadgen.live.run import foreign_hops, started_ids, warn_foreign
 from loadgen.run_record import RunRecord
 
 
@@ -22,3 +22,13 @@ def test_the_warning_is_printed_into_the_summary(tmp_path):
     text = warn_foreign(tmp_path, {"vm-10", "vm-11"})
     assert text.startswith("WARNING: 1 of 4 hops were served by workers this run did not start (vm-99 x1)")
     assert (tmp_path / "summary.txt").read_text().splitlines()[-1] == text
+
+
+def test_the_join_workers_hops_are_the_runs_own():
+    """The join worker names itself join-pid in its hops, a stage worker host-pid."""
+    import socket
+
+    from streams.procs import join_id, worker_id
+    ours = started_ids([("resize", 10), ("join", 11)])
+    assert ours == {f"{socket.gethostname()}-10", "join-11"} == {worker_id(10), join_id(11)}
+    assert foreign_hops([_result(f"{worker_id(10)}/0", "join-11/0")], ours) == {}
