@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -84,12 +85,25 @@ class CalibrationStore:
 def service_scale(doc: Mapping[str, Any] | None, variant: str, hardware: str, batch: int | None = None) -> float:
     """How much longer than its profile a batch of ``variant`` on ``hardware`` runs (1: as profiled):
     at size ``batch``, the scale of the sizes measured (``by_batch``: a worker's per-item work, e.g.
-    decoding images, weighs more in a small batch), else the one scale of all sizes."""
+    decoding images, weighs more in a small batch), else the one scale of all sizes; for a variant
+    no run measured, the machine's (:func:`unmeasured_scale`)."""
     entry = (doc or {}).get("service", {}).get(key(variant, hardware))
     if not entry:
-        return 1.0
+        return unmeasured_scale(doc, hardware)
     by = entry.get("by_batch")
     return batch_scale(by, batch) if by and batch is not None else float(entry["scale"])
+
+
+def unmeasured_scale(doc: Mapping[str, Any] | None, hardware: str) -> float:
+    """The scale of a variant no run measured: the median of the measured variants' scales on
+    ``hardware``, else on any hardware, else 1 (no calibration). What slows every model on a machine
+    (its cores, what else runs there) slows one not yet run too; at 1, a re-plan saw an unmeasured
+    variant at its profile beside measured ones at x1.5-2.1 of theirs and chose it for a speed it
+    did not have (lite1 planned at 26 ms a batch of 1, served at 42)."""
+    scales = {k: float(v["scale"]) for k, v in ((doc or {}).get("service") or {}).items()}
+    same = [s for k, s in scales.items() if k.endswith(f"@{hardware}")]
+    pool = same or list(scales.values())
+    return float(statistics.median(pool)) if pool else 1.0
 
 
 def batch_scale(by_batch: Mapping[str, float], batch: int) -> float:

@@ -125,9 +125,10 @@ class ProfileStore:
 
 def lookup(store: ProfileStore, variant: Variant, hardware: str) -> Profile | None:
     """A variant's profile on ``hardware`` (by its name, else by its model's name), scaled by the
-    store's calibration for this variant (calibrations key by the pipeline's variant names)."""
+    store's calibration for this variant (calibrations key by the pipeline's variant names; a
+    variant it did not measure gets the machine's scale, ``streams.calibration.unmeasured_scale``)."""
     prof = store.get(variant.name, hardware) or store.get(slug(variant.model), hardware)
-    entry = (store.calibration or {}).get("service", {}).get(key(variant.name, hardware))
-    if prof is None or not entry:
+    if prof is None or not store.calibration:
         return prof
+    entry = store.calibration.get("service", {}).get(key(variant.name, hardware)) or {}
     return replace(prof, scale=service_scale(store.calibration, variant.name, hardware), by_batch=entry.get("by_batch"))

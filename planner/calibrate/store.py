@@ -9,6 +9,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from streams.calibration import unmeasured_scale
+
 
 def carried_forward(doc: dict, previous: Mapping[str, Any] | None) -> dict:
     """``doc`` with the service scales of ``previous`` for every variant and hardware ``doc``'s runs
@@ -82,6 +84,8 @@ def summary_lines(doc: Mapping[str, Any]) -> list[str]:
         if v.get("by_batch"):
             lines.append("    by batch size                " + "  ".join(f"{b}: x{s:.2f}" for b, s in
                                                                      sorted(v["by_batch"].items(), key=lambda x: int(x[0]))))
+    for hw in sorted({k.split("@", 1)[1] for k in doc["service"] if "@" in k}):
+        lines.append(f"  service of a variant not run   x{unmeasured_scale(doc, hw):.2f} on {hw} (the median of the measured)")
     lines.append(f"  service spread (cv)            {doc['service_cv']:.2f} within a second")
     if doc.get("service_cv_by_ms"):
         lines.append("    by batch duration             " + "  ".join(f"{ms:.0f} ms: {c:.2f}"

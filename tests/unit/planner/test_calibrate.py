@@ -235,6 +235,32 @@ def test_a_fit_keeps_the_earlier_scales_of_variants_its_run_did_not_run(tmp_path
     assert carried_forward(doc, None) is doc
 
 
+def test_a_variant_no_run_measured_plans_at_the_machines_scale_not_its_bare_profile(tmp_path):
+    from streams.calibration import service_scale
+
+    two = parse_pipeline({
+        "name": "two", "slo_ms": 300, "hardware": {"cpu": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},
+        "stages": [{"name": "a", "variants": [{"name": "va", "model": "m", "accuracy": 0.7},
+                                              {"name": "vb", "model": "n", "accuracy": 0.8}]}]})
+    for v in ("va", "vb"):
+        ProfileStore(tmp_path).save(Profile(v, "cpu", {1: BatchPoint(3, 4), 4: BatchPoint(8, 10)}))
+    doc = {"service": {"va@cpu": {"scale": 2.0, "samples": 9}, "vz@cpu": {"scale": 1.6, "samples": 9},
+                       "vz@gpu": {"scale": 5.0, "samples": 9}}}
+    assert service_scale(doc, "vb", "cpu") == pytest.approx(1.8)  # the median of the cpu scales
+    assert service_scale(doc, "vb", "tpu") == pytest.approx(2.0)  # no tpu scale: the median of all
+    assert service_scale(None, "vb", "cpu") == 1.0 and service_scale({"service": {}}, "vb", "cpu") == 1.0
+    CalibrationStore(tmp_path).save({**doc, "service_cv": 0.0, "transit_ms": {}})
+    shown = "\n".join(summary_lines({**doc, "service_cv": 0.0, "transit_ms": {}, "samples": {"hops": 1, "results": 1}}))
+    assert "variant not run   x1.80 on cpu" in shown and "x5.00 on gpu" in shown
+    store = ProfileStore(tmp_path)
+    measured, unmeasured = (lookup(store, two.stage("a").variant(v), "cpu").curve().ms(4) for v in ("va", "vb"))
+    assert measured == pytest.approx(20.0) and unmeasured == pytest.approx(18.0)  # not 10.0: as slow as the machine
+    problem = problem_from_pipeline(two, store, rate_qps=5, sim_seconds=20)
+    assert problem.stage("a").variant("vb").latency["cpu"].ms(4) == pytest.approx(18.0)
+    assert lookup(ProfileStore(tmp_path, calibration="off"), two.stage("a").variant("vb"), "cpu").curve().ms(4) \
+        == pytest.approx(10.0)
+
+
 def test_scales_per_batch_size_where_several_sizes_ran_and_the_profile_store_applies_them(tmp_path):
     from streams.calibration import batch_scale
 
