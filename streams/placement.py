@@ -55,20 +55,50 @@ def cpu_limit_of(cpu_max: str | None = None, quota_us: str | None = None,
     return int(quota_us) / int(period_us or 100_000)
 
 
-def cgroup_cpu_limit(root: str | Path = "/sys/fs/cgroup") -> float | None:
-    """This process's CPU limit from its cgroup (v2 first, then v1's cpu controller); None: none set
-    or no cgroup filesystem."""
+def cgroup_cpu_limit(root: str | Path = "/sys/fs/cgroup", own: str | None = None) -> float | None:
+    """This process's CPU limit: the tightest one set on its own cgroup or an ancestor (v2 first, then
+    v1's cpu controller); None: none set or no cgroup filesystem. ``own`` is the text of
+    ``/proc/self/cgroup``; in a container with its own cgroup namespace the path is "/" (the mount's
+    root), on a host it names the group (``systemd-run -p CPUQuota``, a v1 ``cgcreate`` group)."""
     root = Path(root)
     try:
-        if (root / "cpu.max").is_file():
-            return cpu_limit_of((root / "cpu.max").read_text())
-        for v1 in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
-            quota = root / v1 / "cpu.cfs_quota_us"
-            if quota.is_file():
-                return cpu_limit_of(None, quota.read_text(), (root / v1 / "cpu.cfs_period_us").read_text())
+        own = Path("/proc/self/cgroup").read_text() if own is None else own
+    except OSError:
+        own = ""
+    paths = dict(_cgroup_paths(own))
+    found: list[float] = []
+    try:
+        if (root / "cgroup.controllers").is_file() or (root / "cpu.max").is_file():  # v2
+            found = [cpu_limit_of((d / "cpu.max").read_text())
+                     for d in _self_and_ancestors(root, paths.get("", "/")) if (d / "cpu.max").is_file()]
+        else:
+            for v1 in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+                if (root / v1).is_dir():
+                    found = [cpu_limit_of(None, (d / "cpu.cfs_quota_us").read_text(),
+                                          (d / "cpu.cfs_period_us").read_text())
+                             for d in _self_and_ancestors(root / v1, paths.get("cpu", "/"))
+                             if (d / "cpu.cfs_quota_us").is_file()]
+                    break
     except (OSError, ValueError):
         return None
-    return None
+    limits = [f for f in found if f is not None]
+    return min(limits) if limits else None
+
+
+def _cgroup_paths(own: str):
+    """(controller, path) pairs of ``/proc/self/cgroup`` lines "ID:CONTROLLERS:PATH"; v2's is ""."""
+    for line in own.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for controller in parts[1].split(",") if parts[1] else [""]:
+                yield controller, parts[2]
+
+
+def _self_and_ancestors(mount: Path, path: str) -> list[Path]:
+    """The group's directory under ``mount`` and each parent up to ``mount`` (the ones that exist)."""
+    rel = Path(path.strip() or "/").relative_to("/")
+    dirs = [mount / rel, *(mount / p for p in rel.parents)]
+    return [d for d in dirs if d.is_dir()]
 
 
 def available_cpus(limit: float | None = None, cpu_count: int | None = None) -> int:

@@ -49,8 +49,27 @@ def cgroup_files(root, files: dict[str, str]):
     ({}, None),  # no cgroup filesystem
 ])
 def test_the_cgroup_cpu_limit_is_read_from_v2_or_v1_files(tmp_path, files, want):
-    got = cgroup_cpu_limit(cgroup_files(tmp_path, files))
+    got = cgroup_cpu_limit(cgroup_files(tmp_path, files), own="0::/\n")
     assert got == pytest.approx(want) if want is not None else got is None
+
+
+@pytest.mark.parametrize("files,own,want", [
+    # a v1 group made on the host (cgcreate, systemd CPUQuota): the process's own group, not the mount's
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n",
+      "cpu/stress/cpu.cfs_quota_us": "90000\n", "cpu/stress/cpu.cfs_period_us": "100000\n"},
+     "2:cpuacct:/\n1:cpu:/stress\n0::/\n", 0.9),
+    # a tighter parent bounds its child
+    ({"cpu,cpuacct/a/cpu.cfs_quota_us": "50000\n", "cpu,cpuacct/a/cpu.cfs_period_us": "100000\n",
+      "cpu,cpuacct/a/b/cpu.cfs_quota_us": "200000\n", "cpu,cpuacct/a/b/cpu.cfs_period_us": "100000\n"},
+     "3:cpu,cpuacct:/a/b\n", 0.5),
+    # v2 on the host: the slice's cpu.max, its parent's "max" is no bound
+    ({"cgroup.controllers": "cpu\n", "user.slice/cpu.max": "max 100000\n",
+      "user.slice/run.scope/cpu.max": "150000 100000\n"}, "0::/user.slice/run.scope\n", 1.5),
+    # a container without its own cgroup namespace: the named path is not under the mount, the root is
+    ({"cpu.max": "200000 100000\n"}, "0::/docker/abc\n", 2.0),
+])
+def test_the_cpu_limit_is_the_tightest_on_the_processs_own_group_and_its_ancestors(tmp_path, files, own, want):
+    assert cgroup_cpu_limit(cgroup_files(tmp_path, files), own=own) == pytest.approx(want)
 
 
 def test_available_cpus_is_the_limit_not_the_nodes_count():
