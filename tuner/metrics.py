@@ -24,6 +24,8 @@ class TunerMetrics:
                           "(tuner.pace): its capacity is divided by it", ["pipeline", "stage"], **kw)
         self.replicas = Gauge("slipstream_tuner_replicas", "Replicas the tuner wants per stage",
                               ["pipeline", "stage"], **kw)
+        self.short = Gauge("slipstream_tuner_replicas_short", "Replicas the live envelope asks beyond the "
+                           "most the tuner may run (max_replicas; 0: none short)", ["pipeline", "stage"], **kw)
         self.partitions = Gauge("slipstream_tuner_partitions", "Partitions of the stage input topic",
                                 ["pipeline", "stage"], **kw)
         self.actions = Counter("slipstream_tuner_scaling_actions", "Scaling actions taken",
@@ -56,6 +58,7 @@ class TunerMetrics:
         self.down_rate.labels(p).set(live.down_rate_qps)
         for stage, n in decision.targets.items():
             self.replicas.labels(p, stage).set(n)
+            self.short.labels(p, stage).set(max(0, decision.short.get(stage, n) - n))
             self.pace.labels(p, stage).set(live.pace.get(stage, 1.0))
         for c in decision.changes:
             self.actions.labels(p, c.stage, "up" if c.replicas > c.previous else "down").inc()

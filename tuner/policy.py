@@ -36,6 +36,9 @@ envelope and lambda = the planned rate):
   every stage but the tightest above its plan for good: the demo's replicas never came down), raised
   to what the envelope of the last ``down_horizon_s`` would scale straight back up to from ``k_m`` (no
   flapping), and never above ``n_m``.
+- **bounds**: targets stay within ``[min_replicas, max_replicas]``; what the envelope asked beyond
+  ``max_replicas`` is reported (``ScaleDecision.short``: the service logs it and sets a gauge), since
+  requests past that capacity end as early drops.
 """
 from __future__ import annotations
 
@@ -205,6 +208,7 @@ class ScaleDecision:
     changes: tuple[StageChange, ...] = ()
     trigger: "Trigger | None" = None
     note: str = ""  # why nothing changed, for logs and --dry-run
+    short: Mapping[str, int] = field(default_factory=dict)  # stage -> replicas the envelope asks beyond max_replicas
 
 
 @dataclass(frozen=True)
@@ -305,24 +309,26 @@ def decide(live: LiveTraffic, planned: TunerPlan, state: TunerState, now_ns: int
     current = {s.stage: state.replicas.get(s.stage, s.replicas) for s in planned.stages}
     ups = {s.stage: stage_up_target(planned, s, current[s.stage], live.envelope,
                                     config.up_slack_sigma, config.rho_mode) for s in planned.stages}
-    up = bounded({k: max(current[k], v[0]) for k, v in ups.items()}, config)
+    wanted = {k: max(current[k], v[0]) for k, v in ups.items()}
+    short = {k: n for k, n in wanted.items() if n > config.max_replicas}
+    up = bounded(wanted, config)
     if any(up[k] > current[k] for k in up):
         up = {k: max(up[k], current[k]) for k in up}  # bounds below a current count are not a scale-up
         triggers = {k: v[1] for k, v in ups.items()}
         top = max((v[1] for v in ups.values() if v[1] is not None),
                   key=lambda t: t.live_rate_qps / max(t.planned_rate_qps, 1e-12))
-        return (ScaleDecision(up, _changes(current, up, "scale-up", triggers, live, top.live_rate_qps), top),
-                replace(state, replicas=up, last_change_ns=now_ns))
+        return (ScaleDecision(up, _changes(current, up, "scale-up", triggers, live, top.live_rate_qps), top,
+                              short=short), replace(state, replicas=up, last_change_ns=now_ns))
 
     quiet_for = now_ns - state.last_change_ns
     if quiet_for < config.quiet_ns:
         return ScaleDecision(current, note=f"hold: quiet {quiet_for / NS_PER_S:.1f}s of "
-                                           f"{config.quiet_ns / NS_PER_S:.1f}s"), state
+                                           f"{config.quiet_ns / NS_PER_S:.1f}s", short=short), state
     down = bounded({s.stage: down_target(planned, s, current[s.stage], live, config.rho_mode,
                                          config.up_slack_sigma)
                     for s in planned.stages}, config)
     down = {k: min(v, current[k]) for k, v in down.items()}  # bounds never turn a down into an up
     if down == current:
-        return ScaleDecision(current, note="steady"), state
+        return ScaleDecision(current, note="steady", short=short), state
     changes = _changes(current, down, "scale-down", {}, live, live.down_rate_qps)
-    return ScaleDecision(down, changes), replace(state, replicas=down, last_change_ns=now_ns)
+    return ScaleDecision(down, changes, short=short), replace(state, replicas=down, last_change_ns=now_ns)

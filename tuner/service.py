@@ -117,6 +117,7 @@ class TunerService:
         self.handoff_epoch = -1
         self._next_plan: TunerPlan | None = None
         self._counted = (0, 0)
+        self._short: Mapping[str, int] = {}
         if metrics is not None:
             metrics.observe_plan(plan)
             for stage, n in self.partitions.items():
@@ -186,7 +187,19 @@ class TunerService:
             self._counted = (arrivals, late)
         for change in decision.changes:
             await self._apply(change, now)
+        self._say_short(decision.short)
         return decision
+
+    def _say_short(self, short: Mapping[str, int]) -> None:
+        """A log line when a stage's envelope starts (or stops) asking more replicas than the tuner may run."""
+        for stage, n in short.items():
+            if n > self._short.get(stage, 0):
+                log.warning("%s %s: the live envelope asks %d replicas, at most %d may run: capacity short, "
+                            "requests past their deadline are dropped early", self.pipeline.name, stage, n,
+                            self.config.max_replicas)
+        for stage in set(self._short) - set(short):
+            log.info("%s %s: capacity no longer short", self.pipeline.name, stage)
+        self._short = dict(short)
 
     async def _apply(self, change: StageChange, now_ns: int) -> None:
         stage, name = change.stage, self.pipeline.name

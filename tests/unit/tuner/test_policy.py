@@ -209,9 +209,14 @@ def test_after_scale_down_returning_traffic_scales_back_up(plan):
     assert new_state.last_change_ns == NS_PER_S
 
 
-def test_bounds_cap_the_target(plan):
-    decision, _ = decide(live(plan, 10), plan, TunerState.initial(plan, 0), 1, TunerConfig(max_replicas=6))
+def test_bounds_cap_the_target_and_say_what_the_envelope_asked(plan):
+    decision, state = decide(live(plan, 10), plan, TunerState.initial(plan, 0), 1, TunerConfig(max_replicas=6))
     assert decision.targets == {"detect": 6, "classify": 6}
+    assert decision.short == {"detect": 40, "classify": 30}  # 10x the planned 4 and 3, not the capped 6
+    held, _ = decide(live(plan, 10), plan, state, 2, TunerConfig(max_replicas=6))  # at the cap: no change
+    assert held.changes == () and held.short == decision.short
+    roomy, _ = decide(live(plan, 10), plan, TunerState.initial(plan, 0), 1, TunerConfig(max_replicas=64))
+    assert roomy.short == {}
 
 
 def test_config_rejects_nonsense():

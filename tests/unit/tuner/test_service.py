@@ -260,3 +260,25 @@ async def test_results_slower_than_the_plan_assumed_scale_up_a_rate_it_serves(se
     decision = await run(True).tick()
     assert decision.targets == {"detect": 1, "classify": 2}
     assert reg.get_sample_value("slipstream_tuner_pace", {"pipeline": "shop", "stage": "classify"}) == pytest.approx(1.5)
+
+
+async def test_a_burst_beyond_max_replicas_is_said_in_a_log_line_and_a_gauge(setup, caplog):
+    pipe, plan = setup
+    clock = Clock()
+    from prometheus_client import CollectorRegistry
+    reg = CollectorRegistry()
+    svc = TunerService(pipe, plan, TunerConfig(activation_s=1.0, max_replicas=2), DryRunActuator(),
+                       partitions={"detect": 2, "classify": 4}, metrics=TunerMetrics(pipe.name, reg),
+                       settings=ServiceSettings(reorder_s=0.0), clock=clock)
+    short = lambda: reg.get_sample_value("slipstream_tuner_replicas_short", {"pipeline": "shop", "stage": "detect"})
+    svc.feed(poisson_ns(50, 0, 10, seed=2))
+    clock.ns = 10 * NS_PER_S
+    await svc.tick()
+    assert short() == 0 and "capacity short" not in caplog.text
+    svc.feed(poisson_ns(150, 10, 3, seed=3))  # three times the planned rate: detect asks 5+, 2 may run
+    clock.ns = 13 * NS_PER_S
+    with caplog.at_level("INFO", logger="tuner.service"):
+        decision = await svc.tick()
+    assert decision.targets["detect"] == 2 and decision.short["detect"] >= 5
+    assert short() == decision.short["detect"] - 2
+    assert "shop detect: the live envelope asks" in caplog.text and "capacity short" in caplog.text
