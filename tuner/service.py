@@ -117,7 +117,7 @@ class TunerService:
         self.handoff_epoch = -1
         self._next_plan: TunerPlan | None = None
         self._counted = (0, 0)
-        self._short: Mapping[str, int] = {}
+        self._short: dict[str, tuple[int, int]] = {}  # stage -> (last short at, most asked)
         if metrics is not None:
             metrics.observe_plan(plan)
             for stage, n in self.partitions.items():
@@ -187,19 +187,24 @@ class TunerService:
             self._counted = (arrivals, late)
         for change in decision.changes:
             await self._apply(change, now)
-        self._say_short(decision.short)
+        self._say_short(decision.short, now)
         return decision
 
-    def _say_short(self, short: Mapping[str, int]) -> None:
-        """A log line when a stage's envelope starts (or stops) asking more replicas than the tuner may run."""
+    def _say_short(self, short: Mapping[str, int], now_ns: int) -> None:
+        """A log line when a stage's envelope starts asking more replicas than the tuner may run, and
+        one when it has not for the quiet period (so a burst's flicker around the bound is one episode)."""
         for stage, n in short.items():
-            if n > self._short.get(stage, 0):
+            at, peak = self._short.get(stage, (None, 0))
+            if at is None:
                 log.warning("%s %s: the live envelope asks %d replicas, at most %d may run: capacity short, "
                             "requests past their deadline are dropped early", self.pipeline.name, stage, n,
                             self.config.max_replicas)
-        for stage in set(self._short) - set(short):
-            log.info("%s %s: capacity no longer short", self.pipeline.name, stage)
-        self._short = dict(short)
+            self._short[stage] = (now_ns, max(peak, n))
+        for stage, (at, peak) in list(self._short.items()):
+            if stage not in short and now_ns - at >= self.config.quiet_ns:
+                log.info("%s %s: capacity no longer short (the envelope asked up to %d replicas)",
+                         self.pipeline.name, stage, peak)
+                del self._short[stage]
 
     async def _apply(self, change: StageChange, now_ns: int) -> None:
         stage, name = change.stage, self.pipeline.name

@@ -282,3 +282,12 @@ async def test_a_burst_beyond_max_replicas_is_said_in_a_log_line_and_a_gauge(set
     assert decision.targets["detect"] == 2 and decision.short["detect"] >= 5
     assert short() == decision.short["detect"] - 2
     assert "shop detect: the live envelope asks" in caplog.text and "capacity short" in caplog.text
+    with caplog.at_level("INFO", logger="tuner.service"):
+        svc.feed(poisson_ns(150, 13, 1, seed=4))
+        clock.ns = 14 * NS_PER_S
+        await svc.tick()  # still short: the same episode, no second warning
+        assert caplog.text.count("detect: the live envelope asks") == 1
+        svc.feed(poisson_ns(20, 14, 20, seed=5))
+        clock.ns = 34 * NS_PER_S
+        await svc.tick()  # below the planned rate for longer than the quiet period
+    assert short() == 0 and "detect: capacity no longer short" in caplog.text
