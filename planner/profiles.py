@@ -61,17 +61,21 @@ def import_csv(path: str | Path, store: ProfileStore, *, models: set[str] | None
 
 def problem_from_pipeline(pipe: Pipeline, store: ProfileStore, *, arrivals_s: np.ndarray | None = None,
                           rate_qps: float | None = None, rate_window_s: float = 1.0,
-                          sim_seconds: float = 60.0, **options) -> Problem:
+                          sim_seconds: float = 60.0, cores: int | None = None, **options) -> Problem:
     """The planning problem of a pipeline spec, with latency from the profile store.
 
     A variant's profile is looked up by its name, then by its model name, on every hardware of the
-    pipeline's catalog; a variant with no profile at all is an error naming it."""
+    pipeline's catalog (with ``cores``, only the CPU entries whose threads fit in that many cores: a
+    2-thread instance on one core runs at half its profiled pace); a variant with no profile at all
+    is an error naming it."""
+    catalog = {name: h for name, h in pipe.hardware.items()
+               if cores is None or h.kind != "cpu" or h.threads <= cores}
     stages = []
     for st in pipe.stages:
         variants = []
         for v in st.variants:
             lat = {}
-            for h in pipe.hardware:
+            for h in catalog:
                 prof = lookup(store, v, h)
                 if prof is not None:
                     lat[h] = prof.curve()
@@ -79,9 +83,9 @@ def problem_from_pipeline(pipe: Pipeline, store: ProfileStore, *, arrivals_s: np
                 variants.append(VariantOption(v.name, v.accuracy, lat))
         if not variants:
             raise ProfileError(f"stage {st.name!r}: no profile in {store.root} for any of its variants "
-                               f"{[v.name for v in st.variants]} on hardware {sorted(pipe.hardware)}")
+                               f"{[v.name for v in st.variants]} on hardware {sorted(catalog)}")
         stages.append(StageOption(st.name, tuple(variants)))
-    hw = {h.name: HardwareOption(h.name, h.cost_per_hour, h.kind, h.threads) for h in pipe.hardware.values()}
+    hw = {h.name: HardwareOption(h.name, h.cost_per_hour, h.kind, h.threads) for h in catalog.values()}
     if arrivals_s is None:
         if rate_qps is None:
             raise ProfileError("give an arrival trace or a rate")

@@ -77,13 +77,17 @@ def profile_missing(pipe, store, batch_sizes=(1, 2, 4, 8), reps: int = 20) -> No
 
 def local_problem(pipe, store, opts: LiveOptions, **kw):
     """The planning problem of a run on this host: no stage above the instances one worker process runs
-    here (``tuner.supervisor.LocalCapacity``), and no more than that per stage in all."""
+    here (``tuner.supervisor.LocalCapacity``), no more than that per stage in all, and no CPU hardware
+    with more threads than the host's cores (its cgroup's limit when one is set; ``cores=None``: every
+    entry, for a run recorded elsewhere)."""
     from planner.profiles import problem_from_pipeline
+    from streams.placement import available_cpus
     from tuner.supervisor import LocalCapacity
 
     cap = LocalCapacity(opts.reserve_cores).max_instances
     return problem_from_pipeline(pipe, store, activation_s=opts.activation_s, hop_ms=opts.hop_ms,
-                                 max_replicas=cap * len(pipe.stages), max_stage_replicas=cap, **kw)
+                                 max_replicas=cap * len(pipe.stages), max_stage_replicas=cap,
+                                 **{"cores": available_cpus(), **kw})
 
 
 def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, settings: KafkaSettings) -> Published:

@@ -43,7 +43,8 @@ def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_
     for rep in map(Path, report_dirs):
         run = RunRecord(rep)
         summary, plan = run.summary(), run.plan()
-        problem = local_problem(pipe, store, opts, rate_qps=max(plan.rate_qps, 1.0))  # the run's arrivals replace it
+        problem = local_problem(pipe, store, opts, rate_qps=max(plan.rate_qps, 1.0),  # the run's arrivals replace it
+                                cores=None)  # the run's plan may name hardware wider than this host
         if fit_dirs:
             problem = recalibrated(problem, doc, store.calibration)
         est = like_for_like(problem, plan, summary, rep, opts, forward=False)  # the planning sample is not stored

@@ -148,3 +148,24 @@ def test_problem_from_pipeline_and_profiles(tmp_path):
     store2 = ProfileStore(tmp_path / "empty")
     with pytest.raises(ProfileError, match="no profile"):
         problem_from_pipeline(pipe, store2, rate_qps=10)
+
+
+def test_a_host_with_fewer_cores_plans_no_cpu_hardware_wider_than_them(tmp_path):
+    pipe = parse_pipeline({
+        "name": "one", "slo_ms": 300,
+        "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05},
+                     "cpu-2": {"kind": "cpu", "threads": 2, "cost_per_hour": 0.10},
+                     "gpu": {"kind": "cuda", "cost_per_hour": 1.0}},
+        "stages": [{"name": "cls", "variants": [{"name": "c", "model": "m-c", "accuracy": 0.8}]}]})
+    store = ProfileStore(tmp_path)
+    for hw in ("cpu-1", "cpu-2", "gpu"):
+        store.save(Profile("c", hw, {1: BatchPoint(5, 6), 4: BatchPoint(12, 14)}))
+    wide = problem_from_pipeline(pipe, store, rate_qps=10, sim_seconds=10, cores=2)
+    assert set(wide.stage("cls").variant("c").latency) == {"cpu-1", "cpu-2", "gpu"}
+    narrow = problem_from_pipeline(pipe, store, rate_qps=10, sim_seconds=10, cores=1)
+    assert set(narrow.stage("cls").variant("c").latency) == {"cpu-1", "gpu"}  # a GPU is no core
+    assert set(narrow.hardware) == {"cpu-1", "gpu"}
+    store1 = ProfileStore(tmp_path / "wide-only")
+    store1.save(Profile("c", "cpu-2", {1: BatchPoint(5, 6)}))
+    with pytest.raises(ProfileError, match=r"no profile .* on hardware \['cpu-1', 'gpu'\]"):
+        problem_from_pipeline(pipe, store1, rate_qps=10, cores=1)
