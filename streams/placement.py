@@ -66,23 +66,28 @@ def cgroup_cpu_limit(root: str | Path = "/sys/fs/cgroup", own: str | None = None
     except OSError:
         own = ""
     paths = dict(_cgroup_paths(own))
-    found: list[float] = []
+    if (root / "cgroup.controllers").is_file() or (root / "cpu.max").is_file():
+        mount, path = root, paths.get("", "/")
+    else:
+        mount = next((root / v1 for v1 in ("cpu", "cpu,cpuacct", "cpuacct,cpu") if (root / v1).is_dir()), None)
+        if mount is None:
+            return None
+        path = paths.get("cpu", "/")
     try:
-        if (root / "cgroup.controllers").is_file() or (root / "cpu.max").is_file():  # v2
-            found = [cpu_limit_of((d / "cpu.max").read_text())
-                     for d in _self_and_ancestors(root, paths.get("", "/")) if (d / "cpu.max").is_file()]
-        else:
-            for v1 in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
-                if (root / v1).is_dir():
-                    found = [cpu_limit_of(None, (d / "cpu.cfs_quota_us").read_text(),
-                                          (d / "cpu.cfs_period_us").read_text())
-                             for d in _self_and_ancestors(root / v1, paths.get("cpu", "/"))
-                             if (d / "cpu.cfs_quota_us").is_file()]
-                    break
+        limits = [lim for d in _self_and_ancestors(mount, path) if (lim := _limit_in(d)) is not None]
     except (OSError, ValueError):
         return None
-    limits = [f for f in found if f is not None]
-    return min(limits) if limits else None
+    return min(limits, default=None)
+
+
+def _limit_in(group: Path) -> float | None:
+    """The limit one cgroup directory sets itself (v2 ``cpu.max`` or v1 ``cpu.cfs_*``); None: none."""
+    if (group / "cpu.max").is_file():
+        return cpu_limit_of((group / "cpu.max").read_text())
+    if (group / "cpu.cfs_quota_us").is_file():
+        return cpu_limit_of(None, (group / "cpu.cfs_quota_us").read_text(),
+                            (group / "cpu.cfs_period_us").read_text())
+    return None
 
 
 def _cgroup_paths(own: str):

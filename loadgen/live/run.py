@@ -85,9 +85,9 @@ def local_problem(pipe, store, opts: LiveOptions, **kw):
     from tuner.supervisor import LocalCapacity
 
     cap = LocalCapacity(opts.reserve_cores).max_instances
+    kw.setdefault("cores", available_cpus())
     return problem_from_pipeline(pipe, store, activation_s=opts.activation_s, hop_ms=opts.hop_ms,
-                                 max_replicas=cap * len(pipe.stages), max_stage_replicas=cap,
-                                 **{"cores": available_cpus(), **kw})
+                                 max_replicas=cap * len(pipe.stages), max_stage_replicas=cap, **kw)
 
 
 def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, settings: KafkaSettings) -> Published:
