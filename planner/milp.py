@@ -12,7 +12,9 @@ examples do; no ``mip`` object leaves this module. One binary ``use`` and one in
 - cluster cap ``sum rep <= max_replicas``; accuracy floor on every path
   ``sum_s minlog[s] >= log(floor)`` with ``minlog[s] <= log a_c + M (1 - use[c])`` (the worst
   variant a request can be routed to; logs make the product of accuracies linear)
-- objectives: ``cost`` = min sum rep x price; ``accuracy`` = max weight x expected log pipeline
+- objectives: ``cost`` = min sum rep x price, then at that cost (two more solves) the fastest plan
+  among those with ``h`` within 10 % of its most, ``h <= capacity_s / lambda_s`` for every stage;
+  ``accuracy`` = max weight x expected log pipeline
   accuracy - cost, where traffic shares ``flow[c] <= rep[c] * mu_c`` route the stage's items and the
   expected log accuracy of a path is sum over its stages of sum_c flow[c] / lambda_s x log a_c
   (= log of the product of accuracies for single-config stages; IPA sums accuracies instead);
@@ -36,6 +38,7 @@ from planner.problem import Problem
 
 SOLVERS = {"highs": "HIGHS", "cbc": "CBC"}
 TIE = 1e-6  # tie-breaker weight: fewer configs per stage
+HEADROOM_SLACK = 0.1  # the cost objective's tie-break: within this of the most headroom, the fastest
 
 
 @dataclass(frozen=True)
@@ -119,61 +122,115 @@ def solve(problem: Problem, opts: MilpOptions = MilpOptions(), warm: Plan | None
     lam = {s: problem.stage_rate(s, rate) for s in configs}
     mix = problem.mix if opts.allow_mix is None else opts.allow_mix
     build = _build_mixed if mix else _build_single
-    use, rep, flow = build(m, problem, configs, lam, paths, budget, lat, objective)
+    use, rep, flow, cost = build(m, problem, configs, lam, paths, budget, lat, objective)
     for k, ban in enumerate(opts.exclude):
         banned = [use[c] for cs in configs.values() for c in cs if (c.stage, c.variant, c.hardware, c.batch) in ban]
         if len(banned) == len(ban):
             m += mip.xsum(banned) <= len(ban) - 1, _name("runner_up_cut", k)
     if warm is not None and warm.stages:
-        start = []
-        for sp in warm.stages:
-            for a in sp.assignments:
-                for c in configs.get(sp.stage, ()):
-                    if (c.variant, c.hardware, c.batch) == (a.variant, a.hardware, a.max_batch):
-                        start.append((use[c], 1.0))
-                        if isinstance(rep[c], mip.Var):
-                            start.append((rep[c], float(a.replicas)))
-        if start:
-            m.start = start
+        m.start = _warm_start(warm, configs, use, rep)
     status = m.optimize(max_seconds=opts.time_limit_s)
-    elapsed = time.perf_counter() - t0
     if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
         reason = diagnose(problem, configs, budget, rate, opts)
         if status != mip.OptimizationStatus.INFEASIBLE:
             reason = f"solver status {status.name}: {reason}"
-        return infeasible(opts.mode, reason, solve_time_s=elapsed, rate_qps=rate,
+        return infeasible(opts.mode, reason, solve_time_s=time.perf_counter() - t0, rate_qps=rate,
                           notes=(f"solver {solver}: {status.name}",))
+    notes = [f"solver {solver}: {status.name}, objective {m.objective_value:.6g}"]
+    x = {v: v.x for v in (*use.values(), *rep.values(), *flow.values()) if isinstance(v, mip.Var)}
+    if objective == "cost":
+        left = max(opts.time_limit_s - (time.perf_counter() - t0), 1.0)
+        x, note = _tie_break(m, cost, configs, lam, use, rep, lat, x, left)
+        notes.append(note)
+    elapsed = time.perf_counter() - t0
+
+    def val(v: Any) -> float:
+        return x[v] if isinstance(v, mip.Var) else float(v)
 
     stages: dict[str, tuple[Assignment, ...]] = {}
     for s, cs in configs.items():
-        chosen = [(c, int(round(_val(rep[c])))) for c in cs if use[c].x >= 0.5]
+        chosen = [(c, int(round(val(rep[c])))) for c in cs if val(use[c]) >= 0.5]
         if objective == "cost" or lam[s] <= 0 or not flow:
             caps = [n * c.throughput_qps for c, n in chosen]
-            weights = [x / sum(caps) for x in caps]
+            weights = [w / sum(caps) for w in caps]
         else:
-            weights = [max(_val(flow[c]), 0.0) / lam[s] for c, _ in chosen]
+            weights = [max(val(flow[c]), 0.0) / lam[s] for c, _ in chosen]
         stages[s] = tuple(assignment_for(c, n, w) for (c, n), w in zip(chosen, weights))
-    notes = [f"solver {solver}: {status.name}, objective {m.objective_value:.6g}"]
-    used_rep = {c: (_val(rep[c]) if use[c].x >= 0.5 else 0.0) for cs in configs.values() for c in cs}
+    used_rep = {c: (val(rep[c]) if val(use[c]) >= 0.5 else 0.0) for cs in configs.values() for c in cs}
     notes += binding(problem, configs, stages, lat, budget, lam, paths, used_rep)
     return evaluate(problem, opts.mode, stages, rate_qps=rate, solve_time_s=elapsed, notes=tuple(notes))
 
 
+def _warm_start(warm: Plan, configs: Mapping[str, list[Config]], use: Mapping[Config, Any],
+                rep: Mapping[Config, Any]) -> list:
+    start = []
+    for sp in warm.stages:
+        for a in sp.assignments:
+            for c in configs.get(sp.stage, ()):
+                if (c.variant, c.hardware, c.batch) == (a.variant, a.hardware, a.max_batch):
+                    start.append((use[c], 1.0))
+                    if isinstance(rep[c], mip.Var):
+                        start.append((rep[c], float(a.replicas)))
+    return start
+
+
+def _tie_break(m: "mip.Model", cost: Any, configs: Mapping[str, list[Config]], lam: Mapping[str, float],
+               use: Mapping[Config, Any], rep: Mapping[Config, Any], lat: Callable[[Config], float], x: dict,
+               max_seconds: float) -> tuple[dict, str]:
+    """The cost objective's tie-break, solved after it with the cost held at the optimum ``x`` found:
+    of the cheapest plans, those within :data:`HEADROOM_SLACK` of the most headroom (the tightest
+    stage's capacity over its rate), and of those the fastest (least sum of config latencies). Without
+    it the solver's order decides: HiGHS and CBC picked different EfficientNet-Lite variants at the
+    same price, and a slower variant at the same price makes the tuner buy replicas sooner (runs s17:
+    lite2 at the plan's 0.100 $/h ran at 0.130 $/h, lite0 at 0.100). Headroom alone would take a large
+    batch for a sliver of capacity and its formation wait. Returns the values and a note; a solve that
+    finds nothing leaves the values before it."""
+    loaded = [s for s in configs if lam[s] > 0]
+    if not loaded:
+        return x, "tie-break: none (no stage has traffic)"
+
+    def capacity(c: Config) -> Any:  # replicas x mu; in the single build rep is a constant, times use
+        return rep[c] * c.throughput_qps if isinstance(rep[c], mip.Var) else use[c] * (rep[c] * c.throughput_qps)
+
+    def most(c: Config) -> float:
+        return (rep[c].ub if isinstance(rep[c], mip.Var) else rep[c]) * c.throughput_qps
+
+    least = cost.x
+    m += cost <= least + 1e-7 * max(1.0, least), "cheapest"
+    head = m.add_var("headroom", lb=0.0, ub=min(sum(most(c) for c in configs[s]) / lam[s] for s in loaded))
+    for s in loaded:
+        m += head <= mip.xsum(capacity(c) for c in configs[s]) * (1.0 / lam[s]), _name("headroom", s)
+    fewer = TIE * mip.xsum(use.values())
+    m.cuts = 0  # CBC's cut rounds took 2.5 s a solve here on the 2,100-config bench, 0.03 s without
+    for objective in (mip.maximize(head - fewer),
+                      mip.minimize(mip.xsum(lat(c) * use[c] for cs in configs.values() for c in cs) + fewer)):
+        if objective.sense == mip.MINIMIZE:
+            m += head >= (1.0 - HEADROOM_SLACK) * best, "near_most_headroom"
+        m.objective = objective
+        m.start = list(x.items())
+        status = m.optimize(max_seconds=max_seconds)
+        if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
+            return x, f"tie-break at {least:.6g} $/h: {status.name}, the solution before it stands"
+        x, best = {v: v.x for v in x}, head.x
+    return x, (f"tie-break: of the plans at {least:.6g} $/h, the fastest within {HEADROOM_SLACK:.0%} of "
+               f"the most headroom (tightest stage x{best:.2f} its rate)")
+
+
 def binding(problem: Problem, configs: Mapping[str, list[Config]], stages: Mapping[str, tuple],
             lat: Callable[[Config], float], budget: float, lam: Mapping[str, float],
-            paths: list[tuple[str, ...]], rep: Mapping[Config, Any]) -> list[str]:
+            paths: list[tuple[str, ...]], rep: Mapping[Config, float]) -> list[str]:
     """Constraints with no slack at the solution, in words (for --explain)."""
     out = []
-    used = {s: max(lat(c) for c in configs[s] if _val(rep[c]) >= 0.5) for s in configs}
+    used = {s: max(lat(c) for c in configs[s] if rep[c] >= 0.5) for s in configs}
     for p in paths:
         total = sum(used[s] for s in p)
         if budget - total < 0.02 * budget:
             out.append(f"binding: path {'->'.join(p)} latency {total:.1f} of {budget:.1f} ms")
     for s, cs in configs.items():
-        chosen = [c for c in cs if _val(rep[c]) >= 0.5]
-        cap = sum(_val(rep[c]) * c.throughput_qps for c in chosen)
+        chosen = [c for c in cs if rep[c] >= 0.5]
+        cap = sum(rep[c] * c.throughput_qps for c in chosen)
         smallest = min(c.throughput_qps for c in chosen)
-        if sum(_val(rep[c]) for c in chosen) > len(chosen) and cap - smallest < lam[s]:
+        if sum(rep[c] for c in chosen) > len(chosen) and cap - smallest < lam[s]:
             out.append(f"binding: stage {s} capacity {cap:.1f} qps for {lam[s]:.1f} qps "
                        "(one replica fewer would not keep up)")
     if problem.max_replicas is not None:
@@ -181,10 +238,6 @@ def binding(problem: Problem, configs: Mapping[str, list[Config]], stages: Mappi
         if total >= problem.max_replicas:
             out.append(f"binding: cluster cap {problem.max_replicas} replicas")
     return out
-
-
-def _val(v: Any) -> float:
-    return float(v.x) if isinstance(v, mip.Var) else float(v)
 
 
 def _objective(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Config]],
@@ -237,7 +290,7 @@ def _build_single(m: "mip.Model", problem: Problem, configs: Mapping[str, list[C
     cost = mip.xsum(rep[c] * c.price * use[c] for c in use)
     acc_terms = {s: mip.xsum(math.log(max(c.accuracy, 1e-9)) * use[c] for c in cs) for s, cs in configs.items()}
     _objective(m, problem, configs, lam, paths, objective, cost, 0, acc_terms)
-    return use, rep, {}
+    return use, rep, {}, cost
 
 
 def _build_mixed(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Config]],
@@ -277,7 +330,7 @@ def _build_mixed(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Co
     acc_terms = {s: mip.xsum(flow[c] * (math.log(max(c.accuracy, 1e-9)) / lam[s]) for c in configs[s])
                  for s in configs if lam[s] > 0 and objective != "cost"}
     _objective(m, problem, configs, lam, paths, objective, cost, TIE * mip.xsum(use.values()), acc_terms)
-    return use, rep, flow
+    return use, rep, flow, cost
 
 
 def chosen_set(plan: Plan) -> frozenset:

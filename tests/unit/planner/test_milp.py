@@ -10,7 +10,7 @@ import pytest
 from planner import milp
 from planner.inferline import InferLineOptions, plan_inferline
 from planner.plan import Config, stage_configs
-from planner.problem import Problem
+from planner.problem import Problem, parse_problem
 from loadgen.synthetic import random_problem
 
 SOLVERS = ("highs", "cbc")
@@ -160,3 +160,36 @@ def test_runner_up_differs_and_costs_no_less():
     assert second.feasible
     assert milp.chosen_set(second) != milp.chosen_set(best)
     assert second.cost_per_hour >= best.cost_per_hour - 1e-9
+
+
+def one_stage(variants: list[tuple[str, float, dict]], qps: float, slo_ms: float = 400):
+    """One stage on one hardware type (1 $/h): ``variants`` as (name, accuracy, {batch: ms})."""
+    return parse_problem({
+        "slo_ms": slo_ms, "arrival": {"rate_qps": qps}, "hardware": {"h": {"cost_per_hour": 1}},
+        "batch_sizes": sorted({b for _, _, pts in variants for b in pts}),
+        "stages": [{"name": "s", "variants": [
+            {"name": n, "accuracy": a, "latency_ms": {"h": {str(b): ms for b, ms in pts.items()}}}
+            for n, a, pts in variants]}]})
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("order", [1, -1])
+def test_equal_cost_takes_the_faster_variant(solver, order):
+    # one replica of either serves 10 qps at the same price; batches on a CPU add no capacity (lite0
+    # and lite2 on one thread: the b=4 batch is about 4 singles; here 2 % more), only a formation wait
+    fast = ("fast", 0.75, {1: 12.0, 4: 47.0})
+    slow = ("slow", 0.78, {1: 24.0, 4: 96.0})
+    plan = milp.solve(one_stage([fast, slow][::order], qps=10), milp.MilpOptions(solver=solver))
+    (a,) = plan.stages[0].assignments
+    assert (a.variant, a.max_batch, a.replicas) == ("fast", 1, 1)
+    assert any(n.startswith("tie-break: of the plans at 1 $/h") for n in plan.notes)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_equal_cost_takes_a_batch_that_buys_capacity(solver):
+    # an accelerator: batch 8 serves 2.7x what batch 1 does at the same price, so its formation wait
+    # is worth it; batch 2 (+25 % capacity) is not taken over batch 8
+    gpu = ("v", 0.8, {1: 5.0, 2: 8.0, 8: 15.0})
+    plan = milp.solve(one_stage([gpu], qps=100), milp.MilpOptions(solver=solver))
+    (a,) = plan.stages[0].assignments
+    assert (a.max_batch, a.replicas) == (8, 1)
