@@ -188,32 +188,41 @@ def _tie_break(m: "mip.Model", cost: Any, configs: Mapping[str, list[Config]], l
     loaded = [s for s in configs if lam[s] > 0]
     if not loaded:
         return x, "tie-break: none (no stage has traffic)"
+    scale = {c: c.throughput_qps / lam[c.stage] for s in loaded for c in configs[s]}  # headroom per replica
 
-    def capacity(c: Config) -> Any:  # replicas x mu; in the single build rep is a constant, times use
-        return rep[c] * c.throughput_qps if isinstance(rep[c], mip.Var) else use[c] * (rep[c] * c.throughput_qps)
+    def headroom(c: Config) -> Any:  # in the single build rep is a constant, times use
+        return rep[c] * scale[c] if isinstance(rep[c], mip.Var) else use[c] * (rep[c] * scale[c])
 
     def most(c: Config) -> float:
-        return (rep[c].ub if isinstance(rep[c], mip.Var) else rep[c]) * c.throughput_qps
+        return (rep[c].ub if isinstance(rep[c], mip.Var) else rep[c]) * scale[c]
 
     least = cost.x
     m += cost <= least + 1e-7 * max(1.0, least), "cheapest"
-    head = m.add_var("headroom", lb=0.0, ub=min(sum(most(c) for c in configs[s]) / lam[s] for s in loaded))
+    head = m.add_var("headroom", lb=0.0, ub=min(sum(most(c) for c in configs[s]) for s in loaded))
     for s in loaded:
-        m += head <= mip.xsum(capacity(c) for c in configs[s]) * (1.0 / lam[s]), _name("headroom", s)
+        m += head <= mip.xsum(headroom(c) for c in configs[s]), _name("headroom", s)
     fewer = TIE * mip.xsum(use.values())
     m.cuts = 0  # CBC's cut rounds took 2.5 s a solve here on the 2,100-config bench, 0.03 s without
-    for objective in (mip.maximize(head - fewer),
-                      mip.minimize(mip.xsum(lat(c) * use[c] for cs in configs.values() for c in cs) + fewer)):
-        if objective.sense == mip.MINIMIZE:
-            m += head >= (1.0 - HEADROOM_SLACK) * best, "near_most_headroom"
-        m.objective = objective
-        m.start = list(x.items())
-        status = m.optimize(max_seconds=max_seconds)
-        if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
-            return x, f"tie-break at {least:.6g} $/h: {status.name}, the solution before it stands"
-        x, best = {v: v.x for v in x}, head.x
-    return x, (f"tie-break: of the plans at {least:.6g} $/h, the fastest within {HEADROOM_SLACK:.0%} of "
-               f"the most headroom (tightest stage x{best:.2f} its rate)")
+    widest = _again(m, mip.maximize(head - fewer), x, max_seconds)
+    if widest is None:
+        return x, f"tie-break at {least:.6g} $/h: no most-headroom solution, the first solution stands"
+    m += head >= (1.0 - HEADROOM_SLACK) * head.x, "near_most_headroom"
+    fastest = _again(m, mip.minimize(mip.xsum(lat(c) * use[c] for cs in configs.values() for c in cs) + fewer),
+                     widest, max_seconds)
+    if fastest is None:
+        return widest, f"tie-break at {least:.6g} $/h: the most headroom (no fastest solution)"
+    return fastest, (f"tie-break: of the plans at {least:.6g} $/h, the fastest within {HEADROOM_SLACK:.0%} "
+                     f"of the most headroom (tightest stage x{head.x:.2f} its rate)")
+
+
+def _again(m: "mip.Model", objective: Any, x: dict, max_seconds: float) -> dict | None:
+    """Re-solve ``m`` for ``objective`` from the solution ``x``: its values, or None if none was found."""
+    m.objective = objective
+    m.start = list(x.items())
+    status = m.optimize(max_seconds=max_seconds)
+    if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
+        return None
+    return {v: v.x for v in x}
 
 
 def binding(problem: Problem, configs: Mapping[str, list[Config]], stages: Mapping[str, tuple],
