@@ -98,16 +98,20 @@ class ControlFeed:
 
     def __init__(self, pipe: Pipeline, stage: str, kafka: KafkaSettings, count_invalid) -> None:
         self.pipe, self.stage, self.count = pipe, stage, count_invalid
-        self.cons = kclient.consumer(kafka, topics.control(pipe.name), group_id=None)
+        self.cons = kclient.consumer(kafka, group_id=None)
         self.tp = TopicPartition(topics.control(pipe.name), 0)
 
     async def start(self) -> None:
         await self.cons.start()
 
     async def held(self) -> list[dict]:
+        # the offsets first, then the partition: asked while its fetch long-polls, they would wait
+        # behind it (``streams.kafka.consumer``)
         end = (await self.cons.end_offsets([self.tp]))[self.tp]
+        begin = (await self.cons.beginning_offsets([self.tp]))[self.tp]
+        self.cons.assign([self.tp])
         found: list[dict] = []
-        if (await self.cons.beginning_offsets([self.tp]))[self.tp] < end:
+        if begin < end:
             async for msg in self.cons:
                 if (rec := await self._config(msg)) is not None:
                     found.append(rec)

@@ -13,10 +13,13 @@ topic's egress. :class:`KafkaArrivals` is the one place that turns offsets into 
 
 The arrivals of a step are spread evenly over it (:func:`spread`), so timestamps are exact to one step
 (``poll_ms``, 20 ms by default) and the bytes read per arrival do not grow with the payload (``python -m
-loadgen.bench.arrivals``). The consumer has no group (it must not steal partitions from the source
-stage's workers); it reads only the control topic, from the beginning (compacted: the latest
-StageConfig per stage), so a scaling action republishes the stage's current variant/batch with only
-the replicas changed. Partitions added to the input topic are picked up within ``metadata_refresh_s``.
+loadgen.bench.arrivals``). Two clients, neither in a group (they must not steal partitions from the
+source stage's workers): one follows the control topic from the beginning (compacted: the latest
+StageConfig per stage, so a scaling action republishes the stage's current variant/batch with only
+the replicas changed), the other asks the offsets and never fetches. A broker answers a connection's
+requests in order, so offsets asked on the follower's connection wait behind its long-polling fetch
+(``streams.kafka.consumer``): one client, they came every fetch wait, not every ``poll_ms``. Partitions
+added to the input topic are picked up within ``metadata_refresh_s``.
 """
 from __future__ import annotations
 
@@ -80,7 +83,8 @@ class KafkaArrivals:
         self._step_ns = int(lookback_step_s * 1e9)
         self._poll_ms = poll_ms
         self._refresh_ns = int(metadata_refresh_s * 1e9)
-        self._consumer = None
+        self._consumer = None  # follows the control topic
+        self._offsets = None  # asks the input topic's offsets and metadata; never fetches
         self._inputs: list = []
         self._inputs_at = 0
         self._counter = OffsetCounter()
@@ -89,7 +93,8 @@ class KafkaArrivals:
     async def start(self) -> None:
         self._consumer = kclient.consumer(self.settings, self.control_topic, group_id=None,
                                           enable_auto_commit=False, auto_offset_reset="earliest")
-        await self._consumer.start()
+        self._offsets = kclient.consumer(self.settings, group_id=None, enable_auto_commit=False)
+        await asyncio.gather(self._consumer.start(), self._offsets.start())
         self._inputs = await self._input_partitions()
         if not self._inputs:
             raise LookupError(f"topic {self.input_topic!r} has no partitions (run the pipeline's topic setup)")
@@ -100,17 +105,17 @@ class KafkaArrivals:
     async def _input_partitions(self) -> list:
         """The input topic's partitions, from a metadata request of its own (the consumer does not
         subscribe to the input topic, so its client does not keep the topic's metadata)."""
-        md = await self._consumer._client.fetch_all_metadata()
+        md = await self._offsets._client.fetch_all_metadata()
         return [TopicPartition(self.input_topic, p) for p in sorted(md.partitions_for_topic(self.input_topic) or ())]
 
     async def _lookback(self, now_ns: int) -> np.ndarray:
         """Arrivals of the last ``lookback_s``, one ``offsets_for_times`` per step, ending with the end
         offsets at ``now_ns`` (the live counter's baseline)."""
-        ends = await self._consumer.end_offsets(self._inputs)
+        ends = await self._offsets.end_offsets(self._inputs)
         grid = list(range(now_ns - self._lookback_ns, now_ns, max(self._step_ns, 1)))
         # every step's request at once: the client pipelines them on its connection (sequential round
         # trips took seconds on a loaded machine, and the history aged past the tuner's scale-up view)
-        found = await asyncio.gather(*(self._consumer.offsets_for_times(
+        found = await asyncio.gather(*(self._offsets.offsets_for_times(
             {tp: t // NS_PER_MS for tp in self._inputs}) for t in grid))
         counter, chunks = OffsetCounter(), []
         for t, at in zip(grid, found):
@@ -121,9 +126,9 @@ class KafkaArrivals:
         return np.concatenate(chunks) if chunks else np.empty(0, dtype=np.int64)
 
     async def stop(self) -> None:
-        if self._consumer is not None:
-            await self._consumer.stop()
-            self._consumer = None
+        clients = [c for c in (self._consumer, self._offsets) if c is not None]
+        self._consumer = self._offsets = None
+        await asyncio.gather(*(c.stop() for c in clients))
 
     def __aiter__(self) -> AsyncIterator[np.ndarray]:
         return self._chunks()
@@ -144,7 +149,7 @@ class KafkaArrivals:
             if now - self._inputs_at >= self._refresh_ns:  # partitions only grow
                 self._inputs = sorted({*self._inputs, *await self._input_partitions()})
                 self._inputs_at = now
-            stamps = self._counter.observe(await self._consumer.end_offsets(self._inputs), time.time_ns())
+            stamps = self._counter.observe(await self._offsets.end_offsets(self._inputs), time.time_ns())
             if len(stamps):
                 yield stamps
 

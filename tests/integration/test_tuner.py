@@ -82,3 +82,33 @@ async def test_rate_step_on_the_input_topic_scales_up_grows_and_publishes(kafka,
     assert configs[0]["replicas"] == change.replicas and configs[0]["partitions"] == 8
     assert configs[0]["epoch"] == 1 and configs[0]["reason"].startswith("scale-up")
     assert actions[0]["previous_replicas"] == 1 and actions[0]["live_rate_qps"] > actions[0]["planned_rate_qps"]
+
+
+async def test_arrivals_poll_offsets_while_the_control_follower_long_polls(kafka, unique, monkeypatch):
+    """The live arrivals' resolution is ``poll_ms``: the end offsets are asked on a client that never
+    fetches. Asked on the control-topic follower's own connection they wait behind its fetch, which the
+    broker holds for the whole fetch wait on a quiet topic (here 5 s): one poll per 5 s, not per 20 ms."""
+    monkeypatch.setattr(kclient, "FETCH_MAX_WAIT_MS", 5000)
+    pipe = parse_pipeline(spec(unique))
+    await admin.ensure_topics(kafka, all_topics(pipe))
+    arrivals = kafka_io.KafkaArrivals(kafka, unique, "src", on_stage_config=lambda rec: None, lookback_s=0,
+                                      poll_ms=20)
+    await arrivals.start()
+    polls, fifth = 0, asyncio.Event()
+    ask = arrivals._offsets.end_offsets
+
+    async def counted(tps):
+        nonlocal polls
+        polls += 1
+        if polls == 5:
+            fifth.set()
+        return await ask(tps)
+
+    arrivals._offsets.end_offsets = counted
+    reader = asyncio.create_task(anext(aiter(arrivals)))  # polls until an arrival: none comes
+    try:
+        await asyncio.wait_for(fifth.wait(), 4.0)  # five polls before the follower's first fetch returns
+    finally:
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+        await arrivals.stop()
