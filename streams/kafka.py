@@ -103,8 +103,8 @@ def consumer(settings: KafkaSettings, *topics: str, group_id: str | None = None,
     read_uncommitted would.
 
     A fetch long-polls (``FETCH_MAX_WAIT_MS``): the broker answers it as soon as a record is appended,
-    so the wait costs a follower no latency, only wake-ups when nothing comes (at 50 ms a resting
-    worker's control-topic follower took a fifth of its CPU, and the broker as much again). The broker
+    so the wait costs a follower no latency, only wake-ups when nothing comes (at 50 ms resting workers
+    took 1.4-1.7x the CPU and the broker 1.6x: docs/results.md, runs s18). The broker
     answers a connection's requests in order, so offsets or metadata asked on a client that is
     fetching wait behind the fetch: ask them on a client of their own (``streams.control_io``)."""
     kw = dict(group_id=group_id, auto_offset_reset="earliest", enable_auto_commit=group_id is not None,
