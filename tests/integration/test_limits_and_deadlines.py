@@ -149,7 +149,9 @@ async def test_windows_awaiting_a_produce_that_cannot_complete_are_bounded_and_a
             while metric(worker, "slipstream_delivery_backlog_windows") < MAX_WINDOWS:
                 await asyncio.sleep(0.2)
         seen = []
-        for _ in range(10):  # stuck: it stays at the bound, the rest waits in the queue
+        # stuck: it stays at the bound; the rest waits in the queue or in a fetch the consumer holds back
+        # while the backlog is full (how many were read before it filled depends on timing)
+        for _ in range(10):
             seen.append((metric(worker, "slipstream_delivery_backlog_windows"),
                          metric(worker, "slipstream_queued_requests")))
             await asyncio.sleep(0.2)
@@ -157,5 +159,5 @@ async def test_windows_awaiting_a_produce_that_cannot_complete_are_bounded_and_a
         got = await assert_exactly_once(kafka, pipe.name, ids)
     finally:
         workers.stop()
-    assert all(w == MAX_WINDOWS and q == n - MAX_WINDOWS for w, q in seen), seen
+    assert all(w == MAX_WINDOWS for w, _ in seen), seen  # (backlog, queue) per look
     assert {r["status"] for r in got} == {"done"}
