@@ -42,6 +42,7 @@ class ComparisonRow:
     drawn_p99_ms: float = math.nan  # the same with the machine's pace drawn from the calibration, not the run's
     forward_p99_ms: float = math.nan  # the forward prediction: the plan, the tuner policy on the arrivals that
     forward_attainment: float = math.nan  # came, no re-plan, pace drawn (loadgen.replay_estimate.forward_estimate)
+    unmeasured_pace: tuple[str, ...] = ()  # its variants whose drawn pace the calibration did not measure
     error: str = ""
     failed: bool = False  # the error is a failure, not ModeNotApplicable
 
@@ -77,7 +78,8 @@ def compare_runs(specs: Sequence[str], runner: Callable[[str, bool], Summary | t
                                                 predicted_attainment=est.estimated_attainment,
                                                 drawn_p99_ms=est.drawn_p99_ms,
                                                 forward_p99_ms=est.forward_p99_ms,
-                                                forward_attainment=est.forward_attainment)
+                                                forward_attainment=est.forward_attainment,
+                                                unmeasured_pace=est.unmeasured_pace)
         rows.append(ComparisonRow(spec, mode, tuned, s.cost_total_usd, s.cost_mean_per_hour, s.attainment,
                                   s.latency.p99_ms, acc, s.dropped, s.requests, **predicted))
     base = next((r for r in rows if r.mode == BASELINE and not r.error), None)
@@ -125,6 +127,8 @@ def format_comparison(rows: Sequence[ComparisonRow]) -> str:
             fatt = "-" if math.isnan(r.forward_attainment) else f"{100 * r.forward_attainment:.2f}%"
             line += f"{fwd:>10}{est_ratio(r.forward_p99_ms, r.p99_ms):>9}{fatt:>9}"
         lines.append(line)
+    lines += [f"{r.spec}: pace drawn for variants the calibration did not measure: {'; '.join(r.unmeasured_pace)}"
+              for r in rows if r.unmeasured_pace and not r.error]
     return "\n".join(lines)
 
 

@@ -81,6 +81,9 @@ class LikeForLike:
     forward_attainment: float = math.nan
     forward_changes: int = 0  # replica changes the stepped tuner made
     served_ms: tuple[float, float] = (math.nan, math.nan)  # p99 of the served requests: measured, estimated
+    # the plan's variants whose drawn pace the calibration's own runs did not measure, and where it came
+    # from instead (streams.calibration.pace_sources): the drawn and forward predictions trust it less
+    unmeasured_pace: tuple[str, ...] = ()
 
     @property
     def ratio(self) -> float:
@@ -300,6 +303,8 @@ def format_like_for_like(x: LikeForLike) -> str:
         lines.append(f"{'SLO, forward':<22}{100 * x.measured_attainment:>11.2f}%{100 * x.forward_attainment:>11.2f}%")
         lines.append(f"(forward: the plan as published, {x.forward_changes} replica changes of the tuner policy "
                      f"stepped over these arrivals, no re-plan, pace drawn)")
+    if x.unmeasured_pace:
+        lines.append(f"(pace drawn for variants the calibration did not measure: {'; '.join(x.unmeasured_pace)})")
     m, e = x.served_ms
     if not math.isnan(m):
         lines.append(f"{'p99 of served ms':<22}{m:>12.1f}{e:>12.1f}{e / m if m > 0 else math.nan:>8.2f}")

@@ -94,6 +94,24 @@ def service_scale(doc: Mapping[str, Any] | None, variant: str, hardware: str, ba
     return batch_scale(by, batch) if by and batch is not None else float(entry["scale"])
 
 
+def pace_sources(doc: Mapping[str, Any] | None, deployed) -> tuple[str, ...]:
+    """Of ``deployed`` ((variant, hardware) pairs), each whose pace ``doc``'s own runs did not measure,
+    and where its pace comes from instead: carried from an earlier calibration (its runs, on the code and
+    machine of then) or the median of the measured. A prediction drawn from such a pace is trusted less
+    (a refit with a run that served the variant measures it: ``slipstream calibrate``)."""
+    out = []
+    for variant, hardware in sorted(set(deployed)):
+        entry = (doc or {}).get("service", {}).get(key(variant, hardware))
+        if doc is None:
+            out.append(f"{key(variant, hardware)} as profiled (no calibration)")
+        elif not entry:
+            out.append(f"{key(variant, hardware)} never measured (x{unmeasured_scale(doc, hardware):.2f}, "
+                       "the median of the measured)")
+        elif "carried_from" in entry:
+            out.append(f"{key(variant, hardware)} carried from {entry['carried_from']}")
+    return tuple(out)
+
+
 def unmeasured_scale(doc: Mapping[str, Any] | None, hardware: str) -> float:
     """The scale of a variant no run measured: the median of the measured variants' scales on
     ``hardware``, else on any hardware, else 1 (no calibration). What slows every model on a machine

@@ -83,16 +83,17 @@ def calibrated(pipe, pipeline_file: str, store, when: str, opts, report_dir: Pat
     return ProfileStore(store.root)
 
 
-def refit(pipe, store, report_dir: Path) -> None:
-    """Store a calibration fitted on this run: the next run plans with it."""
+def refit(pipe, store, report_dirs: Path | list) -> None:
+    """Store a calibration fitted on this run (or these runs, fitted as one): the next run plans with
+    it, and every variant they served is measured."""
     from planner.calibrate import CalibrationFitError
 
     try:
-        doc = fit_report(report_dir, pipe, store.root)
+        doc = fit_report(report_dirs, pipe, store.root)
     except CalibrationFitError as exc:
         click.echo(f"calibration not refitted: {exc}")
         return
     h = doc.get("host")
-    click.echo(f"calibration v{doc['version']} fitted on this run (the next run plans with it): service x"
+    click.echo(f"calibration v{doc['version']} fitted on {doc['source']} (the next run plans with it): service x"
                + ", x".join(f"{v['scale']:.2f} {k}" for k, v in doc["service"].items())
                + (f"; batches share {h['free_cores']:.2f} cores" if h else ""))

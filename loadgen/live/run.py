@@ -306,27 +306,30 @@ def live_run(pipe, pipeline_file: str, arrivals: np.ndarray, sample: np.ndarray,
     foreign = warn_foreign(report_dir, workers.ids())
     if foreign:
         click.echo(foreign, err=True)
-    return LiveResult(plan, summary, estimate_live(problem, plan, summary, report_dir, opts))
+    return LiveResult(plan, summary, estimate_live(problem, plan, summary, report_dir, opts, store.calibration))
 
 
-def estimate_live(problem, plan, summary, report_dir: Path, opts: LiveOptions):
+def estimate_live(problem, plan, summary, report_dir: Path, opts: LiveOptions, calibration=None):
     """The estimator on the run's own arrivals and replica changes (:func:`like_for_like`), written
     next to the report as ``estimate.txt``."""
     from loadgen.replay_estimate import format_like_for_like
 
-    est = like_for_like(problem, plan, summary, report_dir, opts)
+    est = like_for_like(problem, plan, summary, report_dir, opts, calibration=calibration)
     (report_dir / "estimate.txt").write_text(format_like_for_like(est) + "\n")
     return est
 
 
-def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions, forward: bool = True):
+def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions, forward: bool = True,
+                  calibration=None):
     """``loadgen.replay_estimate.estimate_run`` on a live run's report (its ``results.jsonl``), with
     the forward prediction when ``forward``: the tuner policy (when the run was tuned) stepped over the
     run's arrivals with the live tuner's config and period, from the hand-off of ``problem`` (whose
-    arrivals are the planning sample)."""
+    arrivals are the planning sample); the plan's variants whose pace ``calibration`` (the one the
+    planner used) did not measure are named."""
     from loadgen.replay_estimate import estimate_run, run_arrivals
     from planner.estimator import Transit, network_for
     from loadgen.simulate import tuner_changes
+    from streams.calibration import pace_sources
     from tuner.supervisor import LocalCapacity
 
     run = RunRecord(report_dir)
@@ -338,5 +341,6 @@ def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions, f
     # a result's finished_ns is stamped before the hop to the results topic: leave that hop out
     problem = replace(problem, activation_s=opts.activation_s,
                       network=replace(network_for(problem), to_results=Transit.constant(0.0)))
-    return estimate_run(problem, plan, summary, results, control=control, seed=opts.seed, forward=schedule,
-                        instance_activation_s=opts.instance_activation_s)
+    est = estimate_run(problem, plan, summary, results, control=control, seed=opts.seed, forward=schedule,
+                       instance_activation_s=opts.instance_activation_s)
+    return replace(est, unmeasured_pace=pace_sources(calibration, [(v, h) for (_, v), h in plan.hardware_of().items()]))

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from loadgen.live.calibration import calibrated
+from loadgen.live.calibration import calibrated, refit
 from loadgen.live.prepare import prepare
 from loadgen.live.run import LiveOptions, ensure_broker, live_run
 from slipstream.live_options import live_options
@@ -20,8 +20,11 @@ COMPARE_TRACE = "step:rates=6/18/6,at=20/50,cv2=4,transition=5,duration=70"
 @click.option("--trace", "spec", default=COMPARE_TRACE, show_default=True)
 @click.option("--modes", default="milp+tuner,inferline+tuner,cg-peak,cg-mean", show_default=True)
 @click.option("--report", "report_dir", default="reports/compare-live", show_default=True)
+@click.option("--refit", "refit_after", is_flag=True,
+              help="At the end, store a calibration fitted on every mode's run as one: the next run plans and "
+                   "predicts with each variant these modes served measured.")
 def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, reserve_cores, replan_s,
-                 hop_ms, pace_ceiling, seed, calibrate, spec, modes, report_dir) -> None:
+                 hop_ms, pace_ceiling, seed, calibrate, spec, modes, report_dir, refit_after) -> None:
     """Planner modes on the real broker at small scale: cost, attainment, measured vs estimator p99."""
     from loadgen.compare import compare_runs, failures, format_comparison
     from loadgen.plots import plot_modes
@@ -51,6 +54,8 @@ def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_re
         (Path(report_dir) / "comparison.txt").write_text(format_comparison(rows) + "\n")
         if summaries:
             click.echo(f"modes over time: {plot_modes(summaries, Path(report_dir) / 'modes.png', spec)}")
+        if refit_after and summaries:
+            refit(pipe, store, [Path(report_dir) / name for name in summaries])
         if failures(rows):
             raise click.ClickException(f"mode(s) failed:\n{failures(rows)}")
     finally:

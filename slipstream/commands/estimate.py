@@ -47,7 +47,8 @@ def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_
                                 cores=None)  # the run's plan may name hardware wider than this host
         if fit_dirs:
             problem = recalibrated(problem, doc, store.calibration)
-        est = like_for_like(problem, plan, summary, rep, opts, forward=False)  # the planning sample is not stored
+        est = like_for_like(problem, plan, summary, rep, opts, forward=False,  # the planning sample is not stored
+                            calibration=doc)
         seeds = f"{min(est.seed_p99_ms):.0f}-{max(est.seed_p99_ms):.0f}"
         click.echo(f"{str(rep):<40}{est.measured_p99_ms:>9.1f}{est.estimated_p99_ms:>10.1f}"
                    f"{est_ratio(est.estimated_p99_ms, est.measured_p99_ms):>9}{seeds:>12}"

@@ -128,7 +128,9 @@ def test_the_forward_prediction_of_a_run_without_changes_is_the_drawn_pace_estim
     est = estimate_run(problem, plan, run.summary, results, seed=3, forward=[])
     assert est.forward_p99_ms == pytest.approx(est.drawn_p99_ms, rel=1e-9)
     assert est.forward_attainment == pytest.approx(est.drawn_attainment, abs=1e-9)
-    assert "p99, forward" in format_like_for_like(est)
+    assert "p99, forward" in format_like_for_like(est) and "did not measure" not in format_like_for_like(est)
+    assert "(pace drawn for variants the calibration did not measure: w@cpu carried from v3)" in \
+        format_like_for_like(replace(est, unmeasured_pace=("w@cpu carried from v3",)))
     assert np.isnan(estimate_run(problem, plan, run.summary, results, seed=3).forward_p99_ms)  # not asked
 
 

@@ -114,12 +114,14 @@ def test_compare_rows_carry_the_estimate_of_each_real_run():
 
     res = [{"request_id": "x", "status": "done", "created_ns": 0, "finished_ns": 100 * 10**6, "deadline_ns": 10**9}]
     est = SimpleNamespace(estimated_p99_ms=110.0, estimated_attainment=0.995, seed_p99_ms=(90.0, 110.0, 131.0),
-                          drawn_p99_ms=math.nan, forward_p99_ms=125.0, forward_attainment=0.987)
+                          drawn_p99_ms=math.nan, forward_p99_ms=125.0, forward_attainment=0.987,
+                          unmeasured_pace=("lite2@cpu-2 carried from v3",))
     rows = compare_runs(["milp"], lambda mode, tuned: (summarize(res, slo_ms=1000, end_ns=10**9, start_ns=0), est))
     assert rows[0].predicted_p99_ms == 110.0 and rows[0].predicted_attainment == 0.995
     assert rows[0].forward_p99_ms == 125.0 and rows[0].forward_attainment == 0.987
     table = format_comparison(rows)
     assert "est/meas" in table and "1.10" in table and "90-131" in table and "99.50%" in table
     assert "fwd/meas" in table and "1.25" in table and "98.70%" in table
+    assert table.splitlines()[-1] == "milp: pace drawn for variants the calibration did not measure: lite2@cpu-2 carried from v3"
     assert est_ratio(math.inf, math.inf) == "inf=inf" and est_ratio(math.inf, 300.0) == "inf"
     assert est_ratio(100.0, math.inf) == "meas=inf" and est_ratio(math.nan, 100.0) == "-"

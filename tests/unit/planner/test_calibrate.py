@@ -235,6 +235,17 @@ def test_a_fit_keeps_the_earlier_scales_of_variants_its_run_did_not_run(tmp_path
     assert carried_forward(doc, None) is doc
 
 
+def test_the_variants_whose_pace_a_calibration_did_not_measure_are_named_with_where_it_came_from():
+    from streams.calibration import pace_sources
+
+    doc = {"service": {"va@cpu": {"scale": 2.0, "samples": 9}, "vc@cpu": {"scale": 1.2, "samples": 9,
+                                                                          "carried_from": "v3"}}}
+    assert pace_sources(doc, [("va", "cpu")]) == ()  # measured by its own runs
+    assert pace_sources(doc, [("vc", "cpu"), ("va", "cpu"), ("vc", "cpu")]) == ("vc@cpu carried from v3",)
+    assert pace_sources(doc, [("vb", "cpu")]) == ("vb@cpu never measured (x1.60, the median of the measured)",)
+    assert pace_sources(None, [("va", "cpu")]) == ("va@cpu as profiled (no calibration)",)
+
+
 def test_a_variant_no_run_measured_plans_at_the_machines_scale_not_its_bare_profile(tmp_path):
     from streams.calibration import service_scale
 
