@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from loadgen.report import LATE, Summary
+from streams.calibration import pace_note
 
 BASELINE = "cg-peak"
 P99_HEAD = f"p99 ms ({LATE})"
@@ -127,8 +128,7 @@ def format_comparison(rows: Sequence[ComparisonRow]) -> str:
             fatt = "-" if math.isnan(r.forward_attainment) else f"{100 * r.forward_attainment:.2f}%"
             line += f"{fwd:>10}{est_ratio(r.forward_p99_ms, r.p99_ms):>9}{fatt:>9}"
         lines.append(line)
-    lines += [f"{r.spec}: pace drawn for variants the calibration did not measure: {'; '.join(r.unmeasured_pace)}"
-              for r in rows if r.unmeasured_pace and not r.error]
+    lines += [f"{r.spec}: {pace_note(r.unmeasured_pace)}" for r in rows if r.unmeasured_pace and not r.error]
     return "\n".join(lines)
 
 

@@ -43,7 +43,7 @@ from planner.sim.params import Network, ServiceTime
 from planner.plan import Plan
 from planner.problem import Problem
 from planner.results import nearest_rank
-from streams.calibration import key
+from streams.calibration import key, pace_note
 
 NS = 1_000_000_000
 SEEDS = 5  # simulations per like-for-like estimate
@@ -304,7 +304,7 @@ def format_like_for_like(x: LikeForLike) -> str:
         lines.append(f"(forward: the plan as published, {x.forward_changes} replica changes of the tuner policy "
                      f"stepped over these arrivals, no re-plan, pace drawn)")
     if x.unmeasured_pace:
-        lines.append(f"(pace drawn for variants the calibration did not measure: {'; '.join(x.unmeasured_pace)})")
+        lines.append(f"({pace_note(x.unmeasured_pace)})")
     m, e = x.served_ms
     if not math.isnan(m):
         lines.append(f"{'p99 of served ms':<22}{m:>12.1f}{e:>12.1f}{e / m if m > 0 else math.nan:>8.2f}")

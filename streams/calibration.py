@@ -99,17 +99,23 @@ def pace_sources(doc: Mapping[str, Any] | None, deployed) -> tuple[str, ...]:
     and where its pace comes from instead: carried from an earlier calibration (its runs, on the code and
     machine of then) or the median of the measured. A prediction drawn from such a pace is trusted less
     (a refit with a run that served the variant measures it: ``slipstream calibrate``)."""
+    pairs = sorted(set(deployed))
+    if doc is None:
+        return tuple(f"{key(v, h)} as profiled (no calibration)" for v, h in pairs)
     out = []
-    for variant, hardware in sorted(set(deployed)):
-        entry = (doc or {}).get("service", {}).get(key(variant, hardware))
-        if doc is None:
-            out.append(f"{key(variant, hardware)} as profiled (no calibration)")
-        elif not entry:
+    for variant, hardware in pairs:
+        entry = doc.get("service", {}).get(key(variant, hardware))
+        if not entry:
             out.append(f"{key(variant, hardware)} never measured (x{unmeasured_scale(doc, hardware):.2f}, "
                        "the median of the measured)")
         elif "carried_from" in entry:
             out.append(f"{key(variant, hardware)} carried from {entry['carried_from']}")
     return tuple(out)
+
+
+def pace_note(sources: tuple[str, ...]) -> str:
+    """How estimates and comparisons print :func:`pace_sources`."""
+    return f"pace drawn for variants the calibration did not measure: {'; '.join(sources)}"
 
 
 def unmeasured_scale(doc: Mapping[str, Any] | None, hardware: str) -> float:
