@@ -30,6 +30,7 @@ async def test_an_unknown_writer_is_dead_lettered_naming_its_fingerprint(kafka, 
             prod = kclient.producer(kafka)
             await prod.start()
             try:
+                client.expect(old["request_id"])  # its result may come before we await it
                 for req, data in ((unknown, RecordCodec("InferenceRequest", reordered).encode(unknown)),
                                   (old, RecordCodec("InferenceRequest", previous).encode(old))):
                     await (await prod.send(client.input_topic, data, key=req["request_id"].encode()))
