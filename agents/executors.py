@@ -302,18 +302,23 @@ class Codec(Protocol):
 
 def check_with(decode: Callable[[bytes], Any], payload: bytes) -> str | None:
     """Per-item validation: the reason ``decode`` rejects a payload, or None if it is valid."""
+    return decoded(decode, payload)[1]
+
+
+def decoded(decode: Callable[[bytes], Any], payload: bytes) -> tuple[Any, str | None]:
+    """(``decode(payload)``, None), or (None, the reason it rejects the payload: its ValueError)."""
     if not isinstance(payload, (bytes, bytearray, memoryview)):
-        return f"payload must be bytes, got {type(payload).__name__}"
+        return None, f"payload must be bytes, got {type(payload).__name__}"
     try:
-        decode(bytes(payload))
+        return decode(bytes(payload)), None
     except ValueError as exc:
-        return str(exc)
-    return None
+        return None, str(exc)
 
 
 class ModelExecutor:
     """Codec + backend. ``run`` decodes every item first, so a bad payload raises ValueError before
-    the model runs; agents call ``check`` per item before batching to keep bad items out."""
+    the model runs; the agents call ``run_checked``, which decodes each item once and keeps the bad
+    ones out of the batch with their reasons (``check`` is that decode alone)."""
 
     def __init__(self, variant: str, codec: Codec, backend: Backend) -> None:
         self.variant = variant
@@ -332,7 +337,30 @@ class ModelExecutor:
     def run(self, payloads: Sequence[bytes]) -> list[ItemOutput]:
         if not payloads:
             return []
-        out = self.backend(self.assemble(payloads))
+        return self._outputs(self.backend(self.assemble(payloads)), payloads)
+
+    def run_checked(self, payloads: Sequence[bytes]) -> tuple[list[str | None], list[ItemOutput]]:
+        """Each payload decoded once, as :meth:`check` would, straight into the batch: (the reason
+        each payload is refused, None for the good ones; the model's outputs for the good ones, in
+        order). Raises on a model error."""
+        rows = self._buffer.rows(len(payloads)) if self._buffer is not None else None
+        reasons, good, items = [], [], []
+        for p in payloads:
+            if rows is not None:  # a failed decode leaves its row to the next payload
+                item, why = decoded(lambda b: self.codec.decode_into(b, rows[len(good)]), p)
+            else:
+                item, why = decoded(self.codec.decode, p)
+                items.append(item)
+            reasons.append(why)
+            if why is None:
+                good.append(p)
+        if not good:
+            return reasons, []
+        x = {self._input_name: rows[:len(good)]} if rows is not None else \
+            self.codec.collate([it for it, why in zip(items, reasons) if why is None])
+        return reasons, self._outputs(self.backend(x), good)
+
+    def _outputs(self, out: Sequence[np.ndarray], payloads: Sequence[bytes]) -> list[ItemOutput]:
         if len(out) != len(payloads):
             raise RuntimeError(f"{self.variant}: model returned {len(out)} rows for "
                                f"{len(payloads)} inputs")
@@ -356,7 +384,9 @@ class ModelExecutor:
 
 
 class FunctionExecutor:
-    """A model-free stage (noop, image-resize, tokenize): a pure per-item function on the CPU."""
+    """A model-free stage (noop, image-resize, tokenize): a pure per-item function on the CPU.
+    ``validate`` (default: the function) is ``check``'s, the function's own first step (decoding the
+    payload); the function raises the same ValueError on a payload ``validate`` refuses."""
 
     device = "cpu"
     digest = ""  # no model
@@ -373,6 +403,12 @@ class FunctionExecutor:
 
     def run(self, payloads: Sequence[bytes]) -> list[ItemOutput]:
         return [ItemOutput((self._fn(bytes(p)),)) for p in payloads]
+
+    def run_checked(self, payloads: Sequence[bytes]) -> tuple[list[str | None], list[ItemOutput]]:
+        """The function once per payload, its ValueError the payload's reason (see
+        ``ModelExecutor.run_checked``): an image is decoded once, not by ``check`` and again by ``run``."""
+        outs = [decoded(self._fn, p) for p in payloads]
+        return [why for _, why in outs], [ItemOutput((out,)) for out, why in outs if why is None]
 
     def example_payload(self) -> bytes:
         return self._example()

@@ -40,3 +40,8 @@ class Executor(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    # Optional: ``check(payload) -> str | None``, the reason a payload is refused (None: fine), and
+    # ``run_checked(payloads) -> (reasons, outputs)``, ``check`` and ``run`` in one pass (each payload
+    # decoded once; outputs for the payloads not refused). The agents call ``run_checked`` when an
+    # executor has it, else ``check`` then ``run`` (``agents.stage.serve.checked_run``).

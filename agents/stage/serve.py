@@ -88,28 +88,37 @@ def check_all(ex: Executor, payloads: list[bytes]) -> list[str | None]:
 
 
 def check_and_run(ex: Executor, payloads: list[bytes]) -> tuple[list[str | None], list]:
-    """On the model thread, in one hand-off: each payload's check (``check_all``), then the model on
-    the payloads that passed; (the reasons, None for the good ones; the good ones' outputs, in order).
+    """On the model thread, in one hand-off: each payload checked and the model run on those that pass
+    (:func:`checked_run`); (the reasons, None for the good ones; the good ones' outputs, in order).
     When the model fails on the batch, each item runs alone and an item that fails alone gets a
     reason; a single item that fails (or a model returning a wrong number of outputs) raises."""
-    bad = check_all(ex, payloads)
-    good = [i for i, why in enumerate(bad) if why is None]
     try:
-        return bad, _run_checked(ex, [payloads[i] for i in good])
+        return checked_run(ex, payloads)
     except Exception:
-        if len(good) < 2:
+        if len(payloads) < 2:
             raise
-    outs = []  # the batch failed: each item alone, so only the one that fails alone is an error
-    for i in good:
+    bad, outs = [], []  # the batch failed: each item alone, so only the one that fails alone is an error
+    for p in payloads:
         try:
-            outs += _run_checked(ex, [payloads[i]])
+            why, out = checked_run(ex, [p])
         except Exception as exc:
-            bad[i] = f"the model fails on this item alone: {type(exc).__name__}: {exc}"[:2000]
+            why, out = [f"the model fails on this item alone: {type(exc).__name__}: {exc}"[:2000]], []
+        bad += why
+        outs += out
     return bad, outs
 
 
-def _run_checked(ex: Executor, payloads: list[bytes]) -> list:
-    outs = ex.run(payloads) if payloads else []
-    if len(outs) != len(payloads):
-        raise RuntimeError(f"{getattr(ex, 'variant', 'model')} returned {len(outs)} outputs for {len(payloads)} inputs")
-    return outs
+def checked_run(ex: Executor, payloads: list[bytes]) -> tuple[list[str | None], list]:
+    """The executor's ``run_checked`` (each payload decoded once) when it has one, else ``check_all``
+    then ``run`` on the payloads that pass; refuses a wrong number of outputs."""
+    run_checked = getattr(ex, "run_checked", None)
+    if run_checked is not None:
+        bad, outs = run_checked(payloads)
+    else:
+        bad = check_all(ex, payloads)
+        good = [p for p, why in zip(payloads, bad) if why is None]
+        outs = ex.run(good) if good else []
+    n = sum(why is None for why in bad)
+    if len(outs) != n:
+        raise RuntimeError(f"{getattr(ex, 'variant', 'model')} returned {len(outs)} outputs for {n} inputs")
+    return bad, outs

@@ -79,6 +79,59 @@ def bench_executor(batches: Sequence[int] = (1, 8, 64), *, runs: int = 5, iterat
         ex.close()
 
 
+@dataclass(frozen=True)
+class CheckBench:
+    stage: str
+    batch: int
+    run_ms: float  # the executor's run alone (what a profile measures)
+    check_then_run_ms: float  # check every payload, then run: each payload decoded twice
+    agent_ms: float  # what a stage worker does per batch (``check_and_run``: run_checked)
+    runs: int
+
+
+def bench_checks(batches: Sequence[int] = (1, 4), *, runs: int = 30,
+                 cache_dir: str | Path = DEFAULT_CACHE_DIR) -> list[CheckBench]:
+    """A batch's time the way a stage worker runs it, against the executor's run alone and against
+    checking every payload first: the image pipeline's two stages on their own inputs (resize: JPEG
+    of 480 x 480; lite0: the raw pixels resize emits), interleaved, medians over ``runs``."""
+    from agents.stage.serve import check_and_run
+
+    hw = Hardware("cpu-1", "cpu", 0.0, 1)
+    resize = load_executor(Variant("resize", "image-resize", 0.0, {"size": 260}), hw, cache_dir=cache_dir)
+    lite0 = load_executor(Variant(MODEL, MODEL, 0.0, {"backend": "onnx"}), hw, cache_dir=cache_dir)
+    jpeg = resize.example_payload()
+    pixels = resize.run([jpeg])[0].emits[0].payload
+    rows = []
+    try:
+        for name, ex, payload in (("image-resize", resize, jpeg), (MODEL, lite0, pixels)):
+            for b in batches:
+                items = [payload] * b
+                ways = (lambda: ex.run(items), lambda: ([ex.check(p) for p in items], ex.run(items)),
+                        lambda: check_and_run(ex, items))
+                for way in ways:
+                    way()  # warm-up
+                times = [[], [], []]
+                for _ in range(runs):
+                    for k, way in enumerate(ways):
+                        t0 = time.perf_counter()
+                        way()
+                        times[k].append((time.perf_counter() - t0) * 1e3)
+                rows.append(CheckBench(name, b, *(statistics.median(t) for t in times), runs))
+        return rows
+    finally:
+        resize.close()
+        lite0.close()
+
+
+def format_checks(rows: Sequence[CheckBench]) -> str:
+    lines = [f"{'stage':<20}{'batch':>6}{'run ms':>9}{'check+run ms':>14}{'agent ms':>10}"
+             f"{'check+run/run':>15}{'agent/run':>11}"]
+    for r in rows:
+        lines.append(f"{r.stage:<20}{r.batch:>6}{r.run_ms:>9.2f}{r.check_then_run_ms:>14.2f}{r.agent_ms:>10.2f}"
+                     f"{r.check_then_run_ms / r.run_ms:>15.2f}{r.agent_ms / r.run_ms:>11.2f}")
+    return "\n".join(lines)
+
+
 def format_rows(rows: Sequence[ExecutorBench]) -> str:
     lines = [f"{'model':<20}{'batch':>6}{'thr':>4}{'payload':>8}{'executor/s':>12}"
              f"{'raw ort/s':>11}{'ratio':>7}"]

@@ -33,10 +33,16 @@ def dataplane(n_latency, rate, n_throughput, repeats, as_json) -> None:
 @bench.command("executor")
 @click.option("--runs", default=5, show_default=True)
 @click.option("--payload", type=click.Choice(["raw", "png"]), default="raw", show_default=True)
-def executor(runs, payload) -> None:
+@click.option("--checks", is_flag=True,
+              help="Instead: a batch as a stage worker runs it (each payload checked as it is decoded) "
+                   "against the run alone and against checking first, image-resize and lite0.")
+def executor(runs, payload, checks) -> None:
     """The ONNX executor vs onnxruntime called directly, EfficientNet-Lite0, batch 1, 8 and 64."""
     from loadgen.bench import executor as bench_executor
 
+    if checks:
+        click.echo(bench_executor.format_checks(bench_executor.bench_checks(runs=max(runs, 30))))
+        return
     rows = bench_executor.bench_executor(runs=runs, payload=payload)
     click.echo(bench_executor.format_rows(rows))
 

@@ -156,6 +156,43 @@ def test_bad_payload_is_caught_per_item_and_fails_the_batch_when_run(tiny_onnx):
         ex.run([good, b""])
 
 
+class CountingCodec(synthetic.SyntheticCodec):
+    """Counts its decodes (the per-item arrays ``collate`` stacks)."""
+
+    def __init__(self, shape) -> None:
+        super().__init__(shape)
+        self.decodes = 0
+
+    def decode(self, payload: bytes) -> np.ndarray:
+        self.decodes += 1
+        return super().decode(payload)
+
+
+class CountingRowCodec(CountingCodec):
+    """The same, decoding straight into the executor's batch buffer (``decode_into``)."""
+
+    @property
+    def batch_input(self):
+        return synthetic.INPUT_NAME, (SHAPE.width,)
+
+    def decode_into(self, payload: bytes, out: np.ndarray) -> None:
+        out[:] = self.decode(payload)
+
+
+@pytest.mark.parametrize("codec", [CountingCodec, CountingRowCodec])
+def test_run_checked_decodes_each_payload_once_and_runs_the_model_on_the_good_ones(tiny_onnx, codec):
+    ex = ModelExecutor("v", codec(SHAPE), OrtBackend(tiny_onnx, CPU1))
+    a, b = _payloads(2)
+    want = [_top(o) for o in ex.run([a, b])]
+    ex.codec.decodes = 0
+    reasons, outs = ex.run_checked([a, b"", "text", b])
+    assert reasons[0] is None and reasons[3] is None
+    assert "empty payload" in reasons[1] and "must be bytes" in reasons[2]
+    assert [_top(o) for o in outs] == want  # a refused payload's row is not left in the batch
+    assert ex.codec.decodes == 3  # a, b"" (refused) and b: once each
+    assert ex.run_checked([b""]) == (["empty payload: synthetic models need at least one byte"], [])
+
+
 def test_model_returning_wrong_row_count_raises():
     class Broken:
         device = "cpu"
@@ -170,6 +207,21 @@ def test_model_returning_wrong_row_count_raises():
     ex = ModelExecutor("v", synthetic.SyntheticCodec(SHAPE), Broken())
     with pytest.raises(RuntimeError, match="1 rows for 2 inputs"):
         ex.run(_payloads(2))
+
+
+def test_a_function_executors_run_checked_calls_the_function_once_per_payload():
+    seen = []
+
+    def upper(p: bytes) -> Emit:
+        seen.append(p)
+        if not p:
+            raise ValueError("empty")
+        return Emit(p.upper(), "text/plain")
+
+    ex = FunctionExecutor("up", upper, lambda: b"abc", validate=lambda p: upper(p))
+    reasons, outs = ex.run_checked([b"ab", b"", b"cd"])
+    assert reasons == [None, "empty", None] and [o.emits[0].payload for o in outs] == [b"AB", b"CD"]
+    assert seen == [b"ab", b"", b"cd"]  # not validated first and run again
 
 
 def test_function_executor_runs_per_item_and_validates_separately():
