@@ -344,20 +344,17 @@ class ModelExecutor:
         each payload is refused, None for the good ones; the model's outputs for the good ones, in
         order). Raises on a model error."""
         rows = self._buffer.rows(len(payloads)) if self._buffer is not None else None
-        reasons, good, items = [], [], []
-        for p in payloads:
-            if rows is not None:  # a failed decode leaves its row to the next payload
-                item, why = decoded(lambda b: self.codec.decode_into(b, rows[len(good)]), p)
-            else:
-                item, why = decoded(self.codec.decode, p)
-                items.append(item)
+        reasons, good, items = [], [], []  # items: the decoded arrays (collate's; None into rows)
+        for p in payloads:  # into rows: a failed decode leaves its row to the next payload
+            decode = self.codec.decode if rows is None else (lambda b: self.codec.decode_into(b, rows[len(good)]))
+            item, why = decoded(decode, p)
             reasons.append(why)
             if why is None:
                 good.append(p)
+                items.append(item)
         if not good:
             return reasons, []
-        x = {self._input_name: rows[:len(good)]} if rows is not None else \
-            self.codec.collate([it for it, why in zip(items, reasons) if why is None])
+        x = self.codec.collate(items) if rows is None else {self._input_name: rows[:len(good)]}
         return reasons, self._outputs(self.backend(x), good)
 
     def _outputs(self, out: Sequence[np.ndarray], payloads: Sequence[bytes]) -> list[ItemOutput]:
