@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from streams import codec
+from streams import codec, expiry
 from streams.config import KafkaSettings
 from streams.limits import Limits
 
@@ -143,8 +143,13 @@ async def keys_since(settings: KafkaSettings, topic: str, since_ms: int, timeout
         await cons.stop()
 
 
-def headers_for(record: str) -> list[tuple[str, bytes]]:
-    return [(SCHEMA_HEADER, record.encode())]
+def headers_for(record: str, value: Mapping[str, Any] | None = None) -> list[tuple[str, bytes]]:
+    """A record's headers: its type, and for a whole ``InferenceRequest`` its expiry
+    (``streams.expiry``: a worker drops it expired without decoding it)."""
+    out = [(SCHEMA_HEADER, record.encode())]
+    if record == "InferenceRequest" and value is not None and (e := expiry.header(value)) is not None:
+        out.append(e)
+    return out
 
 
 async def send(prod: AIOKafkaProducer, topic: str, record: str, value: Mapping[str, Any],
@@ -156,7 +161,7 @@ async def send(prod: AIOKafkaProducer, topic: str, record: str, value: Mapping[s
     ts_ms = (timestamp_ns if timestamp_ns is not None else time.time_ns()) // 1_000_000
     await codec.preregister([(record, topic)])  # a registry's schema id, off the event loop
     return await prod.send(topic, codec.encode(record, value, topic), key=key, timestamp_ms=ts_ms,
-                           headers=headers_for(record))
+                           headers=headers_for(record, value))
 
 
 # send_window uses aiokafka internals (``_serialize``, ``_partition``, ``client._wait_on_metadata``):
@@ -182,7 +187,7 @@ async def send_window(prod: AIOKafkaProducer, records: Sequence[tuple[str, str |
     for i, (topic, key, record, value) in enumerate(records):
         try:
             key = key.encode() if isinstance(key, str) else key
-            data, headers = codec.encode(record, value, topic), headers_for(record)
+            data, headers = codec.encode(record, value, topic), headers_for(record, value)
             prod._serialize(key, data, headers)  # private: aiokafka's own size check (MessageSizeTooLargeError)
             if limits is not None:
                 limits.check(topic, key, data, headers)
