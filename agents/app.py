@@ -62,7 +62,8 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
 
     @app.task
     async def start_worker() -> None:
-        control = ControlFeed(pipe, stage, kafka, worker.metrics.lab(worker.metrics.control_invalid).inc)
+        control = ControlFeed(pipe, stage, kafka, worker.metrics.lab(worker.metrics.control_invalid).inc,
+                              on_plan=worker.on_plan if stage == pipe.source else None)
         await control.start()
         await worker.start(await control.held())
         app.add_future(worker.run_batches())
@@ -75,7 +76,7 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
         mark("assigned", partitions=len(assigned))
 
     async def on_rebalance_complete(sender, **kwargs) -> None:  # before faust seeks to committed offsets
-        await worker.on_assigned(set(app.consumer.assignment()))
+        await worker.on_assigned(set(app.consumer.assignment()), app.consumer.topic_partitions(source_name))
 
     app.on_partitions_revoked.connect(on_revoked)
     app.on_partitions_assigned.connect(on_assigned)
@@ -94,10 +95,12 @@ class ControlFeed:
     reads to the end the topic had when the worker started and returns them (the worker loads only
     the newest it accepts, ``StageWorker.start``); :meth:`follow` then offers each later one to the
     worker, forever. An invalid record (``streams.control_rules``) is logged, counted and skipped;
-    nothing a record holds is raised into these loops."""
+    nothing a record holds is raised into these loops. With ``on_plan`` (the source stage's worker:
+    its admission needs the plan's capacity, ``agents.shedding``) every stage's StageConfigs and the
+    TunerHandoffs are handed to it as well."""
 
-    def __init__(self, pipe: Pipeline, stage: str, kafka: KafkaSettings, count_invalid) -> None:
-        self.pipe, self.stage, self.count = pipe, stage, count_invalid
+    def __init__(self, pipe: Pipeline, stage: str, kafka: KafkaSettings, count_invalid, on_plan=None) -> None:
+        self.pipe, self.stage, self.count, self.on_plan = pipe, stage, count_invalid, on_plan
         self.cons = kclient.consumer(kafka, group_id=None)
         self.tp = TopicPartition(topics.control(pipe.name), 0)
 
@@ -135,11 +138,14 @@ class ControlFeed:
         """The StageConfig of this stage ``msg`` holds, else None."""
         await codec.prefetch([msg.value])  # off the event loop when a registry is set
         try:
-            if msg.key is not None and msg.key != self.stage.encode():  # another stage's (or not UTF-8)
+            mine = msg.key is None or msg.key == self.stage.encode()
+            if not mine and self.on_plan is None:  # another stage's (or not UTF-8)
                 check_key(msg.key)
                 return None
             kind, rec = control_io.read_record(msg, self.pipe.name, self.pipe)
-            return rec if kind == "StageConfig" else None
+            if self.on_plan is not None:
+                self.on_plan(kind, rec)
+            return rec if kind == "StageConfig" and mine else None
         except InvalidControl as exc:
             control_io.skipped(msg, exc, self.count)
         except Exception as exc:  # a bug must not take the control loop (and the worker) down

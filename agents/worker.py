@@ -33,6 +33,7 @@ from agents.control import ActiveConfig, defaults
 from agents.delivery import Delivery
 from agents.instances import ExecutorFactory, Fleet, run_deadline_s
 from agents.metrics import StageMetrics
+from agents.shedding import SourceGate
 from agents.stage.commit import WINDOW_BATCH_BYTES, WINDOW_LINGER_MS, Commit
 from agents.stage.config_switch import ConfigSwitch
 from agents.stage.fleet import FleetKeeper, Spares
@@ -42,7 +43,7 @@ from agents.stage.serve import Serve, check_all, check_and_run
 from agents.stage.windows import Windows
 from agents.transactions import PartitionTransactions
 from agents.window import WindowPlanner
-from streams import contract, kafka as kclient, placement, procs, topics
+from streams import contract, control_io, kafka as kclient, placement, procs, topics
 from streams.config import KafkaSettings
 from streams.heartbeat import Heartbeat
 from streams.limits import Limits, read_limits
@@ -80,6 +81,10 @@ class StageWorker(Intake, Windows, Serve, Commit, ConfigSwitch, FleetKeeper, Reb
         self._intake_n = 0  # records on it
         self.room = asyncio.Event()  # set while fewer than MAX_QUEUED records wait (agents.intake)
         self.room.set()
+        self.gate = SourceGate(stage)  # deadline drops before decoding; at the source, shedding too
+        self.plan_in_force = control_io.PlanInForce(pipe.name)
+        self.input_share = 1.0
+        self._pace_ns = 0
         self.planner = WindowPlanner()
         self._wake = asyncio.Event()  # an arrival, a free instance or a new config
         # loads and warm-ups of new instances run beside serving, so no batch waits on a load

@@ -1,6 +1,6 @@
 """The gateway's view of the plan: it follows the pipeline's control topic (compacted; read from the
 beginning, no consumer group) and keeps the StageConfig in force per stage (highest epoch) and the
-newest TunerHandoff, from which :func:`gateway.shedding.planned_capacity_qps` reads the capacity."""
+newest TunerHandoff (``streams.control_io.PlanInForce``), from which it reads the capacity."""
 from __future__ import annotations
 
 import asyncio
@@ -9,16 +9,13 @@ import logging
 from streams import codec, control_io, kafka as kclient, topics
 from streams.config import KafkaSettings
 
-from gateway.shedding import planned_capacity_qps
-
 log = logging.getLogger(__name__)
 
 
 class ControlView:
     def __init__(self, kafka: KafkaSettings, pipeline: str) -> None:
         self.kafka, self.pipeline = kafka, pipeline
-        self.configs: dict[str, dict] = {}
-        self.handoff: dict | None = None
+        self.plan = control_io.PlanInForce(pipeline)
         self._consumer = None
         self._task: asyncio.Task | None = None
 
@@ -49,14 +46,9 @@ class ControlView:
             batch = await self._consumer.getmany(timeout_ms=1000)
             records = [r for rs in batch.values() for r in rs]
             await codec.prefetch(r.value for r in records)  # registry ids looked up off the loop
-            for cfg in control_io.control_records(records, "StageConfig", self.pipeline):
-                old = self.configs.get(cfg["stage"])
-                if old is None or cfg["epoch"] >= old["epoch"]:  # epoch = offset (streams.control_io)
-                    self.configs[cfg["stage"]] = cfg
-            newest = control_io.newest_handoff(control_io.control_records(records, "TunerHandoff", self.pipeline),
-                                               self.pipeline)
-            if newest is not None and (self.handoff is None or newest["epoch"] >= self.handoff["epoch"]):
-                self.handoff = newest
+            for kind in ("StageConfig", "TunerHandoff"):
+                for rec in control_io.control_records(records, kind, self.pipeline):
+                    self.plan.add(kind, rec)
 
     def planned_qps(self) -> float | None:
-        return planned_capacity_qps(self.handoff, {s: c["replicas"] for s, c in self.configs.items()})
+        return self.plan.capacity_qps()

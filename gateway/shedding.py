@@ -21,7 +21,6 @@ import bisect
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Mapping
 
 NS = 1_000_000_000
 
@@ -62,16 +61,6 @@ def decide(load: Load, budget_ms: float) -> Decision:
     retry = max(1, math.ceil((load.in_flight - fits) / rate))
     return Decision(False, predicted, retry, f"predicted {predicted:.0f} ms > budget {budget_ms:.0f} ms "
                                              f"({load.in_flight} in flight at {rate:.1f} req/s)")
-
-
-def planned_capacity_qps(handoff: Mapping | None, replicas: Mapping[str, int]) -> float | None:
-    """The slowest stage's capacity in pipeline requests/s from the planner's hand-off, with the replicas
-    of the StageConfigs in force (the tuner changes them) where known."""
-    if not handoff or not handoff.get("stages"):
-        return None
-    caps = [s["mu_qps"] * replicas.get(s["stage"], s["replicas"]) / max(s["visit_ratio"], 1e-9)
-            for s in handoff["stages"]]
-    return min(caps)
 
 
 class Outcomes:

@@ -342,3 +342,37 @@ async def latest_handoff(settings: KafkaSettings, pipeline: str, *, wait_s: floa
     one when there is none yet (None after that)."""
     records = await read_control_topic(settings, pipeline, "TunerHandoff", wait_s=wait_s, on_wait=on_wait)
     return newest_handoff(records, pipeline)
+
+
+def planned_capacity_qps(handoff: Mapping | None, replicas: Mapping[str, int]) -> float | None:
+    """The slowest stage's capacity in pipeline requests/s from the planner's hand-off, with the replicas
+    of the StageConfigs in force (the tuner changes them) where known."""
+    if not handoff or not handoff.get("stages"):
+        return None
+    caps = [s["mu_qps"] * replicas.get(s["stage"], s["replicas"]) / max(s["visit_ratio"], 1e-9)
+            for s in handoff["stages"]]
+    return min(caps)
+
+
+class PlanInForce:
+    """The plan as the control topic states it, for readers that follow it (the gateway, the source
+    stage's workers): the StageConfig in force per stage (the highest epoch) and the newest
+    TunerHandoff, fed one checked record at a time (:func:`read_record`'s output)."""
+
+    def __init__(self, pipeline: str) -> None:
+        self.pipeline = pipeline
+        self.configs: dict[str, dict] = {}
+        self.handoff: dict | None = None
+
+    def add(self, kind: str, rec: Mapping) -> None:
+        if rec.get("pipeline") != self.pipeline:
+            return
+        if kind == "StageConfig":
+            old = self.configs.get(rec["stage"])
+            if old is None or rec["epoch"] >= old["epoch"]:  # epoch = offset
+                self.configs[rec["stage"]] = dict(rec)
+        elif kind == "TunerHandoff" and (self.handoff is None or rec["epoch"] >= self.handoff["epoch"]):
+            self.handoff = dict(rec)
+
+    def capacity_qps(self) -> float | None:
+        return planned_capacity_qps(self.handoff, {s: c["replicas"] for s, c in self.configs.items()})

@@ -1,8 +1,14 @@
 """Intake: the records faust's consumer hands over (``agents.intake``), admitted in one go.
 
-Owns ``_intake`` (the fetches not yet looked at), ``_intake_n`` and ``room`` (set while the worker
-takes more records). Reads the planner's queue and the backlog (both bound what is held); sends
-refused requests and dead letters through ``commit``.
+Owns ``_intake`` (the fetches not yet looked at), ``_intake_n``, ``room`` (set while the worker
+takes more records) and ``gate`` (``agents.shedding``: what is dropped by its deadline before it is
+decoded, and at the source stage what the bottleneck cannot serve in time). Reads the planner's queue,
+the backlog and the fleet's pace (they bound what is held); sends refused requests, drops and dead
+letters through ``commit``.
+
+What is held is bounded in time as well as in count: no more is taken from Kafka while the queue
+already holds more than the instances serve within the SLO (at the predicted pace of a full batch).
+Past capacity the backlog then waits in Kafka undecoded, and is dropped from its headers when read.
 """
 from __future__ import annotations
 
@@ -10,9 +16,13 @@ import asyncio
 import time
 from typing import Any
 
+from agents import routing
 from agents.admission import admit
 from agents.delivery import dead_letter
+from agents.shedding import SourceGate
 from agents.stage import log
+from streams import control_io
+from streams.batching import NS_PER_MS
 
 # Records read but not yet in a window (intake and queue): above this, the consumer waits before it
 # hands over the next fetch (``agents.intake``), as faust's stream buffer (4,096) made it wait.
@@ -23,6 +33,10 @@ class Intake:
     _intake: list  # (tp, records, received_ns) per fetch since the batch loop last looked
     _intake_n: int  # records on it
     room: asyncio.Event  # set while fewer than MAX_QUEUED records wait (agents.intake)
+    gate: SourceGate
+    plan_in_force: control_io.PlanInForce  # the source stage's: the capacity its gate drains at
+    input_share: float  # of the input topic's partitions, assigned to this worker
+    _pace_ns: int  # predicted time a queued item takes, one instance serving full batches (0: unknown)
 
     def on_records(self, tp: Any, records: list) -> None:
         """One partition's records of one fetch (``agents.intake``: faust's consumer hands them over
@@ -35,10 +49,27 @@ class Intake:
             self._wake.set()
 
     def _update_room(self) -> None:
-        if self._intake_n + len(self.planner) < MAX_QUEUED and not self.backlog.full():
+        if self._intake_n + len(self.planner) < MAX_QUEUED and not self.backlog.full() and not self._held_too_long():
             self.room.set()
         else:
             self.room.clear()
+
+    def _held_too_long(self) -> bool:
+        """The queue holds more than the instances serve within the SLO (always room for a window each)."""
+        n, instances = len(self.planner), max(len(self.fleet.instances), 1)
+        if n < self.config.max_batch * instances:
+            return False
+        return n * self._pace_ns > self.pipe.slo_ms * NS_PER_MS * instances
+
+    def _serve_ns(self) -> int:
+        """The fastest batch-1 latency predicted for a variant in service (0 when none is loaded), and
+        the pace of a full batch (:meth:`_held_too_long`) updated on the way."""
+        vs = [self.fleet.variants[v] for v in self.config.variants if v in self.fleet.variants]
+        if not vs:
+            return 0
+        b = self.config.max_batch
+        self._pace_ns = max(v.predictor.predict_ns(b) for v in vs) // b
+        return min(v.predictor.predict_ns(1) for v in vs)
 
     def _read_intake(self) -> None:
         """Admit every record read since the last call (``agents.admission``): valid requests onto the
@@ -49,7 +80,8 @@ class Intake:
         fetches, self._intake, self._intake_n = self._intake, [], 0
         for tp, records, _ in fetches:
             self.acks.read_many(tp, records)
-        got = admit(self.pipe, fetches, self.bounds, time.time_ns())
+        now, serve_ns = time.time_ns(), self._serve_ns()
+        got = admit(self.pipe, fetches, self.bounds, now, lambda deadline: self.gate.judge(deadline, now, serve_ns))
         if got.items:
             self.metrics.lab(self.metrics.requests).inc(len(got.items))
             self.planner.add(got.items)
@@ -61,6 +93,27 @@ class Intake:
             self._track(self._finish([it for it, _ in got.refused], [([out], it) for it, out in got.refused]))
         if got.dead:
             self._track(self._dead_letters(got.dead))
+        if got.dropped:
+            self._drop_unserved(got.dropped, now)
+
+    def on_plan(self, kind: str, rec: dict) -> None:
+        """A checked control record (the source stage's ``agents.app.ControlFeed``): the plan in force."""
+        self.plan_in_force.add(kind, rec)
+        self._set_gate_rate()
+
+    def _set_gate_rate(self) -> None:
+        cap = self.plan_in_force.capacity_qps()
+        self.gate.rate_qps = cap * self.input_share if cap else None
+
+    def _drop_unserved(self, dropped: list, now_ns: int) -> None:
+        """Answer at once, together, the requests refused by their deadline (expired, or shed)."""
+        shed = sum(why.startswith("shed") for _, why in dropped)
+        if shed:
+            self.metrics.lab(self.metrics.drops, reason="shed").inc(shed)
+        if len(dropped) > shed:
+            self.metrics.lab(self.metrics.drops, reason="deadline").inc(len(dropped) - shed)
+        self._track(self._finish([it for it, _ in dropped],
+                                 [([routing.ended(self.pipe, it.req, "dropped", why, now_ns)], it) for it, why in dropped]))
 
     async def _dead_letters(self, bad: list[tuple[Any, Any, str]]) -> None:
         entries = []

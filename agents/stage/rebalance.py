@@ -33,8 +33,11 @@ class Rebalance:
         log.info("revoked %d partition(s): committed %s; %d unfinished items left to their new owner",
                  len(revoked), {f"{tp.topic}[{tp.partition}]": o for tp, o in offsets.items()}, left)
 
-    async def on_assigned(self, assigned: set) -> None:
+    async def on_assigned(self, assigned: set, partitions: int | None = None) -> None:
         """After a rebalance, before faust seeks the partitions to their committed offsets: start the
-        transactional producers of newly assigned partitions, fencing their previous owners."""
+        transactional producers of newly assigned partitions, fencing their previous owners. This
+        worker's share of the input's ``partitions`` is its share of what the source gate admits."""
+        self.input_share = min(1.0, len(assigned) / partitions) if partitions else 1.0
+        self._set_gate_rate()
         if self.txns is not None:
             await self.txns.open(assigned)

@@ -2,19 +2,23 @@
 window (``agents.admission``), and a window that fails answers every item (``StageWorker.answer``)."""
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
-from agents import worker as w
+import pytest
+
+from agents import routing, worker as w
 from agents.admission import admit
+from agents.shedding import SourceGate
 from loadgen.bench.dataplane import noop_pipeline
 from agents.instances import Fleet
 from agents.metrics import StageMetrics
 from agents.window import Item
 from agents.zoo import load_executor
-from streams import batching, codec, contract, topics
+from streams import batching, codec, contract, kafka as kclient, topics
 from streams.client import make_request
 from streams.config import KafkaSettings
 from streams.spec import load_pipeline
@@ -26,8 +30,8 @@ def pipeline(tmp_path: Path, stages: int = 2):
     return load_pipeline(noop_pipeline(f"adm-{uuid.uuid4().hex[:6]}", stages, tmp_path))
 
 
-def rec(offset: int, value: bytes | None) -> SimpleNamespace:
-    return SimpleNamespace(topic=TP[0], partition=TP[1], offset=offset, value=value)
+def rec(offset: int, value: bytes | None, key: bytes | None = None, headers=()) -> SimpleNamespace:
+    return SimpleNamespace(topic=TP[0], partition=TP[1], offset=offset, value=value, key=key, headers=headers)
 
 
 def test_each_record_is_admitted_refused_with_an_error_result_or_dead_lettered(tmp_path):
@@ -67,3 +71,78 @@ async def test_a_window_that_fails_serves_its_items_alone_and_fails_only_the_poi
     (poisoned,) = by_offset[2]
     assert poisoned.value["status"] == "error" and "internal error" in poisoned.value["reason"]
     assert "TypeError" in poisoned.value["reason"]
+
+
+def written(pipe, offset: int, req: dict, value: bytes | None = None) -> SimpleNamespace:
+    """A record as every producer of the project writes ``req``: keyed by its id, with its headers."""
+    return rec(offset, codec.encode("InferenceRequest", req) if value is None else value,
+               req["request_id"].encode(), kclient.headers_for("InferenceRequest", req))
+
+
+def test_an_expired_request_is_dropped_from_its_headers_and_its_record_never_decoded(tmp_path, monkeypatch):
+    pipe = pipeline(tmp_path)
+    now = time.time_ns()
+    stale = make_request(pipe, b"x", created_ns=now - int(2 * pipe.slo_ms * 1_000_000))
+    fresh = make_request(pipe, b"y")
+    decoded = []
+    real = codec.codec("InferenceRequest").decode
+    monkeypatch.setattr(codec.codec("InferenceRequest"), "decode", lambda data: decoded.append(data) or real(data))
+    gate = SourceGate("s0")
+    records = [written(pipe, 0, stale, value=b"not even a record"), written(pipe, 1, fresh)]
+    got = admit(pipe, [(TP, records, 7)], contract.Bounds.of(pipe, "s0", 1 << 20), now,
+                lambda deadline: gate.judge(deadline, now, 0))
+    ((item, why),) = got.dropped
+    assert item.offset == 0 and why.startswith("deadline: expired before s0") and not got.dead
+    assert decoded == [records[1].value]  # only the fresh one was decoded
+    answer = routing.ended(pipe, item.req, "dropped", why, now)
+    assert (answer.topic, answer.key) == (topics.results(pipe.name), stale["request_id"])
+    assert {k: answer.value[k] for k in ("request_id", "created_ns", "deadline_ns", "fragment")} == \
+        {"request_id": stale["request_id"], "created_ns": stale["created_ns"],
+         "deadline_ns": stale["deadline_ns"], "fragment": "1"}
+    codec.encode("InferenceResult", answer.value)
+    assert [it.offset for it in got.items] == [1]
+
+
+def test_a_record_without_the_header_or_a_usable_key_is_judged_after_decoding(tmp_path):
+    pipe = pipeline(tmp_path)
+    now = time.time_ns()
+    stale = make_request(pipe, b"x", created_ns=now - int(2 * pipe.slo_ms * 1_000_000))
+    bare = rec(0, codec.encode("InferenceRequest", stale))  # another producer: no key, no headers
+    junk = written(pipe, 1, dict(stale, request_id="k"), value=b"junk")
+    junk.key = b"\xff\xfe"  # not UTF-8: cannot stand for an id, so the record is decoded
+    gate = SourceGate("s0")
+    got = admit(pipe, [(TP, [bare, junk], 7)], contract.Bounds.of(pipe, "s0", 1 << 20), now,
+                lambda deadline: gate.judge(deadline, now, 0))
+    ((item, why),) = got.dropped
+    assert item.offset == 0 and item.req["payload"] == b"x" and why.startswith("deadline")
+    assert [r.offset for _, r, _ in got.dead] == [1]
+
+
+def test_the_source_worker_sheds_what_the_bottleneck_cannot_serve_before_decoding(tmp_path, monkeypatch):
+    pipe = pipeline(tmp_path)
+    sw = w.StageWorker(pipe, "s0", KafkaSettings(), load_executor, StageMetrics.create(pipe.name, "s0"))
+    answered = []
+
+    async def finish(window, answers):
+        answered.extend(outs[0].value for outs, _ in answers)
+    monkeypatch.setattr(sw, "_finish", finish)
+    handoff = {"pipeline": pipe.name, "epoch": 3, "stages": [
+        {"stage": "s0", "replicas": 1, "mu_qps": 1000.0, "visit_ratio": 1.0},
+        {"stage": "s1", "replicas": 2, "mu_qps": 10.0, "visit_ratio": 1.0}]}  # the bottleneck: 20 req/s
+    sw.on_plan("TunerHandoff", handoff)
+    sw.on_plan("StageConfig", {"pipeline": pipe.name, "stage": "s1", "epoch": 4, "replicas": 1})  # scaled in: 10
+    assert sw.gate.rate_qps == pytest.approx(10.0)
+    decoded = []
+    real = codec.codec("InferenceRequest").decode
+    monkeypatch.setattr(codec.codec("InferenceRequest"), "decode", lambda data: decoded.append(data) or real(data))
+    burst = [written(pipe, i, make_request(pipe, b"p", slo_ms=400)) for i in range(40)]  # 4 s of the bottleneck
+    sw.on_records(TP, burst)
+
+    async def read():
+        sw._read_intake()
+        await sw.drain()
+    asyncio.run(read())
+    n = 0.4 * 10  # what drains at 10 req/s within the 400 ms
+    assert n - 1 <= len(sw.planner) <= n + 1 and len(decoded) == len(sw.planner)
+    assert len(answered) == 40 - len(sw.planner)
+    assert all(a["status"] == "dropped" and a["reason"].startswith("shed: ") for a in answered)

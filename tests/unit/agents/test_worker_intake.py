@@ -11,7 +11,7 @@ from agents.stage import intake
 from loadgen.bench.dataplane import noop_pipeline
 from agents.metrics import StageMetrics
 from agents.zoo import load_executor
-from streams import codec
+from streams import codec, kafka as kclient
 from streams.client import make_request
 from streams.config import KafkaSettings
 from streams.spec import load_pipeline
@@ -25,9 +25,12 @@ def stage_worker(tmp_path: Path) -> w.StageWorker:
 
 
 def fetch(pipe, first: int, n: int) -> list:
-    return [SimpleNamespace(topic=TP[0], partition=TP[1], offset=first + i,
-                            value=codec.encode("InferenceRequest", make_request(pipe, b"x")))
-            for i in range(n)]
+    """``n`` records as a client writes them (key, headers, value)."""
+    reqs = [make_request(pipe, b"x") for _ in range(n)]
+    return [SimpleNamespace(topic=TP[0], partition=TP[1], offset=first + i, key=r["request_id"].encode(),
+                            headers=kclient.headers_for("InferenceRequest", r),
+                            value=codec.encode("InferenceRequest", r))
+            for i, r in enumerate(reqs)]
 
 
 def test_a_fetch_is_decoded_onto_the_queue_and_tracked_for_acks_in_one_go(tmp_path):
@@ -55,5 +58,17 @@ def test_the_consumer_waits_while_the_worker_holds_max_queued_records(tmp_path, 
     assert not sw.room.is_set()  # still held, now queued
     for _ in range(2):
         sw.planner.queue.popleft()  # taken into a window
+    sw._update_room()
+    assert sw.room.is_set()
+
+
+def test_the_consumer_waits_while_the_queue_holds_more_than_the_slo_serves(tmp_path):
+    sw = stage_worker(tmp_path)  # SLO 60 s, one instance
+    sw._pace_ns = 1_000_000_000  # a queued item takes 1 s
+    sw.on_records(TP, fetch(sw.pipe, 0, 61))
+    sw._read_intake()
+    sw._update_room()
+    assert not sw.room.is_set()  # 61 s of work held: the rest waits in Kafka, undecoded
+    sw.planner.queue.popleft()
     sw._update_room()
     assert sw.room.is_set()
