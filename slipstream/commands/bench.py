@@ -47,6 +47,17 @@ def executor(runs, payload, checks) -> None:
     click.echo(bench_executor.format_rows(rows))
 
 
+@bench.command("drops")
+@click.option("--runs", default=30, show_default=True)
+@click.option("--batch", default=8, show_default=True, help="Requests per window.")
+def drops(runs, batch) -> None:
+    """CPU per dropped request against CPU per served one, image-classify's stages, in the worker's
+    own code: dropped after decoding, and from the expiry header without decoding."""
+    from loadgen.bench import drops as bench_drops
+
+    click.echo(bench_drops.format_rows(bench_drops.bench_drops(batch=batch, runs=runs)))
+
+
 @bench.command("memory")
 @click.option("--timeout", "timeout_s", default=600.0, show_default=True,
               help="Seconds a worker may take to be ready (a first start exports its model).")
