@@ -31,8 +31,10 @@ class ActiveConfig:
 
     @property
     def variants(self) -> tuple[str, ...]:
-        """Every variant this config may route to (the executors to keep loaded)."""
-        return tuple(sorted(shares.in_service(self.routing, self.variant)))
+        """Every variant this config names (the executors to keep loaded): those ``routing`` routes to
+        and those it names with share 0 (a loki stage's ladder: loaded, serving nothing, so a later
+        config that only moves shares loads no model); ``variant`` alone when ``routing`` is empty."""
+        return tuple(sorted(self.routing or {self.variant: 1.0}))
 
 
 def defaults(pipe: Pipeline, stage: str) -> ActiveConfig:
