@@ -8,20 +8,39 @@ from the model the estimator runs: the stage's latency curve (``streams.latency`
 batch size and the batching rule's service curve (``streams.batching.served_within``). A stage runs
 as deployed (``planner.service.stage_configs``): all its replicas with the primary assignment's
 variant, hardware, max batch and batch timeout.
+
+A loki plan's stage also keeps its *ladder* loaded (:func:`ladders`): every variant of the stage
+its pool may serve on the primary's hardware, each with the plan's share (0: loaded, serving
+nothing). Re-plans route among them without a model load, and the tuner moves shares down the
+ladder when the live envelope exceeds the plan (docs/tuner.md, "Accuracy scaling in the fast
+loop"), reading each rung's capacity per replica (:class:`Rung`) from the hand-off.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
-from planner.plan import Plan, config_of
+from planner.plan import Assignment, Plan, config_of
 from planner.problem import Problem
 from planner.sim.params import Network, Transit
 from streams.batching import served_within
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One variant of a stage's ladder: what one replica of the stage's pool (the primary's hardware,
+    max batch and timeout) serves on it, in pipeline requests per second."""
+
+    variant: str
+    accuracy: float
+    share: float  # the plan's share of the stage's items (0: loaded, serving nothing)
+    rate_qps: float  # what one replica keeps up with, back to back at the pool's max batch
+    window_qps: tuple[float, ...]  # per window: one replica's capacity within the budget (empty: none)
+    service_ms: tuple[float, ...]  # l(b) for b = 1..max batch on the pool's hardware
 
 
 @dataclass(frozen=True)
@@ -35,6 +54,7 @@ class StageCapacity:
     # empty when the stage cannot serve a lone item within its budget (no delay bound at any rate)
     variant: str = ""  # the primary assignment's, which the numbers are for
     service_ms: tuple[float, ...] = ()  # l(b) for b = 1..max batch: what the numbers assume a batch takes
+    ladder: tuple[Rung, ...] = ()  # loki: the variants its pool keeps loaded, most accurate first
 
 
 def path_transit_ms(problem: Problem, path: Sequence[str]) -> float:
@@ -65,27 +85,61 @@ def stage_budgets_ms(problem: Problem, plan: Plan) -> dict[str, float]:
     return share
 
 
-def stage_capacity(problem: Problem, plan: Plan, windows_s: Sequence[float]) -> dict[str, StageCapacity]:
-    """Every stage's :class:`StageCapacity` at ``windows_s``, with the plan's replicas."""
-    budgets = stage_budgets_ms(problem, plan)
+def ladders(problem: Problem, plan: Plan) -> dict[str, dict[str, float]]:
+    """Per stage of a loki plan, the variants its pool keeps loaded, most accurate first, each with the
+    plan's share: every variant of the stage profiled on the primary's hardware (at or above the
+    accuracy floor, when there is one) and those the plan routes to, for stages with more than one.
+    A re-plan on the same hardware names the same variants, so it loads no model. {} for other modes
+    (they switch no variant live)."""
+    if plan.mode != "loki":
+        return {}
+    floor = problem.accuracy_floor
     out = {}
     for sp in plan.stages:
-        a = sp.primary
-        c = config_of(problem, sp.stage, a, plan.rate_qps)
-        s_m = problem.visit_ratio(sp.stage)
-        if s_m <= 0:  # no request reaches it: it limits nothing
+        hw, planned = sp.primary.hardware, sp.routing or {sp.primary.variant: 1.0}
+        stage = problem.stage(sp.stage)
+        names = {v.name for v in stage.variants if hw in v.latency and (not floor or v.accuracy >= floor)}
+        ordered = sorted(names | set(planned), key=lambda n: (-stage.variant(n).accuracy, n))
+        if len(ordered) > 1:  # one variant: nothing to move to
+            out[sp.stage] = {n: float(planned.get(n, 0.0)) for n in ordered}
+    return out
+
+
+def _served(problem: Problem, stage: str, a: Assignment, budget_ms: float, windows_s: Sequence[float]
+            ) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
+    """What ``a``'s replicas serve, in pipeline requests/s: (the rate they keep up with, per window the
+    most within it served within ``budget_ms`` (empty when a lone item misses it), l(b) by batch size)."""
+    curve = problem.stage(stage).variant(a.variant).latency[a.hardware]
+    s_m = problem.visit_ratio(stage)
+    budget_ns, batch_ns = int(budget_ms * NS_PER_MS), max(1, int(curve.ms(a.max_batch) * NS_PER_MS))
+    timeout_ns = int(a.batch_timeout_ms * NS_PER_MS)
+    one = [served_within(int(w * NS_PER_S), budget_ns, a.max_batch, batch_ns, timeout_ns) for w in windows_s]
+    # a stage that cannot serve even a lone item within its share (l(b) + timeout > budget) has no
+    # delay bound at any rate: no window capacity (the tuner sizes it to the sample, as before)
+    bounded = served_within(0, budget_ns, a.max_batch, batch_ns, timeout_ns) > 0
+    window = tuple(a.replicas * n / (s_m * w) for n, w in zip(one, windows_s)) if bounded else ()
+    rate = a.replicas * curve.throughput_qps(a.max_batch) / s_m
+    return rate, window, tuple(curve.ms(b) for b in range(1, a.max_batch + 1))
+
+
+def stage_capacity(problem: Problem, plan: Plan, windows_s: Sequence[float]) -> dict[str, StageCapacity]:
+    """Every stage's :class:`StageCapacity` at ``windows_s``, with the plan's replicas (and a loki
+    plan's ladder, one replica per rung)."""
+    budgets = stage_budgets_ms(problem, plan)
+    named = ladders(problem, plan)
+    out = {}
+    for sp in plan.stages:
+        a = replace(sp.primary, replicas=sp.replicas)
+        if problem.visit_ratio(sp.stage) <= 0:  # no request reaches it: it limits nothing
             out[sp.stage] = StageCapacity(sp.stage, budgets[sp.stage], math.inf, tuple(math.inf for _ in windows_s))
             continue
-        budget_ns, batch_ns = int(budgets[sp.stage] * NS_PER_MS), max(1, int(c.exec_ms * NS_PER_MS))
-        timeout_ns = int(a.batch_timeout_ms * NS_PER_MS)
-        one = [served_within(int(w * NS_PER_S), budget_ns, a.max_batch, batch_ns, timeout_ns) for w in windows_s]
-        # a stage that cannot serve even a lone item within its share (l(b) + timeout > budget) has no
-        # delay bound at any rate: no window capacity (the tuner sizes it to the sample, as before)
-        bounded = served_within(0, budget_ns, a.max_batch, batch_ns, timeout_ns) > 0
-        window = tuple(sp.replicas * n / (s_m * w) for n, w in zip(one, windows_s)) if bounded else ()
-        curve = problem.stage(sp.stage).variant(a.variant).latency[a.hardware]
-        out[sp.stage] = StageCapacity(sp.stage, budgets[sp.stage], sp.replicas * c.throughput_qps / s_m, window,
-                                      a.variant, tuple(curve.ms(b) for b in range(1, a.max_batch + 1)))
+        rate, window, service = _served(problem, sp.stage, a, budgets[sp.stage], windows_s)
+        ladder = tuple(Rung(v, problem.stage(sp.stage).variant(v).accuracy, share,
+                            *_served(problem, sp.stage, replace(a, variant=v, replicas=1), budgets[sp.stage],
+                                     windows_s))
+                       for v, share in named.get(sp.stage, {}).items()
+                       if a.hardware in problem.stage(sp.stage).variant(v).latency)
+        out[sp.stage] = StageCapacity(sp.stage, budgets[sp.stage], rate, window, a.variant, service, ladder)
     return out
 
 

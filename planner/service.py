@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from planner import calibrate, fallback, milp
-from planner.capacity import StageCapacity, capacity_qps, stage_capacity
+from planner.capacity import StageCapacity, capacity_qps, ladders, stage_capacity
 from planner.forecast import ForecastSettings, forecast_peak
 from planner.modes import check, make_planner
 from planner.plan import Plan, config_of, evaluate
@@ -135,7 +135,10 @@ def handoff_record(h: TunerHandoff, pipeline: str, epoch: int, at_ns: int = 0) -
             "at_ns": int(at_ns),
             "capacity": [{"stage": c.stage, "budget_ms": float(c.budget_ms), "rate_qps": float(c.rate_qps),
                           "window_qps": [float(x) for x in c.window_qps], "variant": c.variant,
-                          "service_ms": [float(x) for x in c.service_ms]}
+                          "service_ms": [float(x) for x in c.service_ms],
+                          "ladder": [{"variant": r.variant, "accuracy": float(r.accuracy), "share": float(r.share),
+                                      "rate_qps": float(r.rate_qps), "window_qps": [float(x) for x in r.window_qps],
+                                      "service_ms": [float(x) for x in r.service_ms]} for r in c.ladder]}
                          for c in h.capacity.values() if math.isfinite(c.rate_qps) and c.window_qps]}
 
 
@@ -150,11 +153,13 @@ def stage_configs(pipeline: str, plan: Plan, problem: Problem, epoch: int) -> tu
     assignments is deployed as its primary one with the stage's total replicas plus ``routing``
     (share of items per variant, ``StagePlan.routing``): every replica on the primary's hardware, so
     ``cost_per_hour`` is that pool's price, which differs from the plan's for a stage whose
-    assignments the solver put on different hardware."""
+    assignments the solver put on different hardware. A loki plan's ``routing`` names its stage's
+    whole ladder (``planner.capacity.ladders``; share 0: loaded, serving nothing)."""
     out = []
+    named = ladders(problem, plan)
     for sp in plan.stages:
         a = sp.primary
-        routing = sp.routing
+        routing = named.get(sp.stage, sp.routing)
         cost = sp.replicas * problem.hardware[a.hardware].cost_per_hour
         out.append({
             "pipeline": pipeline, "stage": sp.stage, "variant": a.variant, "hardware": a.hardware,

@@ -39,5 +39,7 @@ SAMPLES: dict[str, dict] = {
         "stages": [{"stage": "classify", "replicas": 1, "mu_qps": 86.0, "visit_ratio": 1.0}],
         "at_ns": 1_700_000_000_000_000_000,
         "capacity": [{"stage": "classify", "budget_ms": 380.0, "rate_qps": 86.0, "window_qps": [400.0, 120.0],
-                      "variant": "lite0", "service_ms": [11.6, 21.0]}]},
+                      "variant": "lite0", "service_ms": [11.6, 21.0],
+                      "ladder": [{"variant": "lite0", "accuracy": 0.751, "share": 1.0, "rate_qps": 86.0,
+                                  "window_qps": [400.0, 120.0], "service_ms": [11.6, 21.0]}]}]},
 }

@@ -26,6 +26,9 @@ class TunerMetrics:
                               ["pipeline", "stage"], **kw)
         self.short = Gauge("slipstream_tuner_replicas_short", "Replicas the live envelope asks beyond the "
                            "most the tuner may run (max_replicas; 0: none short)", ["pipeline", "stage"], **kw)
+        self.share = Gauge("slipstream_tuner_routing_share", "Share of a stage's items routed to a variant "
+                           "(stages with a ladder: the tuner's accuracy scaling, tuner.ladder)",
+                           ["pipeline", "stage", "variant"], **kw)
         self.partitions = Gauge("slipstream_tuner_partitions", "Partitions of the stage input topic",
                                 ["pipeline", "stage"], **kw)
         self.actions = Counter("slipstream_tuner_scaling_actions", "Scaling actions taken",
@@ -49,6 +52,12 @@ class TunerMetrics:
     def observe_plan(self, plan: TunerPlan) -> None:
         for w, r in zip(plan.envelope.windows_s, plan.envelope.rates_qps):
             self.planned_rate.labels(self.pipeline, f"{w:g}").set(r)
+        for s in plan.stages:
+            self.observe_shares(s.stage, s.planned_shares)
+
+    def observe_shares(self, stage: str, shares) -> None:
+        for variant, f in shares.items():
+            self.share.labels(self.pipeline, stage, variant).set(f)
 
     def observe_decision(self, live: LiveTraffic, decision: ScaleDecision, seconds: float,
                          arrivals: int, late: int) -> None:
@@ -62,6 +71,8 @@ class TunerMetrics:
             self.pace.labels(p, stage).set(live.pace.get(stage, 1.0))
         for c in decision.changes:
             self.actions.labels(p, c.stage, "up" if c.replicas > c.previous else "down").inc()
+        for sc in decision.share_changes:
+            self.observe_shares(sc.stage, sc.shares)
         self.decide_seconds.labels(p).observe(seconds)
         if arrivals:
             self.arrivals.labels(p).inc(arrivals)

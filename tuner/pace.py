@@ -36,12 +36,14 @@ class PaceConfig:
             raise ValueError(f"invalid pace config: {self}")
 
 
-Expected = Mapping[str, tuple[str, tuple[float, ...]]]  # stage -> (variant, service_ms by batch size)
+Expected = Mapping[str, Mapping[str, tuple[float, ...]]]  # stage -> variant -> service_ms by batch size
 
 
 def expected_service(plan) -> Expected:
-    """What a plan's capacity assumes per stage (``TunerPlan`` stages with ``service_ms``)."""
-    return {s.stage: (s.variant, s.service_ms) for s in plan.stages if s.service_ms}
+    """What a plan's capacity assumes per stage and variant (``TunerPlan`` stages with ``service_ms``;
+    a stage's ladder adds each of its variants, so its pace is measured whichever serves)."""
+    return {s.stage: {**{r.variant: r.service_ms for r in s.ladder if r.service_ms}, s.variant: s.service_ms}
+            for s in plan.stages if s.service_ms}
 
 
 def hop_ratios(result: Mapping, expected: Expected) -> list[tuple[str, int, float, float]]:
@@ -49,13 +51,13 @@ def hop_ratios(result: Mapping, expected: Expected) -> list[tuple[str, int, floa
     whose stage and variant ``expected`` covers at its batch size."""
     out = []
     for h in result.get("hops") or ():
-        exp = expected.get(h["stage"])
+        exp = expected.get(h["stage"], {}).get(h["variant"])
         b = int(h["batch_size"])
-        if exp is None or h["variant"] != exp[0] or not 1 <= b <= len(exp[1]) or not exp[1][b - 1] > 0:
+        if exp is None or not 1 <= b <= len(exp) or not exp[b - 1] > 0:
             continue
         took_ms = (int(h["finished_ns"]) - int(h["started_ns"])) / 1e6
         if took_ms >= 0:
-            out.append((h["stage"], int(h["finished_ns"]), took_ms / exp[1][b - 1], 1.0 / b))
+            out.append((h["stage"], int(h["finished_ns"]), took_ms / exp[b - 1], 1.0 / b))
     return out
 
 

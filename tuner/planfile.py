@@ -4,14 +4,19 @@
      "windows_s": [0.05, 0.1, ...], "rates_qps": [320.0, 250.0, ...],
      "stages": [{"stage": "detect", "replicas": 4, "mu_qps": 30.0, "visit_ratio": 1.0}, ...],
      "capacity": [{"stage": "detect", "rate_qps": 120.0, "window_qps": [900.0, 520.0, ...],
-                   "variant": "yolo-s", "service_ms": [31.0, 52.0, 95.0]}, ...]}
+                   "variant": "yolo-s", "service_ms": [31.0, 52.0, 95.0],
+                   "ladder": [{"variant": "yolo-s", "accuracy": 0.89, "share": 1.0, "rate_qps": 30.0,
+                               "window_qps": [225.0, 130.0, ...], "service_ms": [31.0, 52.0, 95.0]},
+                              {"variant": "yolo-n", "accuracy": 0.55, "share": 0.0, ...}]}, ...]}
 
 It is the TunerHandoff record's shape (``schemas/TunerHandoff.avsc``, which adds ``epoch`` and
 ``at_ns``): the planner builds it (``planner.service.handoff_record``) and publishes it on the control
 topic, where the tuner follows it; a file holds the same document. ``windows_s``/``rates_qps`` are the sample trace's envelope (``tuner.envelope.envelope``),
 ``mu_qps`` the single-replica throughput at the planned (variant, hardware, batch) and ``visit_ratio``
 the stage's s_m, ``capacity`` what the planned replicas serve (``planner.capacity``; optional) and
-the batch service times that assumes (``service_ms`` by batch size, for ``variant``; the tuner's pace).
+the batch service times that assumes (``service_ms`` by batch size, for ``variant``; the tuner's pace);
+a loki plan's ``ladder`` (optional): the variants the stage's pool keeps loaded, with the plan's
+share and what one replica serves on each (``tuner.ladder``; the tuner's accuracy scaling).
 :func:`plan_for_pipeline` builds one from a sample trace and per-stage numbers.
 """
 from __future__ import annotations
@@ -24,6 +29,7 @@ import numpy as np
 
 from streams.spec import Pipeline
 from tuner.envelope import EnvelopeSnapshot, doubling_windows
+from tuner.ladder import Rung
 from tuner.policy import StagePlan, TunerPlan
 
 
@@ -37,8 +43,16 @@ def to_dict(plan: TunerPlan, pipeline: str) -> dict[str, Any]:
             "stages": [{"stage": s.stage, "replicas": s.replicas, "mu_qps": s.mu_qps,
                         "visit_ratio": s.visit_ratio} for s in plan.stages],
             "capacity": [{"stage": s.stage, "rate_qps": s.capacity_qps, "window_qps": list(s.window_capacity_qps),
-                          "variant": s.variant, "service_ms": list(s.service_ms)}
+                          "variant": s.variant, "service_ms": list(s.service_ms),
+                          "ladder": [{"variant": r.variant, "accuracy": r.accuracy, "share": r.share,
+                                      "rate_qps": r.rate_qps, "window_qps": list(r.window_qps),
+                                      "service_ms": list(r.service_ms)} for r in s.ladder]}
                          for s in plan.stages if s.window_capacity_qps]}
+
+
+def _rung(doc: Mapping[str, Any]) -> Rung:
+    return Rung(str(doc["variant"]), float(doc["accuracy"]), float(doc["share"]), float(doc["rate_qps"]),
+                tuple(float(x) for x in doc["window_qps"]), tuple(float(x) for x in doc.get("service_ms") or ()))
 
 
 def from_dict(doc: Mapping[str, Any], *, pipeline: Pipeline | None = None) -> TunerPlan:
@@ -48,7 +62,8 @@ def from_dict(doc: Mapping[str, Any], *, pipeline: Pipeline | None = None) -> Tu
         windows = tuple(float(w) for w in doc["windows_s"])
         rates = tuple(float(r) for r in doc["rates_qps"])
         cap = {str(c["stage"]): (float(c["rate_qps"]), tuple(float(x) for x in c["window_qps"]),
-                                 str(c.get("variant") or ""), tuple(float(x) for x in c.get("service_ms") or ()))
+                                 str(c.get("variant") or ""), tuple(float(x) for x in c.get("service_ms") or ()),
+                                 tuple(_rung(r) for r in c.get("ladder") or ()))
                for c in doc.get("capacity") or ()}
         stages = tuple(StagePlan(str(s["stage"]), int(s["replicas"]), float(s["mu_qps"]),
                                  float(s["visit_ratio"]), *cap.get(str(s["stage"]), (0.0, ())))
@@ -67,6 +82,10 @@ def from_dict(doc: Mapping[str, Any], *, pipeline: Pipeline | None = None) -> Tu
         unknown = [s.stage for s in stages if s.stage not in names]
         if unknown:
             raise PlanFileError(f"tuner plan: stages {unknown} are not in pipeline {pipeline.name!r}")
+        odd = [f"{s.stage}/{r.variant}" for s in stages for r in s.ladder
+               if r.variant not in {v.name for v in pipeline.stage(s.stage).variants}]
+        if odd:
+            raise PlanFileError(f"tuner plan: ladder variants {odd} are not in pipeline {pipeline.name!r}")
     return plan
 
 

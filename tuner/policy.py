@@ -39,6 +39,12 @@ envelope and lambda = the planned rate):
 - **bounds**: targets stay within ``[min_replicas, max_replicas]``; what the envelope asked beyond
   ``max_replicas`` is reported (``ScaleDecision.short``: the service logs it and sets a gauge), since
   requests past that capacity end as early drops.
+- **accuracy scaling** (Loki: hardware first, then accuracy), for a stage whose hand-off has a ladder
+  (``tuner.ladder``): after the replicas, :func:`stage_shares` moves routing shares to cheaper
+  variants at once when the shares in force do not cover the live envelope on the target replicas,
+  the least accuracy that covers it; and back towards the plan's only after the quiet period, as far
+  as the envelope of the last ``down_horizon_s`` allows (so the next tick does not move them down
+  again). A stage that the shares cover is not reported short.
 """
 from __future__ import annotations
 
@@ -50,6 +56,7 @@ from typing import Mapping
 import numpy as np
 
 from tuner.envelope import EnvelopeSnapshot, EnvelopeTracker, envelope
+from tuner.ladder import Rung, accuracy, covering_shares, mix_load
 
 NS_PER_S = 1_000_000_000
 _EPS = 1e-9  # ceil(R * (1 + rounding)) must stay R
@@ -68,6 +75,7 @@ class StagePlan:
     window_capacity_qps: tuple[float, ...] = ()  # per plan window: the most req/s within it served within the SLO
     variant: str = ""  # what the capacity is for, and the batch service time it assumes, per
     service_ms: tuple[float, ...] = ()  # batch size 1..max batch (the workers' pace is measured against it)
+    ladder: tuple[Rung, ...] = ()  # loki: the variants the pool keeps loaded, with the plan's shares
 
     def __post_init__(self) -> None:
         if self.replicas < 1 or not self.mu_qps > 0 or self.visit_ratio < 0:
@@ -76,6 +84,15 @@ class StagePlan:
         if self.window_capacity_qps and (not self.capacity_qps > 0 or min(self.window_capacity_qps) < 0):
             raise ValueError(f"stage {self.stage!r}: a capacity needs capacity_qps > 0 and window capacities "
                              f">= 0; got {self.capacity_qps}, {self.window_capacity_qps}")
+        names = [r.variant for r in self.ladder]
+        if self.ladder and (len(set(names)) < len(names) or not sum(r.share for r in self.ladder) > 0):
+            raise ValueError(f"stage {self.stage!r}: a ladder needs distinct variants and shares summing "
+                             f"to more than 0; got {[(r.variant, r.share) for r in self.ladder]}")
+
+    @property
+    def planned_shares(self) -> dict[str, float]:
+        """The plan's routing shares over the ladder (empty without one)."""
+        return {r.variant: r.share for r in self.ladder}
 
 
 @dataclass(frozen=True)
@@ -92,7 +109,8 @@ class TunerPlan:
         if not self.stages:
             raise ValueError("a tuner plan needs at least one stage")
         n = len(self.envelope.windows_s)
-        odd = [s.stage for s in self.stages if s.window_capacity_qps and len(s.window_capacity_qps) != n]
+        odd = [s.stage for s in self.stages if s.window_capacity_qps and len(s.window_capacity_qps) != n
+               or any(r.window_qps and len(r.window_qps) != n for r in s.ladder)]
         if odd:
             raise ValueError(f"stages {odd}: window capacities must be one per plan window ({n})")
 
@@ -124,8 +142,13 @@ class TunerPlan:
         (InferLine's r_i^plan)."""
         if not stage.window_capacity_qps:
             return self.envelope.rates_qps
-        ws, cap = self.envelope.windows_s, stage.window_capacity_qps
-        return tuple(cap[min(bisect.bisect_left(ws, 2 * w * (1 - _EPS)), len(ws) - 1)] for w in ws)
+        return tuple(stage.window_capacity_qps[j] for j in self.sized_index())
+
+    def sized_index(self) -> tuple[int, ...]:
+        """Per plan window w_i, the plan window whose capacity sizes it: the first >= 2 w_i (the last
+        beyond the grid); :meth:`sized_envelope`, and the ladder's rungs (``tuner.ladder``)."""
+        ws = self.envelope.windows_s
+        return tuple(min(bisect.bisect_left(ws, 2 * w * (1 - _EPS)), len(ws) - 1) for w in ws)
 
     def at_pace(self, pace: Mapping[str, float]) -> "TunerPlan":
         """This plan with each stage's capacity divided by its pace (``tuner.pace``: how much longer
@@ -135,7 +158,10 @@ class TunerPlan:
             return self
         return replace(self, stages=tuple(
             replace(s, capacity_qps=s.capacity_qps / pace[s.stage],
-                    window_capacity_qps=tuple(x / pace[s.stage] for x in s.window_capacity_qps))
+                    window_capacity_qps=tuple(x / pace[s.stage] for x in s.window_capacity_qps),
+                    ladder=tuple(replace(r, rate_qps=r.rate_qps / pace[s.stage],
+                                         window_qps=tuple(x / pace[s.stage] for x in r.window_qps))
+                                 for r in s.ladder))
             if s.window_capacity_qps and pace.get(s.stage, 1.0) != 1.0 else s for s in self.stages))
 
     @property
@@ -154,8 +180,11 @@ class TunerConfig:
     rho_mode: str = "per-window"  # per-window | mean
     min_replicas: int = 1
     max_replicas: int = 64
+    share_step: float = 0.05  # routing shares move in multiples of this (tuner.ladder)
 
     def __post_init__(self) -> None:
+        if not 0 < self.share_step <= 1:
+            raise ValueError(f"share_step must be in (0, 1], got {self.share_step!r}")
         if self.rho_mode not in ("per-window", "mean"):
             raise ValueError(f"rho_mode must be 'per-window' or 'mean', got {self.rho_mode!r}")
         if not (self.activation_s >= 0 and self.quiet_factor >= 0 and self.down_window_s > 0
@@ -183,11 +212,13 @@ class LiveTraffic:
 @dataclass(frozen=True)
 class TunerState:
     replicas: Mapping[str, int]
-    last_change_ns: int  # InferLine's LastUpdate; also reset by a scale-down
+    last_change_ns: int  # InferLine's LastUpdate; also reset by a scale-down and a share change
+    shares: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # stages with a ladder
 
     @classmethod
     def initial(cls, plan: TunerPlan, now_ns: int) -> "TunerState":
-        return cls(replicas=plan.planned_replicas, last_change_ns=now_ns)
+        return cls(replicas=plan.planned_replicas, last_change_ns=now_ns,
+                   shares={s.stage: s.planned_shares for s in plan.stages if s.ladder})
 
 
 @dataclass(frozen=True)
@@ -203,12 +234,23 @@ class StageChange:
 
 
 @dataclass(frozen=True)
+class ShareChange:
+    stage: str
+    previous: Mapping[str, float]
+    shares: Mapping[str, float]
+    reason: str  # accuracy-down (the live envelope exceeds the shares in force) | accuracy-up (it subsided)
+    load: float  # the previous shares' load (tuner.ladder.mix_load) against the envelope that moved them
+    accuracy: tuple[float, float]  # the stage's mean accuracy before and after
+
+
+@dataclass(frozen=True)
 class ScaleDecision:
     targets: Mapping[str, int]
     changes: tuple[StageChange, ...] = ()
     trigger: "Trigger | None" = None
     note: str = ""  # why nothing changed, for logs and --dry-run
     short: Mapping[str, int] = field(default_factory=dict)  # stage -> replicas the envelope asks beyond max_replicas
+    share_changes: tuple[ShareChange, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -299,13 +341,59 @@ def _changes(before: Mapping[str, int], after: Mapping[str, int], reason: str,
     return tuple(out)
 
 
+def stage_shares(plan: TunerPlan, stage: StagePlan, shares: Mapping[str, float], replicas: int,
+                 live: LiveTraffic, quiet: bool, step: float) -> ShareChange | None:
+    """Loki's accuracy scaling in the fast loop, for a stage with a ladder running ``shares`` on
+    ``replicas`` replicas: when the shares do not cover the live envelope (``tuner.ladder.mix_load``
+    > 1), at once the shares that give up the least accuracy below the plan's and cover it
+    (``tuner.ladder.covering_shares``); else, once ``quiet``, those that cover the envelope of the
+    last ``down_horizon_s`` when they are more accurate than ``shares`` (back towards the plan's as
+    the burst ages out of it; what they cover, the live envelope does not exceed: no flapping).
+    None: keep ``shares``."""
+    index, ladder, planned = plan.sized_index(), stage.ladder, stage.planned_shares
+    before = accuracy(shares, ladder)
+    load = mix_load(shares, ladder, live.envelope.rates_qps, index, replicas)
+    if load > 1 + _EPS:
+        new = covering_shares(ladder, planned, live.envelope.rates_qps, index, replicas, step)
+        reason = "accuracy-down"
+    elif quiet:
+        new = covering_shares(ladder, planned, live.recent.rates_qps, index, replicas, step)
+        load = mix_load(shares, ladder, live.recent.rates_qps, index, replicas)
+        if accuracy(new, ladder) <= before + _EPS:
+            return None
+        reason = "accuracy-up"
+    else:
+        return None
+    if all(abs(new.get(v, 0.0) - shares.get(v, 0.0)) <= _EPS for v in {*new, *shares}):
+        return None
+    return ShareChange(stage.stage, dict(shares), new, reason, load, (before, accuracy(new, ladder)))
+
+
 # ---- the policy
 
 
 def decide(live: LiveTraffic, planned: TunerPlan, state: TunerState, now_ns: int,
            config: TunerConfig = TunerConfig()) -> tuple[ScaleDecision, TunerState]:
-    """Up fast (this call), down slow (after the quiet period); see the module docstring."""
+    """Up fast (this call), down slow (after the quiet period), then the stages' shares; see the
+    module docstring."""
     planned = planned.at_pace(live.pace)
+    decision, after = _replicas(live, planned, state, now_ns, config)
+    quiet = after.last_change_ns == state.last_change_ns and now_ns - state.last_change_ns >= config.quiet_ns
+    moves = [c for s in planned.stages if s.ladder and s.stage in state.shares
+             if (c := stage_shares(planned, s, state.shares[s.stage], decision.targets[s.stage], live, quiet,
+                                   config.share_step)) is not None]
+    shares = {**state.shares, **{c.stage: c.shares for c in moves}}
+    covered = {s.stage for s in planned.stages if s.stage in shares and mix_load(
+        shares[s.stage], s.ladder, live.envelope.rates_qps, planned.sized_index(), decision.targets[s.stage])
+        <= 1 + _EPS}
+    decision = replace(decision, share_changes=tuple(moves),
+                       short={k: n for k, n in decision.short.items() if k not in covered})
+    return decision, replace(after, shares=shares, last_change_ns=now_ns if moves else after.last_change_ns)
+
+
+def _replicas(live: LiveTraffic, planned: TunerPlan, state: TunerState, now_ns: int,
+              config: TunerConfig) -> tuple[ScaleDecision, TunerState]:
+    """The replica targets: up at once, down after the quiet period (``planned`` at the live pace)."""
     current = {s.stage: state.replicas.get(s.stage, s.replicas) for s in planned.stages}
     ups = {s.stage: stage_up_target(planned, s, current[s.stage], live.envelope,
                                     config.up_slack_sigma, config.rho_mode) for s in planned.stages}

@@ -11,6 +11,12 @@ Order of one scaling action (per changed stage):
 3. Publish a ``StageConfig`` (the stage's latest config with the new replicas/partitions, ``reason``;
    its epoch is its offset on the control topic, the written field ``streams.control_rules.next_epoch``) to the control topic and a ``ScalingAction`` to the scaling topic.
 
+A share change (``tuner.policy.stage_shares``, a stage with a ladder) is the same ``StageConfig``
+with the new ``routing`` (every variant of the latest config's routing still named, so the workers
+keep them loaded and apply the shares at a window boundary with no model load), published in the
+tick that decided it, with the tick's replica change when there is one; it grows no partition and
+has no ``ScalingAction`` (its record is the StageConfig).
+
 The workers' pace (``tuner.pace``) comes from the results topic's hop timings (:meth:`on_result`)
 and scales the plan's capacity at every decision. Kafka I/O (where timestamps and results come from,
 where records go) is injected: ``tuner.control_io`` binds it to
@@ -37,8 +43,8 @@ from tuner.envelope import EnvelopeTracker
 from tuner.metrics import TunerMetrics
 from tuner.pace import PaceConfig, PaceTracker, expected_service
 from tuner.partitions import target_partitions
-from tuner.policy import (ScaleDecision, StageChange, TunerConfig, TunerPlan, TunerState, decide, observe,
-                          tracker_windows)
+from tuner.policy import (ScaleDecision, ShareChange, StageChange, TunerConfig, TunerPlan, TunerState, decide,
+                          observe, tracker_windows)
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +74,9 @@ class ServiceSettings:
 
 
 def stage_config_record(pipeline: Pipeline, latest: Mapping | None, stage: str, replicas: int,
-                        partitions: int, reason: str) -> dict:
-    """The stage's latest StageConfig with the tuner's replicas; the spec's defaults if none was seen."""
+                        partitions: int, reason: str, shares: Mapping[str, float] | None = None) -> dict:
+    """The stage's latest StageConfig with the tuner's replicas (and ``shares``: its routing, every
+    variant the latest one named kept, at 0 when not given one); the spec's defaults if none was seen."""
     if latest is None:
         d = pipeline.stage(stage).defaults
         latest = {"pipeline": pipeline.name, "stage": stage, "variant": d.variant, "hardware": d.hardware,
@@ -78,8 +85,11 @@ def stage_config_record(pipeline: Pipeline, latest: Mapping | None, stage: str, 
                   "predicted_p99_ms": None, "routing": {}, "cost_per_hour": 0.0, "reason": ""}
     hw = pipeline.hardware.get(latest["hardware"])
     price = hw.cost_per_hour if hw is not None else 0.0
+    routing = latest.get("routing") or {}
+    if shares is not None:
+        routing = {**{v: 0.0 for v in routing}, **shares}
     return {**latest, "replicas": replicas, "partitions": partitions, "epoch": next_epoch(latest["epoch"]),
-            "cost_per_hour": replicas * price, "reason": reason}
+            "cost_per_hour": replicas * price, "reason": reason, "routing": dict(routing)}
 
 
 def scaling_action_record(pipeline: str, change: StageChange, partitions: int, at_ns: int,
@@ -88,6 +98,13 @@ def scaling_action_record(pipeline: str, change: StageChange, partitions: int, a
             "previous_replicas": change.previous, "partitions": partitions, "reason": describe(change),
             "window_s": change.window_s, "live_rate_qps": change.live_rate_qps,
             "planned_rate_qps": change.planned_rate_qps, "at_ns": at_ns, "cost_per_hour": cost_per_hour}
+
+
+def describe_shares(change: ShareChange) -> str:
+    def mix(shares: Mapping[str, float]) -> str:
+        return ", ".join(f"{v} {f:.2f}" for v, f in shares.items() if f > 0)
+    return (f"{change.reason}: load {change.load:.2f} on {mix(change.previous)} -> {mix(change.shares)} "
+            f"(accuracy {change.accuracy[0]:.4f} -> {change.accuracy[1]:.4f})")
 
 
 def describe(change: StageChange) -> str:
@@ -185,8 +202,11 @@ class TunerService:
             self.metrics.observe_decision(live, decision, spent, arrivals - self._counted[0],
                                           late - self._counted[1])
             self._counted = (arrivals, late)
+        moved = {c.stage: c for c in decision.share_changes}
         for change in decision.changes:
-            await self._apply(change, now)
+            await self._apply(change, now, moved.pop(change.stage, None))
+        for change in moved.values():
+            await self._reshare(change, decision.targets[change.stage])
         self._say_short(decision.short, now)
         return decision
 
@@ -206,7 +226,18 @@ class TunerService:
                          self.pipeline.name, stage, peak)
                 del self._short[stage]
 
-    async def _apply(self, change: StageChange, now_ns: int) -> None:
+    async def _reshare(self, change: ShareChange, replicas: int) -> None:
+        """Publish the stage's new routing shares (its replicas and partitions as they are)."""
+        stage = change.stage
+        have = self.partitions.get(stage, self.pipeline.stage(stage).defaults.partitions)
+        config = stage_config_record(self.pipeline, self.latest_configs.get(stage), stage, replicas, have,
+                                     describe_shares(change), change.shares)
+        self.latest_configs[stage] = config
+        log.info("%s %s: shares %s", self.pipeline.name, stage, config["reason"])
+        if self._publish is not None:
+            await self._publish(topics.control(self.pipeline.name), "StageConfig", config, stage)
+
+    async def _apply(self, change: StageChange, now_ns: int, shares: ShareChange | None = None) -> None:
         stage, name = change.stage, self.pipeline.name
         topic = topics.stage_input(name, stage)
         have = self.partitions.get(stage, self.pipeline.stage(stage).defaults.partitions)
@@ -218,7 +249,8 @@ class TunerService:
         self.partitions[stage] = have
         await asyncio.to_thread(self.actuator.set_replicas, stage, change.replicas)
         config = stage_config_record(self.pipeline, self.latest_configs.get(stage), stage, change.replicas,
-                                     have, describe(change))
+                                     have, describe(change) + (f"; {describe_shares(shares)}" if shares else ""),
+                                     shares.shares if shares else None)
         self.latest_configs[stage] = config
         action = scaling_action_record(name, change, have, now_ns, config["cost_per_hour"])
         log.info("%s %s: %d -> %d replicas (%s)", name, stage, change.previous, change.replicas,

@@ -11,7 +11,7 @@ from tuner.pace import PaceConfig, PaceTracker, hop_ratios
 from tuner.policy import LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, stage_up_target
 from tuner.service import describe
 
-EXPECTED = {"classify": ("lite0", (20.0, 30.0, 40.0, 50.0))}
+EXPECTED = {"classify": {"lite0": (20.0, 30.0, 40.0, 50.0)}}
 
 
 def result(*hops) -> dict:
