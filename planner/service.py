@@ -183,6 +183,45 @@ def judged(problem: Problem, plan: Plan) -> Plan:
     return check(problem, now)
 
 
+def named_variants(problem: Problem, plan: Plan) -> dict[str, tuple[str, frozenset[str]]]:
+    """Per stage, what its workers keep loaded under ``plan``'s StageConfig: (hardware, the variants
+    its routing names; ``agents.control.ActiveConfig.variants``)."""
+    named = ladders(problem, plan)
+    return {sp.stage: (sp.primary.hardware, frozenset(named.get(sp.stage) or sp.routing or {sp.primary.variant}))
+            for sp in plan.stages}
+
+
+def ladder_keeps_up(problem: Problem, plan: Plan) -> float:
+    """The most a loki plan keeps up with once the tuner has done what it may without the planner:
+    each stage at the most replicas it may run (``Problem.stage_cap``) and, with a ladder, all on
+    its fastest rung; pipeline requests/s (the bottleneck's)."""
+    caps = stage_capacity(problem, plan, ())
+    out = math.inf
+    for sp in plan.stages:
+        c, n = caps[sp.stage], problem.stage_cap() or sp.replicas
+        per_replica = max([c.rate_qps / sp.replicas, *(r.rate_qps for r in c.ladder)])
+        out = min(out, max(n, sp.replicas) * per_replica)
+    return out
+
+
+def defers(problem: Problem, new: Plan, serving: Plan | None, serving_now: Plan | None) -> str:
+    """Why a loki re-plan that would load a model waits ("": it does not): the plan in place falls
+    short of the forecast (``serving_now``, judged for it, is None or misses the SLO) and the tuner
+    keeps up with the forecast on its ladder (:func:`ladder_keeps_up`), so redeploying would load
+    models in the middle of the burst the ladder is serving. Once the burst is over the plan in place
+    holds again and the re-plan goes ahead (``planner.fallback.replaces``)."""
+    if serving is None or not ladders(problem, serving) or (serving_now is not None and serving_now.feasible):
+        return ""
+    before, after = named_variants(problem, serving), named_variants(problem, new)
+    loads = sorted(st for st, named in after.items() if before.get(st) != named)
+    keeps_up = ladder_keeps_up(problem, serving)
+    if not loads or keeps_up < problem.rate_qps:
+        return ""
+    return (f"the re-plan would load models on {', '.join(loads)} while the plan in place keeps up with "
+            f"{problem.rate_qps:.1f} qps on its ladder ({keeps_up:.1f} qps): that plan stays, the tuner's "
+            f"shares carry the burst")
+
+
 @dataclass(frozen=True)
 class Replanner:
     """Holds the static inputs (the problem without its rate/sample, the settings)."""
@@ -223,7 +262,10 @@ class Replanner:
             return out, replace(state, last_step_ns=now_ns)
         now = judged(problem, state.plan) if plan.feasible and state.plan is not None else None
         served = plan if fallback.replaces(problem, plan, state.plan, now, s.min_saving) else state.plan
-        if served is not plan and not plan.feasible:
+        if served is plan and (why := defers(problem, plan, state.plan, now)):
+            log.info("re-plan for %.1f qps: %s", rate, why)
+            served = state.plan
+        elif served is not plan and not plan.feasible:
             log.warning("re-plan for %.1f qps meets no SLO and serves no more than the plan in place: "
                         "that plan stays, the tuner scales beyond it", rate)
         elif served is not plan and served.key() != plan.key():
