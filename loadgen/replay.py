@@ -12,6 +12,13 @@ Alongside, three consumers read (no consumer group, nothing committed):
 - the scaling topic (tuner ScalingActions) from the beginning.
 
 The run ends when every sent request has a result, or ``drain_s`` after the last send.
+
+Through a gateway (``gateway_url``: the Open Inference Protocol over HTTP) each request is an HTTP
+call on its own task, and its result is the answer (:func:`http_result`): the client's send and
+answer times, the pipeline's status, reason and accuracy (the answer's hops are summed to ms, so a
+gateway run reports no per-stage split); a 429 is ``dropped`` with reason ``shed``, a 504 with
+no result ``dropped`` (``deadline``), any other refusal an ``error`` naming the code. No results
+consumer runs then.
 """
 from __future__ import annotations
 
@@ -50,6 +57,7 @@ class ReplayTarget:
     slo_ms: float
     content_type: str
     accuracy_floor: float | None = None
+    gateway_url: str | None = None  # send through this gateway (HTTP) instead of to the input topic
 
     @property
     def input_topic(self) -> str:
@@ -93,27 +101,38 @@ def due_count(offsets_ns: np.ndarray, next_index: int, elapsed_ns: int) -> int:
 async def replay(schedule: Schedule, target: ReplayTarget, settings: KafkaSettings,
                  payload_factory: PayloadFactory, options: ReplayOptions, *,
                  progress: ProgressFn | None = None) -> ReplayOutcome:
+    import aiohttp
+
     collector = Collector(options.run_id)
     config_records: list[tuple[int, Mapping[str, Any]]] = []
-    results_c = kafka.consumer(settings, topics.results(target.pipeline), auto_offset_reset="latest")
     control_c = kafka.consumer(settings, topics.control(target.pipeline), topics.scaling(target.pipeline))
-    producer = kafka.producer(settings)
+    via_kafka = target.gateway_url is None
+    if via_kafka:
+        results_c = kafka.consumer(settings, topics.results(target.pipeline), auto_offset_reset="latest")
+        producer = kafka.producer(settings)
+        client = None
+        await asyncio.gather(results_c.start(), control_c.start(), producer.start())
+    else:
+        results_c = producer = None
+        client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=target.slo_ms / 1000 + 30),
+                                       connector=aiohttp.TCPConnector(limit=0))
+        await control_c.start()
     stop = asyncio.Event()
-    await asyncio.gather(results_c.start(), control_c.start(), producer.start())
     try:
-        await _pin_to_end(results_c, options.ready_timeout_s)
-        # fetch the input topic's metadata now: the first send would otherwise wait for it, late
-        await asyncio.wait_for(producer.partitions_for(target.input_topic), options.ready_timeout_s)
-        readers = [
-            asyncio.create_task(_read_results(results_c, collector, stop)),
-            asyncio.create_task(_follow_control(control_c, config_records, stop,
-                                              topics.control(target.pipeline), target.pipeline)),
-        ]
+        readers = [asyncio.create_task(_follow_control(control_c, config_records, stop,
+                                                       topics.control(target.pipeline), target.pipeline))]
+        if via_kafka:
+            await _pin_to_end(results_c, options.ready_timeout_s)
+            # fetch the input topic's metadata now: the first send would otherwise wait for it, late
+            await asyncio.wait_for(producer.partitions_for(target.input_topic), options.ready_timeout_s)
+            readers.append(asyncio.create_task(_read_results(results_c, collector, stop)))
+            send = _kafka_sender(target, producer)
+        else:
+            send = _http_sender(target, client, collector)
         start_ns = time.time_ns() + int(options.lead_s * NS_PER_S)
         offsets = schedule.offsets_ns
         actual = np.zeros(len(offsets), dtype=np.int64)
-        errors = await _send_all(schedule, target, producer, payload_factory, collector, start_ns,
-                                 actual, progress)
+        errors = await _send_all(schedule, send, payload_factory, collector, start_ns, actual, progress)
         collector.finish_sending()
         drain_until = time.monotonic() + options.drain_s
         while not collector.complete and time.monotonic() < drain_until:
@@ -134,10 +153,64 @@ async def replay(schedule: Schedule, target: ReplayTarget, settings: KafkaSettin
                              config_records, delivery_errors=errors[0])
     finally:
         stop.set()
-        await asyncio.gather(results_c.stop(), control_c.stop(), producer.stop(), return_exceptions=True)
+        await asyncio.gather(*(c.stop() for c in (results_c, control_c, producer) if c is not None),
+                             *([client.close()] if client is not None else []), return_exceptions=True)
 
 
-async def _send_all(schedule: Schedule, target: ReplayTarget, producer, payload_factory: PayloadFactory,
+Sender = Callable[[str, int, bytes], Any]  # (request id, created ns, payload) -> awaitable of a future
+
+
+def _kafka_sender(target: ReplayTarget, producer) -> Sender:
+    async def send(rid: str, created: int, payload: bytes):
+        value = build_request(target, rid, created, payload)
+        return await kafka.send(producer, target.input_topic, "InferenceRequest", value, key=rid,
+                                timestamp_ns=created)
+    return send
+
+
+def _http_sender(target: ReplayTarget, http, collector: Collector) -> Sender:
+    from gateway.client import infer_body
+
+    url = f"{target.gateway_url.rstrip('/')}/v2/models/{target.pipeline}/infer"
+
+    async def call(rid: str, created: int, body: bytes, headers: dict) -> None:
+        try:
+            async with http.post(url, data=body, headers=headers) as r:
+                code, data, answer_headers = r.status, await r.read(), dict(r.headers)
+        except Exception as exc:  # noqa: BLE001 - no answer at all: an error result, never a lost request
+            code, data, answer_headers = 0, repr(exc).encode(), {}
+        collector.offer(http_result(rid, created, target.slo_ms, time.time_ns(), code, data, answer_headers))
+
+    async def send(rid: str, created: int, payload: bytes):
+        body, headers = infer_body(payload, target.content_type, rid, target.slo_ms, target.accuracy_floor)
+        return asyncio.ensure_future(call(rid, created, body, headers))
+    return send
+
+
+def http_result(request_id: str, created_ns: int, slo_ms: float, finished_ns: int, code: int, body: bytes,
+                headers: Mapping[str, str]) -> dict[str, Any]:
+    """A gateway's answer as the result of the request the client sent at ``created_ns`` (pure): times
+    are the client's, the rest is the pipeline's result when the answer carries one."""
+    from gateway.client import GatewayError, Shed, answer_result
+
+    res: dict[str, Any] = {"hops": [], "accuracy": 1.0}
+    try:
+        got = answer_result(code, body, headers) if code else None
+        if got is None:
+            res.update(status="error", reason=f"no answer: {body[:200].decode(errors='replace')}")
+        else:
+            res.update(status=got["status"], reason=got["reason"], accuracy=got["accuracy"])
+    except Shed as exc:
+        res.update(status="dropped", reason=f"shed: 429 {exc.message}")
+    except TimeoutError as exc:
+        res.update(status="dropped", reason=f"deadline: 504 {exc}")
+    except GatewayError as exc:
+        res.update(status="error", reason=f"gateway {exc.code}: {exc.message}")
+    return dict(res, request_id=request_id, created_ns=created_ns, finished_ns=finished_ns,
+                deadline_ns=created_ns + int(slo_ms * NS_PER_MS))
+
+
+async def _send_all(schedule: Schedule, send: Sender, payload_factory: PayloadFactory,
                     collector: Collector, start_ns: int, actual: np.ndarray,
                     progress: ProgressFn | None) -> list[int]:
     offsets = schedule.offsets_ns
@@ -163,10 +236,8 @@ async def _send_all(schedule: Schedule, target: ReplayTarget, producer, payload_
         for j in range(i, i + due):
             rid = schedule.request_id(collector.run_id, j)
             created = time.time_ns()
-            value = build_request(target, rid, created, payload_factory(j))
             try:
-                fut = await kafka.send(producer, target.input_topic, "InferenceRequest", value, key=rid,
-                                       timestamp_ns=created)
+                fut = await send(rid, created, payload_factory(j))
             except KafkaError as exc:  # not produced (e.g. no broker within the send timeout): not expected
                 errors[0] += 1
                 log.warning("request %s not sent: %s", rid, type(exc).__name__)

@@ -47,7 +47,7 @@ def payload_factory(pipe, payload_file: str | None):
 def replay_report(pipe, arrivals_s, payloads, *, seed: int = 0, rate_scale: float = 1.0,
                   report_dir: str | None = None, run_id: str | None = None, drain_s: float = 30.0,
                   accuracy_floor: float | None = None, planned_arrivals=None, lag_budget_ms: float = 5.0,
-                  label: str = ""):
+                  label: str = "", gateway_url: str | None = None):
     """Replay ``arrivals_s`` open-loop into ``pipe`` with progress, print the table, write the report
     (also used by `slipstream demo`); returns the Summary."""
     from loadgen.render import format_table, write_report
@@ -59,10 +59,10 @@ def replay_report(pipe, arrivals_s, payloads, *, seed: int = 0, rate_scale: floa
     schedule = build_schedule(arrivals_s, seed=seed, rate_scale=rate_scale)
     if len(schedule) == 0:
         raise click.BadParameter("the trace holds no requests", param_hint="--trace")
-    target = ReplayTarget(pipe.name, pipe.source, pipe.slo_ms, pipe.input_content_type, accuracy_floor)
+    target = ReplayTarget(pipe.name, pipe.source, pipe.slo_ms, pipe.input_content_type, accuracy_floor, gateway_url)
     options = ReplayOptions(run_id=run_id or f"run-{int(time.time())}", drain_s=drain_s)
     click.echo(f"replaying {len(schedule)} requests over {schedule.duration_s:.1f} s into "
-               f"{target.input_topic} (run {options.run_id})", err=True)
+               f"{gateway_url or target.input_topic} (run {options.run_id})", err=True)
     outcome = asyncio.run(_with_progress(run_replay, schedule, target, KafkaSettings.from_env(),
                                          payloads, options))
     sent = outcome.actual_ns[outcome.sent_mask]

@@ -15,6 +15,7 @@ import click
 import numpy as np
 
 from loadgen.compare import ModeNotApplicable
+from loadgen.cpu import CpuSampler
 from loadgen.run_record import RunRecord
 from streams import broker
 from streams.config import KafkaSettings
@@ -38,6 +39,8 @@ class LiveOptions:
     reserve_cores: float = 0.5
     replan_s: float = 30.0  # the planner service's interval during the run (0: plan once, at start)
     pace_ceiling: float = 3.0  # tuner.pace.PaceConfig.ceiling; 1: the tuner ignores the workers' pace
+    sample_cpu: bool = False  # CPU seconds per kind of process during the replay (loadgen.cpu)
+    via_gateway: bool = False  # replay through a gateway process (HTTP) started for the run, not to Kafka
 
 
 @dataclass(frozen=True)
@@ -280,6 +283,7 @@ class LiveResult:
     plan: object
     summary: object
     estimate: object  # loadgen.replay_estimate.LikeForLike: the estimator on this run's own arrivals
+    cpu_s: dict | None = None  # kind of process -> CPU seconds during the replay (opts.sample_cpu)
 
 
 def live_run(pipe, pipeline_file: str, arrivals: np.ndarray, sample: np.ndarray, store, report_dir: Path,
@@ -295,18 +299,45 @@ def live_run(pipe, pipeline_file: str, arrivals: np.ndarray, sample: np.ndarray,
     report_dir.mkdir(parents=True, exist_ok=True)
     RunRecord(report_dir).write_plan(plan)  # for calibrate
     workers = Workers(pipe, pipeline_file, published, store, settings, report_dir / "workers", opts)
+    cpu, gw = None, None
     try:
+        gw = start_gateway(pipeline_file) if opts.via_gateway else None
         workers.wait_ready()
-        click.echo("workers ready; replaying")
-        summary = replay_report(pipe, arrivals, payload_factory(pipe, None), seed=opts.seed,
-                                report_dir=str(report_dir), run_id=f"{opts.mode}-{int(time.time())}",
-                                planned_arrivals=problem.arrivals_s, label=label)
+        url = gateway_url(gw) if gw is not None else None
+        click.echo(f"workers ready; replaying{f' through the gateway at {url}' if url else ''}")
+        sampler = CpuSampler().start() if opts.sample_cpu else None
+        try:
+            summary = replay_report(pipe, arrivals, payload_factory(pipe, None), seed=opts.seed,
+                                    report_dir=str(report_dir), run_id=f"{opts.mode}-{int(time.time())}",
+                                    planned_arrivals=problem.arrivals_s, label=label, gateway_url=url)
+        finally:
+            cpu = sampler.stop() if sampler is not None else None
     finally:
         workers.stop()
+        if gw is not None:
+            gw.stop()
     foreign = warn_foreign(report_dir, workers.ids())
     if foreign:
         click.echo(foreign, err=True)
-    return LiveResult(plan, summary, estimate_live(problem, plan, summary, report_dir, opts, store.calibration))
+    return LiveResult(plan, summary, estimate_live(problem, plan, summary, report_dir, opts, store.calibration), cpu)
+
+
+def start_gateway(pipeline_file: str):
+    """A gateway process for the pipeline on a free loopback port (``gateway_url`` once ready)."""
+    import sys
+
+    from streams.procs import ReadyProcess
+    from gateway.server import READY as GATEWAY_READY
+
+    return ReadyProcess([sys.executable, "-m", "slipstream.cli", "gateway", "--pipeline", str(pipeline_file),
+                         "--addr", "127.0.0.1:0"], ready=GATEWAY_READY, name="gateway")
+
+
+def gateway_url(gw, timeout_s: float = 90.0) -> str:
+    from gateway.server import READY as GATEWAY_READY
+
+    gw.wait_ready(timeout_s)
+    return "http://" + next(m.group(1) for m in map(GATEWAY_READY.search, list(gw.lines)) if m)
 
 
 def estimate_live(problem, plan, summary, report_dir: Path, opts: LiveOptions, calibration=None):

@@ -76,10 +76,12 @@ from slipstream.commands.bench_planner import planner_bench  # noqa: E402
 from slipstream.commands.bench_scaling import scaling_bench  # noqa: E402
 from slipstream.commands.bench_tuner import tuner_bench  # noqa: E402
 from slipstream.commands.bench_gateway import gateway_bench  # noqa: E402
+from slipstream.commands.bench_goodput import goodput_bench  # noqa: E402
 
 bench.add_command(tuner_bench)
 bench.add_command(planner_bench)
 bench.add_command(scaling_bench)
 bench.add_command(gateway_bench)
+bench.add_command(goodput_bench)
 
 commands = [bench]
