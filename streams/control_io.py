@@ -344,13 +344,25 @@ async def latest_handoff(settings: KafkaSettings, pipeline: str, *, wait_s: floa
     return newest_handoff(records, pipeline)
 
 
-def planned_capacity_qps(handoff: Mapping | None, replicas: Mapping[str, int]) -> float | None:
+def planned_capacity_qps(handoff: Mapping | None, replicas: Mapping[str, int],
+                         routing: Mapping[str, Mapping[str, float]] | None = None) -> float | None:
     """The slowest stage's capacity in pipeline requests/s from the planner's hand-off, with the replicas
-    of the StageConfigs in force (the tuner changes them) where known."""
+    of the StageConfigs in force (the tuner changes them) where known. A stage whose hand-off names a
+    ladder of variants (loki) serves at its ``routing`` shares in force (the tuner moves them):
+    n / sum_v f_v / c_v, with c_v what one replica serves on v."""
     if not handoff or not handoff.get("stages"):
         return None
-    caps = [s["mu_qps"] * replicas.get(s["stage"], s["replicas"]) / max(s["visit_ratio"], 1e-9)
-            for s in handoff["stages"]]
+    ladders = {c["stage"]: {r["variant"]: r["rate_qps"] for r in c.get("ladder") or ()}
+               for c in handoff.get("capacity") or ()}
+    caps = []
+    for s in handoff["stages"]:
+        n = replicas.get(s["stage"], s["replicas"])
+        shares = {v: f for v, f in ((routing or {}).get(s["stage"]) or {}).items() if f > 0}
+        rates = ladders.get(s["stage"], {})
+        if shares and all(rates.get(v, 0) > 0 for v in shares):
+            caps.append(n * sum(shares.values()) / sum(f / rates[v] for v, f in shares.items()))
+        else:
+            caps.append(s["mu_qps"] * n / max(s["visit_ratio"], 1e-9))
     return min(caps)
 
 
@@ -375,4 +387,5 @@ class PlanInForce:
             self.handoff = dict(rec)
 
     def capacity_qps(self) -> float | None:
-        return planned_capacity_qps(self.handoff, {s: c["replicas"] for s, c in self.configs.items()})
+        return planned_capacity_qps(self.handoff, {s: c["replicas"] for s, c in self.configs.items()},
+                                    {s: c.get("routing") or {} for s, c in self.configs.items()})

@@ -105,3 +105,16 @@ def test_busy_time_kept_as_a_sum_is_the_overlap_of_every_busy_interval_with_the_
         cut = now - 1000 * MS
         want = sum(max(0, e - max(s, cut)) for s, e in spans + ([(since, now)] if o.in_flight else []))
         assert o.busy_s(now) == pytest.approx(want / 1e9, abs=1e-9)
+
+
+def test_a_ladder_stage_serves_at_the_shares_in_force():
+    handoff = {"stages": [{"stage": "c", "replicas": 1, "mu_qps": 20.0, "visit_ratio": 1.0}],
+               "capacity": [{"stage": "c", "ladder": [{"variant": "big", "rate_qps": 20.0},
+                                                       {"variant": "small", "rate_qps": 60.0}]}]}
+    assert planned_capacity_qps(handoff, {"c": 2}) == pytest.approx(40.0)  # the plan's variant
+    assert planned_capacity_qps(handoff, {"c": 2}, {"c": {"big": 1.0, "small": 0.0}}) == pytest.approx(40.0)
+    # half the items on a variant three times as fast: 2 / (0.5/20 + 0.5/60) = 60
+    assert planned_capacity_qps(handoff, {"c": 2}, {"c": {"big": 0.5, "small": 0.5}}) == pytest.approx(60.0)
+    assert planned_capacity_qps(handoff, {"c": 2}, {"c": {"small": 1.0}}) == pytest.approx(120.0)
+    # a share on a variant the ladder does not rate: the plan's figure
+    assert planned_capacity_qps(handoff, {"c": 2}, {"c": {"other": 1.0}}) == pytest.approx(40.0)
