@@ -56,7 +56,8 @@ class MeasuredLatency:
         self._recent: deque[dict] = deque(maxlen=20_000)  # results without outputs, for the online refit
 
     async def follow(self) -> None:
-        cons = kclient.consumer(self.settings, self.topic, group_id=None, auto_offset_reset="latest")
+        cons = kclient.consumer(self.settings, self.topic, group_id=None, auto_offset_reset="latest",
+                                **kclient.FOLLOWER_FETCH)
         await cons.start()
         try:
             async for msg in cons:

@@ -180,7 +180,7 @@ class KafkaResults:
 
     async def start(self) -> None:
         self._consumer = kclient.consumer(self.settings, self.topic, group_id=None, enable_auto_commit=False,
-                                          auto_offset_reset="latest")
+                                          auto_offset_reset="latest", **kclient.FOLLOWER_FETCH)
         await self._consumer.start()
 
     async def stop(self) -> None:

@@ -16,6 +16,11 @@ from streams.limits import Limits
 
 SCHEMA_HEADER = "slipstream-schema"
 FETCH_MAX_WAIT_MS = 500  # a consumer's long poll (aiokafka's default); see consumer()
+# For readers of the results topic that need no answer within milliseconds (the tuner's pace, the
+# planner's measured p99, a load generator's collector: a result's times are stamped by the worker):
+# the broker holds a fetch until this much is there or the wait is over, so a follower fetches ~10
+# times a second instead of once per result (each fetch costs the follower and the broker CPU).
+FOLLOWER_FETCH = {"fetch_min_bytes": 1024 * 1024, "fetch_max_wait_ms": 100}
 
 
 def producer(settings: KafkaSettings, **overrides: Any) -> AIOKafkaProducer:
