@@ -60,6 +60,12 @@ def raw_square_side(n_bytes: int) -> int | None:
 
 def decode_image(payload: bytes) -> np.ndarray:
     """Any supported image payload -> HxWx3 uint8 RGB. Raises ValueError naming the problem."""
+    img = _open(payload)
+    return img if isinstance(img, np.ndarray) else np.asarray(img, dtype=np.uint8)
+
+
+def _open(payload: bytes):
+    """Raw square uint8 RGB as an array (no copy), anything else as a decoded RGB pillow image."""
     if not payload:
         raise ValueError("empty payload: expected an image (PNG/JPEG bytes or raw uint8 RGB)")
     if not payload.startswith(_IMAGE_MAGIC):
@@ -70,10 +76,26 @@ def decode_image(payload: bytes) -> np.ndarray:
 
     try:
         with Image.open(io.BytesIO(payload)) as img:
-            return np.asarray(img.convert("RGB"), dtype=np.uint8)
+            return img.convert("RGB")
     except (UnidentifiedImageError, OSError, SyntaxError) as exc:
         raise ValueError(f"undecodable image: {len(payload)} bytes are neither an image pillow can "
                          f"read nor raw uint8 RGB of a square size (3*S*S bytes): {exc}") from None
+
+
+def resized_bytes(payload: bytes, size: int) -> bytes:
+    """Any supported image payload -> size x size x 3 uint8 RGB bytes (bilinear), as
+    ``resize_image(decode_image(payload), size).tobytes()`` gives them, without the copies through
+    numpy (a 480 x 480 JPEG: three copies of 0.7 MB fewer)."""
+    from PIL import Image
+
+    img = _open(payload)
+    if isinstance(img, np.ndarray):
+        if img.shape[:2] == (size, size):
+            return payload
+        img = Image.fromarray(img)
+    if img.size != (size, size):
+        img = img.resize((size, size), Image.BILINEAR)
+    return img.tobytes()
 
 
 def resize_image(pixels: np.ndarray, size: int) -> np.ndarray:
@@ -165,8 +187,7 @@ class ImageResize:
         self.content_type = raw_image_type(size, size)
 
     def __call__(self, payload: bytes) -> Emit:
-        pixels = resize_image(decode_image(payload), self.size)
-        return Emit(np.ascontiguousarray(pixels).tobytes(), self.content_type)
+        return Emit(resized_bytes(payload, self.size), self.content_type)
 
     def example(self) -> bytes:
         return encode_jpeg(synthetic_image(480))

@@ -277,3 +277,11 @@ def test_bench_executor_reports_both_throughputs_and_their_ratio(lite0_cache):
     assert "efficientnet-lite0" in format_rows([row])
     with pytest.raises(ValueError, match="payload"):
         bench_executor((1,), payload="gif", cache_dir=lite0_cache)
+
+
+def test_resize_emits_the_same_pixels_as_decoding_to_an_array_and_resizing_it():
+    from agents.preprocess import decode_image, encode_jpeg, encode_png, resize_image, resized_bytes, synthetic_image
+
+    for payload in (encode_jpeg(synthetic_image(480)), encode_png(synthetic_image(300)),
+                    synthetic_image(300).tobytes(), synthetic_image(260).tobytes()):
+        assert resized_bytes(payload, 260) == resize_image(decode_image(payload), 260).tobytes()
