@@ -107,7 +107,7 @@ def test_hardware_first_then_accuracy_in_the_same_tick():
     assert d.targets == {"classify": 2} and d.short == {}  # the shares cover what the replicas cannot
     (c,) = d.share_changes
     assert c.reason == "accuracy-down" and c.previous == PLANNED and s.shares["classify"] == c.shares
-    assert c.shares == covering_shares(LADDER, PLANNED, flat(30.0), INDEX, 2, cfg.share_step)
+    assert c.shares == covering_shares(LADDER, PLANNED, flat(30.0 * 1.1), INDEX, 2, cfg.share_step)  # headroom
     assert c.accuracy[0] == pytest.approx(0.80) and c.accuracy[1] < 0.80
     d, _ = decide(live(120.0), plan, state, 10**9, cfg)
     assert d.short == {"classify": 12}  # past the cheapest rung on two replicas: short, as before
@@ -141,7 +141,7 @@ def test_a_stage_without_a_ladder_moves_no_share():
 
 def test_stage_shares_is_none_while_the_shares_in_force_cover():
     plan = plan_of()
-    assert stage_shares(plan, plan.stages[0], PLANNED, 1, live(10.0), True, 0.05) is None
+    assert stage_shares(plan, plan.stages[0], PLANNED, 1, live(10.0), True, TunerConfig()) is None
 
 
 # ---- the hand-off of a real loki plan, as the planner publishes it
