@@ -21,6 +21,8 @@ and per stage (the same definition on both sides: drops count as infinitely late
 - re-plans: every StageConfig the run saw on the control topic (the report's ``control.jsonl``) that
   changed a stage's variant, hardware, max batch or batch timeout, as a ``BatchingChange`` at its
   time (a new variant or hardware a model load later: the run's activation);
+- shares: every StageConfig that changed the shares a stage routes by (the tuner's accuracy scaling,
+  a re-plan's mix), as a ``ShareChange`` at its time (the variants are loaded: a routing change);
 - per stage, measured residence is a hop's ``finished_ns - enqueued_ns`` (Kafka transit in, queue,
   batch and service), the longest over the request's items at that stage, as the estimator reports it;
 - per stage, the components of a hop (:class:`Component`): transit (``received - enqueued``), queue
@@ -38,7 +40,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from loadgen.report import Summary
-from planner.estimator import BatchingChange, ReplicaChange, SimOptions, SimResult, network_for, simulate
+from planner.estimator import (BatchingChange, ReplicaChange, ShareChange, SimOptions, SimResult, network_for,
+                               simulate)
 from planner.sim.params import Network, ServiceTime
 from planner.plan import Plan
 from planner.problem import Problem
@@ -79,7 +82,7 @@ class LikeForLike:
     # came (not the run's own replica changes or re-plans), the pace drawn from the calibration
     forward_p99_ms: float = math.nan
     forward_attainment: float = math.nan
-    forward_changes: int = 0  # replica changes the stepped tuner made
+    forward_changes: int = 0  # replica and share changes the stepped tuner made
     served_ms: tuple[float, float] = (math.nan, math.nan)  # p99 of the served requests: measured, estimated
     # the plan's variants whose drawn pace the calibration's own runs did not measure, and where it came
     # from instead (streams.calibration.pace_sources): the drawn and forward predictions trust it less
@@ -120,6 +123,26 @@ def run_changes(control: Sequence[tuple[int, Mapping[str, Any]]], plan: Plan, st
         others = sp.replicas - sp.primary.replicas
         out.append(ReplicaChange(max(0.0, (at_ns - start_ns) / NS), stage, max(1, replicas - others),
                                  sp.assignments.index(sp.primary)))
+    return out
+
+
+def share_changes(control: Sequence[tuple[int, Mapping[str, Any]]], plan: Plan, start_ns: int) -> list[ShareChange]:
+    """The run's routing shares (the tuner's accuracy scaling, a re-plan's mix) at their StageConfig's
+    time on the control topic (``control`` as in :func:`batching_changes`), where the shares in
+    service change (``streams.shares.in_service``); what was in force at ``start_ns`` is a change at 0 s
+    where it differs from ``plan``."""
+    from planner.calibrate import configs_in_force
+    from streams.shares import in_service
+
+    current = {sp.stage: in_service(sp.routing, sp.primary.variant) for sp in plan.stages}
+    out = []
+    for at_ns, rec in configs_in_force(control, start_ns):
+        stage = rec["stage"]
+        use = in_service(rec.get("routing") or {}, rec["variant"])
+        if stage not in current or current[stage] == use:
+            continue
+        current[stage] = use
+        out.append(ShareChange(max(0.0, (at_ns - start_ns) / NS), stage, use))
     return out
 
 
@@ -230,7 +253,8 @@ def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequen
     empty for an untuned mode) adds the forward prediction (:func:`forward_estimate`)."""
     arrivals, ids = run_arrivals(results)
     start_ns = min((r["created_ns"] for r in results), default=0)
-    changes = (*run_changes(control, plan, start_ns), *batching_changes(control, plan, start_ns, problem.activation_s))
+    changes = (*run_changes(control, plan, start_ns), *batching_changes(control, plan, start_ns, problem.activation_s),
+               *share_changes(control, plan, start_ns))
     at = replace(problem, arrivals_s=arrivals)
     service = problem.service
     options = SimOptions(schedule=changes, request_ids=ids, instance_activation_s=instance_activation_s)
@@ -301,8 +325,8 @@ def format_like_for_like(x: LikeForLike) -> str:
         r = x.forward_p99_ms / x.measured_p99_ms if x.measured_p99_ms > 0 else math.nan
         lines.append(f"{'p99, forward':<22}{x.measured_p99_ms:>12.1f}{x.forward_p99_ms:>12.1f}{r:>8.2f}")
         lines.append(f"{'SLO, forward':<22}{100 * x.measured_attainment:>11.2f}%{100 * x.forward_attainment:>11.2f}%")
-        lines.append(f"(forward: the plan as published, {x.forward_changes} replica changes of the tuner policy "
-                     f"stepped over these arrivals, no re-plan, pace drawn)")
+        lines.append(f"(forward: the plan as published, {x.forward_changes} replica and share changes of the tuner "
+                     f"policy stepped over these arrivals, no re-plan, pace drawn)")
     if x.unmeasured_pace:
         lines.append(f"({pace_note(x.unmeasured_pace)})")
     m, e = x.served_ms

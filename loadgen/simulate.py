@@ -11,8 +11,9 @@ How estimator output maps onto InferenceResult fields (documented limits of a si
   queueing + batch time together, so the report shows residence, not a queue/service split.
   ``variant`` is the stage's primary assignment (``mixed:<primary>`` when the stage has several).
 - ``accuracy`` = the plan's expected pipeline accuracy (the estimator does not say which variant
-  of a mixed stage served an item).
-- cost: the plan's per-stage cost at start, then every replica change of the tuner schedule.
+  of a mixed stage served an item, nor follows the tuner's share changes there).
+- cost: the plan's per-stage cost at start, then every replica change of the tuner schedule (a share
+  change costs nothing: the replicas stay).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from loadgen.cost import ConfigEvent
 from loadgen.report import Envelope, Summary, summarize
-from planner.estimator import ReplicaChange, SimOptions, SimResult, simulate
+from planner.estimator import ReplicaChange, ShareChange, SimOptions, SimResult, simulate
 from planner.plan import Plan
 from planner.problem import Problem
 from streams.batching import drop_reason
@@ -37,7 +38,7 @@ NS_PER_MS = 1_000_000
 class SimulatedRun:
     summary: Summary
     sim: SimResult
-    changes: tuple[ReplicaChange, ...]
+    changes: tuple[ReplicaChange | ShareChange, ...]
 
 
 def results_from_sim(problem: Problem, plan: Plan, sim: SimResult, *, start_ns: int = 0,
@@ -69,7 +70,7 @@ def results_from_sim(problem: Problem, plan: Plan, sim: SimResult, *, start_ns: 
     return out
 
 
-def config_events(problem: Problem, plan: Plan, changes: Sequence[ReplicaChange] = (), *,
+def config_events(problem: Problem, plan: Plan, changes: Sequence[ReplicaChange | ShareChange] = (), *,
                   start_ns: int = 0) -> list[ConfigEvent]:
     """Replicas and cost per stage over time: the plan at ``start_ns``, then each replica change. A
     stage runs as deployed (``planner.service.stage_configs``): all its replicas on the primary
@@ -83,17 +84,17 @@ def config_events(problem: Problem, plan: Plan, changes: Sequence[ReplicaChange]
         return ConfigEvent(at_ns, stage, sum(r for r, *_ in g), sum(r * p for r, p, *_ in g), g[0][2], g[0][3])
 
     out = [event(start_ns, sp.stage) for sp in plan.stages]
-    for c in sorted(changes, key=lambda c: c.time_s):
+    for c in sorted((c for c in changes if isinstance(c, ReplicaChange)), key=lambda c: c.time_s):
         groups[c.stage][c.index][0] = c.replicas
         out.append(event(start_ns + int(c.time_s * NS_PER_S), c.stage))
     return out
 
 
 def simulate_run(problem: Problem, plan: Plan, arrivals_s: np.ndarray, *,
-                 changes: Sequence[ReplicaChange] = (), seed: int = 0, label: str = "",
+                 changes: Sequence[ReplicaChange | ShareChange] = (), seed: int = 0, label: str = "",
                  envelope: Envelope | None = None, activation_s: float | None = None,
                  start_ns: int = 0, notes: Sequence[str] = ()) -> SimulatedRun:
-    """Replay ``arrivals_s`` through ``plan`` (with the tuner's replica changes) and summarise."""
+    """Replay ``arrivals_s`` through ``plan`` (with the tuner's replica and share changes) and summarise."""
     if not plan.stages:
         raise ValueError(f"plan {plan.mode} has no stages: {plan.reason}")
     arr = np.sort(np.asarray(arrivals_s, dtype=float))
@@ -109,17 +110,19 @@ def simulate_run(problem: Problem, plan: Plan, arrivals_s: np.ndarray, *,
         source="simulate", sent=len(results), start_ns=start_ns, end_ns=end_ns,
         configs=config_events(problem, plan, changes, start_ns=start_ns), envelope=envelope,
         notes=(f"plan {plan.mode}: ${plan.cost_per_hour:.3f}/h planned, "
-               f"{len(changes)} tuner replica changes, {sim.events} simulator events", *notes),
+               f"{sum(isinstance(c, ReplicaChange) for c in changes)} tuner replica changes, "
+               f"{sum(isinstance(c, ShareChange) for c in changes)} share changes, {sim.events} simulator events",
+               *notes),
     )
     return SimulatedRun(summary, sim, tuple(changes))
 
 
 def tuner_changes(problem: Problem, plan: Plan, arrivals_s: np.ndarray, *, tick_s: float,
-                  config: Any) -> list[ReplicaChange]:
+                  config: Any) -> list[ReplicaChange | ShareChange]:
     """Step the tuner policy (``config``: ``tuner.policy.TunerConfig``) over ``arrivals_s`` (seconds)
     one decision every ``tick_s``, as the tuner service steps it, from the hand-off the planner
-    publishes for ``plan``; the estimator's replica changes. The live runs' forward prediction
-    steps the same (``loadgen.live.run.like_for_like``)."""
+    publishes for ``plan``; the estimator's replica changes and (a loki plan's ladder) share changes.
+    The live runs' forward prediction steps the same (``loadgen.live.run.like_for_like``)."""
     from planner.service import handoff, handoff_record
     from tuner import planfile
     from tuner.envelope import EnvelopeTracker, envelope
@@ -144,4 +147,5 @@ def tuner_changes(problem: Problem, plan: Plan, arrivals_s: np.ndarray, *, tick_
         for c in decision.changes:
             changes.append(ReplicaChange(now / 1e9, c.stage, max(1, c.replicas - other[c.stage]),
                                          index[c.stage]))
+        changes += [ShareChange(now / 1e9, c.stage, dict(c.shares)) for c in decision.share_changes]
     return changes

@@ -35,7 +35,7 @@ from planner.results import QueryResult, SimResult, nearest_rank  # noqa: F401  
 from planner.sim.engine import CHANGE
 from planner.sim.groups import range_assign  # noqa: F401  (re-exported)
 from planner.sim.params import (BatchingChange, HostModel, Network, ReplicaChange, ServiceTime,  # noqa: F401
-                                Transit, scaling_modes)
+                                ShareChange, Transit, scaling_modes)
 from planner.sim.record import after_hop, finish_ns, to_result
 from planner.sim import stagewise
 from planner.sim.world import Unprofiled, World, build  # noqa: F401  (Unprofiled re-exported)
@@ -62,7 +62,7 @@ class SimOptions:
     Kafka transits, service spread and host) is the :class:`~planner.problem.Problem`'s: to change it,
     ``dataclasses.replace`` the problem.
 
-    ``schedule`` is the tuner's replica changes and the re-plans' batching changes; ``scaling`` is
+    ``schedule`` is the tuner's replica and share changes and the re-plans' batching changes; ``scaling`` is
     ``instances`` or ``rebalance``, for all stages or per stage; ``pause_s`` the rebalance pause
     (default: the problem's ``activation_s``); ``instance_activation_s`` how long after its change an
     added model instance serves (``instances``; default: the problem's ``activation_s``, a model load;
@@ -74,7 +74,7 @@ class SimOptions:
     ``request_ids`` (default ``"0"``, ``"1"``, ... in arrival order) are what a mixed stage routes by.
     """
 
-    schedule: Sequence[ReplicaChange | BatchingChange] = ()
+    schedule: Sequence[ReplicaChange | BatchingChange | ShareChange] = ()
     scaling: str | Mapping[str, str] = "instances"
     pause_s: float | None = None
     instance_activation_s: float | None = None
@@ -137,11 +137,11 @@ def _ingress(world: World, arr_ns: np.ndarray) -> np.ndarray:
     return after_hop(arr_ns, world.network.ingress, None, world.net_rng)
 
 
-def _group_of(stages: list, c: ReplicaChange | BatchingChange):
+def _group_of(stages: list, c: ReplicaChange | BatchingChange | ShareChange):
     by_name = {st.name: st for st in stages}
-    if isinstance(c, BatchingChange):
+    if isinstance(c, (BatchingChange, ShareChange)):
         if c.stage not in by_name:
-            raise ValueError(f"BatchingChange names no stage of the plan: {c.stage!r} (stages {list(by_name)})")
+            raise ValueError(f"{type(c).__name__} names no stage of the plan: {c.stage!r} (stages {list(by_name)})")
         return by_name[c.stage].group
     if c.stage not in by_name or c.index >= len(by_name[c.stage].group.counts):
         raise ValueError(f"ReplicaChange names no assignment of the plan: stage {c.stage!r}, index {c.index} "

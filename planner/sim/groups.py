@@ -20,16 +20,16 @@ off one variant after the other (``planner.sim.servers``). A replica change name
   too (the two overlap: a new replica serves ``max(pause, activation)`` after the change).
 
 Both take a stage's items with ``put(now, vis, reqs, sent)``, and the tuner's replica changes and
-the re-plans' batching changes (:meth:`Group.rebatch`: windows taken afterwards use the new max
-batch, timeout and latency) as events.
+share changes (windows taken afterwards split by the new shares) and the re-plans' batching changes
+(:meth:`Group.rebatch`: windows taken afterwards use the new max batch, timeout and latency) as events.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from planner.sim.params import BatchingChange, ReplicaChange, ServiceTime
+from planner.sim.params import BatchingChange, ReplicaChange, ServiceTime, ShareChange
 from planner.sim.servers import Queue, Server
 from streams.batching import BatchSettings
 from streams.latency import PREDICT_PERCENTILE, PREDICT_WINDOW, LatencyCurve, RecentLatency
@@ -109,6 +109,7 @@ class Group:
         self.stage = stage
         self.settings = settings
         self.latency_of: Callable[[str, str, int], Latency] | None = None  # (variant, hardware, max batch), set by build
+        self.mix_of: Callable[[Mapping[str, float]], Mix] | None = None  # shares -> the pool's split, set by build
         self.predict: Callable[[int], int] = latency.predict  # predict(b) -> ns, b in 1..max_batch
         self.base = latency.base  # l(b) as profiled, ns: a batch's run is l(b) x a factor
         self.spread = latency.spread  # the variant's service time: the factor's spread
@@ -126,6 +127,9 @@ class Group:
     def fire(self, now: int, change: object) -> None:
         if isinstance(change, BatchingChange):
             self.rebatch(change, now)
+            return
+        if isinstance(change, ShareChange):  # windows taken from now on split by the new shares
+            self.mix = self.mix_of(change.shares)
             return
         assert isinstance(change, ReplicaChange)
         self.counts[change.index] = change.replicas

@@ -1,6 +1,7 @@
 """What the estimator can be told about the world around the agents: frozen, validated parameters.
 
 - :class:`ReplicaChange`: one step of a tuner schedule (a replica group's new count at a time).
+- :class:`ShareChange`: one step of a tuner's accuracy scaling (a stage's new routing shares).
 - :data:`SCALING_MODES` and :func:`scaling_modes`: how a stage's replica change takes effect.
 - :class:`Transit`, :class:`Network`, :func:`next_fetch`: Kafka transit per hop (a distribution) and
   consumer fetches.
@@ -46,6 +47,25 @@ class ReplicaChange:
             raise ValueError(f"ReplicaChange.index must be an integer >= 0, got {self.index!r}")
         if not math.isfinite(self.time_s):
             raise ValueError(f"ReplicaChange.time_s must be finite, got {self.time_s!r}")
+
+
+@dataclass(frozen=True)
+class ShareChange:
+    """At ``time_s`` the stage's pool routes its items by ``shares`` (variant -> weight; a tuner's
+    accuracy scaling, ``tuner.ladder``): windows taken from then on split by them, each variant at its
+    own latency on the pool's hardware, each request on the variant ``streams.shares.choose`` gives it."""
+
+    time_s: float
+    stage: str
+    shares: Mapping[str, float]
+
+    def __post_init__(self) -> None:
+        if not self.shares or not all(isinstance(f, (int, float)) and math.isfinite(f) and f >= 0
+                                      for f in self.shares.values()) or not sum(self.shares.values()) > 0:
+            raise ValueError(f"ShareChange.shares must be finite weights >= 0 summing to more than 0, "
+                             f"got {dict(self.shares)!r}")
+        if not math.isfinite(self.time_s):
+            raise ValueError(f"ShareChange.time_s must be finite, got {self.time_s!r}")
 
 
 @dataclass(frozen=True)

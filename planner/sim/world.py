@@ -116,6 +116,36 @@ class Unprofiled(ValueError):
     """A mixed stage's deployed form runs a variant on hardware it has no latency profile for."""
 
 
+def _pool(problem: Problem, stage: str, hardware: str, max_batch: int, use: Mapping[str, float], world: World,
+          routed: dict[tuple, list[str]], always: bool = False) -> tuple[list[Latency], Mix | None]:
+    """Each variant of ``use`` (variant -> share, sorted) at its latency on ``hardware``, and the split
+    of the stage's requests among them (``streams.shares.choose`` on each id, kept in ``routed`` per
+    shares): None for one variant unless ``always``."""
+    variants = sorted(v for v, f in use.items() if f > 0)
+    tables = []
+    for v in variants:
+        curve = problem.stage(stage).variant(v).latency.get(hardware)
+        if curve is None:
+            raise Unprofiled(f"stage {stage} is deployed on {hardware} (its primary assignment's) but variant "
+                             f"{v} has no latency profile there")
+        tables.append(Latency.of(curve, max_batch, world.service.for_variant(variant_key(v, hardware)),
+                                 world.learns, world.clock))
+    if len(variants) == 1 and not always:
+        return tables, None
+    key = tuple(sorted((v, use[v]) for v in variants))
+    if key not in routed:
+        ids = world.request_ids if world.request_ids is not None else map(str, range(len(world.deadline)))
+        routed[key] = [shares.choose(r, dict(key)) for r in ids]
+    index = {v: k for k, v in enumerate(variants)}
+    return tables, Mix([index[v] for v in routed[key]], tables)
+
+
+def _shared(problem: Problem, stage: str, hardware: str, group, world: World, routed: dict[tuple, list[str]],
+            use: Mapping[str, float]) -> Mix:
+    """The pool's split under new shares (``ShareChange``), at the group's max batch now."""
+    return _pool(problem, stage, hardware, group.settings.max_batch, use, world, routed, always=True)[1]
+
+
 def build(problem: Problem, plan: Plan, world: World, scaling: Mapping[str, str], drop_late: bool) -> list[Stage]:
     """One :class:`Stage` per stage in topological order, each with one replica group: its assignment,
     or for a mixed stage the pool it is deployed as (``planner.service.stage_configs``): the stage's
@@ -129,24 +159,8 @@ def build(problem: Problem, plan: Plan, world: World, scaling: Mapping[str, str]
         sp = plan.stage(name)
         st = Stage(i, name, world)
         a = sp.primary
-        use = shares.in_service(sp.routing, a.variant)
-        variants = sorted(use)
-        tables = []
-        for v in variants:
-            curve = problem.stage(name).variant(v).latency.get(a.hardware)
-            if curve is None:
-                raise Unprofiled(f"stage {name} is deployed on {a.hardware} (its primary assignment's) but variant "
-                                 f"{v} has no latency profile there")
-            tables.append(Latency.of(curve, a.max_batch, world.service.for_variant(variant_key(v, a.hardware)),
-                                     world.learns, world.clock))
-        mix = None
-        if len(variants) > 1:
-            key = tuple(sorted(use.items()))
-            if key not in routed:
-                ids = world.request_ids if world.request_ids is not None else map(str, range(len(world.deadline)))
-                routed[key] = [shares.choose(r, use) for r in ids]
-            index = {v: k for k, v in enumerate(variants)}
-            mix = Mix([index[v] for v in routed[key]], tables)
+        tables, mix = _pool(problem, name, a.hardware, a.max_batch, shares.in_service(sp.routing, a.variant),
+                            world, routed)
         settings = BatchSettings.from_ms(a.max_batch, a.batch_timeout_ms, drop_late)
         latency_of = partial(_latency_of, problem.stage(name), world.service, world.learns, world.clock)
         counts = [x.replicas for x in sp.assignments]
@@ -155,6 +169,7 @@ def build(problem: Problem, plan: Plan, world: World, scaling: Mapping[str, str]
         else:
             st.group = PartitionGroup(world, st, settings, tables[0], counts, mix, sp.partitions)
         st.group.latency_of = latency_of
+        st.group.mix_of = partial(_shared, problem, name, a.hardware, st.group, world, routed)
         stages.append(st)
     index = {name: i for i, name in enumerate(names)}
     for st in stages:
