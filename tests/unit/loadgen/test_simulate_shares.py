@@ -4,8 +4,6 @@ over the arrivals (``loadgen.simulate.tuner_changes``) moves a loki plan's share
 the simulated run holds; hardware scaling alone does not."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
@@ -14,25 +12,10 @@ from loadgen.traces import load_trace
 from planner.capacity import stage_capacity
 from planner.estimator import ReplicaChange, ShareChange
 from planner.modes import make_planner
-from planner.problem import parse_problem
 from streams import shares
 from streams.arrivals import poisson_arrivals
+from tests.image_classify import image_classify
 from tuner.policy import TunerConfig
-
-CURVES = {"resize-260": {"cpu-1": {"1": 4, "2": 7, "4": 13}},
-          "lite0": {"cpu-1": {"1": 15, "2": 27, "4": 52}},
-          "lite2": {"cpu-1": {"1": 38, "2": 70, "4": 130}}}
-
-
-def image_classify(rate_qps: float, sample_s: np.ndarray):
-    doc = {"slo_ms": 400, "arrival": {"rate_qps": rate_qps}, "hardware": {"cpu-1": {"cost_per_hour": 0.05}},
-           "hop_ms": 6.0, "activation_s": 1.0, "max_stage_replicas": 2,
-           "stages": [{"name": "resize", "variants": [{"name": "resize-260", "latency_ms": CURVES["resize-260"]}]},
-                      {"name": "classify", "variants": [
-                          {"name": "lite0", "accuracy": 0.751, "latency_ms": CURVES["lite0"]},
-                          {"name": "lite2", "accuracy": 0.776, "latency_ms": CURVES["lite2"]}]}],
-           "edges": [{"from": "resize", "to": "classify"}]}
-    return replace(parse_problem(doc), arrivals_s=sample_s)
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +30,12 @@ def step():
                            seed=2)
 
 
-def run(mode: str, step, shares: bool = True):
+def run(mode: str, step, with_shares: bool = True):
     top, arrivals = step
     problem = image_classify(0.5 * top, arrivals[arrivals < 30.0])
     plan = make_planner(mode, validate=False).plan(problem)
     changes = tuner_changes(problem, plan, arrivals, tick_s=0.1, config=TunerConfig(activation_s=1.0, max_replicas=2))
-    if not shares:
+    if not with_shares:
         changes = [c for c in changes if isinstance(c, ReplicaChange)]
     return changes, simulate_run(problem, plan, arrivals, changes=changes, seed=1, activation_s=1.0).summary
 
@@ -71,7 +54,7 @@ def test_loki_holds_the_step_on_its_ladder_and_hardware_alone_does_not(step):
             use, k = {v: f for v, f in moves[k].shares.items() if f > 0}, k + 1
         served.append({"lite0": 0.751, "lite2": 0.776}[shares.choose(str(i), use)])
     assert 0.76 < np.mean(served) < 0.776
-    _, replicas_only = run("loki", step, shares=False)
+    _, replicas_only = run("loki", step, with_shares=False)
     inferline_changes, inferline = run("inferline", step)
     assert replicas_only.attainment < 0.9 and inferline.attainment < 0.9
     assert not any(isinstance(c, ShareChange) for c in inferline_changes)

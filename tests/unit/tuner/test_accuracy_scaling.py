@@ -5,16 +5,15 @@ get ``now_ns`` explicitly."""
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from planner.problem import parse_problem
 from planner.service import handoff, handoff_record
 from streams import codec
 from streams.arrivals import poisson_arrivals
+from tests.image_classify import CURVES, image_classify
 from tuner import planfile
 from tuner.envelope import EnvelopeSnapshot, envelope
 from tuner.ladder import Rung, accuracy, covering_shares, descent, mix_load
@@ -145,22 +144,6 @@ def test_stage_shares_is_none_while_the_shares_in_force_cover():
 
 
 # ---- the hand-off of a real loki plan, as the planner publishes it
-
-CURVES = {"resize-260": {"cpu-1": {"1": 4, "2": 7, "4": 13, "8": 25}},
-          "lite0": {"cpu-1": {"1": 15, "2": 27, "4": 52, "8": 100}},
-          "lite2": {"cpu-1": {"1": 38, "2": 70, "4": 130, "8": 250}}}
-
-
-def image_classify(rate_qps: float, sample_s: np.ndarray):
-    doc = {"slo_ms": 400, "arrival": {"rate_qps": rate_qps}, "hardware": {"cpu-1": {"cost_per_hour": 0.05}},
-           "hop_ms": 6.0, "activation_s": 1.0, "max_stage_replicas": 2,
-           "stages": [{"name": "resize", "variants": [{"name": "resize-260", "latency_ms": CURVES["resize-260"]}]},
-                      {"name": "classify", "variants": [
-                          {"name": "lite0", "accuracy": 0.751, "latency_ms": CURVES["lite0"]},
-                          {"name": "lite2", "accuracy": 0.776, "latency_ms": CURVES["lite2"]}]}],
-           "edges": [{"from": "resize", "to": "classify"}]}
-    return replace(parse_problem(doc), arrivals_s=sample_s)
-
 
 def tuner_plan(mode: str, rate: float = 25.0):
     from planner.modes import make_planner
