@@ -31,9 +31,14 @@ class ActiveConfig:
 
     @property
     def variants(self) -> tuple[str, ...]:
-        """Every variant this config names (the executors to keep loaded): those ``routing`` routes to
-        and those it names with share 0 (a loki stage's ladder: loaded, serving nothing, so a later
-        config that only moves shares loads no model); ``variant`` alone when ``routing`` is empty."""
+        """Every variant this config routes to (a share above 0)."""
+        return tuple(sorted(shares.in_service(self.routing, self.variant)))
+
+    @property
+    def loaded(self) -> tuple[str, ...]:
+        """Every variant this config names (the executors to keep loaded): those it routes to and
+        those ``routing`` names with share 0 (a loki stage's ladder: loaded, serving nothing, so a
+        later config that only moves shares loads no model); ``variant`` alone when it is empty."""
         return tuple(sorted(self.routing or {self.variant: 1.0}))
 
 

@@ -70,7 +70,7 @@ class ConfigSwitch:
 
     def _unloadable(self, cfg: ActiveConfig, exc: Exception) -> None:
         """A model that cannot load is a bad config, not a dead worker."""
-        log.error("control record epoch %d rejected: cannot load %s: %s", cfg.epoch, cfg.variants, exc)
+        log.error("control record epoch %d rejected: cannot load %s: %s", cfg.epoch, cfg.loaded, exc)
         self.metrics.lab(self.metrics.config_rejected).inc()
 
     def _apply_pending_config(self) -> None:

@@ -1,4 +1,5 @@
-"""Fleet: the model instances a config needs (``agents.instances``, ``streams.placement``).
+"""Fleet: the model instances a config needs (``agents.instances``, ``streams.placement``), each with an
+executor per variant the config names (``ActiveConfig.loaded``: a loki stage's ladder too).
 
 Owns ``fleet`` (the instances serving now and each variant's accuracy and latency predictor), the
 ``loader`` thread (loads and warm-ups run beside serving, so no window waits on a load), ``spares``
@@ -41,7 +42,7 @@ class FleetKeeper:
         """One copy of ``cfg``'s variants beside ``fleet``, loaded and warmed on the loader thread: the
         copy, each variant's warm-up curve and the load's ns (the rest of the time is the warm-up)."""
         loop = asyncio.get_running_loop()
-        variants = [self.spec.variant(n) for n in cfg.variants]
+        variants = [self.spec.variant(n) for n in cfg.loaded]
         index = max((i.index for i in [*fleet.instances, *self.spares.copies]), default=-1) + 1
         t0 = time.time_ns()
         inst = await loop.run_in_executor(self.loader, new_instance, pinned(self.factory, cfg.digests), variants,
@@ -56,7 +57,7 @@ class FleetKeeper:
         """The fleet for ``cfg``: ``current``'s instances when they run the same variants on the same
         hardware (a pure replica change), then spares, then new copies loaded and warmed off the
         event loop."""
-        same = bool(current.instances) and set(current.variants) == set(cfg.variants) and \
+        same = bool(current.instances) and set(current.variants) == set(cfg.loaded) and \
             cfg.hardware == current.hardware
         keep = current.instances[:self.instances_for(cfg)] if same else []
         reused = self.spares.take(current, self.instances_for(cfg) - len(keep)) if same else []
@@ -68,7 +69,7 @@ class FleetKeeper:
         while len(fleet.instances) < self.instances_for(cfg):
             t0 = time.time_ns()
             inst, curves, load = await self._load_copy(cfg, fleet)
-            for v in map(self.spec.variant, cfg.variants):  # without a profile the first warm-up seeds the predictor
+            for v in map(self.spec.variant, cfg.loaded):  # without a profile the first warm-up seeds the predictor
                 if v.name not in fleet.variants:
                     profile = lookup(self.profiles, v, cfg.hardware) if self.profiles is not None else None
                     seed = profile.curve() if profile is not None else curves[v.name]

@@ -49,6 +49,7 @@ async def test_a_share_change_over_loaded_variants_loads_no_executor_and_routes_
     sw, loads = counting_worker()
     sw.config, sw.fleet = await sw._initial_config([config(1, {"best": 1.0, "cheap": 0.0})])
     assert sorted(loads) == ["best", "best", "cheap", "cheap"]  # the ladder is loaded with the config
+    assert sw.config.loaded == ("best", "cheap") and sw.config.variants == ("best",)  # what serves: best
     instances, window = list(sw.fleet.instances), [Item(i) for i in range(200)]
     assert set(split_variants(window, sw.config, {"best": 0.9, "cheap": 0.5})[0]) == {"best"}
 
