@@ -185,7 +185,7 @@ def judged(problem: Problem, plan: Plan) -> Plan:
 
 def named_variants(problem: Problem, plan: Plan) -> dict[str, tuple[str, frozenset[str]]]:
     """Per stage, what its workers keep loaded under ``plan``'s StageConfig: (hardware, the variants
-    its routing names; ``agents.control.ActiveConfig.variants``)."""
+    its routing names; ``agents.control.ActiveConfig.loaded``)."""
     named = ladders(problem, plan)
     return {sp.stage: (sp.primary.hardware, frozenset(named.get(sp.stage) or sp.routing or {sp.primary.variant}))
             for sp in plan.stages}
