@@ -182,7 +182,7 @@ class Workers:
 
     def __init__(self, pipe, pipeline_file: str, published: Published, store, settings: KafkaSettings,
                  log_dir: Path, opts: LiveOptions) -> None:
-        from tuner.service import describe
+        from tuner.service import describe, describe_shares
         from tuner.supervisor import LocalCapacity, local_supervisor
 
         self.log_dir = log_dir
@@ -197,6 +197,8 @@ class Workers:
         def on_decision(d) -> None:
             for c in d.changes:
                 click.echo(f"tuner: {c.stage} {c.previous} -> {c.replicas} replicas ({describe(c)})", err=True)
+            for sc in d.share_changes:
+                click.echo(f"tuner: {sc.stage} shares ({describe_shares(sc)})", err=True)
 
         tuner = control_plane(pipe, published, store, opts, settings, supervisor.actuator,
                               capacity.max_instances, on_decision)

@@ -15,9 +15,11 @@ from tuner.run import run_tuner
 
 
 def _print_decision(decision: ScaleDecision) -> None:
-    from tuner.service import describe
+    from tuner.service import describe, describe_shares
     for c in decision.changes:
         click.echo(f"{c.stage}: {c.previous} -> {c.replicas}  {describe(c)}")
+    for sc in decision.share_changes:
+        click.echo(f"{sc.stage}: shares  {describe_shares(sc)}")
 
 
 @click.command("tuner")
