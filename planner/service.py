@@ -206,11 +206,13 @@ def ladder_keeps_up(problem: Problem, plan: Plan) -> float:
 
 def defers(problem: Problem, new: Plan, serving: Plan | None, serving_now: Plan | None) -> str:
     """Why a loki re-plan that would load a model waits ("": it does not): the plan in place falls
-    short of the forecast (``serving_now``, judged for it, is None or misses the SLO) and the tuner
-    keeps up with the forecast on its ladder (:func:`ladder_keeps_up`), so redeploying would load
-    models in the middle of the burst the ladder is serving. Once the burst is over the plan in place
-    holds again and the re-plan goes ahead (``planner.fallback.replaces``)."""
-    if serving is None or not ladders(problem, serving) or (serving_now is not None and serving_now.feasible):
+    short of the forecast (``serving_now``, judged for it, is None or misses the SLO, and its replicas
+    do not keep up with it: a burst, not a latency miss the tuner cannot mend) and the tuner keeps up
+    with the forecast on its ladder (:func:`ladder_keeps_up`), so redeploying would load models in
+    the middle of the burst the ladder is serving. Once the burst is over the plan in place holds
+    again and the re-plan goes ahead (``planner.fallback.replaces``)."""
+    if serving is None or not ladders(problem, serving) or (serving_now is not None and serving_now.feasible) \
+            or capacity_qps(problem, serving)[0] >= problem.rate_qps:
         return ""
     before, after = named_variants(problem, serving), named_variants(problem, new)
     loads = sorted(st for st, named in after.items() if before.get(st) != named)

@@ -74,4 +74,6 @@ def test_a_replan_that_loads_models_waits_while_the_ladder_carries_the_burst():
     same = plan(p, variants=(("lite2", 0.3), ("lite0", 0.7)), replicas=2)
     assert named_variants(p, same) == named_variants(p, serving) and defers(p, same, serving, None) == ""
     assert defers(problem(rate_qps=200.0), other_hw, serving, None) == ""  # beyond the ladder: re-plan
+    quiet = problem(rate_qps=20.0)  # its replicas keep up (28.6): a miss on latency, the tuner cannot mend it
+    assert defers(quiet, other_hw, serving, replace(serving, feasible=False)) == ""
     assert defers(p, other_hw, plan(p, mode="inferline"), None) == ""  # no ladder, nothing to wait for
