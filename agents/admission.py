@@ -35,7 +35,7 @@ class Admitted(NamedTuple):
     dropped: list  # (Item, reason): refused by its deadline (``judge``)
 
 
-Judge = Callable[[str, int], "str | None"]  # (request id, deadline) -> its drop reason, or None to admit it
+Judge = Callable[[int], "str | None"]  # a request's deadline -> its drop reason, or None to admit it
 
 
 def request_key(key: bytes | None) -> str | None:
@@ -60,7 +60,7 @@ def admit(pipe: Pipeline, fetches: Iterable[tuple[Any, list, int]], bounds: cont
             if not judged and (e := expiry.read(rec.headers)) is not None and \
                     (rid := request_key(rec.key)) is not None:
                 judged = True
-                if (why := judge(rid, e.deadline_ns)) is not None:
+                if (why := judge(e.deadline_ns)) is not None:
                     head = {"request_id": rid, "pipeline": pipe.name, "created_ns": e.created_ns,
                             "deadline_ns": e.deadline_ns}
                     out.dropped.append((Item(rec, head, received_ns, tp, rec.offset), why))
@@ -76,7 +76,7 @@ def admit(pipe: Pipeline, fetches: Iterable[tuple[Any, list, int]], bounds: cont
             broken = contract.check("InferenceRequest", req, bounds, now_ns)
             if not broken:
                 item = Item(rec, req, received_ns, tp, rec.offset)
-                if not judged and (why := judge(req["request_id"], req["deadline_ns"])) is not None:
+                if not judged and (why := judge(req["deadline_ns"])) is not None:
                     out.dropped.append((item, why))
                 else:
                     out.items.append(item)

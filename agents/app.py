@@ -68,8 +68,6 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
         await worker.start(await control.held())
         app.add_future(worker.run_batches())
         app.add_future(control.follow(worker))
-        if worker.gate is not None:  # the source stage: its shedding counts what is in flight
-            app.add_future(ResultsFeed(pipe, kafka).follow(worker.on_result))
 
     async def on_revoked(sender, revoked, **kwargs) -> None:
         await worker.on_revoked(set(revoked), app.consumer._commit)  # faust's thread-safe commit
@@ -154,31 +152,6 @@ class ControlFeed:
             log.exception("control record at %s[%d]@%d not applied", msg.topic, msg.partition, msg.offset)
             control_io.skipped(msg, InvalidControl(f"{type(exc).__name__}: {exc}"), self.count)
         return None
-
-
-class ResultsFeed:
-    """The results topic from its end, for the source stage's shedding (``agents.shedding``): each
-    result's id, status and times are handed to the worker. No group, no commits; an undecodable
-    record is skipped (it is no answer of this worker's requests); nothing it holds is raised here."""
-
-    def __init__(self, pipe: Pipeline, kafka: KafkaSettings) -> None:
-        self.cons = kclient.consumer(kafka, topics.results(pipe.name), group_id=None, auto_offset_reset="latest",
-                                     **kclient.ANSWERS_FETCH)
-
-    async def follow(self, on_result) -> None:
-        await self.cons.start()
-        try:
-            while True:
-                batch = await self.cons.getmany(timeout_ms=1000)
-                records = [r for rs in batch.values() for r in rs]
-                await codec.prefetch(r.value for r in records)  # registry ids looked up off the loop
-                for r in records:
-                    try:
-                        on_result(codec.decode("InferenceResult", r.value))
-                    except Exception:  # noqa: BLE001 - a bad record or a bug must not stop shedding's view
-                        log.debug("result at %s[%d]@%d skipped", r.topic, r.partition, r.offset, exc_info=True)
-        finally:
-            await self.cons.stop()
 
 
 def app_from_env() -> faust.App:

@@ -7,21 +7,21 @@ requests a later stage will drop, serves nothing in time. Two rules, pure, with 
 - **expired** (:func:`expired`): a request that cannot finish here by its deadline even served at
   once, alone (``serve_ns``: this stage's batch-1 latency), is dropped with reason ``deadline``.
   Read from the record's expiry header (``streams.expiry``), so it is answered without decoding.
-- **shed** (:class:`SourceGate`, source stage only): the gateway's rule (``streams.shedding``) on
-  what this worker sees. The requests it let through and whose result has not come yet are in flight
-  (the source worker follows the results topic: ``agents.app.ResultsFeed``); the service rate is the
-  lower of its busy throughput (``done`` results per second while requests were in flight: drops
-  answered downstream free their place but are no service) and the plan's capacity in force (the
-  hand-off with the replicas and shares of the StageConfigs in force,
-  ``streams.control_io.planned_capacity_qps``, times this worker's share of the input partitions).
-  A request predicted to finish after ``base + in_flight / rate`` past its deadline is dropped with
-  reason ``shed`` before this stage spends anything on it. With no rate known nothing is shed: the
-  workers' deadline drops are the backstop.
+- **shed** (:class:`SourceGate`, source stage only): the requests admitted so far drain at the
+  bottleneck's rate (the slowest stage's capacity in pipeline requests/s, from the planner's hand-off
+  and the replicas in force: ``streams.handoff.planned_capacity_qps``, times this worker's share of
+  the input partitions). A new request is predicted to finish after its own service plus the time the
+  admitted requests ahead of it need at that rate; past its deadline it is dropped with reason
+  ``shed`` before this stage spends anything on it, and is not counted as ahead of later ones.
+  The same rule as the gateway's 429 (``gateway.shedding``), fed by what a worker sees: the plan's
+  capacity in force instead of answers, the requests it let through instead of those in flight.
+  With no capacity known (no hand-off yet) nothing is shed: the workers' deadline drops are the backstop.
 """
 from __future__ import annotations
 
-from streams.shedding import Outcomes, decide
+from dataclasses import dataclass
 
+NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
 
 
@@ -32,47 +32,30 @@ def expired(stage: str, deadline_ns: int, now_ns: int, serve_ns: int) -> str | N
     if late <= 0:
         return None
     return (f"deadline: expired before {stage} could serve it ({late / NS_PER_MS:.1f} ms late at "
-            f"batch-1 latency {serve_ns / NS_PER_MS:.1f} ms)")
+            f"batch-1 latency {serve_ns / NS_PER_MS:.1f} ms), not decoded")
 
 
+@dataclass
 class SourceGate:
-    """The source stage's admission: the requests this worker let through and what became of them
-    (:meth:`answered`, from the results topic), judged by the gateway's rule (``streams.shedding``)."""
+    """The source stage's admission: a leaky bucket of the requests let through, draining at the
+    bottleneck's rate (``rate_qps``; None: unknown, everything is let through)."""
 
-    def __init__(self, stage: str, grace_ms: float = 1000.0) -> None:
-        self.stage = stage
-        self.planned_qps: float | None = None  # the plan's capacity for this worker's partitions
-        self.outcomes = Outcomes()
-        self.pending: dict[str, int] = {}  # request id -> when to stop waiting for its answer (ns)
-        self.grace_ns = int(grace_ms * NS_PER_MS)
+    stage: str
+    rate_qps: float | None = None
+    level: float = 0.0  # requests let through and not yet drained at the bottleneck
+    last_ns: int = 0
 
-    def judge(self, request_id: str, deadline_ns: int, now_ns: int, serve_ns: int) -> str | None:
-        """None when the request is let through (and counted in flight), else its drop reason."""
+    def judge(self, deadline_ns: int, now_ns: int, serve_ns: int) -> str | None:
+        """None when the request is let through (and counted), else its drop reason."""
         why = expired(self.stage, deadline_ns, now_ns, serve_ns)
-        if why is not None:
+        if why is not None or not self.rate_qps or self.rate_qps <= 0:
             return why
-        self._give_up(now_ns)
-        budget_ms = (deadline_ns - now_ns - serve_ns) / NS_PER_MS
-        d = decide(self.outcomes.load(now_ns, self.planned_qps), budget_ms)
-        if not d.admit:
-            return f"shed: {d.reason} at {self.stage}"
-        if request_id not in self.pending:
-            self.outcomes.admitted(now_ns)
-            self.pending[request_id] = deadline_ns + self.grace_ns
+        self.level = max(0.0, self.level - (now_ns - self.last_ns) / NS_PER_S * self.rate_qps)
+        self.last_ns = now_ns
+        wait_ns = (self.level + 1) / self.rate_qps * NS_PER_S
+        if now_ns + serve_ns + wait_ns > deadline_ns:
+            return (f"shed: predicted wait {wait_ns / NS_PER_MS:.0f} ms behind {self.level:.0f} request(s) "
+                    f"at the bottleneck's {self.rate_qps:.1f} req/s leaves no time before the deadline "
+                    f"({(deadline_ns - now_ns) / NS_PER_MS:.0f} ms left at {self.stage})")
+        self.level += 1
         return None
-
-    def answered(self, request_id: str, served: bool, latency_ms: float, now_ns: int) -> None:
-        """A result on the results topic: one of ours leaves the requests in flight; a served one
-        (``done``) counts as service, a drop or an error only frees its place."""
-        if self.pending.pop(request_id, None) is not None:
-            self.outcomes.left(now_ns, served, latency_ms if served else None)
-
-    def _give_up(self, now_ns: int) -> None:
-        """Stop waiting for answers past their deadline and grace (in admission order, which is about
-        deadline order): they leave in flight unanswered."""
-        while self.pending:
-            rid, until = next(iter(self.pending.items()))
-            if until > now_ns:
-                return
-            del self.pending[rid]
-            self.outcomes.left(now_ns, False)

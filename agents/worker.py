@@ -81,7 +81,7 @@ class StageWorker(Intake, Windows, Serve, Commit, ConfigSwitch, FleetKeeper, Reb
         self._intake_n = 0  # records on it
         self.room = asyncio.Event()  # set while fewer than MAX_QUEUED records wait (agents.intake)
         self.room.set()
-        self.gate = SourceGate(stage) if stage == pipe.source else None  # shedding (agents.shedding)
+        self.gate = SourceGate(stage)  # deadline drops before decoding; at the source, shedding too
         self.plan_in_force = control_io.PlanInForce(pipe.name)
         self.input_share = 1.0
         self._pace_ns = 0

@@ -21,9 +21,6 @@ FETCH_MAX_WAIT_MS = 500  # a consumer's long poll (aiokafka's default); see cons
 # the broker holds a fetch until this much is there or the wait is over, so a follower fetches ~10
 # times a second instead of once per result (each fetch costs the follower and the broker CPU).
 FOLLOWER_FETCH = {"fetch_min_bytes": 1024 * 1024, "fetch_max_wait_ms": 100}
-# The source stage's shedding counts its requests in flight until their result is read: a short wait
-# (a result read 20 ms late is 20 ms of predicted wait too many), still not a fetch per result.
-ANSWERS_FETCH = {"fetch_min_bytes": 64 * 1024, "fetch_max_wait_ms": 20}
 
 
 def producer(settings: KafkaSettings, **overrides: Any) -> AIOKafkaProducer:

@@ -1,8 +1,8 @@
 """Intake: the records faust's consumer hands over (``agents.intake``), admitted in one go.
 
 Owns ``_intake`` (the fetches not yet looked at), ``_intake_n``, ``room`` (set while the worker
-takes more records) and ``gate`` (``agents.shedding``: at the source stage, what the pipeline cannot
-serve in time; every stage drops what has expired before decoding it). Reads the planner's queue,
+takes more records) and ``gate`` (``agents.shedding``: what is dropped by its deadline before it is
+decoded, and at the source stage what the bottleneck cannot serve in time). Reads the planner's queue,
 the backlog and the fleet's pace (they bound what is held); sends refused requests, drops and dead
 letters through ``commit``.
 
@@ -19,7 +19,7 @@ from typing import Any
 from agents import routing
 from agents.admission import admit
 from agents.delivery import dead_letter
-from agents.shedding import SourceGate, expired
+from agents.shedding import SourceGate
 from agents.stage import log
 from streams import control_io
 from streams.batching import NS_PER_MS
@@ -33,7 +33,7 @@ class Intake:
     _intake: list  # (tp, records, received_ns) per fetch since the batch loop last looked
     _intake_n: int  # records on it
     room: asyncio.Event  # set while fewer than MAX_QUEUED records wait (agents.intake)
-    gate: SourceGate | None  # the source stage's; other stages drop expired requests only
+    gate: SourceGate
     plan_in_force: control_io.PlanInForce  # the source stage's: the capacity its gate drains at
     input_share: float  # of the input topic's partitions, assigned to this worker
     _pace_ns: int  # predicted time a queued item takes, one instance serving full batches (0: unknown)
@@ -80,10 +80,8 @@ class Intake:
         fetches, self._intake, self._intake_n = self._intake, [], 0
         for tp, records, _ in fetches:
             self.acks.read_many(tp, records)
-        now, serve_ns, gate = time.time_ns(), self._serve_ns(), self.gate
-        got = admit(self.pipe, fetches, self.bounds, now,
-                    (lambda rid, deadline: gate.judge(rid, deadline, now, serve_ns)) if gate is not None else
-                    (lambda rid, deadline: expired(self.stage, deadline, now, serve_ns)))
+        now, serve_ns = time.time_ns(), self._serve_ns()
+        got = admit(self.pipe, fetches, self.bounds, now, lambda deadline: self.gate.judge(deadline, now, serve_ns))
         if got.items:
             self.metrics.lab(self.metrics.requests).inc(len(got.items))
             self.planner.add(got.items)
@@ -104,16 +102,8 @@ class Intake:
         self._set_gate_rate()
 
     def _set_gate_rate(self) -> None:
-        if self.gate is not None:
-            cap = self.plan_in_force.capacity_qps()
-            self.gate.planned_qps = cap * self.input_share if cap else None
-
-    def on_result(self, result: dict) -> None:
-        """A result from the results topic (the source stage's ``agents.app.ResultsFeed``): one of the
-        requests its gate let through may have ended."""
-        done = result["status"] == "done"
-        self.gate.answered(result["request_id"], done, (result["finished_ns"] - result["created_ns"]) / 1e6,
-                           time.time_ns())
+        cap = self.plan_in_force.capacity_qps()
+        self.gate.rate_qps = cap * self.input_share if cap else None
 
     def _drop_unserved(self, dropped: list, now_ns: int) -> None:
         """Answer at once, together, the requests refused by their deadline (expired, or shed)."""

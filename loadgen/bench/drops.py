@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 from agents import routing
 from agents.admission import admit
 from agents.models.export import DEFAULT_CACHE_DIR
-from agents.shedding import expired
+from agents.shedding import SourceGate
 from agents.stage.serve import check_and_run
 from agents.window import batch_outputs
 from agents.zoo import load_executor
@@ -67,7 +67,8 @@ def _window(pipe: Pipeline, stage: str, ex, records: list, bounds: contract.Boun
     """One window of ``records`` through a worker's intake and answers (the decision by deadline in it)."""
     def run() -> None:
         now = time.time_ns()
-        got = admit(pipe, [(("in", 0), records, now)], bounds, now, lambda rid, d: expired(stage, d, now, 0))
+        gate = SourceGate(stage)
+        got = admit(pipe, [(("in", 0), records, now)], bounds, now, lambda d: gate.judge(d, now, 0))
         if got.items:
             bad, outs = check_and_run(ex, [it.req["payload"] for it in got.items])
             done = time.time_ns()

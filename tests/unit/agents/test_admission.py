@@ -12,7 +12,7 @@ import pytest
 
 from agents import routing, worker as w
 from agents.admission import admit
-from agents.shedding import expired
+from agents.shedding import SourceGate
 from loadgen.bench.dataplane import noop_pipeline
 from agents.instances import Fleet
 from agents.metrics import StageMetrics
@@ -87,9 +87,10 @@ def test_an_expired_request_is_dropped_from_its_headers_and_its_record_never_dec
     decoded = []
     real = codec.codec("InferenceRequest").decode
     monkeypatch.setattr(codec.codec("InferenceRequest"), "decode", lambda data: decoded.append(data) or real(data))
+    gate = SourceGate("s0")
     records = [written(pipe, 0, stale, value=b"not even a record"), written(pipe, 1, fresh)]
     got = admit(pipe, [(TP, records, 7)], contract.Bounds.of(pipe, "s0", 1 << 20), now,
-                lambda rid, deadline: expired("s0", deadline, now, 0))
+                lambda deadline: gate.judge(deadline, now, 0))
     ((item, why),) = got.dropped
     assert item.offset == 0 and why.startswith("deadline: expired before s0") and not got.dead
     assert decoded == [records[1].value]  # only the fresh one was decoded
@@ -109,8 +110,9 @@ def test_a_record_without_the_header_or_a_usable_key_is_judged_after_decoding(tm
     bare = rec(0, codec.encode("InferenceRequest", stale))  # another producer: no key, no headers
     junk = written(pipe, 1, dict(stale, request_id="k"), value=b"junk")
     junk.key = b"\xff\xfe"  # not UTF-8: cannot stand for an id, so the record is decoded
+    gate = SourceGate("s0")
     got = admit(pipe, [(TP, [bare, junk], 7)], contract.Bounds.of(pipe, "s0", 1 << 20), now,
-                lambda rid, deadline: expired("s0", deadline, now, 0))
+                lambda deadline: gate.judge(deadline, now, 0))
     ((item, why),) = got.dropped
     assert item.offset == 0 and item.req["payload"] == b"x" and why.startswith("deadline")
     assert [r.offset for _, r, _ in got.dead] == [1]
@@ -129,7 +131,7 @@ def test_the_source_worker_sheds_what_the_bottleneck_cannot_serve_before_decodin
         {"stage": "s1", "replicas": 2, "mu_qps": 10.0, "visit_ratio": 1.0}]}  # the bottleneck: 20 req/s
     sw.on_plan("TunerHandoff", handoff)
     sw.on_plan("StageConfig", {"pipeline": pipe.name, "stage": "s1", "epoch": 4, "replicas": 1})  # scaled in: 10
-    assert sw.gate.planned_qps == pytest.approx(10.0)
+    assert sw.gate.rate_qps == pytest.approx(10.0)
     decoded = []
     real = codec.codec("InferenceRequest").decode
     monkeypatch.setattr(codec.codec("InferenceRequest"), "decode", lambda data: decoded.append(data) or real(data))
