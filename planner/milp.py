@@ -12,9 +12,11 @@ examples do; no ``mip`` object leaves this module. One binary ``use`` and one in
 - cluster cap ``sum rep <= max_replicas``; accuracy floor on every path
   ``sum_s minlog[s] >= log(floor)`` with ``minlog[s] <= log a_c + M (1 - use[c])`` (the worst
   variant a request can be routed to; logs make the product of accuracies linear)
-- objectives: ``cost`` = min sum rep x price, then at that cost (two more solves) the fastest plan
-  among those with ``h`` within 10 % of its most, ``h <= capacity_s / lambda_s`` for every stage;
-  ``accuracy`` = max weight x expected log pipeline
+- objectives: ``cost`` = min sum rep x price, its ties broken in the same solve by lexicographic
+  weights: then the most headroom ``h`` (``h <= capacity_s / lambda_s`` for every stage, each stage
+  counted up to 90 % of the most its configs of the same stage cost give, so a config within 10 %
+  of that ties with it), then the fastest (least sum of config latencies); ``accuracy`` = max weight
+  x expected log pipeline
   accuracy - cost, where traffic shares ``flow[c] <= rep[c] * mu_c`` route the stage's items and the
   expected log accuracy of a path is sum over its stages of sum_c flow[c] / lambda_s x log a_c
   (= log of the product of accuracies for single-config stages; IPA sums accuracies instead);
@@ -22,11 +24,13 @@ examples do; no ``mip`` object leaves this module. One binary ``use`` and one in
 """
 from __future__ import annotations
 
+import functools
+import importlib
 import math
 import re
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 try:
     import mip
@@ -36,9 +40,33 @@ except ImportError as exc:  # the extra `planner`: worker installs leave the sol
 from planner.plan import Assignment, Config, Plan, assignment_for, evaluate, infeasible, stage_configs
 from planner.problem import Problem
 
+
+
+def _bind_destructors() -> None:
+    """python-mip's solvers free their model in ``__del__`` through a cffi function that cffi looks
+    up on its first use, under a lock it does not re-enter. A garbage collection during another
+    first lookup that frees a model then waits on that lock forever (the unit suite hung so in
+    ``SolverHighs.__del__``). Looking the destructors up here, once, leaves ``__del__`` no lookup."""
+    for module, lib, names in (("mip.highs", "highslib", ("Highs_destroy",)),
+                               ("mip.cbc", "cbclib", ("Cbc_deleteModel", "Osi_deleteSolver"))):
+        try:
+            handle = getattr(importlib.import_module(module), lib)
+            for name in names:
+                getattr(handle, name)
+        except Exception:  # noqa: BLE001 - a solver library that is not there frees nothing
+            pass
+
+
+_bind_destructors()
 SOLVERS = {"highs": "HIGHS", "cbc": "CBC"}
 TIE = 1e-6  # tie-breaker weight: fewer configs per stage
 HEADROOM_SLACK = 0.1  # the cost objective's tie-break: within this of the most headroom, the fastest
+# the cost objective's weights (``_lexicographic``): a cost difference of COST_STEP of the cheapest
+# conceivable plan outweighs any headroom and latency, a headroom difference of HEAD_STEP of the
+# most any latency; the solve stops within GAP_MS of the best sum of latencies
+COST_STEP = 1e-4
+HEAD_STEP = 0.01
+GAP_MS = 0.05
 
 
 @dataclass(frozen=True)
@@ -56,7 +84,12 @@ class MilpOptions:
 
 
 def _name(*parts: object) -> str:
-    return re.sub(r"[^A-Za-z0-9_]", "_", "_".join(str(p) for p in parts))
+    return "_".join(map(_word, parts))
+
+
+@functools.lru_cache(maxsize=4096)
+def _word(part: object) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", str(part))
 
 
 def diagnose(problem: Problem, configs: Mapping[str, list[Config]], budget: float, rate: float,
@@ -121,14 +154,18 @@ def solve(problem: Problem, opts: MilpOptions = MilpOptions(), warm: Plan | None
     m.max_seconds = opts.time_limit_s
     lam = {s: problem.stage_rate(s, rate) for s in configs}
     mix = problem.mix if opts.allow_mix is None else opts.allow_mix
-    build = _build_mixed if mix else _build_single
-    use, rep, flow, cost = build(m, problem, configs, lam, paths, budget, lat, objective)
+    lats = {s: [lat(c) for c in cs] for s, cs in configs.items()}
+    v = (_build_mixed if mix else _build_single)(m, problem, configs, lam, paths, budget, lats, objective)
     for k, ban in enumerate(opts.exclude):
-        banned = [use[c] for cs in configs.values() for c in cs if (c.stage, c.variant, c.hardware, c.batch) in ban]
+        banned = [u for s, cs in configs.items() for c, u in zip(cs, v.use[s])
+                  if (c.stage, c.variant, c.hardware, c.batch) in ban]
         if len(banned) == len(ban):
-            m += mip.xsum(banned) <= len(ban) - 1, _name("runner_up_cut", k)
+            m += _lin((u, 1.0) for u in banned) <= len(ban) - 1, _name("runner_up_cut", k)
+    head = _lexicographic(m, configs, lam, v, lats) if objective == "cost" else None
+    if not mix:  # CBC's cut rounds took 0.45 of its 0.55 s on the 2,100-config bench; mixed ones need them
+        m.cuts = 0
     if warm is not None and warm.stages:
-        m.start = _warm_start(warm, configs, use, rep)
+        m.start = _warm_start(warm, configs, v)
     status = m.optimize(max_seconds=opts.time_limit_s)
     if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
         reason = diagnose(problem, configs, budget, rate, opts)
@@ -136,110 +173,135 @@ def solve(problem: Problem, opts: MilpOptions = MilpOptions(), warm: Plan | None
             reason = f"solver status {status.name}: {reason}"
         return infeasible(opts.mode, reason, solve_time_s=time.perf_counter() - t0, rate_qps=rate,
                           notes=(f"solver {solver}: {status.name}",))
-    notes = [f"solver {solver}: {status.name}, objective {m.objective_value:.6g}"]
-    x = {v: v.x for v in (*use.values(), *rep.values(), *flow.values()) if isinstance(v, mip.Var)}
+    value = v.cost.x if objective == "cost" else m.objective_value
+    notes = [f"solver {solver}: {status.name}, objective {value:.6g}"]
     if objective == "cost":
-        left = max(opts.time_limit_s - (time.perf_counter() - t0), 1.0)
-        x, note = _tie_break(m, cost, configs, lam, use, rep, lat, x, left)
-        notes.append(note)
+        notes.append("tie-break: none (no stage has traffic)" if head is None else
+                     f"tie-break: of the plans at {value:.6g} $/h, the most headroom (tightest stage x{head.x:.2f} "
+                     f"its rate, {HEADROOM_SLACK:.0%} less a tie), then the fastest")
     elapsed = time.perf_counter() - t0
 
-    def val(v: Any) -> float:
-        return x[v] if isinstance(v, mip.Var) else float(v)
+    def val(x: Any) -> float:
+        return x.x if isinstance(x, mip.Var) else float(x)
 
     stages: dict[str, tuple[Assignment, ...]] = {}
+    used_rep: dict[str, list[float]] = {}
     for s, cs in configs.items():
-        chosen = [(c, int(round(val(rep[c])))) for c in cs if val(use[c]) >= 0.5]
-        if objective == "cost" or lam[s] <= 0 or not flow:
-            caps = [n * c.throughput_qps for c, n in chosen]
+        used_rep[s] = [val(r) if val(u) >= 0.5 else 0.0 for u, r in zip(v.use[s], v.rep[s])]
+        chosen = [(c, int(round(n)), i) for i, (c, n) in enumerate(zip(cs, used_rep[s])) if n >= 0.5]
+        if objective == "cost" or lam[s] <= 0 or not v.flow:
+            caps = [n * c.throughput_qps for c, n, _ in chosen]
             weights = [w / sum(caps) for w in caps]
         else:
-            weights = [max(val(flow[c]), 0.0) / lam[s] for c, _ in chosen]
-        stages[s] = tuple(assignment_for(c, n, w) for (c, n), w in zip(chosen, weights))
-    used_rep = {c: (val(rep[c]) if val(use[c]) >= 0.5 else 0.0) for cs in configs.values() for c in cs}
+            weights = [max(v.flow[s][i].x, 0.0) / lam[s] for _, _, i in chosen]
+        stages[s] = tuple(assignment_for(c, n, w) for (c, n, _), w in zip(chosen, weights))
     notes += binding(problem, configs, stages, lat, budget, lam, paths, used_rep)
     return evaluate(problem, opts.mode, stages, rate_qps=rate, solve_time_s=elapsed, notes=tuple(notes))
 
 
-def _warm_start(warm: Plan, configs: Mapping[str, list[Config]], use: Mapping[Config, Any],
-                rep: Mapping[Config, Any]) -> list:
+def _lin(terms: Iterable[tuple[Any, float]], const: float = 0.0) -> "mip.LinExpr":
+    """sum of coefficient x variable over distinct variables, built at once (``xsum`` makes an
+    expression per term)."""
+    return mip.LinExpr(expr=dict(terms), const=const)
+
+
+def _merged(terms: Iterable[tuple[Any, float]], const: float = 0.0) -> "mip.LinExpr":
+    """:func:`_lin` where a variable may come more than once (its coefficients add up)."""
+    expr: dict = {}
+    for var, coef in terms:
+        expr[var] = expr.get(var, 0.0) + coef
+    return mip.LinExpr(expr=expr, const=const)
+
+
+@dataclass(frozen=True)
+class _Vars:
+    """A build's variables, per stage in the order of its configs (``rep``: a variable, or in the
+    single build the fixed replica count), and its cost expression."""
+
+    use: dict[str, list[Any]]
+    rep: dict[str, list[Any]]
+    flow: dict[str, list[Any]]
+    cost: Any
+    ties: Any  # fewer configs per stage (the mixed build's TIE), or 0
+
+
+def _warm_start(warm: Plan, configs: Mapping[str, list[Config]], v: _Vars) -> list:
     start = []
     for sp in warm.stages:
         for a in sp.assignments:
-            for c in configs.get(sp.stage, ()):
+            for c, u, r in zip(configs.get(sp.stage, ()), v.use.get(sp.stage, ()), v.rep.get(sp.stage, ())):
                 if (c.variant, c.hardware, c.batch) == (a.variant, a.hardware, a.max_batch):
-                    start.append((use[c], 1.0))
-                    if isinstance(rep[c], mip.Var):
-                        start.append((rep[c], float(a.replicas)))
+                    start.append((u, 1.0))
+                    if isinstance(r, mip.Var):
+                        start.append((r, float(a.replicas)))
     return start
 
 
-def _tie_break(m: "mip.Model", cost: Any, configs: Mapping[str, list[Config]], lam: Mapping[str, float],
-               use: Mapping[Config, Any], rep: Mapping[Config, Any], lat: Callable[[Config], float], x: dict,
-               max_seconds: float) -> tuple[dict, str]:
-    """The cost objective's tie-break, solved after it with the cost held at the optimum ``x`` found:
-    of the cheapest plans, those within :data:`HEADROOM_SLACK` of the most headroom (the tightest
-    stage's capacity over its rate), and of those the fastest (least sum of config latencies). Without
-    it the solver's order decides: HiGHS and CBC picked different EfficientNet-Lite variants at the
-    same price, and a slower variant at the same price makes the tuner buy replicas sooner (runs s17:
-    lite2 at the plan's 0.100 $/h ran at 0.130 $/h, lite0 at 0.100). Headroom alone would take a large
-    batch for a sliver of capacity and its formation wait. Returns the values and a note; a solve that
-    finds nothing leaves the values before it."""
+def _lexicographic(m: "mip.Model", configs: Mapping[str, list[Config]], lam: Mapping[str, float], v: _Vars,
+                   lats: Mapping[str, list[float]]) -> Any:
+    """The cost objective with its tie-break, for one solve: cost first, then the most headroom ``h``
+    (capped, so that headroom within :data:`HEADROOM_SLACK` of the most ties), then the fastest (least
+    sum of config latencies), by weights each of which outweighs everything after it.
+
+    A stage's headroom counts up to a cap: (1 - slack) x the most headroom of its configs at the same
+    stage cost (at their fewest replicas), and no more than (1 - slack) x the least over stages of the
+    most their cheapest configs give (the plan's headroom is its tightest stage's). Re-solving with
+    the cost fixed, then the headroom, found the same plans on the unit tests at three solves' cost;
+    the caps stand in for the second solve's "most headroom". Returns the headroom variable (None
+    when no stage has traffic: the cost alone)."""
     loaded = [s for s in configs if lam[s] > 0]
     if not loaded:
-        return x, "tie-break: none (no stage has traffic)"
-    scale = {c: c.throughput_qps / lam[c.stage] for s in loaded for c in configs[s]}  # headroom per replica
-
-    def headroom(c: Config) -> Any:  # in the single build rep is a constant, times use
-        return rep[c] * scale[c] if isinstance(rep[c], mip.Var) else use[c] * (rep[c] * scale[c])
-
-    def most(c: Config) -> float:
-        return (rep[c].ub if isinstance(rep[c], mip.Var) else rep[c]) * scale[c]
-
-    least = cost.x
-    m += cost <= least + 1e-7 * max(1.0, least), "cheapest"
-    head = m.add_var("headroom", lb=0.0, ub=min(sum(most(c) for c in configs[s]) for s in loaded))
-    for s in loaded:
-        m += head <= mip.xsum(headroom(c) for c in configs[s]), _name("headroom", s)
-    fewer = TIE * mip.xsum(use.values())
-    m.cuts = 0  # CBC's cut rounds took 2.5 s a solve here on the 2,100-config bench, 0.03 s without
-    widest = _again(m, mip.maximize(head - fewer), x, max_seconds)
-    if widest is None:
-        return x, f"tie-break at {least:.6g} $/h: no most-headroom solution, the first solution stands"
-    m += head >= (1.0 - HEADROOM_SLACK) * head.x, "near_most_headroom"
-    fastest = _again(m, mip.minimize(mip.xsum(lat(c) * use[c] for cs in configs.values() for c in cs) + fewer),
-                     widest, max_seconds)
-    if fastest is None:
-        return widest, f"tie-break at {least:.6g} $/h: the most headroom (no fastest solution)"
-    return fastest, (f"tie-break: of the plans at {least:.6g} $/h, the fastest within {HEADROOM_SLACK:.0%} "
-                     f"of the most headroom (tightest stage x{head.x:.2f} its rate)")
-
-
-def _again(m: "mip.Model", objective: Any, x: dict, max_seconds: float) -> dict | None:
-    """Re-solve ``m`` for ``objective`` from the solution ``x``: its values, or None if none was found."""
-    m.objective = objective
-    m.start = list(x.items())
-    status = m.optimize(max_seconds=max_seconds)
-    if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
+        m.objective = v.cost + v.ties
         return None
-    return {v: v.x for v in x}
+    keep = 1.0 - HEADROOM_SLACK
+    per_replica, caps, cheapest, least = {}, {}, [], 0.0
+    for s in loaded:
+        per_replica[s] = [c.throughput_qps / lam[s] for c in configs[s]]
+        fewest = [c.replicas_for(lam[s]) for c in configs[s]]
+        price = [round(n * c.price, 9) for n, c in zip(fewest, configs[s])]  # the stage's cost
+        most: dict[float, float] = {}
+        for n, p, h in zip(fewest, price, per_replica[s]):
+            most[p] = max(most.get(p, 0.0), n * h)
+        caps[s] = [keep * most[p] for p in price]
+        cheapest.append(most[min(most)])
+        least += min(price)
+    bound = keep * min(cheapest)
+    caps = {s: [min(x, bound) for x in caps[s]] for s in loaded}
+    top = min(max(caps[s]) for s in loaded)
+    head = m.add_var("headroom", lb=0.0, ub=top)
+    for s in loaded:
+        own = [(r, h) if isinstance(r, mip.Var) else (u, r * h) for u, r, h in zip(v.use[s], v.rep[s], per_replica[s])]
+        m += _lin([(head, 1.0)] + [(x, -h) for x, h in own]) <= 0, _name("headroom", s)
+        m += _lin([(head, 1.0)] + [(u, -cap) for u, cap in zip(v.use[s], caps[s])]) <= 0, _name("headroom_cap", s)
+    slowest = max(sum(max(ls) for ls in lats.values()), 1.0)
+    least = max(least, 1e-3)  # the cheapest conceivable plan (stages without traffic aside)
+    head_w = slowest / HEAD_STEP  # HEAD_STEP x top of headroom outweighs any latency (ms)
+    cost_w = 2.0 * (head_w + slowest) / (COST_STEP * least)  # COST_STEP x least of cost outweighs both
+    first = v.cost + v.ties
+    terms = [(x, cost_w * a) for x, a in first.expr.items()] + [(head, -head_w / top)]
+    terms += [(u, x) for s in configs for u, x in zip(v.use[s], lats[s])]
+    m.objective = _merged(terms, cost_w * first.const + head_w)
+    m.max_mip_gap = 0.0
+    m.max_mip_gap_abs = GAP_MS
+    return head
 
 
 def binding(problem: Problem, configs: Mapping[str, list[Config]], stages: Mapping[str, tuple],
             lat: Callable[[Config], float], budget: float, lam: Mapping[str, float],
-            paths: list[tuple[str, ...]], rep: Mapping[Config, float]) -> list[str]:
-    """Constraints with no slack at the solution, in words (for --explain)."""
+            paths: list[tuple[str, ...]], rep: Mapping[str, list[float]]) -> list[str]:
+    """Constraints with no slack at the solution, in words (for --explain); ``rep``: per stage, each
+    config's replicas (0: unused)."""
     out = []
-    used = {s: max(lat(c) for c in configs[s] if rep[c] >= 0.5) for s in configs}
+    used = {s: max(lat(c) for c, n in zip(cs, rep[s]) if n >= 0.5) for s, cs in configs.items()}
     for p in paths:
         total = sum(used[s] for s in p)
         if budget - total < 0.02 * budget:
             out.append(f"binding: path {'->'.join(p)} latency {total:.1f} of {budget:.1f} ms")
     for s, cs in configs.items():
-        chosen = [c for c in cs if rep[c] >= 0.5]
-        cap = sum(rep[c] * c.throughput_qps for c in chosen)
-        smallest = min(c.throughput_qps for c in chosen)
-        if sum(rep[c] for c in chosen) > len(chosen) and cap - smallest < lam[s]:
+        chosen = [(c, n) for c, n in zip(cs, rep[s]) if n >= 0.5]
+        cap = sum(n * c.throughput_qps for c, n in chosen)
+        smallest = min(c.throughput_qps for c, _ in chosen)
+        if sum(n for _, n in chosen) > len(chosen) and cap - smallest < lam[s]:
             out.append(f"binding: stage {s} capacity {cap:.1f} qps for {lam[s]:.1f} qps "
                        "(one replica fewer would not keep up)")
     if problem.max_replicas is not None:
@@ -249,97 +311,102 @@ def binding(problem: Problem, configs: Mapping[str, list[Config]], stages: Mappi
     return out
 
 
-def _objective(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Config]],
-               lam: Mapping[str, float], paths: list, objective: str, cost: Any, ties: Any,
-               acc_terms: Mapping[str, Any]) -> None:
+def _objective(m: "mip.Model", problem: Problem, paths: list, objective: str, v: _Vars,
+               acc_terms: Mapping[str, list[tuple[Any, float]]]) -> None:
     if objective == "cost":
-        m.objective = cost + ties
-        return
-    acc = mip.xsum(acc_terms[s] for p in paths for s in p if s in acc_terms) * (1.0 / len(paths))
+        return  # with its tie-break: _lexicographic
+    acc = _merged((x, a / len(paths)) for p in paths for s in p for x, a in acc_terms.get(s, ()))
     if objective == "accuracy":
-        m.objective = problem.accuracy_weight * acc - cost - ties
+        m.objective = problem.accuracy_weight * acc - v.cost - v.ties
     else:  # max-accuracy (Loki step 2): all servers may be used; cost only breaks ties
-        m.objective = acc - 1e-4 * cost - ties
+        m.objective = acc - 1e-4 * v.cost - v.ties
 
 
 def _floor(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Config]], paths: list,
-           use: Mapping[Config, Any]) -> None:
+           use: Mapping[str, list[Any]]) -> None:
     floor = problem.accuracy_floor
     if not floor:
         return
     big = -math.log(min(c.accuracy for cs in configs.values() for c in cs)) + 1.0
     minlog = {s: m.add_var(_name("minlog", s), lb=-big, ub=0.0) for s in configs}
     for s, cs in configs.items():
-        for i, c in enumerate(cs):
-            m += minlog[s] <= math.log(c.accuracy) + big * (1 - use[c]), _name("floor_ge", s, i)
+        for i, (c, u) in enumerate(zip(cs, use[s])):
+            m += minlog[s] <= math.log(c.accuracy) + big * (1 - u), _name("floor_ge", s, i)
     for k, p in enumerate(paths):
-        m += mip.xsum(minlog[s] for s in p) >= math.log(floor), _name("accuracy_floor", k)
+        m += _lin((minlog[s], 1.0) for s in p) >= math.log(floor), _name("accuracy_floor", k)
 
 
 def _build_single(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Config]],
                   lam: Mapping[str, float], paths: list, budget: float,
-                  lat: Callable[[Config], float], objective: str):
+                  lats: Mapping[str, list[float]], objective: str) -> _Vars:
     """One config per stage (IPA's exact linearisation): replicas are fixed at ceil(lambda / mu)
     for the chosen config, which is optimal for every objective here, so only binaries remain."""
-    use: dict[Config, Any] = {}
-    rep: dict[Config, int] = {}
+    use: dict[str, list[Any]] = {}
+    rep: dict[str, list[int]] = {}
     cap = problem.max_stage_replicas
     for s, cs in configs.items():
-        for i, c in enumerate(cs):
-            use[c] = m.add_var(_name("use", s, c.variant, c.hardware, "b", c.batch, i), var_type=mip.BINARY)
-            rep[c] = c.replicas_for(lam[s])
-            if cap is not None and rep[c] > cap:
-                m += use[c] == 0, _name("stage_cap", s, i)
-        m += mip.xsum(use[c] for c in cs) == 1, _name("one_config", s)
+        rep[s] = [c.replicas_for(lam[s]) for c in cs]
+        use[s] = [m.add_var(_name("use", s, c.variant, c.hardware, "b", c.batch, i), var_type=mip.BINARY,
+                            ub=0.0 if cap is not None and n > cap else 1.0)  # the stage cap
+                  for i, (c, n) in enumerate(zip(cs, rep[s]))]
+        m += _lin((u, 1.0) for u in use[s]) == 1, _name("one_config", s)
     for k, p in enumerate(paths):
-        m += mip.xsum(lat(c) * use[c] for s in p for c in configs[s]) <= budget, _name("path_latency", k)
+        m += _lin((u, x) for s in p for u, x in zip(use[s], lats[s])) <= budget, _name("path_latency", k)
     if problem.max_replicas is not None:
-        m += mip.xsum(rep[c] * use[c] for c in use) <= problem.max_replicas, "cluster_cap"
+        m += _lin((u, n) for s in configs for u, n in zip(use[s], rep[s])) <= problem.max_replicas, "cluster_cap"
     _floor(m, problem, configs, paths, use)
-    cost = mip.xsum(rep[c] * c.price * use[c] for c in use)
-    acc_terms = {s: mip.xsum(math.log(max(c.accuracy, 1e-9)) * use[c] for c in cs) for s, cs in configs.items()}
-    _objective(m, problem, configs, lam, paths, objective, cost, 0, acc_terms)
-    return use, rep, {}, cost
+    v = _Vars(use, rep, {}, _lin((u, n * c.price) for s, cs in configs.items()
+                                   for c, u, n in zip(cs, use[s], rep[s])), 0)
+    acc = {} if objective == "cost" else {s: [(u, math.log(max(c.accuracy, 1e-9))) for c, u in zip(cs, use[s])]
+                                          for s, cs in configs.items()}
+    _objective(m, problem, paths, objective, v, acc)
+    return v
 
 
 def _build_mixed(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Config]],
                  lam: Mapping[str, float], paths: list, budget: float,
-                 lat: Callable[[Config], float], objective: str):
+                 lats: Mapping[str, list[float]], objective: str) -> _Vars:
     """Several configs per stage: integer replicas per config and (for accuracy) traffic shares."""
-    use: dict[Config, mip.Var] = {}
-    rep: dict[Config, mip.Var] = {}
-    flow: dict[Config, mip.Var] = {}
-    lat_s: dict[str, mip.Var] = {}
+    use: dict[str, list[Any]] = {}
+    rep: dict[str, list[Any]] = {}
+    flow: dict[str, list[Any]] = {}
+    lat_of: dict[str, Any] = {}
     for s, cs in configs.items():
-        lat_s[s] = m.add_var(_name("lat", s), lb=0.0)
+        lat_s = lat_of[s] = m.add_var(_name("lat", s), lb=0.0)
+        use[s], rep[s], flow[s] = [], [], []
         for i, c in enumerate(cs):
             key = _name(s, c.variant, c.hardware, "b", c.batch, i)
             cap = min(c.replicas_for(lam[s]), problem.stage_cap() or math.inf)
-            use[c] = m.add_var(_name("use", key), var_type=mip.BINARY)
-            rep[c] = m.add_var(_name("rep", key), var_type=mip.INTEGER, lb=0, ub=cap)
-            m += rep[c] >= use[c], _name("rep_min", key)
-            m += rep[c] <= cap * use[c], _name("rep_max", key)
-            m += lat_s[s] >= lat(c) * use[c], _name("lat_ge", key)
+            u = m.add_var(_name("use", key), var_type=mip.BINARY)
+            r = m.add_var(_name("rep", key), var_type=mip.INTEGER, lb=0, ub=cap)
+            use[s].append(u)
+            rep[s].append(r)
+            m += r >= u, _name("rep_min", key)
+            m += r <= cap * u, _name("rep_max", key)
+            m += lat_s >= lats[s][i] * u, _name("lat_ge", key)
             if objective != "cost":
-                flow[c] = m.add_var(_name("flow", key), lb=0.0)
-                m += flow[c] <= c.throughput_qps * rep[c], _name("flow_cap", key)
-                m += flow[c] <= lam[s] * use[c], _name("flow_use", key)
-        m += mip.xsum(use[c] for c in cs) >= 1, _name("one_config", s)
-        m += mip.xsum(rep[c] * c.throughput_qps for c in cs) >= lam[s], _name("capacity", s)
+                f = m.add_var(_name("flow", key), lb=0.0)
+                flow[s].append(f)
+                m += f <= c.throughput_qps * r, _name("flow_cap", key)
+                m += f <= lam[s] * u, _name("flow_use", key)
+        m += _lin((u, 1.0) for u in use[s]) >= 1, _name("one_config", s)
+        m += _lin((r, c.throughput_qps) for c, r in zip(cs, rep[s])) >= lam[s], _name("capacity", s)
         if problem.max_stage_replicas is not None:
-            m += mip.xsum(rep[c] for c in cs) <= problem.max_stage_replicas, _name("stage_cap", s)
+            m += _lin((r, 1.0) for r in rep[s]) <= problem.max_stage_replicas, _name("stage_cap", s)
         if objective != "cost":
-            m += mip.xsum(flow[c] for c in cs) == lam[s], _name("route_all", s)
+            m += _lin((f, 1.0) for f in flow[s]) == lam[s], _name("route_all", s)
     for k, p in enumerate(paths):
-        m += mip.xsum(lat_s[s] for s in p) <= budget, _name("path_latency", k)
+        m += _lin((lat_of[s], 1.0) for s in p) <= budget, _name("path_latency", k)
     if problem.max_replicas is not None:
-        m += mip.xsum(rep.values()) <= problem.max_replicas, "cluster_cap"
+        m += _lin((r, 1.0) for s in configs for r in rep[s]) <= problem.max_replicas, "cluster_cap"
     _floor(m, problem, configs, paths, use)
-    cost = mip.xsum(rep[c] * c.price for c in rep)
-    acc_terms = {s: mip.xsum(flow[c] * (math.log(max(c.accuracy, 1e-9)) / lam[s]) for c in configs[s])
-                 for s in configs if lam[s] > 0 and objective != "cost"}
-    _objective(m, problem, configs, lam, paths, objective, cost, TIE * mip.xsum(use.values()), acc_terms)
-    return use, rep, flow, cost
+    v = _Vars(use, rep, flow if objective != "cost" else {},
+              _lin((r, c.price) for s, cs in configs.items() for c, r in zip(cs, rep[s])),
+              _lin((u, TIE) for s in configs for u in use[s]))
+    acc = {s: [(f, math.log(max(c.accuracy, 1e-9)) / lam[s]) for c, f in zip(configs[s], flow[s])]
+           for s in configs if lam[s] > 0 and objective != "cost"}
+    _objective(m, problem, paths, objective, v, acc)
+    return v
 
 
 def chosen_set(plan: Plan) -> frozenset:

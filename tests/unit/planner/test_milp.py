@@ -5,6 +5,7 @@ import itertools
 import math
 from dataclasses import replace
 
+import mip
 import pytest
 
 from planner import milp
@@ -193,3 +194,13 @@ def test_equal_cost_takes_a_batch_that_buys_capacity(solver):
     plan = milp.solve(one_stage([gpu], qps=100), milp.MilpOptions(solver=solver))
     (a,) = plan.stages[0].assignments
     assert (a.max_batch, a.replicas) == (8, 1)
+
+
+@pytest.mark.parametrize("mix", [False, True])
+def test_the_cost_objective_and_its_tie_break_are_one_solve(monkeypatch, mix):
+    calls = []
+    optimize = mip.Model.optimize
+    monkeypatch.setattr(mip.Model, "optimize", lambda self, *a, **k: calls.append(1) or optimize(self, *a, **k))
+    plan = milp.solve(random_problem(3, stages=3, rate_qps=60, mix=mix), milp.MilpOptions())
+    assert plan.feasible and len(calls) == 1
+    assert any(n.startswith("tie-break: of the plans at") for n in plan.notes)
