@@ -122,6 +122,7 @@ def simulate(problem: Problem, plan: Plan, options: SimOptions = SimOptions()) -
         stagewise.run(world, stages, vis, arr_ns)
     else:
         stages[0].group.seed(np.arange(arr_ns.size), vis, arr_ns)
+        world.colocate(arr_ns.tolist())
         for c in sorted(o.schedule, key=lambda c: c.time_s):
             world.engine.at(int(c.time_s * NS_PER_S), CHANGE, _group_of(stages, c), c)
         world.engine.run()

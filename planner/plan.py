@@ -161,6 +161,12 @@ class Config:
     throughput_qps: float  # b / l(b), one replica
     accuracy: float
     price: float
+    host_cores: int = 0  # cores of the host a replica keeps busy while it runs (HardwareOption.host_cores)
+
+    @property
+    def cpu_ms_per_item(self) -> float:
+        """Host CPU time one item takes: the batch's run on its cores, shared by its items."""
+        return self.host_cores * self.exec_ms / self.batch
 
     @property
     def latency_ms(self) -> float:
@@ -184,20 +190,24 @@ def formation_ms(batch: int, rate_qps: float) -> float:
 
 def stage_configs(problem: Problem, stage: str, rate_qps: float | None = None,
                   variants: set[str] | None = None) -> list[Config]:
-    """Every config of a stage at the planning rate (or ``rate_qps``), in a stable order."""
+    """Every config of a stage at the planning rate (or ``rate_qps``), in a stable order, on the
+    hardware that fits the host (``Problem.fits_host``)."""
     lam = problem.stage_rate(stage, rate_qps)
     out = []
     for v in problem.stage(stage).variants:
         if variants is not None and v.name not in variants:
             continue
         for hname in sorted(v.latency):
+            if not problem.fits_host(hname):
+                continue
             curve = v.latency[hname]
             for b in problem.batch_sizes_for(curve):
                 form = formation_ms(b, lam)
                 if math.isinf(form):
                     continue
+                hw = problem.hardware[hname]
                 out.append(Config(stage, v.name, hname, b, curve.ms(b), form, curve.throughput_qps(b),
-                                  v.accuracy, problem.hardware[hname].cost_per_hour))
+                                  v.accuracy, hw.cost_per_hour, hw.host_cores))
     return out
 
 
@@ -209,9 +219,10 @@ def config_of(problem: Problem, stage: str, a: Assignment, rate_qps: float | Non
     lam = problem.stage_rate(stage, rate_qps)
     v = problem.stage(stage).variant(a.variant)
     curve = v.latency[a.hardware]
+    hw = problem.hardware[a.hardware]
     return Config(stage, a.variant, a.hardware, a.max_batch, curve.ms(a.max_batch),
                   formation_ms(a.max_batch, lam) if lam > 0 else 0.0, curve.throughput_qps(a.max_batch),
-                  v.accuracy, problem.hardware[a.hardware].cost_per_hour)
+                  v.accuracy, hw.cost_per_hour, hw.host_cores)
 
 
 def partitions_for(problem: Problem, replicas: int) -> int:

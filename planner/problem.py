@@ -9,12 +9,19 @@ Rates: ``rate_qps`` is the *planning rate* (the analytical models size capacity 
 ``arrivals_s`` is the sample trace the estimator replays to check a plan. When the file gives only a
 rate, the sample is a seeded Poisson trace of ``sim_seconds``; when it gives only a trace, the
 planning rate is the peak of the trace's sliding ``rate_window_s`` mean (documented in docs/planner.md).
+
+Host: ``host`` is the machine the stages run on, its cores and what the co-located processes take
+of them (declared: the file's ``host``, :func:`declared_host`; measured: :func:`fit_colocated`, or a
+calibration's fitted free cores). The planner plans within it (``planner.cores``), on hardware that
+fits it (:meth:`Problem.fits_host`), and the estimator shares its cores (``planner.sim.host``).
 """
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping, Optional
+from typing import Annotated, Any, Literal, Mapping, Optional, Union
 
 import numpy as np
 from pydantic import Field
@@ -24,6 +31,7 @@ from streams.arrivals import peak_rate_sliding, poisson_arrivals, read_arrivals
 from streams.docmodel import Doc, load_document, read
 from streams.graph import StageGraph, reference_error
 from streams.latency import LatencyCurve
+from streams.placement import cgroup_cpu_limit, cores_left
 from streams.spec import EdgeDoc
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -40,6 +48,11 @@ class HardwareOption:
     cost_per_hour: float
     kind: str = "cpu"
     threads: int = 1
+
+    @property
+    def host_cores(self) -> int:
+        """Cores of the host a batch on it keeps busy: its threads on a CPU, none on an accelerator."""
+        return self.threads if self.kind == "cpu" else 0
 
 
 @dataclass(frozen=True)
@@ -87,7 +100,7 @@ class Problem(StageGraph):
     hop_ms: float = 0.0  # Kafka transit per hop (produce -> consume), added by the estimator
     network: Network | None = None  # measured transits (a calibration); None: hop_ms on every hop
     service: ServiceTime = ServiceTime()  # a batch's run time around its (calibrated) profile
-    host: HostModel | None = None  # cores the stages' batches share (a calibration's); None: no sharing
+    host: HostModel | None = None  # the host and its co-located load (declared or a calibration's); None: unbounded
     min_partitions: int = 4
     mix: bool = False  # let a stage combine several configs (INFaaS's "2B + 1C"); slower MILP
     seed: int = 0
@@ -108,6 +121,19 @@ class Problem(StageGraph):
         caps = [c for c in (self.max_stage_replicas, self.max_replicas) if c is not None]
         return min(caps) if caps else None
 
+    def fits_host(self, hardware: str) -> bool:
+        """Whether a replica on ``hardware`` fits the host (always, without one): no more threads than
+        its whole cores (a cgroup limit rounded down) that its background load does not wholly take
+        (``streams.placement.cores_left``)."""
+        if self.host is None:
+            return True
+        whole = max(1, math.floor(self.host.cores + 1e-9))
+        return self.hardware[hardware].host_cores <= cores_left(self.host.background_cores, whole)
+
+    def curves_on_host(self, stage: str, variant: str) -> dict[str, LatencyCurve]:
+        """A variant's latency curves on the hardware that fits the host (:meth:`fits_host`)."""
+        return {h: c for h, c in self.stage(stage).variant(variant).latency.items() if self.fits_host(h)}
+
     def stage_rate(self, stage: str, rate_qps: float | None = None) -> float:
         return (self.rate_qps if rate_qps is None else rate_qps) * self.visit_ratio(stage)
 
@@ -115,6 +141,36 @@ class Problem(StageGraph):
         """Batch sizes a curve may be used at: never beyond the largest measured size."""
         top = max(curve.points_ms)
         return tuple(b for b in self.batch_sizes if b <= top) or (min(curve.points_ms),)
+
+
+def declared_host(cores: float | None = None, background_cores: float = 0.0,
+                  request_cpu_ms: float = 0.0) -> HostModel:
+    """A host as declared: ``cores`` (None: this process's, its cgroup's CPU limit when one is set,
+    else the machine's count), what runs there whatever the rate (``background_cores``) and per
+    request (``request_cpu_ms``: the broker's, the load generator's and the gateway's CPU time over a
+    request's hops)."""
+    if cores is None:
+        limit, count = cgroup_cpu_limit(), float(os.cpu_count() or 1)
+        cores = count if limit is None else min(limit, count)
+    return HostModel(float(cores), float(background_cores), float(request_cpu_ms))
+
+
+def fit_colocated(rates_qps, busy_cores) -> tuple[float, float]:
+    """What the co-located processes take, measured: (background cores, CPU ms per request) of the
+    least-squares line ``busy = background + rate x ms / 1000`` through samples of their busy cores
+    (CPU seconds per second, e.g. from ``/proc/PID/stat``) at the pipeline's request rates, neither
+    below 0. One rate alone: all of it per request."""
+    r, b = np.asarray(rates_qps, dtype=float), np.asarray(busy_cores, dtype=float)
+    if r.size == 0 or r.size != b.size:
+        raise ValueError(f"fit_colocated needs as many busy-core samples as rates, at least one: {r.size}, {b.size}")
+    if np.ptp(r) == 0:
+        return 0.0, float(max(b.mean(), 0.0) / max(r[0], 1e-9) * 1000.0)
+    slope, fixed = np.polyfit(r, b, 1)
+    if fixed < 0:
+        return 0.0, float(max(np.sum(r * b) / np.sum(r * r), 0.0) * 1000.0)
+    if slope < 0:
+        return float(b.mean()), 0.0
+    return float(fixed), float(slope * 1000.0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -157,6 +213,13 @@ class ArrivalDoc(Doc):
     rate_window_s: float = Field(1.0, ge=1e-3)
 
 
+class HostDoc(Doc):
+    cores: Union[Annotated[float, Field(gt=0)], Literal["auto"]] = Field(
+        "auto", description="the host's cores; auto: this process's cgroup CPU limit, else the machine's count")
+    background_cores: float = Field(0.0, ge=0, description="cores other work takes whatever the rate")
+    request_cpu_ms: float = Field(0.0, ge=0, description="co-located CPU ms per request: broker, load generator, gateway")
+
+
 class ProblemDoc(Doc):
     slo_ms: float = Field(ge=1e-3)
     arrival: ArrivalDoc
@@ -174,6 +237,7 @@ class ProblemDoc(Doc):
     hop_ms: float = Field(0.0, ge=0)
     min_partitions: int = Field(4, ge=1)
     mix: bool = False
+    host: Optional[HostDoc] = None
 
 
 def _fail(path: str, expected: str, got: Any) -> ProblemError:
@@ -221,6 +285,15 @@ def _arrivals(arr: ArrivalDoc, base_dir: Path, seed: int) -> tuple[float, np.nda
     raise _fail("arrival", "an object with rate_qps or trace", arr.model_dump(exclude_defaults=True))
 
 
+def _host(h: HostDoc | None) -> HostModel | None:
+    if h is None:
+        return None
+    try:
+        return declared_host(None if h.cores == "auto" else h.cores, h.background_cores, h.request_cpu_ms)
+    except ValueError as exc:
+        raise _fail("host", "background_cores below cores", str(exc)) from None
+
+
 def parse_problem(doc: Any, *, base_dir: Path = Path("."), name: str = "problem") -> Problem:
     d = read(ProblemDoc, doc, "", ProblemError)
     hw = {n: HardwareOption(n, h.cost_per_hour, h.kind, h.threads) for n, h in d.hardware.items()}
@@ -234,7 +307,7 @@ def parse_problem(doc: Any, *, base_dir: Path = Path("."), name: str = "problem"
         arrivals_s=trace, objective=d.objective, accuracy_weight=d.accuracy_weight,
         accuracy_floor=d.accuracy_floor, max_replicas=d.max_replicas, max_stage_replicas=d.max_stage_replicas,
         batch_sizes=tuple(sorted(set(d.batch_sizes))), activation_s=d.activation_s, hop_ms=d.hop_ms,
-        min_partitions=d.min_partitions, mix=d.mix, seed=d.seed, name=name)
+        min_partitions=d.min_partitions, mix=d.mix, seed=d.seed, name=name, host=_host(d.host))
     if (wrong := problem.shape_error()) is not None:
         raise _fail("edges", *wrong)
     return problem

@@ -118,7 +118,9 @@ class Group:
         self.counts = counts  # replicas per assignment of the stage; the group runs their sum
         self.deadline: Callable[[int], int] = world.deadline.__getitem__
         self.engine = world.engine
-        self.host = world.host
+        self.host = world.host  # where its batches run, and the cores each demands there (``World.runs_on``)
+        self.width = 1
+        self.runs_on: Callable[[str], tuple] | None = None  # hardware -> (host, width), set by build
         self.log = world.log
         self.factor = world.factor  # factor(now, l(b)) per batch, or None (deterministic)
         self.dispatch = world.dispatch  # the worker's own time per batch, or None
@@ -141,6 +143,7 @@ class Group:
         latency = self.latency_of(c.variant, c.hardware, c.max_batch)
         self.predict, self.base, self.spread, self.observe = latency
         self.settings = BatchSettings.from_ms(c.max_batch, c.batch_timeout_ms, self.settings.drop_late)
+        self.host, self.width = self.runs_on(c.hardware)
         for q in {id(s.queue): s.queue for s in self.servers}.values():
             q.version, q.wake_at = q.version + 1, -1  # a wake-up planned under the old timeout is stale
             q.poke(now)

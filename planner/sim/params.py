@@ -5,7 +5,7 @@
 - :data:`SCALING_MODES` and :func:`scaling_modes`: how a stage's replica change takes effect.
 - :class:`Transit`, :class:`Network`, :func:`next_fetch`: Kafka transit per hop (a distribution) and
   consumer fetches.
-- :class:`HostModel`: the cores the pipeline's model threads share (processor sharing).
+- :class:`HostModel`: the host's cores and the co-located processes' CPU (processor sharing).
 - :class:`ServiceTime`: how a batch's run time varies around the profiled latency.
 
 Every check names the bad value; the simulator itself never validates again.
@@ -242,12 +242,19 @@ def next_fetch(t, cadence: tuple[int, int]):
 
 @dataclass(frozen=True)
 class HostModel:
-    """The host all stages' model threads share: ``cores``, of which ``background_cores`` are busy
-    with other work (the broker, the load generator). k running batches each progress at
-    ``rate(k) = min(1, (cores - background_cores) / k)`` (processor sharing)."""
+    """The host the stages' model threads run on, and what else runs there.
+
+    ``cores``: the host's (its cgroup's CPU limit when one is set). ``background_cores``: cores other
+    work keeps busy whatever the rate (a calibration's fit of what the batches could not use, or a
+    declared fixed load). ``request_cpu_ms``: CPU the co-located processes (broker, load generator,
+    gateway, control plane) spend per pipeline request, over all its hops. Running work shares the
+    free cores ``cores - background_cores`` (processor sharing): a batch demands its hardware's
+    threads, a request's co-located work one core, and while the demands sum to D each runs at
+    ``rate(D) = min(1, free cores / D)``."""
 
     cores: float
     background_cores: float = 0.0
+    request_cpu_ms: float = 0.0
 
     def __post_init__(self) -> None:
         _finite_at_least("HostModel.cores", self.cores)
@@ -257,13 +264,18 @@ class HostModel:
         if self.background_cores >= self.cores:
             raise ValueError(f"HostModel.background_cores must be < cores ({self.cores!r}), "
                              f"got {self.background_cores!r}")
+        _finite_at_least("HostModel.request_cpu_ms", self.request_cpu_ms)
 
     @property
     def free_cores(self) -> float:
         return self.cores - self.background_cores
 
-    def rate(self, running: int) -> float:
-        return min(1.0, self.free_cores / running) if running > 0 else 1.0
+    def rate(self, demand: float) -> float:
+        return min(1.0, self.free_cores / demand) if demand > 0 else 1.0
+
+    def colocated_cores(self, rate_qps: float) -> float:
+        """Cores the co-located processes keep busy at ``rate_qps`` pipeline requests per second."""
+        return self.background_cores + rate_qps * self.request_cpu_ms / 1000.0
 
 
 @dataclass(frozen=True)

@@ -200,7 +200,7 @@ class Server:
         self.retired = False
         self.paused_until = paused_until  # model load, or a rebalance: takes nothing before
         self.version = 0
-        self.pending = (0, 0)  # (work, completion key) of the batch, while the worker's own time before it runs
+        self.pending = (0, 0, None, 1)  # (work, completion key, host, width) of the batch, during the worker's own time
 
     def take(self, now: int, offset: int, wt: list[int], wr: list[int], ws: list[int]) -> bool:
         self.key = self.queue.key | offset << SUB_BITS
@@ -240,9 +240,9 @@ class Server:
         work = base if g.factor is None else int(base * g.factor(now, base, self.spread))
         if g.dispatch is None:
             self.ran_at = now
-            g.host.run(self, work, now, self.key)
+            g.host.run(self, work, now, self.key, g.width)
         else:  # the worker's own time first: it holds the instance, not the host's shared cores
-            self.pending = (work, self.key)
+            self.pending = (work, self.key, g.host, g.width)
             g.engine.at(now + g.dispatch(), DONE, self, _DISPATCHED, self.key)
         self.key += 1
         return True
@@ -265,7 +265,8 @@ class Server:
         """``token`` None: the running batch is done. Else the end of a pause (stale unless current)."""
         if token is _DISPATCHED:
             self.ran_at = now
-            self.group.host.run(self, self.pending[0], now, self.pending[1])
+            work, key, host, width = self.pending
+            host.run(self, work, now, key, width)
         elif token is None:
             self.busy = False
             if self.observe is not None:  # the worker's predictor learns from every run (``Latency``)

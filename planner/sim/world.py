@@ -15,10 +15,10 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from planner.plan import Plan
-from planner.problem import Problem
+from planner.problem import HardwareOption, Problem
 from planner.sim.engine import Draws, Engine
 from planner.sim.groups import InstanceGroup, Latency, Mix, PartitionGroup
-from planner.sim.host import Dedicated, SharedHost
+from planner.sim.host import Colocated, Dedicated, SharedHost
 from planner.sim.params import HostModel, Network, ServiceTime, Transit
 from planner.sim.record import Log
 from planner.sim.servers import Queue
@@ -39,7 +39,8 @@ class World:
         net, svc, fetch = (np.random.default_rng(s) for s in self._seeds.spawn(3))
         self.net_rng, self.fetch_rng = net, fetch
         self.engine = Engine()
-        self.host = Dedicated(self.engine) if host is None else SharedHost(self.engine, host)
+        self.device = Dedicated(self.engine)  # an accelerator's batches run beside the host's cores
+        self.host = self.device if host is None else SharedHost(self.engine, host)
         self.log = Log()
         self.deadline = deadline
         self.request_ids = request_ids  # what a mixed stage's routing rule reads (None: str(i))
@@ -56,6 +57,17 @@ class World:
         self.fanout_dist = fanout_dist
         self._between = _HopTimes(network.between, net)
         self.between_ns = self._between.const  # the constant between-stage transit, None when random
+
+    def runs_on(self, hardware: HardwareOption | None) -> tuple[Dedicated | SharedHost, int]:
+        """Where a batch on ``hardware`` runs and the cores it demands there
+        (``HardwareOption.host_cores``; None: one): an accelerator's beside the host's cores."""
+        cores = 1 if hardware is None else hardware.host_cores
+        return (self.host, cores) if cores > 0 else (self.device, 1)
+
+    def colocate(self, arrivals_ns: list[int]) -> None:
+        """The co-located processes' work of each request on the shared host (``HostModel.request_cpu_ms``)."""
+        if isinstance(self.host, SharedHost) and self.host.model.request_cpu_ms > 0:
+            Colocated(self.engine, self.host, arrivals_ns)
 
     def clock(self) -> int:
         """The simulated time (ns): the predictors' clock."""
@@ -170,6 +182,8 @@ def build(problem: Problem, plan: Plan, world: World, scaling: Mapping[str, str]
             st.group = PartitionGroup(world, st, settings, tables[0], counts, mix, sp.partitions)
         st.group.latency_of = latency_of
         st.group.mix_of = partial(_shared, problem, name, a.hardware, st.group, world, routed)
+        st.group.runs_on = lambda hw: world.runs_on(problem.hardware.get(hw))
+        st.group.host, st.group.width = st.group.runs_on(a.hardware)
         stages.append(st)
     index = {name: i for i, name in enumerate(names)}
     for st in stages:

@@ -1,0 +1,64 @@
+"""The estimator shares the host's cores between the replicas' batches (each demanding its hardware's
+threads) and the co-located processes' work of each request, so its forward prediction sees the knee
+the host puts below the replicas' capacity."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from planner.cores import host_qps
+from planner.estimator import HostModel, simulate
+from planner.plan import Assignment
+from planner.problem import parse_problem
+from streams.arrivals import poisson_arrivals
+
+from planner_builders import single_plan
+
+D_MS = 10.0
+
+
+def problem(threads: int = 1, kind: str = "cpu", rate: float = 10.0, slo_ms: float = 1e6):
+    return parse_problem({"slo_ms": slo_ms, "arrival": {"rate_qps": rate, "sim_seconds": 10},
+                          "hardware": {"h": {"cost_per_hour": 1.0, "threads": threads, "kind": kind}},
+                          "stages": [{"name": "a", "variants": [{"name": "v", "latency_ms": {"h": {"1": D_MS}}}]}]})
+
+
+def latencies(arr: list[float], host: HostModel, threads: int = 1, kind: str = "cpu") -> list[float]:
+    plan = single_plan({"a": [Assignment("v", "h", 1, 4, 1.0, 0.0)]})
+    return list(simulate(replace(problem(threads, kind), arrivals_s=np.array(arr), host=host), plan).latency_ms)
+
+
+def test_a_batch_demands_its_hardware_s_threads():
+    # two batches at once on 2 cores: side by side on one thread each, at half speed on two each
+    assert latencies([0.0, 0.0], HostModel(2.0)) == pytest.approx([10.0, 10.0])
+    assert latencies([0.0, 0.0], HostModel(2.0), threads=2) == pytest.approx([20.0, 20.0])
+    assert latencies([0.0], HostModel(2.0), threads=2) == pytest.approx([10.0])  # alone: as profiled
+    # an accelerator's batches run beside the host's cores
+    assert latencies([0.0, 0.0], HostModel(1.0), kind="cuda") == pytest.approx([10.0, 10.0])
+
+
+def test_each_request_s_co_located_work_shares_the_cores():
+    # 1 core: the request's 10 ms of broker and load-generator work runs beside its batch at half speed
+    assert latencies([0.0], HostModel(1.0, 0.0, 10.0)) == pytest.approx([20.0])
+    # 4 ms of it: both at half speed for 8 ms, the batch's last 6 ms alone
+    assert latencies([0.0], HostModel(1.0, 0.0, 4.0)) == pytest.approx([14.0])
+    assert latencies([0.0], HostModel(2.0, 0.0, 10.0)) == pytest.approx([10.0])  # a core each
+
+
+def test_the_forward_prediction_sees_the_host_s_knee():
+    # one 1-thread replica serves 100 qps; 1 core, 5 ms a request for the co-located processes: the
+    # host serves 1000 / (10 + 5) = 66.7 qps. Off the host the estimator sees no knee below 100 qps.
+    plan = single_plan({"a": [Assignment("v", "h", 1, 2, 1.0, 0.0)]})
+    host = HostModel(1.0, 0.0, 5.0)
+    assert host_qps(replace(problem(), host=host), plan) == pytest.approx(1000 / 15)
+
+    def attainment(rate: float, on: HostModel | None) -> float:
+        p = replace(problem(rate=rate, slo_ms=200.0), arrivals_s=poisson_arrivals(rate, 30.0, 1), host=on)
+        return simulate(p, plan).attainment
+
+    assert attainment(50.0, host) >= 0.99 and attainment(100.0, None) >= 0.99
+    # past the knee the requests queue behind the co-located work: late, then dropped
+    assert 0.99 > attainment(60.0, host) > attainment(70.0, host) > 0.8 > attainment(80.0, host)
+    assert attainment(100.0, host) < 0.5
