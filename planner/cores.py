@@ -54,8 +54,9 @@ def host_qps(problem: Problem, plan: Plan) -> float:
 
 
 def host_excess(problem: Problem, plan: Plan, rate_qps: float | None = None) -> str:
-    """Why ``plan`` oversubscribes the host at ``rate_qps`` (default the plan's rate), "" when it
-    does not (or there is no host)."""
+    """Why ``plan`` oversubscribes the host at ``rate_qps`` (default the problem's: the rate requests
+    arrive at; a tightening round plans for more to buy capacity, not arrivals), "" when it does not
+    (or there is no host)."""
     host = problem.host
     if host is None:
         return ""
@@ -63,7 +64,7 @@ def host_excess(problem: Problem, plan: Plan, rate_qps: float | None = None) -> 
     if wide:
         return (f"host: hardware {wide} has more threads than the {host.cores:g} cores "
                 f"({host.background_cores:g} taken by other work) leave")
-    rate = plan.rate_qps if rate_qps is None else rate_qps
+    rate = problem.rate_qps if rate_qps is None else rate_qps
     models, others = cores_busy(problem, plan, rate)
     if models + others > host.cores + 1e-9:
         return (f"host: at {rate:.1f} qps the replicas keep {models:.2f} cores busy and the co-located "

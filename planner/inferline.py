@@ -12,7 +12,8 @@ batch, replicas), with the stage's most accurate variant (InferLine does not cho
   RemoveReplica and DowngradeHW (re-initialise the stage on the next cheaper hardware, then a local
   batch/replica search on that stage alone; accepted only if cheaper), until none is feasible.
 
-Feasible = the estimator's attainment on the sample trace >= 99 % (p99 <= SLO, drops count as misses).
+Feasible = within the host's cores (``planner.cores.host_excess``, checked first) and the estimator's
+attainment on the sample trace >= 99 % (p99 <= SLO, drops count as misses).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from planner.cores import host_excess
 from planner.estimator import simulate
 from planner.plan import Assignment, Plan, evaluate, formation_ms, infeasible
 from planner.problem import Problem
@@ -69,6 +71,9 @@ class _Search:
         if self.p.max_stage_replicas is not None and max(c[3] for c in cfg) > self.p.max_stage_replicas:
             return False  # beyond the per-stage cap
         if cfg not in self.cache:
+            if host_excess(self.p, self.plan(cfg)):
+                self.cache[cfg] = False  # more than the host's cores: no simulation needed
+                return False
             if self.sims >= self.opts.max_simulations:
                 return False
             self.sims += 1
@@ -136,8 +141,7 @@ class _Search:
         s = self.names[i]
         v, h, b, n = cfg[i]
         price = self.p.hardware[h].cost_per_hour
-        cheaper = [x for x in self.p.stage(s).variant(v).latency
-                   if self.p.hardware[x].cost_per_hour < price]
+        cheaper = [x for x in self.p.curves_on_host(s, v) if self.p.hardware[x].cost_per_hour < price]
         if not cheaper:
             return None
         h2 = max(cheaper, key=lambda x: self.p.hardware[x].cost_per_hour)
@@ -155,7 +159,10 @@ def plan_inferline(problem: Problem, opts: InferLineOptions = InferLineOptions()
     cfg_list = []
     for s in srch.names:
         v = top_variant(problem, s)
-        curves = problem.stage(s).variant(v).latency
+        curves = problem.curves_on_host(s, v)
+        if not curves:
+            return infeasible(opts.mode, f"stage {s}: no hardware of {v} fits the host's cores",
+                              solve_time_s=time.perf_counter() - t0)
         h = min(curves, key=lambda x: (curves[x].ms(1), problem.hardware[x].cost_per_hour))
         cfg_list.append((v, h, 1, srch.min_replicas(s, v, h, 1)))
     cfg: Cfg = tuple(cfg_list)

@@ -12,6 +12,10 @@ examples do; no ``mip`` object leaves this module. One binary ``use`` and one in
 - cluster cap ``sum rep <= max_replicas``; accuracy floor on every path
   ``sum_s minlog[s] >= log(floor)`` with ``minlog[s] <= log a_c + M (1 - use[c])`` (the worst
   variant a request can be routed to; logs make the product of accuracies linear)
+- host (``planner.cores``): the replicas' busy cores ``sum_s lambda_s x cpu_c / 1000`` (CPU ms per
+  item, at the stage's used config; its ``flow`` share with traffic shares) within the cores the
+  co-located processes leave, both at the problem's rate: a tightening round's higher planning rate
+  buys capacity, not arrivals
 - objectives: ``cost`` = min sum rep x price, its ties broken in the same solve by lexicographic
   weights: then the most headroom ``h`` (``h <= capacity_s / lambda_s`` for every stage, each stage
   counted up to 90 % of the most its configs of the same stage cost give, so a config within 10 %
@@ -97,6 +101,9 @@ def diagnose(problem: Problem, configs: Mapping[str, list[Config]], budget: floa
     """Why a problem has no solution, in words (checked in order of the usual culprits)."""
     def lat(c: Config) -> float:
         return c.exec_ms if opts.latency_model == "loki" else c.latency_ms
+    wide = [s for s in configs if not any(problem.curves_on_host(s, v.name) for v in problem.stage(s).variants)]
+    if wide:
+        return f"no hardware of stage(s) {wide} has few enough threads for the host's {problem.host.cores:g} cores"
     empty = [s for s, cs in configs.items() if not cs]
     if empty:
         return (f"no config of stage(s) {empty} fits the latency budget {budget:.1f} ms"
@@ -114,6 +121,12 @@ def diagnose(problem: Problem, configs: Mapping[str, list[Config]], budget: floa
         return f"stage {over[0]}: {need[over[0]]} replicas needed at {rate:.1f} qps > max_stage_replicas {cap}"
     if problem.max_replicas is not None and sum(need.values()) > problem.max_replicas:
         return f"max_replicas {problem.max_replicas} < {sum(need.values())} replicas needed at {rate:.1f} qps"
+    if problem.host is not None:
+        others = problem.host.colocated_cores(problem.rate_qps)
+        least = sum(problem.stage_rate(s) * min(c.cpu_ms_per_item for c in cs) / 1000.0 for s, cs in configs.items())
+        if least + others > problem.host.cores:
+            return (f"host: at {problem.rate_qps:.1f} qps the co-located processes keep {others:.2f} cores busy "
+                    f"and the replicas at least {least:.2f}, more than the host's {problem.host.cores:g}")
     if problem.accuracy_floor:
         for p in problem.paths():
             best = math.prod(max(c.accuracy for c in configs[s]) for s in p)
@@ -141,7 +154,8 @@ def solve(problem: Problem, opts: MilpOptions = MilpOptions(), warm: Plan | None
         cs = [c for c in cs if lat(c) <= budget + 1e-9 and (not floor or c.accuracy >= floor)]
         configs[s] = cs
     paths = problem.paths()
-    if any(not cs for cs in configs.values()):
+    room = math.inf if problem.host is None else problem.host.cores - problem.host.colocated_cores(problem.rate_qps)
+    if any(not cs for cs in configs.values()) or room <= 0:
         return infeasible(opts.mode, diagnose(problem, configs, budget, rate, opts),
                           solve_time_s=time.perf_counter() - t0, rate_qps=rate)
 
@@ -155,7 +169,7 @@ def solve(problem: Problem, opts: MilpOptions = MilpOptions(), warm: Plan | None
     lam = {s: problem.stage_rate(s, rate) for s in configs}
     mix = problem.mix if opts.allow_mix is None else opts.allow_mix
     lats = {s: [lat(c) for c in cs] for s, cs in configs.items()}
-    v = (_build_mixed if mix else _build_single)(m, problem, configs, lam, paths, budget, lats, objective)
+    v = (_build_mixed if mix else _build_single)(m, problem, configs, lam, paths, budget, lats, objective, room)
     for k, ban in enumerate(opts.exclude):
         banned = [u for s, cs in configs.items() for c, u in zip(cs, v.use[s])
                   if (c.stage, c.variant, c.hardware, c.batch) in ban]
@@ -308,6 +322,13 @@ def binding(problem: Problem, configs: Mapping[str, list[Config]], stages: Mappi
         total = sum(a.replicas for a_s in stages.values() for a in a_s)
         if total >= problem.max_replicas:
             out.append(f"binding: cluster cap {problem.max_replicas} replicas")
+    if problem.host is not None:
+        busy = sum(problem.stage_rate(s) * c.cpu_ms_per_item / 1000.0 for s, cs in configs.items()
+                   for c, n in zip(cs, rep[s]) if n >= 0.5)
+        room = problem.host.cores - problem.host.colocated_cores(problem.rate_qps)
+        if room - busy < 0.05 * problem.host.cores:
+            out.append(f"binding: host cores, the replicas keep {busy:.2f} of the {room:.2f} the co-located "
+                       "processes leave busy")
     return out
 
 
@@ -336,9 +357,15 @@ def _floor(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Config]]
         m += _lin((minlog[s], 1.0) for s in p) >= math.log(floor), _name("accuracy_floor", k)
 
 
+def _host_cores(m: "mip.Model", terms: list[tuple[Any, float]], room: float) -> None:
+    """The replicas' busy cores (``terms``) within what the co-located processes leave (``room``)."""
+    if math.isfinite(room):
+        m += _lin(terms) <= room, "host_cores"
+
+
 def _build_single(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Config]],
                   lam: Mapping[str, float], paths: list, budget: float,
-                  lats: Mapping[str, list[float]], objective: str) -> _Vars:
+                  lats: Mapping[str, list[float]], objective: str, room: float) -> _Vars:
     """One config per stage (IPA's exact linearisation): replicas are fixed at ceil(lambda / mu)
     for the chosen config, which is optimal for every objective here, so only binaries remain."""
     use: dict[str, list[Any]] = {}
@@ -354,6 +381,8 @@ def _build_single(m: "mip.Model", problem: Problem, configs: Mapping[str, list[C
         m += _lin((u, x) for s in p for u, x in zip(use[s], lats[s])) <= budget, _name("path_latency", k)
     if problem.max_replicas is not None:
         m += _lin((u, n) for s in configs for u, n in zip(use[s], rep[s])) <= problem.max_replicas, "cluster_cap"
+    _host_cores(m, [(u, problem.stage_rate(s) * c.cpu_ms_per_item / 1000.0) for s, cs in configs.items()
+                    for c, u in zip(cs, use[s])], room)
     _floor(m, problem, configs, paths, use)
     v = _Vars(use, rep, {}, _lin((u, n * c.price) for s, cs in configs.items()
                                    for c, u, n in zip(cs, use[s], rep[s])), 0)
@@ -365,14 +394,18 @@ def _build_single(m: "mip.Model", problem: Problem, configs: Mapping[str, list[C
 
 def _build_mixed(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Config]],
                  lam: Mapping[str, float], paths: list, budget: float,
-                 lats: Mapping[str, list[float]], objective: str) -> _Vars:
-    """Several configs per stage: integer replicas per config and (for accuracy) traffic shares."""
+                 lats: Mapping[str, list[float]], objective: str, room: float) -> _Vars:
+    """Several configs per stage: integer replicas per config and (for accuracy) traffic shares. On a
+    host a stage's busy cores are bounded by its items at its most CPU-hungry used config's cost,
+    or, with traffic shares, each config's share at its own."""
     use: dict[str, list[Any]] = {}
     rep: dict[str, list[Any]] = {}
     flow: dict[str, list[Any]] = {}
     lat_of: dict[str, Any] = {}
+    cpu: list[tuple[Any, float]] = []
     for s, cs in configs.items():
         lat_s = lat_of[s] = m.add_var(_name("lat", s), lb=0.0)
+        cpu_s = m.add_var(_name("cpu", s), lb=0.0) if math.isfinite(room) and objective == "cost" else None
         use[s], rep[s], flow[s] = [], [], []
         for i, c in enumerate(cs):
             key = _name(s, c.variant, c.hardware, "b", c.batch, i)
@@ -384,11 +417,16 @@ def _build_mixed(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Co
             m += r >= u, _name("rep_min", key)
             m += r <= cap * u, _name("rep_max", key)
             m += lat_s >= lats[s][i] * u, _name("lat_ge", key)
+            if cpu_s is not None:
+                m += cpu_s >= problem.stage_rate(s) * c.cpu_ms_per_item / 1000.0 * u, _name("cpu_ge", key)
             if objective != "cost":
                 f = m.add_var(_name("flow", key), lb=0.0)
                 flow[s].append(f)
                 m += f <= c.throughput_qps * r, _name("flow_cap", key)
                 m += f <= lam[s] * u, _name("flow_use", key)
+                cpu.append((f, c.cpu_ms_per_item / 1000.0 * (problem.stage_rate(s) / lam[s] if lam[s] > 0 else 0.0)))
+        if cpu_s is not None:
+            cpu.append((cpu_s, 1.0))
         m += _lin((u, 1.0) for u in use[s]) >= 1, _name("one_config", s)
         m += _lin((r, c.throughput_qps) for c, r in zip(cs, rep[s])) >= lam[s], _name("capacity", s)
         if problem.max_stage_replicas is not None:
@@ -399,6 +437,7 @@ def _build_mixed(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Co
         m += _lin((lat_of[s], 1.0) for s in p) <= budget, _name("path_latency", k)
     if problem.max_replicas is not None:
         m += _lin((r, 1.0) for s in configs for r in rep[s]) <= problem.max_replicas, "cluster_cap"
+    _host_cores(m, cpu, room)
     _floor(m, problem, configs, paths, use)
     v = _Vars(use, rep, flow if objective != "cost" else {},
               _lin((r, c.price) for s, cs in configs.items() for c, r in zip(cs, rep[s])),

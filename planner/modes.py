@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from planner.cores import host_excess
 from planner.estimator import Unprofiled, simulate
 from planner.fallback import serve_anyway
 from planner.inferline import InferLineOptions, plan_inferline, top_variant
@@ -41,9 +42,14 @@ class Planner(Protocol):
 
 
 def check(problem: Problem, plan: Plan, percentile: float = 99.0) -> Plan:
-    """Attach the estimator's p99 and attainment on the problem's sample trace."""
+    """Attach the estimator's p99 and attainment on the problem's sample trace; a plan that
+    oversubscribes the host's cores at the problem's rate (``planner.cores.host_excess``) fails
+    before it."""
     if not plan.feasible:
         return plan
+    over = host_excess(problem, plan)
+    if over:
+        return replace(plan, feasible=False, reason=over)
     try:
         res = simulate(problem, plan)
     except Unprofiled as exc:
@@ -154,7 +160,10 @@ class CoarsePlanner:
         choice = {}
         for s in problem.topo_order:
             v = top_variant(problem, s)
-            curves = problem.stage(s).variant(v).latency
+            curves = problem.curves_on_host(s, v)
+            if not curves:
+                return infeasible(self.name, f"stage {s}: no hardware of {v} fits the host's cores",
+                                  solve_time_s=time.perf_counter() - t0, rate_qps=rate)
             choice[s] = (v, min(curves, key=lambda h: (curves[h].ms(1), problem.hardware[h].cost_per_hour)))
 
         def curve(s: str):

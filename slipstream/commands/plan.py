@@ -32,6 +32,37 @@ def build_problem(problem_file, pipeline_file, profiles_dir, trace, rate):
         raise click.ClickException(str(exc)) from None
 
 
+def with_host(problem, cores: str | None, background_cores: float | None, request_cpu_ms: float | None):
+    """``problem`` on the host the options declare (``planner.problem.declared_host``); unchanged when
+    none is given. ``cores`` "auto": this process's (its cgroup's limit, else the machine's count)."""
+    from dataclasses import replace
+
+    from planner.problem import declared_host
+
+    if cores is None and background_cores is None and request_cpu_ms is None:
+        return problem
+    try:
+        n = None if cores in (None, "auto") else float(cores)
+        return replace(problem, host=declared_host(n, background_cores or 0.0, request_cpu_ms or 0.0))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--host-cores") from None
+
+
+def host_options(f):
+    """``--host-cores``, ``--host-background-cores``, ``--host-request-cpu-ms``: the host a plan must fit."""
+    for o in reversed([
+        click.option("--host-cores", default=None, metavar="N|auto",
+                     help="Plan for a host of N cores shared with the co-located processes (auto: this "
+                          "process's cgroup CPU limit, else the machine's count)."),
+        click.option("--host-background-cores", type=click.FloatRange(min=0), default=None,
+                     help="Cores other work takes on the host whatever the rate [default: 0]."),
+        click.option("--host-request-cpu-ms", type=click.FloatRange(min=0), default=None,
+                     help="CPU ms the broker, load generator and gateway spend per request [default: 0]."),
+    ]):
+        f = o(f)
+    return f
+
+
 def render(plan, problem, lines) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -67,14 +98,17 @@ def render(plan, problem, lines) -> None:
 @click.option("--explain", is_flag=True, help="Binding constraints, rounds, runner-up plan.")
 @click.option("--measured-p99", type=float, help="Measured p99 (ms) to compare with the prediction.")
 @click.option("--json", "as_json", is_flag=True)
+@host_options
 def plan(problem_file, pipeline_file, profiles_dir, trace, rate, mode, solver, time_limit, no_validate,
-         explain, measured_p99, as_json) -> None:
-    """Plan each stage's variant, hardware, max batch and replicas inside the SLO."""
+         explain, measured_p99, as_json, host_cores, host_background_cores, host_request_cpu_ms) -> None:
+    """Plan each stage's variant, hardware, max batch and replicas inside the SLO (and the host's
+    cores, with --host-*)."""
     from planner import milp
     from planner.modes import make_planner
     from planner.service import explain as explain_lines
 
-    problem = build_problem(problem_file, pipeline_file, profiles_dir, trace, rate)
+    problem = with_host(build_problem(problem_file, pipeline_file, profiles_dir, trace, rate),
+                        host_cores, host_background_cores, host_request_cpu_ms)
     result = make_planner(mode, solver=solver, time_limit_s=time_limit, validate=not no_validate).plan(problem)
     lines: list[str] = []
     runner = None
@@ -85,7 +119,8 @@ def plan(problem_file, pipeline_file, profiles_dir, trace, rate, mode, solver, t
     if as_json:
         doc = result.to_dict()
         doc["problem"] = {"name": problem.name, "slo_ms": problem.slo_ms, "rate_qps": problem.rate_qps,
-                          "sample_requests": int(np.asarray(problem.arrivals_s).size)}
+                          "sample_requests": int(np.asarray(problem.arrivals_s).size),
+                          "host": None if problem.host is None else problem.host.__dict__.copy()}
         if explain:
             doc["explain"] = lines
             doc["runner_up"] = runner.to_dict() if runner is not None else None

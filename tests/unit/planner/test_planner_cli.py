@@ -55,3 +55,18 @@ def test_profile_import_cli(tmp_path):
     assert r.exit_code == 0, r.output
     assert "imported 1 profiles" in r.output
     assert (tmp_path / "store" / "m@onnxruntime-cpu.json").exists()
+
+
+def test_plan_on_a_declared_host(tmp_path):
+    # 60 qps take at least 11.1 ms of CPU a request (detect at 14 ms a batch of 8, classify at 25 ms a
+    # batch of 4, x1.5): 0.67 cores, with 6 ms a request of co-located work 1.03 of 1
+    problem = write(tmp_path, PROBLEM)
+    r = CliRunner().invoke(plan, ["--problem", problem, "--json", "--host-cores", "8", "--host-request-cpu-ms", "10"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["feasible"] and doc["problem"]["host"] == {"cores": 8.0, "background_cores": 0.0, "request_cpu_ms": 10.0}
+    r = CliRunner().invoke(plan, ["--problem", problem, "--json", "--host-cores", "1", "--host-request-cpu-ms", "6"])
+    doc = json.loads(r.output)
+    assert r.exit_code == 2 and not doc["feasible"] and "host" in doc["notes"][0]
+    r = CliRunner().invoke(plan, ["--problem", problem, "--host-cores", "two"])
+    assert r.exit_code == 2 and "--host-cores" in r.output
