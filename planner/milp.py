@@ -187,21 +187,21 @@ def solve(problem: Problem, opts: MilpOptions = MilpOptions(), warm: Plan | None
             reason = f"solver status {status.name}: {reason}"
         return infeasible(opts.mode, reason, solve_time_s=time.perf_counter() - t0, rate_qps=rate,
                           notes=(f"solver {solver}: {status.name}",))
-    value = v.cost.x if objective == "cost" else m.objective_value
+
+    def val(x: Any) -> float:
+        return x.x if isinstance(x, mip.Var) else float(x)
+
+    used_rep = {s: [val(r) if u.x >= 0.5 else 0.0 for u, r in zip(v.use[s], v.rep[s])] for s in configs}
+    elapsed = time.perf_counter() - t0
+    value = m.objective_value if objective != "cost" else \
+        sum(n * c.price for s, cs in configs.items() for c, n in zip(cs, used_rep[s]))
     notes = [f"solver {solver}: {status.name}, objective {value:.6g}"]
     if objective == "cost":
         notes.append("tie-break: none (no stage has traffic)" if head is None else
                      f"tie-break: of the plans at {value:.6g} $/h, the most headroom (tightest stage x{head.x:.2f} "
                      f"its rate, {HEADROOM_SLACK:.0%} less a tie), then the fastest")
-    elapsed = time.perf_counter() - t0
-
-    def val(x: Any) -> float:
-        return x.x if isinstance(x, mip.Var) else float(x)
-
     stages: dict[str, tuple[Assignment, ...]] = {}
-    used_rep: dict[str, list[float]] = {}
     for s, cs in configs.items():
-        used_rep[s] = [val(r) if val(u) >= 0.5 else 0.0 for u, r in zip(v.use[s], v.rep[s])]
         chosen = [(c, int(round(n)), i) for i, (c, n) in enumerate(zip(cs, used_rep[s])) if n >= 0.5]
         if objective == "cost" or lam[s] <= 0 or not v.flow:
             caps = [n * c.throughput_qps for c, n, _ in chosen]
@@ -284,8 +284,11 @@ def _lexicographic(m: "mip.Model", configs: Mapping[str, list[Config]], lam: Map
     top = min(max(caps[s]) for s in loaded)
     head = m.add_var("headroom", lb=0.0, ub=top)
     for s in loaded:
-        own = [(r, h) if isinstance(r, mip.Var) else (u, r * h) for u, r, h in zip(v.use[s], v.rep[s], per_replica[s])]
-        m += _lin([(head, 1.0)] + [(x, -h) for x, h in own]) <= 0, _name("headroom", s)
+        if all(isinstance(r, int) for r in v.rep[s]):  # one config, fixed replicas: one row, capped
+            m += _lin([(head, 1.0)] + [(u, -min(r * h, cap)) for u, r, h, cap in
+                                       zip(v.use[s], v.rep[s], per_replica[s], caps[s])]) <= 0, _name("headroom", s)
+            continue
+        m += _lin([(head, 1.0)] + [(r, -h) for r, h in zip(v.rep[s], per_replica[s])]) <= 0, _name("headroom", s)
         m += _lin([(head, 1.0)] + [(u, -cap) for u, cap in zip(v.use[s], caps[s])]) <= 0, _name("headroom_cap", s)
     slowest = max(sum(max(ls) for ls in lats.values()), 1.0)
     least = max(least, 1e-3)  # the cheapest conceivable plan (stages without traffic aside)
@@ -357,12 +360,6 @@ def _floor(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Config]]
         m += _lin((minlog[s], 1.0) for s in p) >= math.log(floor), _name("accuracy_floor", k)
 
 
-def _host_cores(m: "mip.Model", terms: list[tuple[Any, float]], room: float) -> None:
-    """The replicas' busy cores (``terms``) within what the co-located processes leave (``room``)."""
-    if math.isfinite(room):
-        m += _lin(terms) <= room, "host_cores"
-
-
 def _build_single(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Config]],
                   lam: Mapping[str, float], paths: list, budget: float,
                   lats: Mapping[str, list[float]], objective: str, room: float) -> _Vars:
@@ -381,8 +378,10 @@ def _build_single(m: "mip.Model", problem: Problem, configs: Mapping[str, list[C
         m += _lin((u, x) for s in p for u, x in zip(use[s], lats[s])) <= budget, _name("path_latency", k)
     if problem.max_replicas is not None:
         m += _lin((u, n) for s in configs for u, n in zip(use[s], rep[s])) <= problem.max_replicas, "cluster_cap"
-    _host_cores(m, [(u, problem.stage_rate(s) * c.cpu_ms_per_item / 1000.0) for s, cs in configs.items()
-                    for c, u in zip(cs, use[s])], room)
+    if math.isfinite(room):  # the host: the replicas' busy cores at the problem's rate
+        busy = {s: problem.stage_rate(s) / 1000.0 for s in configs}
+        m += _lin((u, busy[s] * c.cpu_ms_per_item) for s, cs in configs.items()
+                  for c, u in zip(cs, use[s])) <= room, "host_cores"
     _floor(m, problem, configs, paths, use)
     v = _Vars(use, rep, {}, _lin((u, n * c.price) for s, cs in configs.items()
                                    for c, u, n in zip(cs, use[s], rep[s])), 0)
@@ -403,9 +402,11 @@ def _build_mixed(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Co
     flow: dict[str, list[Any]] = {}
     lat_of: dict[str, Any] = {}
     cpu: list[tuple[Any, float]] = []
+    on_host = math.isfinite(room)
     for s, cs in configs.items():
         lat_s = lat_of[s] = m.add_var(_name("lat", s), lb=0.0)
-        cpu_s = m.add_var(_name("cpu", s), lb=0.0) if math.isfinite(room) and objective == "cost" else None
+        busy = problem.stage_rate(s) / 1000.0  # the stage's items a ms, at the problem's rate
+        cpu_s = m.add_var(_name("cpu", s), lb=0.0) if on_host and objective == "cost" else None
         use[s], rep[s], flow[s] = [], [], []
         for i, c in enumerate(cs):
             key = _name(s, c.variant, c.hardware, "b", c.batch, i)
@@ -418,13 +419,14 @@ def _build_mixed(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Co
             m += r <= cap * u, _name("rep_max", key)
             m += lat_s >= lats[s][i] * u, _name("lat_ge", key)
             if cpu_s is not None:
-                m += cpu_s >= problem.stage_rate(s) * c.cpu_ms_per_item / 1000.0 * u, _name("cpu_ge", key)
+                m += cpu_s >= busy * c.cpu_ms_per_item * u, _name("cpu_ge", key)
             if objective != "cost":
                 f = m.add_var(_name("flow", key), lb=0.0)
                 flow[s].append(f)
                 m += f <= c.throughput_qps * r, _name("flow_cap", key)
                 m += f <= lam[s] * u, _name("flow_use", key)
-                cpu.append((f, c.cpu_ms_per_item / 1000.0 * (problem.stage_rate(s) / lam[s] if lam[s] > 0 else 0.0)))
+                if on_host and lam[s] > 0:  # its share of the stage's items, at the problem's rate
+                    cpu.append((f, busy * c.cpu_ms_per_item / lam[s]))
         if cpu_s is not None:
             cpu.append((cpu_s, 1.0))
         m += _lin((u, 1.0) for u in use[s]) >= 1, _name("one_config", s)
@@ -437,7 +439,8 @@ def _build_mixed(m: "mip.Model", problem: Problem, configs: Mapping[str, list[Co
         m += _lin((lat_of[s], 1.0) for s in p) <= budget, _name("path_latency", k)
     if problem.max_replicas is not None:
         m += _lin((r, 1.0) for s in configs for r in rep[s]) <= problem.max_replicas, "cluster_cap"
-    _host_cores(m, cpu, room)
+    if on_host:
+        m += _lin(cpu) <= room, "host_cores"
     _floor(m, problem, configs, paths, use)
     v = _Vars(use, rep, flow if objective != "cost" else {},
               _lin((r, c.price) for s, cs in configs.items() for c, r in zip(cs, rep[s])),
