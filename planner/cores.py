@@ -10,11 +10,12 @@ request). At pipeline rate r a plan keeps busy
                                                                    threads x l(b) / b on CPU hardware)
   + background_cores + r x request_cpu_ms / 1000                   (the co-located processes)
 
-and no mode plans what keeps more busy than the host has (:func:`host_excess`, the estimator check's
-first step; the MILP has it as a constraint), nor hardware with more threads than the host's cores
+and no mode plans what keeps more busy than the host has at the problem's rate (:func:`host_excess`,
+the estimator check's first step; the MILP has it as a constraint; a tightening round's higher
+planning rate buys capacity, not arrivals), nor hardware with more threads than the host's cores
 (``Problem.fits_host``). The rate at which the cores run out (:func:`host_qps`) bounds what a plan
 serves whatever its replicas (:func:`served_qps`): past it more replicas only share the same cores.
-Without a host every figure here is unbounded, as before.
+Without a host every figure here is unbounded.
 """
 from __future__ import annotations
 

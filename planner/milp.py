@@ -45,7 +45,6 @@ from planner.plan import Assignment, Config, Plan, assignment_for, evaluate, inf
 from planner.problem import Problem
 
 
-
 def _bind_destructors() -> None:
     """python-mip's solvers free their model in ``__del__`` through a cffi function that cffi looks
     up on its first use, under a lock it does not re-enter. A garbage collection during another
@@ -176,8 +175,8 @@ def solve(problem: Problem, opts: MilpOptions = MilpOptions(), warm: Plan | None
         if len(banned) == len(ban):
             m += _lin((u, 1.0) for u in banned) <= len(ban) - 1, _name("runner_up_cut", k)
     head = _lexicographic(m, configs, lam, v, lats) if objective == "cost" else None
-    if not mix:  # CBC's cut rounds took 0.45 of its 0.55 s on the 2,100-config bench; mixed ones need them
-        m.cuts = 0
+    if not mix:  # CBC's cut rounds took 0.45 of its 0.55 s on the 2,100-config bench (a mixed problem
+        m.cuts = 0  # ran into the time limit without them)
     if warm is not None and warm.stages:
         m.start = _warm_start(warm, configs, v)
     status = m.optimize(max_seconds=opts.time_limit_s)
