@@ -84,10 +84,19 @@ class Gateway:
             return "the control-topic reader is not running"
         return None
 
-    def unknown_model(self, name: str) -> Answer | None:
-        if name == self.pipe.name:
-            return None
-        return self.refuse(404, f"no model {name!r}: this gateway serves {self.pipe.name!r}")
+    def not_served(self, name: str, version: str = "") -> str | None:
+        """None for the served model (the pipeline) at its one version (``""``: the latest), else why
+        not (a 404 for metadata, readiness and infer alike)."""
+        if name != self.pipe.name:
+            return f"no model {name!r}: this gateway serves {self.pipe.name!r}"
+        if version not in ("", oip.VERSION):
+            return f"no version {version!r} of model {name!r}: its one version is {oip.VERSION!r}"
+        return None
+
+    def unknown_model(self, name: str, version: str = "") -> Answer | None:
+        """An infer call's 404 answer (counted) when it names a model or version not served."""
+        why = self.not_served(name, version)
+        return None if why is None else self.refuse(404, why)
 
     def refuse(self, code: int, message: str, **parameters: Any) -> Answer:
         """An error answer, counted (a transport refusing what it cannot decode calls this too);

@@ -3,8 +3,9 @@ ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer) on grpcio's 
 gateway process beside the REST API and through the same request path (``gateway.core.Gateway``):
 admission, deadlines, shedding and metrics are the REST ones.
 
-ModelInfer takes one input tensor as REST does (``gateway.oip``): raw contents (``raw_input_contents``:
-a ``UINT8`` tensor is a file's bytes as they are, ``BYTES`` one 4-byte little-endian length-prefixed
+ModelInfer takes one input tensor named ``input`` as REST does (``gateway.oip``; requested outputs
+name ``output``; ``model_version`` is empty or ``1``, as in ModelReady and ModelMetadata): raw
+contents (``raw_input_contents``: a ``UINT8`` tensor is a file's bytes as they are, ``BYTES`` one 4-byte little-endian length-prefixed
 element, as ``tritonclient`` sends it) or typed contents (``bytes_contents``, ``fp32_contents``...).
 Parameters: ``deadline_ms`` and ``accuracy_floor`` (``double_param``, ``int64_param`` or a string
 holding a number) and the input's ``content_type``; without
@@ -49,6 +50,8 @@ def parse_infer(req: pb.ModelInferRequest, time_remaining_s: float | None = None
     if len(req.inputs) != 1:
         raise oip.ProtocolError(f"inputs: expected one tensor ({oip.INPUT!r}: the request payload), got {len(req.inputs)}")
     t = req.inputs[0]
+    oip.input_name(t.name)
+    oip.output_names(o.name for o in req.outputs)
     tensor = {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
     if len(req.raw_input_contents) > 1:
         raise oip.ProtocolError(f"raw_input_contents: one per input, got {len(req.raw_input_contents)}")
@@ -62,9 +65,7 @@ def parse_infer(req: pb.ModelInferRequest, time_remaining_s: float | None = None
     else:
         field = CONTENTS.get(t.datatype)
         payload = oip.json_tensor({**tensor, "data": list(getattr(t.contents, field)) if field else None})
-    ctype = _param(t.parameters["content_type"]) if "content_type" in t.parameters else None
-    if ctype is not None and (not isinstance(ctype, str) or not ctype):
-        raise oip.ProtocolError(f"inputs[0].parameters.content_type: expected a non-empty string, got {ctype!r}")
+    ctype = oip.content_type(_param(t.parameters["content_type"]) if "content_type" in t.parameters else None)
     params = {k: _numeric(_param(v)) for k, v in req.parameters.items()}
     if "deadline_ms" not in params and time_remaining_s is not None:
         params["deadline_ms"] = max(time_remaining_s * 1000.0, 0.001)  # the call's own deadline
@@ -97,7 +98,7 @@ def _set(p: pb.InferParameter, v: Any) -> None:
 def infer_response(model: str, call: oip.InferCall, res: dict) -> pb.ModelInferResponse:
     """A done result as ModelInferResponse: the output as one raw BYTES element, the result's
     parameters (``oip.result_parameters``) as the response's."""
-    out = pb.ModelInferResponse(model_name=model, model_version="1", id=call.client_id or "")
+    out = pb.ModelInferResponse(model_name=model, model_version=oip.VERSION, id=call.client_id or "")
     for k, v in oip.result_parameters(res).items():
         _set(out.parameters[k], v)
     tensor = out.outputs.add(name=oip.OUTPUT, datatype="BYTES", shape=[1])
@@ -128,15 +129,16 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ServerReadyResponse(ready=self.gw.not_ready() is None)
 
     async def ModelReady(self, request, context):
-        return pb.ModelReadyResponse(ready=request.name == self.gw.pipe.name and self.gw.not_ready() is None)
+        served = self.gw.not_served(request.name, request.version) is None
+        return pb.ModelReadyResponse(ready=served and self.gw.not_ready() is None)
 
     async def ServerMetadata(self, request, context):
         return pb.ServerMetadataResponse(**oip.server_metadata())
 
     async def ModelMetadata(self, request, context):
-        unknown = self.gw.unknown_model(request.name)
-        if unknown:
-            await self._abort(context, unknown)
+        why = self.gw.not_served(request.name, request.version)
+        if why is not None:
+            await self._abort(context, Answer(404, why))
         md = oip.metadata(self.gw.pipe)
         tm = pb.ModelMetadataResponse.TensorMetadata
         return pb.ModelMetadataResponse(
@@ -146,7 +148,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(self, request, context):
         arrived = time.time_ns()
-        unknown = self.gw.unknown_model(request.model_name)
+        unknown = self.gw.unknown_model(request.model_name, request.model_version)
         if unknown:
             await self._abort(context, unknown)
         try:

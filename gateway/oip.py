@@ -1,8 +1,9 @@
 """The Open Inference Protocol V2 (REST) for a Slipstream pipeline: pure decode and encode, no I/O.
 
-A pipeline is one model with one input tensor (``input``: the request payload) and one output tensor
-(``output``: the result's output bytes). Batching is the pipeline's own job, so a request carries one
-payload:
+A pipeline is one model, at one version (``1``), with one input tensor (``input``: the request
+payload) and one output tensor (``output``: the result's output bytes); a request naming another input
+or requesting another output is refused (400 naming it). Batching is the pipeline's own job, so a
+request carries one payload:
 
 - ``datatype: BYTES``: one element, a string in JSON (UTF-8) or, with the binary-data extension, one
   length-prefixed element (4-byte little-endian length, then the bytes: what ``tritonclient`` sends);
@@ -24,19 +25,22 @@ import json
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
 from streams import contract
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+VERSION = "1"  # the one version of the pipeline as a model (``versions`` in its metadata)
 DEADLINE_HEADER = "Slipstream-Deadline-Ms"
 FLOOR_HEADER = "Slipstream-Accuracy-Floor"
 INPUT, OUTPUT = "input", "output"
 DTYPES = {"BOOL": "?", "UINT8": "<u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8", "INT8": "<i1",
           "INT16": "<i2", "INT32": "<i4", "INT64": "<i8", "FP16": "<f2", "FP32": "<f4", "FP64": "<f8"}
 TEXT_TYPES = ("application/json", "text/")
+INT64_MAX = 2**63 - 1  # a shape's dimensions are the protocol's int64
+MAX_DIMS = 64
 
 
 class ProtocolError(ValueError):
@@ -62,7 +66,15 @@ def budget_ms(requested_ms: float | None, slo_ms: float) -> float:
 
 def parse_infer(body: bytes, headers: Mapping[str, str]) -> InferCall:
     """Decode a ``POST /v2/models/{m}/infer`` body (JSON, or JSON + binary data); ProtocolError names
-    the field that is wrong."""
+    the field that is wrong. Hostile bodies are ProtocolErrors too: JSON nested past the interpreter's
+    recursion limit, integers past its digit limit or past a double, strings that are not UTF-8."""
+    try:
+        return _parse_infer(body, headers)
+    except RecursionError:
+        raise ProtocolError("the request header is nested too deep") from None
+
+
+def _parse_infer(body: bytes, headers: Mapping[str, str]) -> InferCall:
     json_len = _header_length(headers.get(HEADER_LENGTH), len(body))
     doc = _json_object(body[:json_len])
     blob = memoryview(body)[json_len:]
@@ -71,6 +83,7 @@ def parse_infer(body: bytes, headers: Mapping[str, str]) -> InferCall:
         raise ProtocolError(f"inputs: expected a list of one tensor ({INPUT!r}: the request payload), "
                             f"got {_short(inputs)}")
     tensor = inputs[0]
+    input_name(tensor.get("name"))
     params = _params(tensor, "inputs[0].parameters")
     size = params.get("binary_data_size")
     if size is not None:
@@ -85,16 +98,39 @@ def parse_infer(body: bytes, headers: Mapping[str, str]) -> InferCall:
         raise ProtocolError(f"{len(blob)} bytes after the JSON header but no input has parameters.binary_data_size")
     else:
         payload = json_tensor(tensor)
-    ctype = params.get("content_type")
-    if ctype is not None and (not isinstance(ctype, str) or not ctype):
-        raise ProtocolError(f"inputs[0].parameters.content_type: expected a non-empty string, got {ctype!r}")
+    ctype = content_type(params.get("content_type"))
     rparams = _params(doc, "parameters")
     cid = doc.get("id")
     if cid is not None and not isinstance(cid, str):
-        raise ProtocolError(f"id: expected a string, got {cid!r}")
+        raise ProtocolError(f"id: expected a string, got {_short(cid)}")
     deadline_ms, accuracy_floor = call_parameters(rparams, headers)
     return InferCall(payload=payload, content_type=ctype, client_id=cid, deadline_ms=deadline_ms,
-                     accuracy_floor=accuracy_floor, binary_output=_wants_binary(doc, rparams))
+                     accuracy_floor=accuracy_floor, binary_output=_wants_binary(_outputs(doc), rparams))
+
+
+def input_name(name: Any) -> None:
+    """The model has one input, ``input``: any other name is refused, naming it."""
+    if name != INPUT:
+        raise ProtocolError(f"inputs[0].name: the model has no input {_short(name)} (its one input is {INPUT!r})")
+
+
+def output_names(names: Iterable[Any], where: str = "outputs") -> None:
+    """Requested outputs: the model has one, ``output``; any other name is refused, naming it."""
+    for i, name in enumerate(names):
+        if name != OUTPUT:
+            raise ProtocolError(f"{where}[{i}].name: the model has no output {_short(name)} "
+                                f"(its one output is {OUTPUT!r})")
+
+
+def content_type(value: Any) -> str | None:
+    """``inputs[0].parameters.content_type``: absent, or a non-empty string that UTF-8 can carry (a
+    lone surrogate, which JSON's ``\\ud800`` escapes can spell, cannot be produced)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or not _utf8(value):
+        raise ProtocolError(f"inputs[0].parameters.content_type: expected a non-empty UTF-8 string, "
+                            f"got {_short(value)}")
+    return value
 
 
 def call_parameters(params: Mapping, headers: Mapping[str, str]) -> tuple[float | None, float | None]:
@@ -112,15 +148,16 @@ def _header_length(value: str | None, body_len: int) -> int:
     except ValueError:
         n = -1
     if not 0 <= n <= body_len:
-        raise ProtocolError(f"{HEADER_LENGTH}: expected an integer in [0, {body_len}] (the body's length), got {value!r}")
+        raise ProtocolError(f"{HEADER_LENGTH}: expected an integer in [0, {body_len}] (the body's length), "
+                            f"got {_short(value)}")
     return n
 
 
 def _json_object(raw: bytes | memoryview) -> dict:
     try:
         doc = json.loads(bytes(raw))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProtocolError(f"the request header is not JSON: {exc}") from None
+    except ValueError as exc:  # not JSON, not UTF-8, or an integer past the interpreter's digit limit
+        raise ProtocolError(f"the request header is not JSON the gateway takes: {str(exc)[:200]}") from None
     if not isinstance(doc, dict):
         raise ProtocolError(f"the request header: expected a JSON object, got {_short(doc)}")
     return doc
@@ -135,16 +172,17 @@ def _params(obj: Mapping, where: str) -> Mapping[str, Any]:
 
 def _shape(tensor: Mapping) -> tuple[int, ...]:
     shape = tensor.get("shape")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
-                                               for d in shape):
-        raise ProtocolError(f"inputs[0].shape: expected a list of non-negative integers, got {_short(shape)}")
+    if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(
+            isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= INT64_MAX for d in shape):
+        raise ProtocolError(f"inputs[0].shape: expected a list of at most {MAX_DIMS} non-negative int64 integers, "
+                            f"got {_short(shape)}")
     return tuple(shape)
 
 
 def _datatype(tensor: Mapping) -> str:
     dt = tensor.get("datatype")
-    if dt != "BYTES" and dt not in DTYPES:
-        raise ProtocolError(f"inputs[0].datatype: expected BYTES or one of {', '.join(DTYPES)}, got {dt!r}")
+    if not isinstance(dt, str) or (dt != "BYTES" and dt not in DTYPES):
+        raise ProtocolError(f"inputs[0].datatype: expected BYTES or one of {', '.join(DTYPES)}, got {_short(dt)}")
     return dt
 
 
@@ -160,6 +198,8 @@ def json_tensor(tensor: Mapping) -> bytes:
     if dt == "BYTES":
         if len(flat) != 1 or not isinstance(flat[0], str):
             raise ProtocolError(f"inputs[0].data: a BYTES input carries one string (the payload), got {_short(data)}")
+        if not _utf8(flat[0]):
+            raise ProtocolError("inputs[0].data: the string is not UTF-8 (a lone surrogate)")
         return flat[0].encode()
     try:
         return np.asarray(flat, dtype=DTYPES[dt]).tobytes()
@@ -186,11 +226,24 @@ def binary_tensor(tensor: Mapping, blob: bytes) -> bytes:
 
 
 def _flatten(data: Any):
-    if isinstance(data, list):
-        for d in data:
-            yield from _flatten(d)
-    else:
-        yield data
+    """The leaves of nested lists in row-major order, without recursion (any depth JSON decodes)."""
+    stack = [iter([data])]
+    while stack:
+        for d in stack[-1]:
+            if isinstance(d, list):
+                stack.append(iter(d))
+                break
+            yield d
+        else:
+            stack.pop()
+
+
+def _utf8(s: str) -> bool:
+    try:
+        s.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _number(params: Mapping, key: str, header: str | None, header_name: str, lo: float, hi: float) -> float | None:
@@ -203,22 +256,45 @@ def _number(params: Mapping, key: str, header: str | None, header_name: str, lo:
             pass
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi \
-            or (key == "deadline_ms" and v <= 0):
+    f = _float(v)
+    if f is None or not math.isfinite(f) or not lo <= f <= hi or (key == "deadline_ms" and f <= 0):
         rng = "a number > 0" if key == "deadline_ms" else f"a number in [{lo}, {hi}]"
-        raise ProtocolError(f"{where}: expected {rng}, got {v!r}")
-    return float(v)
+        raise ProtocolError(f"{where}: expected {rng}, got {_short(v)}")
+    return f
 
 
-def _wants_binary(doc: Mapping, rparams: Mapping) -> bool:
+def _float(v: Any) -> float | None:
+    """A JSON number as a double (an integer past a double's range: infinity); None if not a number."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf
+
+
+def _outputs(doc: Mapping) -> list[dict]:
+    """The requested outputs (``outputs``): absent, or a list of objects naming ``output``."""
+    outs = doc.get("outputs")
+    if outs is None:
+        return []
+    if not isinstance(outs, list) or not all(isinstance(o, dict) for o in outs):
+        raise ProtocolError(f"outputs: expected a list of objects, got {_short(outs)}")
+    output_names((o.get("name") for o in outs))
+    for i, o in enumerate(outs):
+        _params(o, f"outputs[{i}].parameters")
+    return outs
+
+
+def _wants_binary(outs: list[dict], rparams: Mapping) -> bool:
     if rparams.get("binary_data_output") is True:
         return True
-    outs = doc.get("outputs") or []
-    return isinstance(outs, list) and any(isinstance(o, dict) and isinstance(o.get("parameters"), dict)
-                                          and o["parameters"].get("binary_data") is True for o in outs)
+    return any(o.get("parameters", {}).get("binary_data") is True for o in outs)
 
 
 def _short(v: Any) -> str:
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
+        return f"an integer of {v.bit_length()} bits"
     s = json.dumps(v) if not isinstance(v, (bytes, bytearray)) else repr(v)
     return s if len(s) <= 80 else s[:77] + "..."
 
@@ -282,7 +358,7 @@ def infer_response(model: str, call: InferCall, res: Mapping[str, Any]) -> tuple
         tensor["parameters"]["binary_data_size"] = 4 + len(out)
     else:
         tensor["data"] = [out.decode()]
-    doc = {"model_name": model, "model_version": "1", "parameters": result_parameters(res), "outputs": [tensor]}
+    doc = {"model_name": model, "model_version": VERSION, "parameters": result_parameters(res), "outputs": [tensor]}
     if call.client_id is not None:
         doc["id"] = call.client_id
     head = json.dumps(doc).encode()
@@ -309,7 +385,7 @@ def metadata(pipe) -> dict:
     """``GET /v2/models/{pipeline}``: the tensors, and in ``parameters`` the SLO and every stage's
     variants with their accuracy (from the pipeline spec)."""
     return {
-        "name": pipe.name, "versions": ["1"], "platform": "slipstream",
+        "name": pipe.name, "versions": [VERSION], "platform": "slipstream",
         "inputs": [{"name": INPUT, "datatype": "BYTES", "shape": [1],
                     "parameters": {"content_type": pipe.input_content_type}}],
         "outputs": [{"name": OUTPUT, "datatype": "BYTES", "shape": [1]}],

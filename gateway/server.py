@@ -7,10 +7,17 @@ reason), or no result by the deadline + ``grace_ms`` (status ``pending``); 400 a
 request caused (the contract's field and value), 500 any other error result (``oip.result_code``); 429
 shed with ``Retry-After``; 400 a request the protocol cannot take; 404 another model; 413 a body over
 ``max_body_bytes``; 503 not ready, or the request could not be produced.
+
+The versioned routes (``/v2/models/{m}/versions/{v}``, ``.../ready``, ``.../infer``) serve version
+``1``, the one the metadata lists; another version is a 404. Every error is the protocol's error body
+(JSON ``{"error": "..."}``): aiohttp's own 404 of an unknown route, 405 of a method a route lacks and
+413 of a body over the limit go through :func:`oip_errors`, which also turns an exception no handler
+expected into a logged 500 with that body, never plain text.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import re
 import time
@@ -24,10 +31,36 @@ from streams.spec import Pipeline
 from gateway import oip
 from gateway.core import Answer, Gateway, GatewayConfig
 
-__all__ = ["GRPC_READY", "READY", "READY_LINE", "GatewayConfig", "RestApi", "serve"]
+__all__ = ["GRPC_READY", "READY", "READY_LINE", "GatewayConfig", "RestApi", "oip_errors", "serve"]
+log = logging.getLogger(__name__)
 READY_LINE = "slipstream-gateway ready pipeline={pipeline} addr={addr} grpc={grpc} at_ns={at_ns}"
 READY = re.compile(r"slipstream-gateway ready pipeline=\S+ addr=(\S+)")  # what process supervisors wait for
 GRPC_READY = re.compile(r"slipstream-gateway ready pipeline=\S+ addr=\S+ grpc=(\S+)")
+
+
+@web.middleware
+async def oip_errors(request: web.Request, handler) -> web.StreamResponse:
+    """aiohttp's own errors (unknown route, method not allowed, body too large...) and any exception a
+    handler did not expect, as the protocol's JSON error body with their status."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        if isinstance(exc, web.HTTPMethodNotAllowed):
+            allowed = ", ".join(sorted(exc.allowed_methods))
+            message = f"method {request.method} not allowed on {request.path} (allowed: {allowed})"
+        elif isinstance(exc, web.HTTPNotFound):
+            message = f"no route {request.path}"
+        else:
+            message = exc.text or exc.reason
+        headers = {k: v for k, v in exc.headers.items() if k.lower() not in ("content-type", "content-length")}
+        return web.Response(status=exc.status, body=oip.error_body(message),
+                            headers={**headers, "Content-Type": "application/json"})
+    except Exception as exc:  # noqa: BLE001 - a bug answers JSON with its status, and is logged
+        log.exception("%s %s failed", request.method, request.path)
+        return web.Response(status=500, body=oip.error_body(f"internal error: {exc!r}"[:500]),
+                            headers={"Content-Type": "application/json"})
 
 
 class RestApi:
@@ -35,14 +68,16 @@ class RestApi:
         self.gw, self.pipe = gw, gw.pipe
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.gw.cfg.max_body_bytes)
+        app = web.Application(client_max_size=self.gw.cfg.max_body_bytes, middlewares=[oip_errors])
         app.add_routes([
             web.get("/v2", self.server_metadata),
+            web.get("/v2/", self.server_metadata),  # the protocol's specification spells it so
             web.get("/v2/health/live", self.live),
             web.get("/v2/health/ready", self.ready),
-            web.get("/v2/models/{model}", self.model_metadata),
-            web.get("/v2/models/{model}/ready", self.ready),
-            web.post("/v2/models/{model}/infer", self.infer),
+            *(r for model in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}") for r in (
+                web.get(model, self.model_metadata),
+                web.get(f"{model}/ready", self.model_ready),
+                web.post(f"{model}/infer", self.infer))),
             web.get("/metrics", self.prometheus),
         ])
         return app
@@ -55,12 +90,19 @@ class RestApi:
 
     async def ready(self, request: web.Request) -> web.Response:
         why = self.gw.not_ready()
-        return web.json_response({"ready": why is None, **({"reason": why} if why else {})},
-                                 status=200 if why is None else 503)
+        if why is None:
+            return web.json_response({"ready": True})
+        return web.json_response({"ready": False, "reason": why, "error": f"not ready: {why}"}, status=503)
+
+    def _not_served(self, request: web.Request) -> web.Response | None:
+        why = self.gw.not_served(request.match_info["model"], request.match_info.get("version", ""))
+        return None if why is None else self._error(Answer(404, why))
+
+    async def model_ready(self, request: web.Request) -> web.Response:
+        return self._not_served(request) or await self.ready(request)
 
     async def model_metadata(self, request: web.Request) -> web.Response:
-        unknown = self.gw.unknown_model(request.match_info["model"])
-        return self._error(unknown) if unknown else web.json_response(oip.metadata(self.pipe))
+        return self._not_served(request) or web.json_response(oip.metadata(self.pipe))
 
     async def prometheus(self, request: web.Request) -> web.Response:
         m = self.gw.metrics
@@ -78,7 +120,7 @@ class RestApi:
 
     async def infer(self, request: web.Request) -> web.Response:
         arrived = time.time_ns()
-        unknown = self.gw.unknown_model(request.match_info["model"])
+        unknown = self.gw.unknown_model(request.match_info["model"], request.match_info.get("version", ""))
         if unknown:
             return self._error(unknown)
         try:

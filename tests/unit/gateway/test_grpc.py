@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 
 from gateway import grpc_server as gs, oip
+from gateway.core import Gateway
+from streams.config import KafkaSettings
 from gateway.grpc_v2 import grpc_predict_v2_pb2 as pb
 
+from .test_hostile_requests import PIPE
 from .test_oip import result
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -49,7 +52,21 @@ def test_the_calls_own_deadline_is_the_budget_unless_a_parameter_sets_it():
     assert gs.parse_infer(request()).deadline_ms is None
 
 
+def renamed(name: str) -> pb.ModelInferRequest:
+    req = request()
+    req.inputs[0].name = name
+    return req
+
+
+def wanting(output: str) -> pb.ModelInferRequest:
+    req = request()
+    req.outputs.add(name=output)
+    return req
+
+
 @pytest.mark.parametrize("req,names", [
+    (renamed("image"), 'inputs[0].name: the model has no input "image"'),
+    (wanting("logits"), 'outputs[0].name: the model has no output "logits"'),
     (request(raw=b"abcd"), "inputs[0]: 4 binary bytes"),
     (request(accuracy_floor=1.5), "parameters.accuracy_floor"),
     (request(deadline_ms="soon"), "parameters.deadline_ms"),
@@ -80,3 +97,13 @@ def test_the_committed_stubs_are_generated_from_the_committed_proto(tmp_path):
     for name in ("grpc_predict_v2_pb2.py", "grpc_predict_v2_pb2_grpc.py"):
         assert (tmp_path / "gateway/grpc_v2" / name).read_text() == (ROOT / "gateway/grpc_v2" / name).read_text(), \
             f"gateway/grpc_v2/{name} is stale: regenerate it (the command is in grpc_predict_v2.proto)"
+
+
+async def test_model_ready_and_metadata_serve_the_pipeline_at_version_1_only():
+    gw = Gateway(PIPE, KafkaSettings.from_env({}))
+    gw.not_ready = lambda: None
+    svc = gs.InferenceService(gw)
+    for name, version, ready in (("p", "", True), ("p", "1", True), ("p", "2", False), ("other", "", False)):
+        answer = await svc.ModelReady(pb.ModelReadyRequest(name=name, version=version), None)
+        assert answer.ready is ready, (name, version)
+    assert gs.parse_infer(wanting("output")).payload == b"abc"
