@@ -65,9 +65,9 @@ class Gateway:
     def __init__(self, pipe: Pipeline, kafka: KafkaSettings, cfg: GatewayConfig = GatewayConfig()) -> None:
         self.pipe, self.cfg = pipe, cfg
         self.client = PipelineClient(pipe, kafka, linger_ms=cfg.linger_ms)
-        self.control = ControlView(kafka, pipe.name)
-        self.outcomes = Outcomes(window_s=cfg.window_s)
         self.metrics = GatewayMetrics.create(pipe.name)
+        self.control = ControlView(kafka, pipe.name, pipe, self.metrics.control_invalid.labels(pipe.name).inc)
+        self.outcomes = Outcomes(window_s=cfg.window_s)
 
     async def start(self) -> None:
         await self.client.start()  # results read from their end, resolved before any request is taken

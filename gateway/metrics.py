@@ -19,6 +19,7 @@ class GatewayMetrics:
     latency: Histogram  # admitted requests, arrival to answer, by result status
     in_flight: Gauge
     planned_qps: Gauge
+    control_invalid: Counter  # control records skipped as breaking the control topic's rules
 
     @classmethod
     def create(cls, pipeline: str, registry: CollectorRegistry | None = None) -> "GatewayMetrics":
@@ -35,6 +36,8 @@ class GatewayMetrics:
             in_flight=Gauge("slipstream_gateway_in_flight", "Admitted requests without an answer yet", **lab),
             planned_qps=Gauge("slipstream_gateway_planned_capacity_qps",
                               "Pipeline capacity from the planner's hand-off (NaN: none)", **lab),
+            control_invalid=Counter("slipstream_gateway_control_invalid",
+                                    "Control records skipped as invalid (logged with their offset)", **lab),
         )
 
     def answered(self, code: int) -> None:

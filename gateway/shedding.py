@@ -14,6 +14,11 @@ is past its budget, and ``Retry-After`` is the time the requests ahead need to d
 fit (whole seconds, at least 1). Two cases admit without a prediction: no rate known yet (no evidence;
 the workers' deadline drop is the backstop), and a budget below ``base_ms`` (waiting would not help: the
 request is admitted and the pipeline drops it with its reason, answered 504).
+
+Extreme but valid inputs stay numbers: a rate so low that the wait overflows a double predicts
+``None`` (past any budget: shed, the reason says so), ``Retry-After`` is capped at
+:data:`MAX_RETRY_S`, and a rate that is not a finite positive number is no evidence (ignored).
+The control rules bound the planned rate's inputs besides (``streams.control_rules``).
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 
 NS = 1_000_000_000
+MAX_RETRY_S = 3600  # Retry-After past an hour says "much later", not when
 
 
 @dataclass(frozen=True)
@@ -42,7 +48,7 @@ class Decision:
 
 
 def service_rate(load: Load) -> float | None:
-    known = [r for r in (load.observed_qps, load.planned_qps) if r is not None and r > 0]
+    known = [r for r in (load.observed_qps, load.planned_qps) if r is not None and math.isfinite(r) and r > 0]
     return min(known) if known else None
 
 
@@ -52,15 +58,17 @@ def decide(load: Load, budget_ms: float) -> Decision:
     if rate is None:
         return Decision(True, None, reason="no service rate known yet")
     base = load.base_ms or 0.0
-    predicted = base + load.in_flight / rate * 1000.0
+    predicted = base + load.in_flight / rate * 1000.0  # a rate near 0: inf, never an exception
     if predicted <= budget_ms:
         return Decision(True, predicted)
+    shown = predicted if math.isfinite(predicted) else None  # answers carry JSON numbers only
     if base > budget_ms:
-        return Decision(True, predicted, reason=f"budget {budget_ms:.1f} ms below the unloaded latency {base:.1f} ms")
+        return Decision(True, shown, reason=f"budget {budget_ms:.1f} ms below the unloaded latency {base:.1f} ms")
     fits = (budget_ms - base) / 1000.0 * rate  # requests ahead that still leave it on time
-    retry = max(1, math.ceil((load.in_flight - fits) / rate))
-    return Decision(False, predicted, retry, f"predicted {predicted:.0f} ms > budget {budget_ms:.0f} ms "
-                                             f"({load.in_flight} in flight at {rate:.1f} req/s)")
+    drain_s = (load.in_flight - fits) / rate
+    retry = max(1, math.ceil(drain_s)) if drain_s < MAX_RETRY_S else MAX_RETRY_S
+    return Decision(False, shown, retry, f"predicted {predicted:.0f} ms > budget {budget_ms:.0f} ms "
+                                         f"({load.in_flight} in flight at {rate:.3g} req/s)")
 
 
 class Outcomes:

@@ -12,6 +12,10 @@ The rules:
 - pipeline: the reader's; stage, variants (``variant``, ``routing``, ``digests``) and hardware known
   to the reader's pipeline spec (when the reader has one);
 - numbers: finite, within the bounds below (the spec's own bounds where it has them);
+- a TunerHandoff's numbers within sane ranges, so no reader's arithmetic overflows on them: a service
+  rate (``mu_qps``) in (``MIN_RATE_QPS``, ``MAX_RATE_QPS``), any other rate 0 or in that range,
+  windows in (0, ``MAX_WINDOW_S``], visit ratios up to ``MAX_VISIT_RATIO``, times up to ``MAX_MS``,
+  accuracies in [0, 1], replicas and list lengths bounded; ``capacity`` and its ``ladder`` included;
 - routing shares: each finite and >= 0, summing to more than 0 (they are normalised when applied);
 - epoch: 0 <= epoch <= ``EPOCH_MAX``. The order of control records is their offset on the topic
   (``docs/guarantees.md``, "The control topic"); the written field is only checked, never added to.
@@ -31,6 +35,12 @@ MAX_REPLICAS = 1024
 MAX_PARTITIONS = 4096
 MAX_STAGES = 1024  # entries of a hand-off
 MAX_WINDOWS = 64
+MIN_RATE_QPS = 1e-6  # a rate (requests or items per second) is above it (one in 11.6 days)...
+MAX_RATE_QPS = 1e9  # ...and below it
+MAX_WINDOW_S = 86_400.0
+MAX_VISIT_RATIO = 1e6
+MAX_MS = 1e9  # a budget or a batch's service time (11.6 days)
+MAX_RUNGS = 256  # variants in a stage's ladder
 KINDS = ("StageConfig", "TunerHandoff")
 
 
@@ -92,22 +102,60 @@ def _stage_config(key: str, rec: Mapping[str, Any], pipe: Pipeline | None) -> No
 def _handoff(key: str, rec: Mapping[str, Any], pipe: Pipeline | None) -> None:
     if key != topics.HANDOFF_KEY:
         raise InvalidControl(f"key: {key!r}, a TunerHandoff is keyed {topics.HANDOFF_KEY!r}")
-    _number(rec, "mean_rate_qps", 0.0, math.inf)
+    _rate("mean_rate_qps", rec["mean_rate_qps"], zero=True)
     windows, rates = rec["windows_s"], rec["rates_qps"]
     if not 0 < len(windows) <= MAX_WINDOWS or len(rates) != len(windows):
         raise InvalidControl(f"windows_s/rates_qps: 1 to {MAX_WINDOWS} windows with one rate each, got "
                              f"{len(windows)} and {len(rates)}")
     for i, (w, r) in enumerate(zip(windows, rates)):
-        _finite(f"windows_s[{i}]", w, 0.0, math.inf, low_open=True)
-        _finite(f"rates_qps[{i}]", r, 0.0, math.inf)
-    if not 0 < len(rec["stages"]) <= MAX_STAGES:
-        raise InvalidControl(f"stages: 1 to {MAX_STAGES} entries, got {len(rec['stages'])}")
+        _finite(f"windows_s[{i}]", w, 0.0, MAX_WINDOW_S, low_open=True)
+        _rate(f"rates_qps[{i}]", r, zero=True)
+    _count("stages", rec["stages"], MAX_STAGES, least=1)
     for i, s in enumerate(rec["stages"]):
         if pipe is not None:
             _stage(pipe, s["stage"], f"stages[{i}].stage")
         _integer(s, "replicas", 0, MAX_REPLICAS, f"stages[{i}].")
-        _finite(f"stages[{i}].mu_qps", s["mu_qps"], 0.0, math.inf, low_open=True)
-        _finite(f"stages[{i}].visit_ratio", s["visit_ratio"], 0.0, math.inf)
+        _rate(f"stages[{i}].mu_qps", s["mu_qps"])
+        _finite(f"stages[{i}].visit_ratio", s["visit_ratio"], 0.0, MAX_VISIT_RATIO)
+    capacity = rec.get("capacity") or []
+    _count("capacity", capacity, MAX_STAGES)
+    for i, c in enumerate(capacity):
+        where = f"capacity[{i}]"
+        if pipe is not None:
+            _stage(pipe, c["stage"], f"{where}.stage")
+        _finite(f"{where}.budget_ms", c["budget_ms"], 0.0, MAX_MS)
+        _served(where, c)
+        _count(f"{where}.ladder", c.get("ladder") or [], MAX_RUNGS)
+        for j, r in enumerate(c.get("ladder") or []):
+            _finite(f"{where}.ladder[{j}].accuracy", r["accuracy"], 0.0, 1.0)
+            _finite(f"{where}.ladder[{j}].share", r["share"], 0.0, MAX_RATE_QPS)
+            _served(f"{where}.ladder[{j}]", r)
+
+
+def _served(where: str, rec: Mapping[str, Any]) -> None:
+    """What a capacity entry or a ladder rung says is served: a rate (0: none), one per window (at most
+    ``MAX_WINDOWS``), a batch service time per batch size (at most ``MAX_BATCH``)."""
+    _rate(f"{where}.rate_qps", rec["rate_qps"], zero=True)
+    _count(f"{where}.window_qps", rec["window_qps"], MAX_WINDOWS)
+    for k, x in enumerate(rec["window_qps"]):
+        _rate(f"{where}.window_qps[{k}]", x, zero=True)
+    _count(f"{where}.service_ms", rec.get("service_ms") or [], MAX_BATCH)
+    for k, x in enumerate(rec.get("service_ms") or []):
+        _finite(f"{where}.service_ms[{k}]", x, 0.0, MAX_MS)
+
+
+def _count(field: str, items: Any, most: int, least: int = 0) -> None:
+    if not least <= len(items) <= most:
+        raise InvalidControl(f"{field}: {least} to {most} entries, got {len(items)}")
+
+
+def _rate(field: str, v: Any, zero: bool = False) -> None:
+    """A rate: finite, in (``MIN_RATE_QPS``, ``MAX_RATE_QPS``); or 0 where ``zero`` (none)."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) \
+        and (MIN_RATE_QPS < v < MAX_RATE_QPS or (zero and v == 0))
+    if not ok:
+        raise InvalidControl(f"{field}: must be a finite rate in ({MIN_RATE_QPS:g}, {MAX_RATE_QPS:g})"
+                             f"{' or 0' if zero else ''}, got {v!r}")
 
 
 def _stage(pipe: Pipeline, name: str, field: str = "stage"):

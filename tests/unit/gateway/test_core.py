@@ -29,3 +29,27 @@ def test_a_request_that_cannot_be_served_in_time_is_shed_with_retry_after():
     assert a.parameters["retry_after_s"] == a.retry_after_s and a.parameters["budget_ms"] == 100
     assert a.message.startswith("shed: predicted")
     assert gw.metrics.shed.labels("p")._value.get() == 1 and gw.metrics.requests.labels("p", "429")._value.get() == 1
+
+
+def test_a_handoff_out_of_the_control_rules_ranges_is_skipped_counted_and_never_reaches_shedding():
+    from aiokafka.structs import ConsumerRecord
+
+    from streams import codec, kafka as kclient
+
+    pipe = parse_pipeline({"name": "p", "slo_ms": 100, "hardware": {"c": {"kind": "cpu", "cost_per_hour": 0.1}},
+                           "stages": [{"name": "s", "variants": [{"name": "a", "model": "noop", "accuracy": 0.7}]}]})
+    gw = Gateway(pipe, KafkaSettings.from_env({}))
+
+    def handoff(mu_qps: float, offset: int) -> ConsumerRecord:
+        value = codec.encode("TunerHandoff", {
+            "pipeline": "p", "epoch": 0, "mean_rate_qps": 1.0, "windows_s": [1.0], "rates_qps": [1.0], "at_ns": 0,
+            "stages": [{"stage": "s", "replicas": 1, "mu_qps": mu_qps, "visit_ratio": 1.0}]})
+        return ConsumerRecord("slipstream.p.control", 0, offset, 0, 0, b"~handoff", value, None, 8, len(value),
+                              kclient.headers_for("TunerHandoff"))
+
+    gw.control.add([handoff(5e-324, 3)])
+    assert gw.control.planned_qps() is None and gw.metrics.control_invalid.labels("p")._value.get() == 1
+    gw.control.add([handoff(40.0, 4)])
+    assert gw.control.planned_qps() == 40.0
+    gw.control.add([handoff(5e-324, 5)])  # a later bad one changes nothing
+    assert gw.control.planned_qps() == 40.0 and gw.metrics.control_invalid.labels("p")._value.get() == 2

@@ -4,7 +4,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from gateway.shedding import Load, Outcomes, decide, service_rate
+from gateway.shedding import MAX_RETRY_S, Load, Outcomes, decide, service_rate
 from streams.control_io import planned_capacity_qps
 
 MS = 1_000_000
@@ -118,3 +118,25 @@ def test_a_ladder_stage_serves_at_the_shares_in_force():
     assert planned_capacity_qps(handoff, {"c": 2}, {"c": {"small": 1.0}}) == pytest.approx(120.0)
     # a share on a variant the ladder does not rate: the plan's figure
     assert planned_capacity_qps(handoff, {"c": 2}, {"c": {"other": 1.0}}) == pytest.approx(40.0)
+
+
+@pytest.mark.parametrize("mu_qps", [5e-324, 1e-300, 1e-9, 1e-6])
+def test_a_vanishing_planned_rate_sheds_with_numbers_not_an_overflow(mu_qps):
+    handoff = {"stages": [{"stage": "s", "replicas": 1, "mu_qps": mu_qps, "visit_ratio": 1.0}]}
+    load = replace(LOAD, in_flight=3, observed_qps=None, planned_qps=planned_capacity_qps(handoff, {}))
+    d = decide(load, 400)
+    assert not d.admit and 1 <= d.retry_after_s <= MAX_RETRY_S
+    assert d.predicted_ms is None or (np.isfinite(d.predicted_ms) and d.predicted_ms > 400)
+
+
+@pytest.mark.parametrize("rate", [float("nan"), float("inf"), -1.0, 0.0])
+def test_a_rate_that_is_no_finite_positive_number_is_no_evidence(rate):
+    assert service_rate(replace(LOAD, observed_qps=None, planned_qps=rate)) is None
+    assert service_rate(replace(LOAD, planned_qps=rate)) == 100.0
+
+
+def test_extreme_valid_loads_give_bounded_answers():
+    huge = decide(replace(LOAD, in_flight=10**9, observed_qps=1e9, base_ms=0.0), 1e6)  # 1 s of work: admitted
+    assert huge.admit
+    slow = decide(replace(LOAD, in_flight=10**9, observed_qps=1e-6), 400)
+    assert not slow.admit and slow.retry_after_s == MAX_RETRY_S and np.isfinite(slow.predicted_ms)

@@ -24,6 +24,13 @@ HANDOFF = {"pipeline": "p", "epoch": 4, "mean_rate_qps": 10.0, "windows_s": [0.1
            "stages": [{"stage": "s", "replicas": 2, "mu_qps": 8.0, "visit_ratio": 1.0}], "at_ns": 5}
 
 
+RUNG = {"variant": "a", "accuracy": 0.5, "share": 1.0, "rate_qps": 8.0, "window_qps": [20.0, 10.0],
+        "service_ms": [5.0, 9.0]}
+CAPACITY = {"stage": "s", "budget_ms": 250.0, "rate_qps": 8.0, "window_qps": [20.0, 10.0], "variant": "a",
+            "service_ms": [5.0, 9.0], "ladder": [RUNG, {**RUNG, "variant": "b", "share": 0.0, "rate_qps": 0.0,
+                                                        "window_qps": []}]}
+
+
 def record(value: bytes, key: bytes | None = b"s", kind: str = "StageConfig", offset: int = 3,
            partition: int = 0) -> ConsumerRecord:
     return ConsumerRecord("slipstream.p.control", partition, offset, 0, 0, key, value, None,
@@ -86,10 +93,37 @@ def test_every_stage_config_field_is_bounded(change, says):
     ({"stages": [{"stage": "zz", "replicas": 1, "mu_qps": 1.0, "visit_ratio": 1.0}]}, r"stages\[0\].stage"),
     ({"stages": [{"stage": "s", "replicas": -1, "mu_qps": 1.0, "visit_ratio": 1.0}]}, r"stages\[0\].replicas"),
     ({"stages": [{"stage": "s", "replicas": 1, "mu_qps": 0.0, "visit_ratio": 1.0}]}, r"stages\[0\].mu_qps"),
+    # sane ranges: no reader's arithmetic (the gateway's shedding, the tuner's sizing) overflows on them
+    ({"stages": [{"stage": "s", "replicas": 1, "mu_qps": 5e-324, "visit_ratio": 1.0}]}, r"stages\[0\].mu_qps"),
+    ({"stages": [{"stage": "s", "replicas": 1, "mu_qps": 1e-6, "visit_ratio": 1.0}]}, r"stages\[0\].mu_qps"),
+    ({"stages": [{"stage": "s", "replicas": 1, "mu_qps": 1e9, "visit_ratio": 1.0}]}, r"stages\[0\].mu_qps"),
+    ({"stages": [{"stage": "s", "replicas": 1, "mu_qps": 1.0, "visit_ratio": 1e300}]}, r"stages\[0\].visit_ratio"),
+    ({"stages": [{"stage": "s", "replicas": 2**31 - 1, "mu_qps": 1.0, "visit_ratio": 1.0}]}, r"stages\[0\].replicas"),
+    ({"mean_rate_qps": 1e300}, "mean_rate_qps"), ({"mean_rate_qps": 5e-324}, "mean_rate_qps"),
+    ({"rates_qps": [1e12, 1.0]}, r"rates_qps\[0\]"), ({"windows_s": [1e9, 0.2]}, r"windows_s\[0\]"),
+    ({"capacity": [{**CAPACITY, "stage": "zz"}]}, r"capacity\[0\].stage"),
+    ({"capacity": [{**CAPACITY, "rate_qps": 5e-324}]}, r"capacity\[0\].rate_qps"),
+    ({"capacity": [{**CAPACITY, "budget_ms": math.inf}]}, r"capacity\[0\].budget_ms"),
+    ({"capacity": [{**CAPACITY, "window_qps": [math.nan, 1.0]}]}, r"capacity\[0\].window_qps\[0\]"),
+    ({"capacity": [{**CAPACITY, "window_qps": [1.0] * 65}]}, r"capacity\[0\].window_qps: 0 to 64"),
+    ({"capacity": [{**CAPACITY, "service_ms": [-1.0]}]}, r"capacity\[0\].service_ms\[0\]"),
+    ({"capacity": [{**CAPACITY, "ladder": [{**RUNG, "rate_qps": 1e-300}]}]}, r"capacity\[0\].ladder\[0\].rate_qps"),
+    ({"capacity": [{**CAPACITY, "ladder": [{**RUNG, "accuracy": 1.5}]}]}, r"capacity\[0\].ladder\[0\].accuracy"),
+    ({"capacity": [{**CAPACITY, "ladder": [{**RUNG, "share": math.inf}]}]}, r"capacity\[0\].ladder\[0\].share"),
+    ({"capacity": [{**CAPACITY, "ladder": [{**RUNG, "window_qps": [1e10]}]}]},
+     r"capacity\[0\].ladder\[0\].window_qps\[0\]"),
 ])
 def test_every_handoff_field_is_bounded(change, says):
     with pytest.raises(InvalidControl, match=says):
         check("TunerHandoff", "~handoff", {**HANDOFF, **change}, "p", PIPE)
+
+
+def test_sane_handoff_numbers_at_the_edges_pass():
+    check("TunerHandoff", "~handoff", {**HANDOFF, "capacity": [CAPACITY]}, "p", PIPE)
+    edges = {"mean_rate_qps": 0.0, "rates_qps": [0.0, 2e-6], "windows_s": [1e-9, 86_400.0],
+             "stages": [{"stage": "s", "replicas": 0, "mu_qps": 1.1e-6, "visit_ratio": 0.0},
+                        {"stage": "s", "replicas": 1024, "mu_qps": 9.9e8, "visit_ratio": 1e6}]}
+    check("TunerHandoff", "~handoff", {**HANDOFF, **edges}, "p", PIPE)
 
 
 def test_bodies_types_and_partitions_that_cannot_be_read_are_refused():
