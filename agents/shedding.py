@@ -9,7 +9,7 @@ requests a later stage will drop, serves nothing in time. Two rules, pure, with 
   Read from the record's expiry header (``streams.expiry``), so it is answered without decoding.
 - **shed** (:class:`SourceGate`, source stage only): the requests admitted so far drain at the
   bottleneck's rate (the slowest stage's capacity in pipeline requests/s, from the planner's hand-off
-  and the replicas in force: ``streams.handoff.planned_capacity_qps``, times this worker's share of
+  and the replicas in force: ``streams.control_io.planned_capacity_qps``, times this worker's share of
   the input partitions). A new request is predicted to finish after its own service plus the time the
   admitted requests ahead of it need at that rate; past its deadline it is dropped with reason
   ``shed`` before this stage spends anything on it, and is not counted as ahead of later ones.
@@ -32,7 +32,7 @@ def expired(stage: str, deadline_ns: int, now_ns: int, serve_ns: int) -> str | N
     if late <= 0:
         return None
     return (f"deadline: expired before {stage} could serve it ({late / NS_PER_MS:.1f} ms late at "
-            f"batch-1 latency {serve_ns / NS_PER_MS:.1f} ms), not decoded")
+            f"batch-1 latency {serve_ns / NS_PER_MS:.1f} ms)")
 
 
 @dataclass
