@@ -20,6 +20,7 @@ from typing import Any
 
 from streams.client import PipelineClient, make_request
 from streams.config import KafkaSettings
+from streams.limits import MAX_REQUEST_BYTES, RecordTooLarge
 from streams.spec import Pipeline
 
 from gateway import oip
@@ -28,6 +29,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.shedding import Outcomes, decide
 
 log = logging.getLogger(__name__)
+RETRY_UNAVAILABLE_S = 1  # Retry-After of a 503: Kafka away or not confirming (probed every second)
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,7 @@ class GatewayConfig:
     port: int = 8080
     grace_ms: float = 500.0  # waited past a request's deadline for its result's transit
     window_s: float = 5.0  # of the outcomes the shedding rule reads
-    max_body_bytes: int = 8 * 1024 * 1024  # the producer's max_request_size (streams.kafka.producer)
+    max_body_bytes: int = MAX_REQUEST_BYTES  # read at most; the input topic's limit applies to the record
     linger_ms: int = 0  # each request produced as it comes (docs/gateway.md, what the gateway adds)
     grpc_port: int | None = None  # serve GRPCInferenceService too (0: any free port)
 
@@ -58,7 +60,7 @@ class Answer:
     message: str = ""
     result: dict | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
-    retry_after_s: int | None = None  # 429
+    retry_after_s: int | None = None  # 429, 503
 
 
 class Gateway:
@@ -78,6 +80,8 @@ class Gateway:
         await self.client.stop()
 
     def not_ready(self) -> str | None:
+        if self.client.unreachable:
+            return self.client.unreachable
         if not self.client.running:
             return "the results reader is not running"
         if not self.control.running:
@@ -108,7 +112,7 @@ class Gateway:
         """One decoded request, from arrival to answer: 503 not ready, 429 shed, else admitted."""
         why = self.not_ready()
         if why is not None:
-            return self.refuse(503, f"not ready: {why}")
+            return self.refuse(503, f"not ready: {why}", retry_after_s=RETRY_UNAVAILABLE_S)
         budget = oip.budget_ms(call.deadline_ms, self.pipe.slo_ms)
         decision = decide(self.outcomes.load(time.time_ns(), self.control.planned_qps()), budget)
         if not decision.admit:
@@ -119,17 +123,35 @@ class Gateway:
                            accuracy_floor=call.accuracy_floor, created_ns=arrived_ns)
         return await self._admitted(req)
 
+    def _left_s(self, req: dict) -> float:
+        return max(0.0, (req["deadline_ns"] - time.time_ns()) / 1e9) + self.cfg.grace_ms / 1000
+
+    async def _produce(self, req: dict) -> Answer | None:
+        """Produce ``req``, confirmed within its deadline + grace; else the refusal: 413 over the input
+        topic's limit, 503 (with ``Retry-After``) when Kafka did not confirm it or refused it."""
+        rid = req["request_id"]
+        try:
+            await self.client.send(req, timeout_s=self._left_s(req))
+        except RecordTooLarge as exc:
+            return self.refuse(413, str(exc), request_id=rid, limit_bytes=exc.limit)
+        except TimeoutError:
+            return self.refuse(503, "Kafka did not confirm the request within its deadline + grace",
+                               request_id=rid, retry_after_s=RETRY_UNAVAILABLE_S)
+        except Exception as exc:  # noqa: BLE001 - any producer failure: the caller is told, not hung
+            log.warning("request %s not produced: %r", rid, exc)
+            return self.refuse(503, f"the request could not be produced: {exc!r}", request_id=rid,
+                               retry_after_s=RETRY_UNAVAILABLE_S)
+        return None
+
     async def _admitted(self, req: dict) -> Answer:
         rid = req["request_id"]
         self.outcomes.admitted(time.time_ns())
         answered, status = False, "pending"
         try:
-            try:
-                await self.client.send(req)
-            except Exception as exc:  # noqa: BLE001 - any producer failure: the caller is told, not hung
-                log.warning("request %s not produced: %r", rid, exc)
-                return self.refuse(503, f"the request could not be produced: {exc!r}", request_id=rid)
-            wait_s = max(0.0, (req["deadline_ns"] - time.time_ns()) / 1e9) + self.cfg.grace_ms / 1000
+            refused = await self._produce(req)
+            if refused is not None:
+                return refused
+            wait_s = self._left_s(req)
             try:
                 res = await self.client.result(rid, timeout_s=wait_s)
             except TimeoutError:

@@ -6,7 +6,8 @@ REST answers: 200 done (output, status, per-hop timings in ``parameters``); 504 
 reason), or no result by the deadline + ``grace_ms`` (status ``pending``); 400 an error result the
 request caused (the contract's field and value), 500 any other error result (``oip.result_code``); 429
 shed with ``Retry-After``; 400 a request the protocol cannot take; 404 another model; 413 a body over
-``max_body_bytes``; 503 not ready, or the request could not be produced.
+``max_body_bytes`` or a record over the input topic's limit; 503 with ``Retry-After`` not ready (Kafka
+unreachable included), or the request not confirmed by Kafka within its deadline + grace.
 
 The versioned routes (``/v2/models/{m}/versions/{v}``, ``.../ready``, ``.../infer``) serve version
 ``1``, the one the metadata lists; another version is a 404. Every error is the protocol's error body

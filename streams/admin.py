@@ -74,6 +74,44 @@ async def ensure_topics(settings: KafkaSettings, specs: Iterable[TopicSpec]) -> 
     return [t.name for t in new]
 
 
+SIZE_KEY = "max.message.bytes"
+
+
+async def align_sizes(settings: KafkaSettings, specs: Iterable[TopicSpec]) -> list[str]:
+    """Set each existing topic's ``max.message.bytes`` to its spec's where the spec names one and the
+    topic differs, keeping the topic's other own settings (AlterConfigs replaces them all, so they are
+    read first). Returns the names changed."""
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    wanted = {s.name: s.config[SIZE_KEY] for s in specs if SIZE_KEY in s.config}
+    if not wanted:
+        return []
+    async with admin_client(settings) as admin:
+        responses = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, t) for t in sorted(wanted)])
+        own = topic_own_configs(responses)
+        todo = {t: {**c, SIZE_KEY: wanted[t]} for t, c in own.items() if c.get(SIZE_KEY) != wanted[t]}
+        if todo:
+            await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, t, configs=c)
+                                       for t, c in sorted(todo.items())])
+    return sorted(todo)
+
+
+def topic_own_configs(responses: Iterable) -> dict[str, dict[str, str]]:
+    """{topic: the configs set on the topic itself} from DescribeConfigs responses: v1+ entries
+    (name, value, read only, source, sensitive, synonyms) with source 1 (a topic's dynamic config), v0
+    entries (name, value, read only, is default, sensitive) not default; topics with an error are left
+    out."""
+    out: dict[str, dict[str, str]] = {}
+    for resp in responses:
+        for code, _msg, _type, name, entries in resp.resources:
+            if code != 0:
+                continue
+            out[name] = {e[0]: e[1] for e in entries
+                         if e[1] is not None and (e[3] == 1 if len(e) > 5 else not e[3] and not e[2])}
+    return out
+
+
 async def partition_counts(settings: KafkaSettings, topics: Iterable[str]) -> dict[str, int]:
     topics = list(topics)
     async with admin_client(settings) as admin:

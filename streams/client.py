@@ -27,6 +27,8 @@ from typing import Any
 from streams import codec, kafka as kclient, topics
 from streams.contract import deadline_ns
 from streams.config import KafkaSettings
+from streams.keeper import ProducerKeeper
+from streams.limits import Limits, read_limits
 from streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
@@ -68,7 +70,8 @@ class PipelineClient:
         self.pipe, self.kafka = pipe, kafka
         self._producer_kw = {} if linger_ms is None else {"linger_ms": linger_ms}
         self.input_topic = topics.stage_input(pipe.name, pipe.source)
-        self._producer = None
+        self._keeper = ProducerKeeper(lambda: kclient.producer(kafka, **self._producer_kw))
+        self.limits = Limits()  # the input topic's, read at start
         self._consumer = None
         self._reader: asyncio.Task | None = None
         self._waiters: dict[str, asyncio.Future] = {}  # own requests without a result yet
@@ -84,8 +87,8 @@ class PipelineClient:
         await self.stop()
 
     async def start(self) -> None:
-        self._producer = kclient.producer(self.kafka, **self._producer_kw)
-        await self._producer.start()
+        self.limits = await read_limits(self.kafka, [self.input_topic])
+        await self._keeper.start()
         self._consumer = kclient.consumer(self.kafka, group_id=None, auto_offset_reset="latest")
         await self._consumer.start()
         tps = await kclient.topic_partitions(self._consumer, topics.results(self.pipe.name))
@@ -105,18 +108,27 @@ class PipelineClient:
                 pass
         if self._consumer is not None:
             await self._consumer.stop()
-        if self._producer is not None:
-            await self._producer.stop()
+        await self._keeper.stop()
 
-    async def send(self, request: dict, wait: bool = True):
+    async def send(self, request: dict, wait: bool = True, timeout_s: float | None = None):
         """Produce a prepared request (see :func:`make_request`); returns the delivery future when
-        ``wait`` is False, so open-loop senders can keep going."""
-        self.expect(request["request_id"])
-        fut = await kclient.send(self._producer, self.input_topic, "InferenceRequest", request,
-                                 key=request["request_id"], timestamp_ns=request["created_ns"])
-        if wait:
-            await fut
+        ``wait`` is False, so open-loop senders can keep going. Raises ``streams.limits.RecordTooLarge``
+        for a request over the input topic's limit (nothing sent), and ``TimeoutError`` when Kafka has
+        not confirmed it within ``timeout_s`` (it may still be written later)."""
+        async with asyncio.timeout(timeout_s):
+            prod, generation = await self._keeper.usable()
+            fut = await kclient.send(prod, self.input_topic, "InferenceRequest", request, key=request["request_id"],
+                                     timestamp_ns=request["created_ns"], limits=self.limits)
+            self.expect(request["request_id"])
+            self._keeper.watch(fut, generation)
+            if wait:
+                await asyncio.shield(fut)
         return fut
+
+    @property
+    def unreachable(self) -> str | None:
+        """Why Kafka is taken to be away (no metadata answer in a row of probes), else None."""
+        return self._keeper.unreachable
 
     async def submit(self, payload: bytes, **kw: Any) -> str:
         req = make_request(self.pipe, payload, **kw)

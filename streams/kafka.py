@@ -12,7 +12,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from streams import codec, expiry
 from streams.config import KafkaSettings
-from streams.limits import Limits
+from streams.limits import MAX_REQUEST_BYTES, Limits
 
 SCHEMA_HEADER = "slipstream-schema"
 FETCH_MAX_WAIT_MS = 500  # a consumer's long poll (aiokafka's default); see consumer()
@@ -26,7 +26,7 @@ FOLLOWER_FETCH = {"fetch_min_bytes": 1024 * 1024, "fetch_max_wait_ms": 100}
 def producer(settings: KafkaSettings, **overrides: Any) -> AIOKafkaProducer:
     """Idempotent, acks=all: a write is confirmed once every in-sync replica has it, and a retry after a
     lost acknowledgement is not written twice (the broker drops the sequence number it already has)."""
-    kw = dict(acks="all", enable_idempotence=True, linger_ms=1, max_request_size=8 * 1024 * 1024)
+    kw = dict(acks="all", enable_idempotence=True, linger_ms=1, max_request_size=MAX_REQUEST_BYTES)
     kw.update(overrides)
     return AIOKafkaProducer(**settings.aiokafka_kwargs(), **kw)
 
@@ -158,15 +158,18 @@ def headers_for(record: str, value: Mapping[str, Any] | None = None) -> list[tup
 
 
 async def send(prod: AIOKafkaProducer, topic: str, record: str, value: Mapping[str, Any],
-               key: str | bytes | None = None, timestamp_ns: int | None = None):
+               key: str | bytes | None = None, timestamp_ns: int | None = None, limits: Limits | None = None):
     """Encode ``value`` as ``record`` for ``topic`` (``streams.codec.encode``: the Confluent wire format
-    when a schema registry is set) and send it; returns the delivery future (await it to confirm)."""
+    when a schema registry is set) and send it; returns the delivery future (await it to confirm). With
+    ``limits`` a record over its topic's limit raises ``RecordTooLarge`` before the producer sees it."""
     if isinstance(key, str):
         key = key.encode()
     ts_ms = (timestamp_ns if timestamp_ns is not None else time.time_ns()) // 1_000_000
     await codec.preregister([(record, topic)])  # a registry's schema id, off the event loop
-    return await prod.send(topic, codec.encode(record, value, topic), key=key, timestamp_ms=ts_ms,
-                           headers=headers_for(record, value))
+    data, headers = codec.encode(record, value, topic), headers_for(record, value)
+    if limits is not None:
+        limits.check(topic, key, data, headers)
+    return await prod.send(topic, data, key=key, timestamp_ms=ts_ms, headers=headers)
 
 
 # send_window uses aiokafka internals (``_serialize``, ``_partition``, ``client._wait_on_metadata``):

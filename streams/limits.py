@@ -23,6 +23,7 @@ from aiokafka.errors import MessageSizeTooLargeError
 
 from streams.config import KafkaSettings
 
+MAX_REQUEST_BYTES = 8 * 1024 * 1024  # the producers' max_request_size: no topic of a spec takes more
 BROKER_DEFAULT = 1_048_588  # Kafka's message.max.bytes default: what a topic without its own takes
 BATCH_OVERHEAD = 61 + 21  # v2 record batch header, and one record's varint framing at most
 MAX_ERROR_CHARS = 2000  # a reason is cut here (``agents.routing``'s results and dead letters)

@@ -33,6 +33,7 @@ from pydantic import ConfigDict, Field, StringConstraints
 
 from streams.docmodel import Doc, did_you_mean, load_document, read
 from streams.graph import StageGraph, reference_error
+from streams.limits import MAX_REQUEST_BYTES
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
@@ -98,6 +99,7 @@ class Pipeline(StageGraph):
     edges: tuple[Edge, ...] = ()
     input_content_type: str = "application/octet-stream"
     source_file: str = "<memory>"
+    max_message_bytes: int | None = None  # every topic's max.message.bytes (None: the broker's)
 
     @property
     def needs_join(self) -> bool:
@@ -159,6 +161,10 @@ class PipelineDoc(Doc):
     name: Name
     slo_ms: float = Field(ge=1, description="end-to-end latency SLO in ms")
     input_content_type: str = "application/octet-stream"
+    max_message_bytes: Optional[int] = Field(
+        None, ge=64 * 1024, le=MAX_REQUEST_BYTES,
+        description="the largest record the pipeline's topics take, in bytes (Kafka's max.message.bytes; "
+                    "default: the broker's, 1 MiB); a larger request is refused (the gateway answers 413)")
     hardware: dict[Name, HardwareDoc] = Field(min_length=1)
     stages: list[StageDoc] = Field(min_length=1)
     edges: Optional[list[EdgeDoc]] = None
@@ -192,7 +198,8 @@ def parse_pipeline(doc: Any, *, source_file: str = "<memory>") -> Pipeline:
         raise fail(*wrong)
     edges = [Edge(src=e.src, dst=e.dst, fanout=e.fanout, probability=e.probability) for e in d.edges or ()]
     pipe = Pipeline(name=d.name, slo_ms=d.slo_ms, hardware=hardware, stages=tuple(stages),
-                    edges=tuple(edges), input_content_type=d.input_content_type, source_file=source_file)
+                    edges=tuple(edges), input_content_type=d.input_content_type, source_file=source_file,
+                    max_message_bytes=d.max_message_bytes)
     if (wrong := pipe.shape_error()) is not None:
         raise fail("edges", *wrong)
     return pipe

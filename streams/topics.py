@@ -69,14 +69,16 @@ COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "segment
 
 
 def all_topics(pipe) -> list[TopicSpec]:
-    """Every topic a pipeline needs, with partitions from the stage defaults."""
-    out = [TopicSpec(stage_input(pipe.name, s.name), s.defaults.partitions) for s in pipe.stages]
+    """Every topic a pipeline needs, with partitions from the stage defaults; each takes records up to
+    the spec's ``max_message_bytes`` when it sets one (else the broker's default)."""
+    size = {} if pipe.max_message_bytes is None else {"max.message.bytes": str(pipe.max_message_bytes)}
+    out = [TopicSpec(stage_input(pipe.name, s.name), s.defaults.partitions, size) for s in pipe.stages]
     widest = max(s.defaults.partitions for s in pipe.stages)
     out += [
-        TopicSpec(join(pipe.name), widest),
-        TopicSpec(results(pipe.name), widest),
-        TopicSpec(control(pipe.name), 1, COMPACTED),
-        TopicSpec(scaling(pipe.name), 1),
-        TopicSpec(dead_letters(pipe.name), 1),
+        TopicSpec(join(pipe.name), widest, size),
+        TopicSpec(results(pipe.name), widest, size),
+        TopicSpec(control(pipe.name), 1, {**COMPACTED, **size}),
+        TopicSpec(scaling(pipe.name), 1, size),
+        TopicSpec(dead_letters(pipe.name), 1, size),
     ]
     return out

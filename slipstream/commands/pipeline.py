@@ -20,12 +20,17 @@ pipeline_opt = click.option("--pipeline", "pipeline_file", required=True,
 @click.command("topics")
 @pipeline_opt
 def topics_cmd(pipeline_file: str) -> None:
-    """Create the pipeline's topics (existing ones are left alone) and list them."""
+    """Create the pipeline's topics and list them. Existing ones keep their partitions; their record
+    size limit (max.message.bytes) is set to the spec's ``max_message_bytes`` when it names one."""
     pipe = load_or_fail(pipeline_file)
     specs = topics.all_topics(pipe)
-    created = asyncio.run(admin.ensure_topics(KafkaSettings.from_env(), specs))
+    settings = KafkaSettings.from_env()
+    created = asyncio.run(admin.ensure_topics(settings, specs))
+    resized = set(asyncio.run(admin.align_sizes(settings, [s for s in specs if s.name not in created])))
     for s in specs:
-        click.echo(f"{'created' if s.name in created else 'exists '}  {s.name}  partitions={s.partitions}")
+        state = "created" if s.name in created else "resized" if s.name in resized else "exists "
+        size = s.config.get(admin.SIZE_KEY)
+        click.echo(f"{state}  {s.name}  partitions={s.partitions}" + (f"  {admin.SIZE_KEY}={size}" if size else ""))
 
 
 @click.command()

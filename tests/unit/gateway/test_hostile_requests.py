@@ -27,7 +27,7 @@ class Answers:
         self.sent: list[dict] = []
         self.running = True
 
-    async def send(self, req: dict) -> None:
+    async def send(self, req: dict, timeout_s: float | None = None) -> None:
         self.sent.append(req)
 
     async def result(self, rid: str, timeout_s: float) -> dict:

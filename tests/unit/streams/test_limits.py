@@ -36,3 +36,31 @@ def test_an_original_that_does_not_fit_the_dead_letter_topic_is_cut_and_its_dige
     assert original.startswith(kept) and len(kept) == 10_000 - BATCH_OVERHEAD - 500
     assert f"original of {len(original)} bytes" in note and hashlib.sha256(original).hexdigest() in note
     assert limits.fit_original("dlq", b"small", 500) == (b"small", "")
+
+
+def test_a_topics_own_configs_are_those_set_on_it_whatever_the_response_version():
+    from streams.admin import topic_own_configs
+
+    v1 = SimpleNamespace(resources=[(0, "", 2, "t", [
+        ("cleanup.policy", "compact", False, 1, False, []),  # source 1: set on the topic
+        ("max.message.bytes", "1048588", False, 5, False, []),  # 5: the broker's default
+        ("segment.ms", None, False, 1, False, []),
+    ]), (3, "unknown topic", 2, "gone", [("cleanup.policy", "compact", False, 1, False, [])])])
+    v0 = SimpleNamespace(resources=[(0, "", 2, "u", [
+        ("retention.ms", "1000", False, False, False),  # not default: set on the topic
+        ("max.message.bytes", "1048588", False, True, False),
+        ("message.format.version", "3.0", True, False, False),  # read only: never the topic's
+    ])])
+    assert topic_own_configs([v1, v0]) == {"t": {"cleanup.policy": "compact"}, "u": {"retention.ms": "1000"}}
+
+
+def test_the_specs_record_limit_goes_on_every_topic_and_none_leaves_the_brokers():
+    from streams import topics
+    from streams.spec import parse_pipeline
+
+    doc = {"name": "p", "slo_ms": 100, "hardware": {"c": {"kind": "cpu", "cost_per_hour": 1}},
+           "stages": [{"name": "s", "variants": [{"name": "v", "model": "noop", "accuracy": 1}]}]}
+    sized = topics.all_topics(parse_pipeline({**doc, "max_message_bytes": 300_000}))
+    assert {t.config["max.message.bytes"] for t in sized} == {"300000"}
+    assert next(t for t in sized if t.name.endswith(".control")).config["cleanup.policy"] == "compact"
+    assert all("max.message.bytes" not in t.config for t in topics.all_topics(parse_pipeline(doc)))

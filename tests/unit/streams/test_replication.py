@@ -67,6 +67,7 @@ class _Stage:
 class _Pipe:
     name = "p"
     stages = [_Stage()]
+    max_message_bytes = None
 
 
 def test_the_cluster_has_its_own_ports_voters_and_folders(tmp_path):
