@@ -41,6 +41,9 @@ class GatewayConfig:
     max_body_bytes: int = MAX_REQUEST_BYTES  # read at most; the input topic's limit applies to the record
     linger_ms: int = 0  # each request produced as it comes (docs/gateway.md, what the gateway adds)
     grpc_port: int | None = None  # serve GRPCInferenceService too (0: any free port)
+    body_timeout_s: float = 10.0  # a body not read whole within this is answered 408 (slow clients)
+    max_in_flight: int = 2048  # infer calls being read or answered at once; beyond, 503 at once
+    max_bytes_in_flight: int = 512 * 1024 * 1024  # their declared bodies in all; beyond, 503 at once
 
     def __post_init__(self) -> None:
         for port in (self.port, self.grpc_port):
@@ -48,6 +51,9 @@ class GatewayConfig:
                 raise ValueError(f"ports must be in 0..65535, got {port}")
         if self.grace_ms < 0 or self.window_s <= 0 or self.max_body_bytes < 1 or self.linger_ms < 0:
             raise ValueError(f"grace_ms >= 0, window_s > 0, max_body_bytes >= 1 and linger_ms >= 0, got {self}")
+        if self.body_timeout_s <= 0 or self.max_in_flight < 1 or self.max_bytes_in_flight < self.max_body_bytes:
+            raise ValueError(f"body_timeout_s > 0, max_in_flight >= 1 and max_bytes_in_flight >= max_body_bytes, "
+                             f"got {self}")
 
 
 @dataclass(frozen=True)

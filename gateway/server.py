@@ -18,6 +18,7 @@ expected into a logged 500 with that body, never plain text.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import re
@@ -30,7 +31,7 @@ from streams.config import KafkaSettings
 from streams.spec import Pipeline
 
 from gateway import oip
-from gateway.core import Answer, Gateway, GatewayConfig
+from gateway.core import RETRY_UNAVAILABLE_S, Answer, Gateway, GatewayConfig
 
 __all__ = ["GRPC_READY", "READY", "READY_LINE", "GatewayConfig", "RestApi", "oip_errors", "serve"]
 log = logging.getLogger(__name__)
@@ -64,9 +65,33 @@ async def oip_errors(request: web.Request, handler) -> web.StreamResponse:
                             headers={"Content-Type": "application/json"})
 
 
+class InFlight:
+    """What the infer calls being read or answered hold: their count and their declared body bytes
+    (``Content-Length``; a chunked body counts as ``max_body_bytes``), each bounded by the config."""
+
+    def __init__(self, cfg: GatewayConfig) -> None:
+        self.cfg, self.calls, self.bytes = cfg, 0, 0
+
+    def refusal(self, declared: int) -> str | None:
+        if self.calls + 1 > self.cfg.max_in_flight:
+            return f"{self.calls} calls in flight, the gateway's limit (max_in_flight)"
+        if self.bytes + declared > self.cfg.max_bytes_in_flight:
+            return f"{self.bytes} body bytes in flight, {declared} more would pass max_bytes_in_flight"
+        return None
+
+    @contextlib.contextmanager
+    def holding(self, declared: int):
+        self.calls, self.bytes = self.calls + 1, self.bytes + declared
+        try:
+            yield
+        finally:
+            self.calls, self.bytes = self.calls - 1, self.bytes - declared
+
+
 class RestApi:
     def __init__(self, gw: Gateway) -> None:
         self.gw, self.pipe = gw, gw.pipe
+        self.in_flight = InFlight(gw.cfg)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.gw.cfg.max_body_bytes, middlewares=[oip_errors])
@@ -124,12 +149,27 @@ class RestApi:
         unknown = self.gw.unknown_model(request.match_info["model"], request.match_info.get("version", ""))
         if unknown:
             return self._error(unknown)
+        cfg = self.gw.cfg
+        declared = request.content_length if request.content_length is not None else cfg.max_body_bytes
+        if declared > cfg.max_body_bytes:  # refused before a byte of the body is read
+            return self._error(self.gw.refuse(413, f"request body of {declared} bytes over {cfg.max_body_bytes}"))
+        why = self.in_flight.refusal(declared)
+        if why is not None:
+            return self._error(self.gw.refuse(503, f"overloaded: {why}", retry_after_s=RETRY_UNAVAILABLE_S))
+        with self.in_flight.holding(declared):
+            return await self._infer(request, arrived)
+
+    async def _infer(self, request: web.Request, arrived: int) -> web.Response:
+        cfg = self.gw.cfg
         try:
-            call = oip.parse_infer(await request.read(), request.headers)
+            body = await asyncio.wait_for(request.read(), cfg.body_timeout_s)
+            call = oip.parse_infer(body, request.headers)
+        except TimeoutError:
+            return self._error(self.gw.refuse(408, f"request body not read whole within {cfg.body_timeout_s:g} s"))
         except oip.ProtocolError as exc:
             return self._error(self.gw.refuse(400, str(exc)))
         except web.HTTPRequestEntityTooLarge:
-            return self._error(self.gw.refuse(413, f"request body over {self.gw.cfg.max_body_bytes} bytes"))
+            return self._error(self.gw.refuse(413, f"request body over {cfg.max_body_bytes} bytes"))
         a = await self.gw.answer(call, arrived)
         if a.code != 200:
             return self._error(a)
