@@ -361,7 +361,7 @@ def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions, f
     planner used) did not measure are named."""
     from loadgen.replay_estimate import estimate_run, run_arrivals
     from planner.estimator import Transit, network_for
-    from loadgen.simulate import tuner_changes
+    from loadgen.simulate import published_handoff, tuner_changes
     from streams.calibration import pace_sources
     from tuner.supervisor import LocalCapacity
 
@@ -375,5 +375,5 @@ def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions, f
     problem = replace(problem, activation_s=opts.activation_s,
                       network=replace(network_for(problem), to_results=Transit.constant(0.0)))
     est = estimate_run(problem, plan, summary, results, control=control, seed=opts.seed, forward=schedule,
-                       instance_activation_s=opts.instance_activation_s)
+                       instance_activation_s=opts.instance_activation_s, handoff=published_handoff(problem, plan))
     return replace(est, unmeasured_pace=pace_sources(calibration, [(v, h) for (_, v), h in plan.hardware_of().items()]))
