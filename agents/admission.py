@@ -8,7 +8,7 @@ Each record ends in one of three lists:
   its ``error`` result naming every broken field and its value, delivered and acked as a window is;
 - ``dead``: records that cannot be answered (undecodable, oversize, another pipeline's, no usable
   id): to the dead-letter topic with the reason;
-- ``dropped``: requests that ``judge`` (``agents.shedding``: expired, or shed at the source stage)
+- ``dropped``: requests that ``judge`` (``streams.shedding``: expired, or shed at the source stage)
   refuses by their deadline, each with its reason, answered ``dropped``. A record whose expiry header
   (``streams.expiry``) and key (its request id) say enough is judged before it is decoded, and a
   refused one is never decoded: its answer is built from the key and the header.

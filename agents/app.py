@@ -96,7 +96,7 @@ class ControlFeed:
     the newest it accepts, ``StageWorker.start``); :meth:`follow` then offers each later one to the
     worker, forever. An invalid record (``streams.control_rules``) is logged, counted and skipped;
     nothing a record holds is raised into these loops. With ``on_plan`` (the source stage's worker:
-    its admission needs the plan's capacity, ``agents.shedding``) every stage's StageConfigs and the
+    its admission needs the plan's capacity, ``streams.shedding``) every stage's StageConfigs and the
     TunerHandoffs are handed to it as well."""
 
     def __init__(self, pipe: Pipeline, stage: str, kafka: KafkaSettings, count_invalid, on_plan=None) -> None:

@@ -33,7 +33,7 @@ from agents.control import ActiveConfig, defaults
 from agents.delivery import Delivery
 from agents.instances import ExecutorFactory, Fleet, run_deadline_s
 from agents.metrics import StageMetrics
-from agents.shedding import SourceGate
+from streams.shedding import SourceGate
 from agents.stage.commit import WINDOW_BATCH_BYTES, WINDOW_LINGER_MS, Commit
 from agents.stage.config_switch import ConfigSwitch
 from agents.stage.fleet import FleetKeeper, Spares

@@ -43,6 +43,7 @@ class ComparisonRow:
     drawn_p99_ms: float = math.nan  # the same with the machine's pace drawn from the calibration, not the run's
     forward_p99_ms: float = math.nan  # the forward prediction: the plan, the tuner policy on the arrivals that
     forward_attainment: float = math.nan  # came, no re-plan, pace drawn (loadgen.replay_estimate.forward_estimate)
+    forward_shed: float = math.nan  # the share its source gate shed (planner.sim.gate)
     unmeasured_pace: tuple[str, ...] = ()  # its variants whose drawn pace the calibration did not measure
     error: str = ""
     failed: bool = False  # the error is a failure, not ModeNotApplicable
@@ -80,6 +81,7 @@ def compare_runs(specs: Sequence[str], runner: Callable[[str, bool], Summary | t
                                                 drawn_p99_ms=est.drawn_p99_ms,
                                                 forward_p99_ms=est.forward_p99_ms,
                                                 forward_attainment=est.forward_attainment,
+                                                forward_shed=est.forward_shed,
                                                 unmeasured_pace=est.unmeasured_pace)
         rows.append(ComparisonRow(spec, mode, tuned, s.cost_total_usd, s.cost_mean_per_hour, s.attainment,
                                   s.latency.p99_ms, acc, s.dropped, s.requests, **predicted))
@@ -106,7 +108,7 @@ def format_comparison(rows: Sequence[ComparisonRow]) -> str:
     predicted = any(not math.isnan(r.predicted_p99_ms) for r in rows)
     if predicted:
         head += (f"{'est. p99':>10}{'est/meas':>9}{'seeds ms':>16}{'est. SLO':>10}{'drawn p99':>10}{'drawn/meas':>11}"
-                 f"{'fwd p99':>10}{'fwd/meas':>9}{'fwd SLO':>9}")
+                 f"{'fwd p99':>10}{'fwd/meas':>9}{'fwd SLO':>9}{'fwd shed':>9}")
     lines = [head]
     for r in rows:
         if r.error:
@@ -126,7 +128,8 @@ def format_comparison(rows: Sequence[ComparisonRow]) -> str:
                      f"{drawn:>10}{est_ratio(r.drawn_p99_ms, r.p99_ms):>11}")
             fwd = "-" if math.isnan(r.forward_p99_ms) else f"{r.forward_p99_ms:.1f}"
             fatt = "-" if math.isnan(r.forward_attainment) else f"{100 * r.forward_attainment:.2f}%"
-            line += f"{fwd:>10}{est_ratio(r.forward_p99_ms, r.p99_ms):>9}{fatt:>9}"
+            fshed = "-" if math.isnan(r.forward_shed) else f"{100 * r.forward_shed:.1f}%"
+            line += f"{fwd:>10}{est_ratio(r.forward_p99_ms, r.p99_ms):>9}{fatt:>9}{fshed:>9}"
         lines.append(line)
     lines += [f"{r.spec}: {pace_note(r.unmeasured_pace)}" for r in rows if r.unmeasured_pace and not r.error]
     return "\n".join(lines)

@@ -83,6 +83,7 @@ class LikeForLike:
     forward_p99_ms: float = math.nan
     forward_attainment: float = math.nan
     forward_changes: int = 0  # replica and share changes the stepped tuner made
+    forward_shed: float = math.nan  # share of the requests the forward prediction's source gate shed
     served_ms: tuple[float, float] = (math.nan, math.nan)  # p99 of the served requests: measured, estimated
     # the plan's variants whose drawn pace the calibration's own runs did not measure, and where it came
     # from instead (streams.calibration.pace_sources): the drawn and forward predictions trust it less
@@ -241,7 +242,7 @@ def compare(summary: Summary, results: Sequence[Mapping[str, Any]], sim: SimResu
 def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequence[Mapping[str, Any]], *,
                  control: Sequence[tuple[int, Mapping[str, Any]]] = (), seed: int = 0, seeds: int = SEEDS,
                  forward: Sequence[ReplicaChange] | None = None,
-                 instance_activation_s: float | None = None) -> LikeForLike:
+                 instance_activation_s: float | None = None, handoff: Mapping[str, Any] | None = None) -> LikeForLike:
     """The estimator on this run's arrivals, replica changes and re-plans (``control``: what it saw
     on the control topic) and the machine's pace as the run measured it, against what
     was measured: one simulation per seed (``seed``, ``seed + 1``, ...); the run with the median p99
@@ -250,14 +251,17 @@ def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequen
     problem's activation time, network and service spread are the simulation's, and an added model
     instance serves ``instance_activation_s`` after its change (default: the activation time). ``forward`` (the
     replica changes the tuner policy makes on these arrivals, ``loadgen.simulate.tuner_changes``;
-    empty for an untuned mode) adds the forward prediction (:func:`forward_estimate`)."""
+    empty for an untuned mode) adds the forward prediction (:func:`forward_estimate`). ``handoff``
+    (the TunerHandoff record published for the plan, ``loadgen.simulate.published_handoff``) makes
+    every simulation's source stage shed as the workers' does (``planner.sim.gate``)."""
     arrivals, ids = run_arrivals(results)
     start_ns = min((r["created_ns"] for r in results), default=0)
     changes = (*run_changes(control, plan, start_ns), *batching_changes(control, plan, start_ns, problem.activation_s),
                *share_changes(control, plan, start_ns))
     at = replace(problem, arrivals_s=arrivals)
     service = problem.service
-    options = SimOptions(schedule=changes, request_ids=ids, instance_activation_s=instance_activation_s)
+    options = SimOptions(schedule=changes, request_ids=ids, instance_activation_s=instance_activation_s,
+                         handoff=handoff)
     drawn, drawn_seeds = median_run(at, plan, options, seed, seeds)
     own = run_service(problem, plan, results, control, start_ns, service)
     sim, seed_p99 = (drawn, drawn_seeds) if own is service else median_run(replace(at, service=own), plan, options,
@@ -268,7 +272,8 @@ def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequen
     fwd = {}
     if forward is not None:
         f = forward_estimate(at, plan, forward, options, seed, seeds)
-        fwd = dict(forward_p99_ms=f.p99_ms, forward_attainment=f.attainment, forward_changes=len(forward))
+        fwd = dict(forward_p99_ms=f.p99_ms, forward_attainment=f.attainment, forward_changes=len(forward),
+                   forward_shed=f.shed_share)
     return replace(compare(summary, results, sim), seed_p99_ms=seed_p99, drawn_p99_ms=drawn.p99_ms,
                    drawn_attainment=drawn.attainment, served_ms=(_p(done, 99), _p(served, 99)),
                    components=components(problem, plan, results, network, service, seed), **fwd)
@@ -326,7 +331,8 @@ def format_like_for_like(x: LikeForLike) -> str:
         lines.append(f"{'p99, forward':<22}{x.measured_p99_ms:>12.1f}{x.forward_p99_ms:>12.1f}{r:>8.2f}")
         lines.append(f"{'SLO, forward':<22}{100 * x.measured_attainment:>11.2f}%{100 * x.forward_attainment:>11.2f}%")
         lines.append(f"(forward: the plan as published, {x.forward_changes} replica and share changes of the tuner "
-                     f"policy stepped over these arrivals, no re-plan, pace drawn)")
+                     f"policy stepped over these arrivals, no re-plan, pace drawn; {100 * x.forward_shed:.1f}% shed "
+                     f"at the source)")
     if x.unmeasured_pace:
         lines.append(f"({pace_note(x.unmeasured_pace)})")
     m, e = x.served_ms

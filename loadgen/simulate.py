@@ -5,7 +5,8 @@ How estimator output maps onto InferenceResult fields (documented limits of a si
 
 - ``created_ns`` = start + arrival, ``deadline_ns`` = created + SLO; a done request's
   ``finished_ns`` = created + latency; a dropped one's is the simulated time of the drop decision,
-  and its reason is the estimator's (``stage X: deadline: ...``).
+  and its reason is the estimator's (``stage X: deadline: ...``, or ``stage X: shed: ...`` for the
+  source gate's, ``planner.sim.gate``).
 - ``hops``: one per stage the request visited, with the stage's longest item residence as
   ``finished_ns - enqueued_ns`` (``enqueued_ns = 0``) and ``started_ns = None``: the estimator reports
   queueing + batch time together, so the report shows residence, not a queue/service split.
@@ -27,7 +28,6 @@ from loadgen.report import Envelope, Summary, summarize
 from planner.estimator import ReplicaChange, ShareChange, SimOptions, SimResult, simulate
 from planner.plan import Plan
 from planner.problem import Problem
-from streams.batching import drop_reason
 from streams.contract import deadline_ns
 
 NS_PER_S = 1_000_000_000
@@ -56,10 +56,8 @@ def results_from_sim(problem: Problem, plan: Plan, sim: SimResult, *, start_ns: 
                  "started_ns": None, "finished_ns": int(ms * NS_PER_MS), "worker": "sim"}
                 for s, ms in zip(names, sim.stage_ms[i]) if not np.isnan(ms)]
         if sim.dropped[i]:
-            d, now, pred = (int(x) for x in sim.drop_info_ns[i])
-            status = "dropped"
-            reason = f"stage {names[sim.drop_stage[i]]}: " + drop_reason(d, now, pred)
-            finished = start_ns + now
+            status, reason = "dropped", sim.reason(i)
+            finished = start_ns + int(sim.drop_info_ns[i][1])
         else:
             status, reason = "done", ""
             finished = c + int(round(float(sim.latency_ms[i]) * NS_PER_MS))
@@ -100,7 +98,7 @@ def simulate_run(problem: Problem, plan: Plan, arrivals_s: np.ndarray, *,
     arr = np.sort(np.asarray(arrivals_s, dtype=float))
     act = problem.activation_s if activation_s is None else activation_s
     sim = simulate(replace(problem, arrivals_s=arr, seed=seed, activation_s=act), plan,
-                   SimOptions(schedule=tuple(changes)))
+                   SimOptions(schedule=tuple(changes), handoff=published_handoff(problem, plan)))
     results = results_from_sim(problem, plan, sim, start_ns=start_ns)
     end_ns = start_ns + int(max(float(arr[-1]) if len(arr) else 0.0,
                                 max((r["finished_ns"] - start_ns for r in results), default=0) / NS_PER_S)
@@ -111,10 +109,21 @@ def simulate_run(problem: Problem, plan: Plan, arrivals_s: np.ndarray, *,
         configs=config_events(problem, plan, changes, start_ns=start_ns), envelope=envelope,
         notes=(f"plan {plan.mode}: ${plan.cost_per_hour:.3f}/h planned, "
                f"{sum(isinstance(c, ReplicaChange) for c in changes)} tuner replica changes, "
-               f"{sum(isinstance(c, ShareChange) for c in changes)} share changes, {sim.events} simulator events",
+               f"{sum(isinstance(c, ShareChange) for c in changes)} share changes, {sim.events} simulator events, "
+               f"{100 * sim.shed_share:.1f}% shed at the source",
                *notes),
     )
     return SimulatedRun(summary, sim, tuple(changes))
+
+
+def published_handoff(problem: Problem, plan: Plan) -> dict[str, Any]:
+    """The TunerHandoff record the planner publishes for ``plan`` (``planner.run.publish_plan``): what
+    the live tuner steps from and what the source stage's gate reads its capacity from, so the
+    estimator's tuner and gate read the same one."""
+    from planner.service import handoff, handoff_record
+    from tuner.envelope import envelope
+
+    return handoff_record(handoff(problem, plan, envelope), problem.name, 0)
 
 
 def tuner_changes(problem: Problem, plan: Plan, arrivals_s: np.ndarray, *, tick_s: float,
@@ -123,13 +132,11 @@ def tuner_changes(problem: Problem, plan: Plan, arrivals_s: np.ndarray, *, tick_
     one decision every ``tick_s``, as the tuner service steps it, from the hand-off the planner
     publishes for ``plan``; the estimator's replica changes and (a loki plan's ladder) share changes.
     The live runs' forward prediction steps the same (``loadgen.live.run.like_for_like``)."""
-    from planner.service import handoff, handoff_record
     from tuner import planfile
-    from tuner.envelope import EnvelopeTracker, envelope
+    from tuner.envelope import EnvelopeTracker
     from tuner.policy import TunerState, decide, observe, tracker_windows
 
-    # the record the planner publishes for the live tuner (one conversion for both)
-    tplan = planfile.from_dict(handoff_record(handoff(problem, plan, envelope), problem.name, 0))
+    tplan = planfile.from_dict(published_handoff(problem, plan))
     tracker = EnvelopeTracker(tracker_windows(tplan, config))
     state = TunerState.initial(tplan, 0)
     ns = np.round(np.asarray(arrivals_s) * 1e9).astype(np.int64)

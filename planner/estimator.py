@@ -17,6 +17,8 @@
 - ``host``: where batches run: at full speed, or processor-shared over a host's free cores;
 - ``stages``: fan-out and branches; ``world``: the shared context and the builder;
 - ``record``: the log of the run and the ``SimResult`` computed from it (join, residence, drops);
+- ``gate``: the source stage's admission, the workers' own (``streams.shedding``): expired and shed
+  arrivals never enter the source's queue;
 - ``params``: the frozen, validated parameters (``ReplicaChange``, ``Transit``, ``Network``,
   ``HostModel``, ``ServiceTime``).
 
@@ -37,7 +39,7 @@ from planner.sim.groups import range_assign  # noqa: F401  (re-exported)
 from planner.sim.params import (BatchingChange, HostModel, Network, ReplicaChange, ServiceTime,  # noqa: F401
                                 ShareChange, Transit, scaling_modes)
 from planner.sim.record import after_hop, finish_ns, to_result
-from planner.sim import stagewise
+from planner.sim import gate, stagewise
 from planner.sim.world import Unprofiled, World, build  # noqa: F401  (Unprofiled re-exported)
 from streams.contract import deadline_ns as request_deadline
 
@@ -71,7 +73,11 @@ class SimOptions:
     (``round``: the fan-out rounded, ``poisson``); ``drop_late`` whether the workers drop requests past
     their deadline; ``method`` ``auto`` runs stage by stage when nothing couples the stages in time
     (``planner.sim.stagewise``, same result, faster), ``events`` always runs the event loop;
-    ``request_ids`` (default ``"0"``, ``"1"``, ... in arrival order) are what a mixed stage routes by.
+    ``request_ids`` (default ``"0"``, ``"1"``, ... in arrival order) are what a mixed stage routes by;
+    ``handoff`` is the TunerHandoff record the planner publishes for the plan
+    (``planner.service.handoff_record``): with it the source stage sheds as its workers do
+    (``planner.sim.gate``), at the capacity that record and the replicas in force give; without it
+    nothing is shed at the source (a worker that has read no hand-off sheds nothing either).
     """
 
     schedule: Sequence[ReplicaChange | BatchingChange | ShareChange] = ()
@@ -82,6 +88,7 @@ class SimOptions:
     drop_late: bool = True
     method: str = "auto"
     request_ids: Sequence[str] | None = None
+    handoff: Mapping | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -118,10 +125,12 @@ def simulate(problem: Problem, plan: Plan, options: SimOptions = SimOptions()) -
                   request_ids=o.request_ids)
     stages = build(problem, plan, world, modes, o.drop_late)
     vis = _ingress(world, arr_ns)
+    keep = _admitted(world, stages[0], plan, o, vis, deadline_ns)
+    reqs, vis_in, sent = np.flatnonzero(keep), vis[keep], arr_ns[keep]
     if o.method == "auto" and stagewise.applies(host=host, schedule=o.schedule, service=service, network=network):
-        stagewise.run(world, stages, vis, arr_ns)
+        stagewise.run(world, stages, reqs, vis_in, sent)
     else:
-        stages[0].group.seed(np.arange(arr_ns.size), vis, arr_ns)
+        stages[0].group.seed(reqs, vis_in, sent)
         world.colocate(arr_ns.tolist())
         for c in sorted(o.schedule, key=lambda c: c.time_s):
             world.engine.at(int(c.time_s * NS_PER_S), CHANGE, _group_of(stages, c), c)
@@ -130,6 +139,20 @@ def simulate(problem: Problem, plan: Plan, options: SimOptions = SimOptions()) -
     finish = finish_ns(world.log, int(arr.size), network, fetch, world.net_rng)
     return to_result(world.log, slo_ms=problem.slo_ms, names=names, arrival_s=arr, arrival_ns=arr_ns,
                      deadline_ns=deadline_ns, finish=finish, events=world.engine.events)
+
+
+def _admitted(world: World, source, plan: Plan, o: SimOptions, vis: np.ndarray, deadline_ns: np.ndarray) -> np.ndarray:
+    """Which arrivals the source stage's gate lets through (``planner.sim.gate``; all without a
+    hand-off or with late requests kept); the others are logged as dropped there."""
+    keep = np.ones(vis.size, dtype=bool)
+    if o.handoff is None or not o.drop_late:
+        return keep
+    serve_ns = source.group.predict(1)
+    for i, why in gate.judge_arrivals(source.name, vis, deadline_ns, serve_ns,
+                                      gate.capacity_steps(o.handoff, plan, o.schedule)):
+        keep[i] = False
+        world.log.refuse(i, source.index, int(vis[i]), serve_ns, shed=why.startswith("shed"))
+    return keep
 
 
 def _ingress(world: World, arr_ns: np.ndarray) -> np.ndarray:

@@ -35,6 +35,7 @@ class SimResult:
     stage_ms: np.ndarray  # [requests, stages] longest residence; NaN where not visited
     batches: int
     events: int
+    shed: np.ndarray | None = None  # bool: shed by the source's gate (``planner.sim.gate``); None: none
 
     @property
     def requests(self) -> int:
@@ -71,14 +72,25 @@ class SimResult:
     def drop_rate(self) -> float:
         return float(self.dropped.mean()) if self.requests else 0.0
 
+    @property
+    def shed_share(self) -> float:
+        """The share of requests the source's gate shed."""
+        return float(self.shed.mean()) if self.shed is not None and self.requests else 0.0
+
     def meets_slo(self, percentile: float = 99.0) -> bool:
         return self.attainment >= percentile / 100.0
 
+    def reason(self, i: int) -> str:
+        """Why request ``i`` was dropped, as the workers say it ("" when it was not)."""
+        if not self.dropped[i]:
+            return ""
+        d, now, pred = (int(x) for x in self.drop_info_ns[i])
+        why = (f"shed: no time left before the deadline at the capacity in force ({(d - now) / 1e6:.0f} ms left)"
+               if self.shed is not None and self.shed[i] else drop_reason(d, now, pred))
+        return f"stage {self.stage_names[self.drop_stage[i]]}: {why}"
+
     def query(self, i: int) -> QueryResult:
-        reason = ""
-        if self.dropped[i]:
-            d, now, pred = (int(x) for x in self.drop_info_ns[i])
-            reason = f"stage {self.stage_names[self.drop_stage[i]]}: " + drop_reason(d, now, pred)
+        reason = self.reason(i)
         return QueryResult(i, float(self.arrival_s[i]),
                            None if self.dropped[i] else float(self.latency_ms[i]), bool(self.dropped[i]),
                            reason, {s: float(v) for s, v in zip(self.stage_names, self.stage_ms[i])

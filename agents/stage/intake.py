@@ -1,7 +1,7 @@
 """Intake: the records faust's consumer hands over (``agents.intake``), admitted in one go.
 
 Owns ``_intake`` (the fetches not yet looked at), ``_intake_n``, ``room`` (set while the worker
-takes more records) and ``gate`` (``agents.shedding``: what is dropped by its deadline before it is
+takes more records) and ``gate`` (``streams.shedding``: what is dropped by its deadline before it is
 decoded, and at the source stage what the bottleneck cannot serve in time). Reads the planner's queue,
 the backlog and the fleet's pace (they bound what is held); sends refused requests, drops and dead
 letters through ``commit``.
@@ -19,7 +19,7 @@ from typing import Any
 from agents import routing
 from agents.admission import admit
 from agents.delivery import dead_letter
-from agents.shedding import SourceGate
+from streams.shedding import SourceGate
 from agents.stage import log
 from streams import control_io
 from streams.batching import NS_PER_MS

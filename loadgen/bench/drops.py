@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 from agents import routing
 from agents.admission import admit
 from agents.models.export import DEFAULT_CACHE_DIR
-from agents.shedding import SourceGate
+from streams.shedding import SourceGate
 from agents.stage.serve import check_and_run
 from agents.window import batch_outputs
 from agents.zoo import load_executor

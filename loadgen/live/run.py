@@ -37,6 +37,8 @@ class LiveOptions:
     hop_ms: float = 6.0
     seed: int = 0
     reserve_cores: float = 0.5
+    # host CPU per request the profiles and the calibration's host fit leave out (HostModel.request_cpu_ms)
+    request_cpu_ms: float = 0.0
     replan_s: float = 30.0  # the planner service's interval during the run (0: plan once, at start)
     pace_ceiling: float = 3.0  # tuner.pace.PaceConfig.ceiling; 1: the tuner ignores the workers' pace
     sample_cpu: bool = False  # CPU seconds per kind of process during the replay (loadgen.cpu)
@@ -80,17 +82,32 @@ def profile_missing(pipe, store, batch_sizes=(1, 2, 4, 8), reps: int = 20) -> No
 
 def local_problem(pipe, store, opts: LiveOptions, **kw):
     """The planning problem of a run on this host: no stage above the instances one worker process runs
-    here (``tuner.supervisor.LocalCapacity``), no more than that per stage in all, and no CPU hardware
+    here (``tuner.supervisor.LocalCapacity``), no more than that per stage in all, no CPU hardware
     with more threads than the host's cores (its cgroup's limit when one is set; ``cores=None``: every
-    entry, for a run recorded elsewhere)."""
+    entry, for a run recorded elsewhere), and the host's co-located work (:func:`colocated_host`)."""
     from planner.profiles import problem_from_pipeline
     from streams.placement import available_cpus
     from tuner.supervisor import LocalCapacity
 
     cap = LocalCapacity(opts.reserve_cores).max_instances
     kw.setdefault("cores", available_cpus())
-    return problem_from_pipeline(pipe, store, activation_s=opts.activation_s, hop_ms=opts.hop_ms,
-                                 max_replicas=cap * len(pipe.stages), max_stage_replicas=cap, **kw)
+    problem = problem_from_pipeline(pipe, store, activation_s=opts.activation_s, hop_ms=opts.hop_ms,
+                                    max_replicas=cap * len(pipe.stages), max_stage_replicas=cap, **kw)
+    return replace(problem, host=colocated_host(problem.host, opts.request_cpu_ms, kw["cores"]))
+
+
+def colocated_host(host, request_cpu_ms: float, cores: float | None):
+    """The host a live run plans on: the calibration's (its cores, and as ``background_cores`` what
+    its batches could not use, which holds the flat load of the broker, the load generator and the
+    control plane) with ``request_cpu_ms`` per request on top; without a calibration, this host's
+    ``cores`` with that per-request load alone (None: no host model)."""
+    from planner.sim.params import HostModel
+
+    if request_cpu_ms <= 0:
+        return host
+    if host is None:
+        return HostModel(float(cores), request_cpu_ms=request_cpu_ms) if cores else None
+    return replace(host, request_cpu_ms=request_cpu_ms)
 
 
 def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, settings: KafkaSettings) -> Published:
@@ -361,7 +378,7 @@ def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions, f
     planner used) did not measure are named."""
     from loadgen.replay_estimate import estimate_run, run_arrivals
     from planner.estimator import Transit, network_for
-    from loadgen.simulate import tuner_changes
+    from loadgen.simulate import published_handoff, tuner_changes
     from streams.calibration import pace_sources
     from tuner.supervisor import LocalCapacity
 
@@ -375,5 +392,5 @@ def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions, f
     problem = replace(problem, activation_s=opts.activation_s,
                       network=replace(network_for(problem), to_results=Transit.constant(0.0)))
     est = estimate_run(problem, plan, summary, results, control=control, seed=opts.seed, forward=schedule,
-                       instance_activation_s=opts.instance_activation_s)
+                       instance_activation_s=opts.instance_activation_s, handoff=published_handoff(problem, plan))
     return replace(est, unmeasured_pace=pace_sources(calibration, [(v, h) for (_, v), h in plan.hardware_of().items()]))

@@ -27,7 +27,7 @@ class Log:
     """Appended to by the event loop (lists) and by ``stagewise`` (whole numpy chunks)."""
 
     __slots__ = ("visit_r", "visit_s", "run_stage", "run_end", "run_n", "end_r", "end_t", "end_n", "split",
-                 "drop_r", "drop_stage", "drop_now", "drop_pred", "visit_chunks", "end_chunks", "chunk_batches")
+                 "drop_r", "drop_stage", "drop_now", "drop_pred", "shed", "visit_chunks", "end_chunks", "chunk_batches")
 
     def __init__(self) -> None:
         self.visit_r: list[int] = []
@@ -43,6 +43,7 @@ class Log:
         self.drop_stage: list[int] = []
         self.drop_now: list[int] = []
         self.drop_pred: list[int] = []
+        self.shed: list[int] = []  # requests the source's gate shed (``planner.sim.gate``)
         self.visit_chunks: list[tuple] = []  # (stage, ends, requests, produce times)
         self.end_chunks: list[tuple[np.ndarray, np.ndarray]] = []
         self.chunk_batches = 0
@@ -85,6 +86,12 @@ class Log:
             self.drop_stage.append(stage)
             self.drop_now.append(now)
             self.drop_pred.append(pred1)
+
+    def refuse(self, req: int, stage: int, now: int, pred1: int, shed: bool) -> None:
+        """A request the source's gate refused (``planner.sim.gate``): expired, or ``shed``."""
+        self.drops([req], stage, now, pred1)
+        if shed:
+            self.shed.append(req)
 
     @property
     def batches(self) -> int:
@@ -142,5 +149,7 @@ def to_result(log: Log, *, slo_ms: float, names: tuple[str, ...], arrival_s: np.
         raise AssertionError(f"simulator bug: {int(lost.sum())} requests neither finished nor dropped "
                              f"(first: request {int(np.flatnonzero(lost)[0])})")
     lat = np.where(dropped, np.nan, (finish - arrival_ns) / NS_PER_MS)
+    shed = np.zeros(n, dtype=bool)
+    shed[np.asarray(log.shed, dtype=np.int64)] = True
     return SimResult(slo_ms, names, arrival_s, lat, dropped, drop_stage, drop_info,
-                     residence_ms(log, n, n_st), log.batches, events)
+                     residence_ms(log, n, n_st), log.batches, events, shed)

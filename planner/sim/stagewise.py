@@ -82,11 +82,12 @@ class Completions:
         return np.lexsort((self.key, self.qkey, self.fin))
 
 
-def run(world: World, stages: list[Stage], vis: np.ndarray, arr_ns: np.ndarray) -> None:
-    """Run every stage in topological order; the log fills as in the event loop."""
+def run(world: World, stages: list[Stage], reqs: np.ndarray, vis: np.ndarray, arr_ns: np.ndarray) -> None:
+    """Run every stage in topological order (requests ``reqs``, fetchable at the source at ``vis``,
+    sent at ``arr_ns``); the log fills as in the event loop."""
     for st in stages:
         st.inbox = []
-    stages[0].inbox = [(CLIENT, vis, np.arange(arr_ns.size), arr_ns)]
+    stages[0].inbox = [(CLIENT, vis, reqs, arr_ns)]
     deadline = np.asarray(world.deadline, dtype=np.int64)
     for st in stages:
         inbox, st.inbox = st.inbox, None

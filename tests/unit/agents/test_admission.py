@@ -12,7 +12,7 @@ import pytest
 
 from agents import routing, worker as w
 from agents.admission import admit
-from agents.shedding import SourceGate
+from streams.shedding import SourceGate
 from loadgen.bench.dataplane import noop_pipeline
 from agents.instances import Fleet
 from agents.metrics import StageMetrics

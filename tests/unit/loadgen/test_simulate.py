@@ -44,7 +44,9 @@ def test_dropped_requests_carry_the_estimator_reason(planned):
     burst = np.sort(np.random.default_rng(0).uniform(0, 1.0, 2000))  # 2000 qps for a second: overload
     run = simulate_run(problem, plan, burst)
     assert run.summary.dropped > 0
-    assert all(k.startswith("deadline@") for k in run.summary.drops_by_reason)
+    # the source sheds as its workers do (planner.sim.gate), the rest is dropped by its deadline
+    assert all(k.startswith(("deadline@", "shed@")) for k in run.summary.drops_by_reason)
+    assert any(k.startswith("shed@") for k in run.summary.drops_by_reason) and run.sim.shed_share > 0
     res = results_from_sim(problem, plan, run.sim)
     d = next(r for r in res if r["status"] == "dropped")
     assert d["finished_ns"] <= d["deadline_ns"] and d["reason"].startswith("stage ")
@@ -114,11 +116,11 @@ def test_compare_rows_carry_the_estimate_of_each_real_run():
 
     res = [{"request_id": "x", "status": "done", "created_ns": 0, "finished_ns": 100 * 10**6, "deadline_ns": 10**9}]
     est = SimpleNamespace(estimated_p99_ms=110.0, estimated_attainment=0.995, seed_p99_ms=(90.0, 110.0, 131.0),
-                          drawn_p99_ms=math.nan, forward_p99_ms=125.0, forward_attainment=0.987,
+                          drawn_p99_ms=math.nan, forward_p99_ms=125.0, forward_attainment=0.987, forward_shed=0.25,
                           unmeasured_pace=("lite2@cpu-2 carried from v3",))
     rows = compare_runs(["milp"], lambda mode, tuned: (summarize(res, slo_ms=1000, end_ns=10**9, start_ns=0), est))
     assert rows[0].predicted_p99_ms == 110.0 and rows[0].predicted_attainment == 0.995
-    assert rows[0].forward_p99_ms == 125.0 and rows[0].forward_attainment == 0.987
+    assert rows[0].forward_p99_ms == 125.0 and rows[0].forward_attainment == 0.987 and rows[0].forward_shed == 0.25
     table = format_comparison(rows)
     assert "est/meas" in table and "1.10" in table and "90-131" in table and "99.50%" in table
     assert "fwd/meas" in table and "1.25" in table and "98.70%" in table

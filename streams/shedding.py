@@ -1,4 +1,6 @@
-"""Admission by deadline, decided before a record is decoded (issue 40: past capacity).
+"""Admission by deadline, decided before a record is decoded (issue 40: past capacity). Shared:
+the stage workers judge each record they read with it (``agents.stage.intake``), and the estimator
+judges each simulated arrival with the same code and the same capacity (``planner.sim.gate``).
 
 A Kafka topic is a FIFO queue: past capacity every request waits behind older ones and expires, and
 a pipeline that spends its CPU decoding and dropping that backlog, or running its first stage for

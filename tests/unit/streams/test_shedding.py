@@ -1,8 +1,8 @@
-"""Admission by deadline (``agents.shedding``): expired requests, and the source gate that lets
+"""Admission by deadline (``streams.shedding``): expired requests, and the source gate that lets
 through what the bottleneck serves in time and sheds the rest."""
 import pytest
 
-from agents.shedding import SourceGate, expired
+from streams.shedding import SourceGate, expired
 
 MS = 1_000_000
 S = 1_000_000_000
