@@ -41,6 +41,7 @@ class Rung:
     rate_qps: float  # what one replica keeps up with, back to back at the pool's max batch
     window_qps: tuple[float, ...]  # per window: one replica's capacity within the budget (empty: none)
     service_ms: tuple[float, ...]  # l(b) for b = 1..max batch on the pool's hardware
+    cpu_ms_per_item: float = 0.0  # host CPU one item takes on it (``Config.cpu_ms_per_item``)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,14 @@ class StageCapacity:
     variant: str = ""  # the primary assignment's, which the numbers are for
     service_ms: tuple[float, ...] = ()  # l(b) for b = 1..max batch: what the numbers assume a batch takes
     ladder: tuple[Rung, ...] = ()  # loki: the variants its pool keeps loaded, most accurate first
+    cpu_ms_per_item: float = 0.0  # host CPU one item takes at the planned assignments (:func:`item_cpu_ms`)
+
+
+def item_cpu_ms(problem: Problem, sp) -> float:
+    """Host CPU ms one item of stage plan ``sp`` takes: its assignments' ``Config.cpu_ms_per_item``
+    weighted by their share of the stage's items."""
+    weights = sum(a.weight for a in sp.assignments) or 1.0
+    return sum(a.weight / weights * config_of(problem, sp.stage, a).cpu_ms_per_item for a in sp.assignments)
 
 
 def path_transit_ms(problem: Problem, path: Sequence[str]) -> float:
@@ -136,10 +145,12 @@ def stage_capacity(problem: Problem, plan: Plan, windows_s: Sequence[float]) -> 
         rate, window, service = _served(problem, sp.stage, a, budgets[sp.stage], windows_s)
         ladder = tuple(Rung(v, problem.stage(sp.stage).variant(v).accuracy, share,
                             *_served(problem, sp.stage, replace(a, variant=v, replicas=1), budgets[sp.stage],
-                                     windows_s))
+                                     windows_s),
+                            config_of(problem, sp.stage, replace(a, variant=v)).cpu_ms_per_item)
                        for v, share in named.get(sp.stage, {}).items()
                        if a.hardware in problem.stage(sp.stage).variant(v).latency)
-        out[sp.stage] = StageCapacity(sp.stage, budgets[sp.stage], rate, window, a.variant, service, ladder)
+        out[sp.stage] = StageCapacity(sp.stage, budgets[sp.stage], rate, window, a.variant, service, ladder,
+                                      item_cpu_ms(problem, sp))
     return out
 
 

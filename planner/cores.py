@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from planner.capacity import capacity_qps
+from planner.capacity import capacity_qps, item_cpu_ms
 from planner.plan import Plan, config_of
 from planner.problem import Problem
 
@@ -29,12 +29,7 @@ from planner.problem import Problem
 def cpu_ms_per_request(problem: Problem, plan: Plan) -> float:
     """Host CPU ms the plan's replicas spend on one pipeline request (each stage's assignments by
     their share of its items)."""
-    total = 0.0
-    for sp in plan.stages:
-        weights = sum(a.weight for a in sp.assignments) or 1.0
-        per_item = sum(a.weight / weights * config_of(problem, sp.stage, a).cpu_ms_per_item for a in sp.assignments)
-        total += problem.visit_ratio(sp.stage) * per_item
-    return total
+    return sum(problem.visit_ratio(sp.stage) * item_cpu_ms(problem, sp) for sp in plan.stages)
 
 
 def cores_busy(problem: Problem, plan: Plan, rate_qps: float) -> tuple[float, float]:

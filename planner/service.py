@@ -63,6 +63,7 @@ class TunerHandoff:
     visit_ratio: Mapping[str, float]
     replicas: Mapping[str, int]
     capacity: Mapping[str, StageCapacity] = field(default_factory=dict)  # what the plan can serve, per stage
+    host: tuple[float, float] | None = None  # (free cores, co-located CPU ms per request): the problem's host
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,8 @@ def handoff(problem: Problem, plan: Plan, envelope: EnvelopeFn | None = None) ->
         s_m = problem.visit_ratio(sp.stage)
         mu[sp.stage], sm[sp.stage], reps[sp.stage] = m, s_m, sp.replicas
         rho[sp.stage] = (plan.rate_qps * s_m) / (sp.replicas * m) if sp.replicas and m else math.inf
-    return TunerHandoff(plan.rate_qps, windows, rates, mu, rho, sm, reps, stage_capacity(problem, plan, windows))
+    host = None if problem.host is None else (problem.host.free_cores, problem.host.request_cpu_ms)
+    return TunerHandoff(plan.rate_qps, windows, rates, mu, rho, sm, reps, stage_capacity(problem, plan, windows), host)
 
 
 def handoff_record(h: TunerHandoff, pipeline: str, epoch: int, at_ns: int = 0) -> dict[str, Any]:
@@ -138,8 +140,11 @@ def handoff_record(h: TunerHandoff, pipeline: str, epoch: int, at_ns: int = 0) -
                           "service_ms": [float(x) for x in c.service_ms],
                           "ladder": [{"variant": r.variant, "accuracy": float(r.accuracy), "share": float(r.share),
                                       "rate_qps": float(r.rate_qps), "window_qps": [float(x) for x in r.window_qps],
-                                      "service_ms": [float(x) for x in r.service_ms]} for r in c.ladder]}
-                         for c in h.capacity.values() if math.isfinite(c.rate_qps) and c.window_qps]}
+                                      "service_ms": [float(x) for x in r.service_ms],
+                                      "cpu_ms_per_item": float(r.cpu_ms_per_item)} for r in c.ladder],
+                          "cpu_ms_per_item": float(c.cpu_ms_per_item)}
+                         for c in h.capacity.values() if math.isfinite(c.rate_qps) and c.window_qps],
+            "host": None if h.host is None else {"free_cores": float(h.host[0]), "request_cpu_ms": float(h.host[1])}}
 
 
 def _finite(ms: float | None) -> float | None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import AsyncIterator, Callable, Mapping
 
@@ -357,13 +358,37 @@ def planned_capacity_qps(handoff: Mapping | None, replicas: Mapping[str, int],
     caps = []
     for s in handoff["stages"]:
         n = replicas.get(s["stage"], s["replicas"])
-        shares = {v: f for v, f in ((routing or {}).get(s["stage"]) or {}).items() if f > 0}
+        shares = _shares(routing, s["stage"])
         rates = ladders.get(s["stage"], {})
         if shares and all(rates.get(v, 0) > 0 for v in shares):
             caps.append(n * sum(shares.values()) / sum(f / rates[v] for v, f in shares.items()))
         else:
             caps.append(s["mu_qps"] * n / max(s["visit_ratio"], 1e-9))
-    return min(caps)
+    return min(caps + [host_capacity_qps(handoff, routing)])
+
+
+def _shares(routing: Mapping[str, Mapping[str, float]] | None, stage: str) -> dict[str, float]:
+    return {v: f for v, f in ((routing or {}).get(stage) or {}).items() if f > 0}
+
+
+def host_capacity_qps(handoff: Mapping, routing: Mapping[str, Mapping[str, float]] | None = None) -> float:
+    """What the hand-off's host serves whatever the replicas (``planner.cores.host_qps``): its free
+    cores over the CPU one request takes, the co-located processes' plus each stage's visits times
+    its CPU per item (a loki stage's at its ``routing`` shares in force); inf without a host."""
+    host = handoff.get("host")
+    if not host or host["free_cores"] <= 0:
+        return math.inf
+    visits = {s["stage"]: s["visit_ratio"] for s in handoff["stages"]}
+    ms = host["request_cpu_ms"]
+    for c in handoff.get("capacity") or ():
+        rungs = {r["variant"]: r.get("cpu_ms_per_item", 0.0) for r in c.get("ladder") or ()}
+        shares = _shares(routing, c["stage"])
+        if shares and all(rungs.get(v, 0) > 0 for v in shares):
+            per_item = sum(f * rungs[v] for v, f in shares.items()) / sum(shares.values())
+        else:
+            per_item = c.get("cpu_ms_per_item", 0.0)
+        ms += visits.get(c["stage"], 1.0) * per_item
+    return host["free_cores"] * 1000.0 / ms if ms > 0 else math.inf
 
 
 class PlanInForce:

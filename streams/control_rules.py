@@ -41,6 +41,7 @@ MAX_WINDOW_S = 86_400.0
 MAX_VISIT_RATIO = 1e6
 MAX_MS = 1e9  # a budget or a batch's service time (11.6 days)
 MAX_RUNGS = 256  # variants in a stage's ladder
+MAX_CORES = 1e5  # a host's
 KINDS = ("StageConfig", "TunerHandoff")
 
 
@@ -130,6 +131,10 @@ def _handoff(key: str, rec: Mapping[str, Any], pipe: Pipeline | None) -> None:
             _finite(f"{where}.ladder[{j}].accuracy", r["accuracy"], 0.0, 1.0)
             _finite(f"{where}.ladder[{j}].share", r["share"], 0.0, MAX_RATE_QPS)
             _served(f"{where}.ladder[{j}]", r)
+    host = rec.get("host")
+    if host is not None:
+        _finite("host.free_cores", host["free_cores"], 0.0, MAX_CORES)
+        _finite("host.request_cpu_ms", host["request_cpu_ms"], 0.0, MAX_MS)
 
 
 def _served(where: str, rec: Mapping[str, Any]) -> None:
@@ -142,6 +147,7 @@ def _served(where: str, rec: Mapping[str, Any]) -> None:
     _count(f"{where}.service_ms", rec.get("service_ms") or [], MAX_BATCH)
     for k, x in enumerate(rec.get("service_ms") or []):
         _finite(f"{where}.service_ms[{k}]", x, 0.0, MAX_MS)
+    _finite(f"{where}.cpu_ms_per_item", rec.get("cpu_ms_per_item", 0.0), 0.0, MAX_MS)
 
 
 def _count(field: str, items: Any, most: int, least: int = 0) -> None:

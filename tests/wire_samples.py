@@ -41,5 +41,8 @@ SAMPLES: dict[str, dict] = {
         "capacity": [{"stage": "classify", "budget_ms": 380.0, "rate_qps": 86.0, "window_qps": [400.0, 120.0],
                       "variant": "lite0", "service_ms": [11.6, 21.0],
                       "ladder": [{"variant": "lite0", "accuracy": 0.751, "share": 1.0, "rate_qps": 86.0,
-                                  "window_qps": [400.0, 120.0], "service_ms": [11.6, 21.0]}]}]},
+                                  "window_qps": [400.0, 120.0], "service_ms": [11.6, 21.0],
+                                  "cpu_ms_per_item": 10.5}],
+                      "cpu_ms_per_item": 10.5}],
+        "host": {"free_cores": 1.35, "request_cpu_ms": 6.5}},
 }

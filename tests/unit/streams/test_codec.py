@@ -84,7 +84,7 @@ def test_legacy_table_holds_the_old_fingerprint_of_the_file_it_names():
 
 def older(record: str, value: dict, **hop_defaults) -> dict:
     """``value`` as a reader sees it when written before HopTiming.model_digest,
-    StageConfig.digests and TunerHandoff.capacity (and before the hop fields in ``hop_defaults``):
+    StageConfig.digests and TunerHandoff.capacity and .host (and before the hop fields in ``hop_defaults``):
     their defaults filled."""
     hop = {"model_digest": "", **hop_defaults}
     if record == "HopTiming":
@@ -92,7 +92,7 @@ def older(record: str, value: dict, **hop_defaults) -> dict:
     if record == "StageConfig":
         return {**value, "digests": {}}
     if record == "TunerHandoff":
-        return {**value, "capacity": []}
+        return {**value, "capacity": [], "host": None}
     if "hops" in value:
         return {**value, "hops": [{**h, **hop} for h in value["hops"]]}
     return value
@@ -146,7 +146,7 @@ HANDOFF_V1 = ("c301297ff1c16ecbdcee1c696d6167652d636c6173736966790e0000000000003
 def test_a_tuner_handoff_of_the_previous_generation_reads_with_no_capacity():
     data = bytes.fromhex(HANDOFF_V1)
     assert codec.encode("TunerHandoff", SAMPLES["TunerHandoff"])[2:10] != data[2:10], "the schema did not change"
-    assert codec.decode("TunerHandoff", data) == {**SAMPLES["TunerHandoff"], "capacity": []}
+    assert codec.decode("TunerHandoff", data) == {**SAMPLES["TunerHandoff"], "capacity": [], "host": None}
     with pytest.raises(CodecError, match="trailing bytes"):
         codec.decode("TunerHandoff", data + b"\x00")
 
@@ -167,15 +167,27 @@ HANDOFF_V3 = ("c30132de1b839bd4401c1c696d6167652d636c6173736966790e0000000000003
               "005e40000a6c6974653004333333333333274000000000000035400000")
 
 
+# A TunerHandoff written before the host and the CPU per item (schemas/history/TunerHandoff.v4.avsc): the
+# codec at commit 7bbac78 encoding the sample without them.
+HANDOFF_V4 = ("c301b622f6086b1773ad1c696d6167652d636c6173736966790e0000000000003240049a9999999999b93f000000000000f03f"
+              "000400000000000054400000000000003e40000210636c617373696679020000000000805540000000000000f03f00"
+              "8080d0e2c6bfce972f0210636c6173736966790000000000c0774000000000008055400400000000000079400000000000"
+              "005e40000a6c69746530043333333333332740000000000000354000020a6c69746530d578e9263108e83f000000000000"
+              "f03f00000000008055400400000000000079400000000000005e40000433333333333327400000000000003540000000")
+NO_CPU = {"cpu_ms_per_item": 0.0}
+LADDER = SAMPLES["TunerHandoff"]["capacity"][0]["ladder"]
+
+
 @pytest.mark.parametrize("data, defaults", [
-    (HANDOFF_V2, {"variant": "", "service_ms": [], "ladder": []}),  # the tuner takes the pace as 1 (tuner.pace)
-    (HANDOFF_V3, {"ladder": []}),  # the tuner moves no share (tuner.policy: replicas only)
+    (HANDOFF_V4, {**NO_CPU, "ladder": [{**r, **NO_CPU} for r in LADDER]}),  # no host bound (control_io)
+    (HANDOFF_V2, {"variant": "", "service_ms": [], "ladder": [], **NO_CPU}),  # the tuner takes the pace as 1 (tuner.pace)
+    (HANDOFF_V3, {"ladder": [], **NO_CPU}),  # the tuner moves no share (tuner.policy: replicas only)
 ])
 def test_a_tuner_handoff_of_an_earlier_generation_reads_with_its_new_fields_defaulted(data, defaults):
     data = bytes.fromhex(data)
     assert codec.encode("TunerHandoff", SAMPLES["TunerHandoff"])[2:10] != data[2:10], "the schema did not change"
     cap = {**SAMPLES["TunerHandoff"]["capacity"][0], **defaults}
-    assert codec.decode("TunerHandoff", data) == {**SAMPLES["TunerHandoff"], "capacity": [cap]}
+    assert codec.decode("TunerHandoff", data) == {**SAMPLES["TunerHandoff"], "capacity": [cap], "host": None}
     with pytest.raises(CodecError, match="trailing bytes"):
         codec.decode("TunerHandoff", data + b"\x00")
 

@@ -6,7 +6,7 @@ from streams import codec, kafka as kclient
 from streams.control_io import control_records, newest_handoff
 
 HANDOFF = {"pipeline": "p", "epoch": 4, "mean_rate_qps": 10.0, "windows_s": [0.1, 0.2], "rates_qps": [30.0, 20.0],
-           "stages": [{"stage": "s", "replicas": 2, "mu_qps": 8.0, "visit_ratio": 1.0}], "at_ns": 5, "capacity": []}
+           "stages": [{"stage": "s", "replicas": 2, "mu_qps": 8.0, "visit_ratio": 1.0}], "at_ns": 5, "capacity": [], "host": None}
 CONFIG = {"pipeline": "p", "stage": "s", "variant": "v", "hardware": "cpu", "max_batch": 1, "batch_timeout_ms": 0.0,
           "replicas": 1, "partitions": 2, "epoch": 9, "planner_mode": "milp", "predicted_p99_ms": None,
           "routing": {}, "cost_per_hour": 0.1, "reason": ""}
