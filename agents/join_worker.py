@@ -291,6 +291,7 @@ def build_join_app(pipe: Pipeline, kafka: KafkaSettings, timeout_ms: float | Non
     worker = JoinWorker(pipe, kafka, joiner, metrics)
     if worker.txns is not None:  # a partition whose transaction failed is read again (agents.transactions)
         worker.txns.on_reread = lambda tp: rejoin_group(app)
+        worker.txns.on_stuck = worker.heartbeat.fail  # not live: restarted, the partition read again
     started = asyncio.Event()
     # exactly-once: faust commits nothing (acks off); the offsets go in the worker's transactions
     source = app.topic(topics.join(pipe.name), value_serializer="raw", key_serializer="raw",
