@@ -53,6 +53,7 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
     use_bulk_intake(app, {source_name: worker})
     if worker.txns is not None:  # a partition whose transaction failed is read again (agents.transactions)
         worker.txns.on_reread = lambda tp: rejoin_group(app)
+        worker.txns.on_stuck = worker.heartbeat.fail  # not live: restarted, the partition read again
     source = app.topic(source_name, value_serializer="raw", key_serializer="raw", acks=False)
 
     @app.agent(source, concurrency=1, name=f"{stage}-agent")

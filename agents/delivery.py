@@ -13,6 +13,16 @@ keeps running either way.
 - If the dead letter cannot be written either, the input is *given up*: :meth:`Delivery.settle` names
   it, the worker does not ack it and reports itself not live (``streams.heartbeat``), so it is
   restarted and the input read again.
+- Every wait on the producer has the same bound: a delivery future still unanswered ``retry_for_s``
+  after the record was first sent (an idempotent producer retries a batch for ever, e.g. towards a
+  broker it cannot reach) counts as not delivered within it, and is replaced as above. A broker that
+  took the batch without the answer arriving means a second answer for that request, as after a
+  crash under at-least-once.
+- A producer the broker refused a batch of (or whose batch outlived the bound) is replaced when the
+  Delivery owns it (``renew``, at least once; under exactly-once ``agents.transactions`` replaces
+  it): an idempotent producer keeps a refused batch's sequence numbers, so every later batch of the
+  partition would be refused (``OutOfOrderSequenceNumber``, which also stops aiokafka's sender and
+  fails all it holds). A record refused for its sequence number is sent again on the new producer.
 A window goes out as one producer batch per partition, each no larger than its topic takes; a batch
 that fails fails each of its records, and each is then handled as above (sent again on its own, or
 replaced). Each step is logged with the request id.
@@ -22,10 +32,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, NamedTuple
+from typing import Any, Awaitable, Callable, NamedTuple
 
 from agents import routing
 from streams import kafka as kclient
+from streams.config import KafkaSettings
 from streams.limits import MAX_ERROR_CHARS, Limits
 from streams.spec import Pipeline
 
@@ -34,20 +45,45 @@ log = logging.getLogger(__name__)
 
 class Sent(NamedTuple):  # one per output: a tuple is the cheapest record to make
     out: routing.Out
-    item: Any  # the queued input it answers (``agents.window.Item``); None for a dead letter of a bad record
+    item: Any  # the queued input it answers (``.req``, ``.record``: ``agents.window.Item``); None: nothing to answer
     fut: Any = None  # the producer's delivery future
     error: BaseException | None = None  # raised before a future existed (encode, record too large)
+    prod: Any = None  # the producer it went to
+
+
+STOP_S = 15.0  # a replaced producer's stop: what it still holds is answered or abandoned by then
 
 
 class Delivery:
     def __init__(self, producer, pipe: Pipeline, stage: str, on_failure=lambda kind: None,
-                 max_backoff_s: float = 5.0, limits: Limits | None = None, retry_for_s: float = 120.0) -> None:
+                 max_backoff_s: float = 5.0, limits: Limits | None = None, retry_for_s: float = 120.0,
+                 renew: Callable[[], Awaitable[Any]] | None = None) -> None:
         self.producer, self.pipe, self.stage = producer, pipe, stage
-        self.on_failure = on_failure  # a metric: called with "retried", "replaced" or "given-up"
+        self.on_failure = on_failure  # a metric: "retried", "replaced", "given-up" or "producer-replaced"
         self.max_backoff_s, self.retry_for_s = max_backoff_s, retry_for_s
         self.limits = limits  # the topics' record limits (``streams.limits``); None: the producer's only
+        self.renew = renew  # a new started producer; None: the producer is not this Delivery's to replace
+        self._renewing = asyncio.Lock()
+        self._retired: set[asyncio.Future] = set()  # replaced producers stopping
         self._waiting: list[tuple[list, asyncio.Future]] = []  # windows for the next send_window
         self._sender: asyncio.Future | None = None
+
+    @classmethod
+    async def started(cls, kafka: KafkaSettings, pipe: Pipeline, stage: str, on_failure=lambda kind: None,
+                      limits: Limits | None = None, **overrides: Any) -> "Delivery":
+        """A Delivery owning its producer (``streams.kafka.producer`` with ``overrides``), started, and
+        replacing it with a new one like it after a refused batch; :meth:`close` stops it."""
+        async def start():
+            prod = kclient.producer(kafka, **overrides)
+            await asyncio.wait_for(prod.start(), STOP_S)
+            return prod
+
+        return cls(await start(), pipe, stage, on_failure, limits=limits, renew=start)
+
+    async def close(self) -> None:
+        """Stop the producer (and those replaced, still stopping)."""
+        await kclient.stop_producer(self.producer, STOP_S)
+        await asyncio.gather(*self._retired, return_exceptions=True)
 
     async def send_all(self, pairs: list[tuple[routing.Out, Any]]) -> list[Sent]:
         """Send a window's records, each with the input it answers, as one producer batch per
@@ -64,9 +100,9 @@ class Delivery:
     async def _send_waiting(self) -> None:
         while self._waiting:
             taken, self._waiting = self._waiting, []
+            prod = self.producer
             try:
-                futs = iter(await kclient.send_window(self.producer, [o for ps, _ in taken for o, _ in ps],
-                                                           self.limits))
+                futs = iter(await kclient.send_window(prod, [o for ps, _ in taken for o, _ in ps], self.limits))
             except BaseException as exc:  # cancelled (shutting down) or a bug: every waiting caller hears it
                 taken, self._waiting = taken + self._waiting, []
                 for _, done in taken:
@@ -74,14 +110,15 @@ class Delivery:
                         done.cancel() if isinstance(exc, asyncio.CancelledError) else done.set_exception(exc)
                 raise
             for pairs, done in taken:  # zip stops at the end of ``pairs``: ``futs`` goes on to the next window
-                sent = [Sent(o, item, error=f) if isinstance(f, BaseException) else Sent(o, item, f)
+                sent = [Sent(o, item, None, f, prod) if isinstance(f, BaseException) else Sent(o, item, f, None, prod)
                         for (o, item), f in zip(pairs, futs)]
                 if not done.done():  # else its caller was cancelled; its records went out all the same
                     done.set_result(sent)
 
     async def _send_one(self, out: routing.Out, item: Any) -> Sent:
-        fut = (await kclient.send_window(self.producer, [out], self.limits))[0]
-        return Sent(out, item, error=fut) if isinstance(fut, BaseException) else Sent(out, item, fut)
+        prod = self.producer
+        fut = (await kclient.send_window(prod, [out], self.limits))[0]
+        return Sent(out, item, None, fut, prod) if isinstance(fut, BaseException) else Sent(out, item, fut, None, prod)
 
     async def settle(self, sent: list[Sent]) -> list[int]:
         """Wait until each output, or what replaced it, is in Kafka; never raises. Returns the
@@ -98,17 +135,16 @@ class Delivery:
     async def _settle_one(self, s: Sent) -> bool:
         backoff, since = 0.1, time.monotonic()
         while True:
-            exc = s.error
+            exc = s.error if s.error is not None else await self._outcome(s.fut, since)
             if exc is None:
-                try:
-                    await s.fut
-                    return True
-                except Exception as e:  # noqa: BLE001 - every failure is handled below
-                    exc = e
+                return True
+            if kclient.is_out_of_order(exc) or (s.error is None and not kclient.is_transient(exc)):
+                await self._renew(s.prod, exc)  # refused by the broker, or past the bound: sequence broken
             waited = time.monotonic() - since
-            if kclient.is_transient(exc) and waited >= self.retry_for_s:
+            again = kclient.is_transient(exc) or kclient.is_out_of_order(exc)
+            if again and waited >= self.retry_for_s:
                 exc = TimeoutError(f"not delivered within {self.retry_for_s:g} s: {type(exc).__name__}: {exc}")
-            elif kclient.is_transient(exc):
+            elif again:
                 log.warning("request %s: %s to %s not delivered (%s): sending again in %.1f s", _rid(s),
                             s.out.record, s.out.topic, exc, backoff)
                 self.on_failure("retried")
@@ -126,6 +162,34 @@ class Delivery:
                       s.out.topic, exc, nxt.record)
             self.on_failure("replaced")
             s, backoff, since = await self._send_one(nxt, s.item), 0.1, time.monotonic()
+
+    async def _outcome(self, fut, since: float) -> BaseException | None:
+        """How a delivery future ended: None when delivered, else its failure; a TimeoutError when it
+        is still unanswered ``retry_for_s`` after ``since`` (left running: the producer owns it)."""
+        if not fut.done():
+            await asyncio.wait([fut], timeout=max(since + self.retry_for_s - time.monotonic(), 0))
+        if not fut.done():
+            return TimeoutError(f"not delivered within {self.retry_for_s:g} s: no answer from the broker")
+        return asyncio.CancelledError() if fut.cancelled() else fut.exception()
+
+    async def _renew(self, old, exc: BaseException) -> None:
+        """Replace ``old`` by a new producer, once (whoever sees its failure first), if it is still the
+        one in use and this Delivery owns it; the old one stops in the background (bounded)."""
+        if self.renew is None or old is not self.producer:
+            return
+        async with self._renewing:
+            if old is not self.producer:
+                return
+            try:
+                self.producer = await self.renew()
+            except Exception as err:  # noqa: BLE001 - the broker away: the next failure tries again
+                log.error("cannot replace the producer after %r: %r", exc, err)
+                return
+        log.warning("producer replaced after %r (its sequence numbers no longer match the broker's)", exc)
+        self.on_failure("producer-replaced")
+        stopping = asyncio.ensure_future(kclient.stop_producer(old, STOP_S))
+        self._retired.add(stopping)
+        stopping.add_done_callback(self._retired.discard)
 
     def replacement(self, s: Sent, exc: BaseException) -> routing.Out | None:
         """What goes in place of an output that cannot be written: an error result for its request,

@@ -9,6 +9,9 @@ more than 1 (fragments of two different fan-outs, e.g. across a variant switch) 
 minutes) after it closed, so a fragment of it that arrives late or again is ignored instead of opening
 a second result; the join worker refills this memory from the results topic whenever it is assigned
 partitions (:meth:`Joiner.remember`), so a restart does not forget (docs/guarantees.md, "The join").
+The memory is bounded by count too: at most ``max_closed`` ids (``MAX_CLOSED``), the oldest forgotten
+first, so its size does not grow with the request rate (15 minutes at 3,000 requests/s would be 2.7
+million ids).
 
 Combined status: ``error`` if any part erred, else ``dropped`` if any part was dropped, else ``done``.
 The output is JSON: ``{"parts": [{"path": [...], "content_type": ..., "output": ...}]}`` (text
@@ -24,6 +27,7 @@ from typing import Any, Mapping
 
 STATUS_ORDER = {"done": 0, "dropped": 1, "error": 2}
 REMEMBER_CLOSED_NS = 15 * 60 * 10**9
+MAX_CLOSED = 1_000_000  # closed ids remembered at most: ~150 bytes each, ~150 MiB; 15 minutes up to ~1,100/s
 
 
 @dataclass
@@ -37,8 +41,13 @@ class Joiner:
     timeout_ns: int
     worker: str = "join"
     remember_closed_ns: int = REMEMBER_CLOSED_NS
+    max_closed: int = MAX_CLOSED
     _pending: dict[str, _Pending] = field(default_factory=dict)
     _closed: dict[str, int] = field(default_factory=dict)  # request id -> when it closed
+
+    def __post_init__(self) -> None:
+        if self.max_closed < 1:
+            raise ValueError(f"max_closed={self.max_closed}: the join must remember at least 1 closed request")
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -77,6 +86,12 @@ class Joiner:
             if rid not in self._pending:
                 self._closed[rid] = max(at_ns, self._closed.get(rid, at_ns))
         self._closed = dict(sorted(self._closed.items(), key=lambda kv: kv[1]))  # closing order, for expire
+        self._bound()
+
+    def _bound(self) -> None:
+        """Forget the oldest closed ids beyond ``max_closed``."""
+        while len(self._closed) > self.max_closed:
+            del self._closed[next(iter(self._closed))]
 
     def forget(self, request_ids) -> None:
         """Drop open requests without a result (their fragments' partitions moved to another join)."""
@@ -92,6 +107,7 @@ class Joiner:
     def _close(self, rid: str, now_ns: int) -> dict:
         p = self._pending.pop(rid)
         self._closed[rid] = now_ns
+        self._bound()
         return combine(list(p.parts.values()), now_ns, self.worker)
 
     def expire(self, now_ns: int) -> list[dict]:

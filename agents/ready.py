@@ -1,9 +1,11 @@
 """A worker's readiness, its HTTP endpoint and its consumer-lag gauge.
 
-Ready = the model is loaded and warm (``started``) and the consumer has partitions. It shows twice:
+Ready = the model is loaded and warm (``started``), nothing the worker reports stands in the way
+(``blocked``: the join worker's memory of answered requests not refilled) and the consumer has
+partitions. It shows twice:
 
-- ``/readyz`` on the metrics address answers 200, else 503 with the reason (``model not warm``, ``no
-  partitions assigned``); ``/healthz`` answers 200 while the worker's heartbeat (``streams.heartbeat``:
+- ``/readyz`` on the metrics address answers 200, else 503 with the reason (``model not warm``, the
+  worker's own reason, ``no partitions assigned``); ``/healthz`` answers 200 while the worker's heartbeat (``streams.heartbeat``:
   the event loop ticks, no model run is past its deadline) says it is live, else 503 with the reason;
 - a line on stdout after each rebalance, once warm: ``slipstream-worker ready stage=<s>
   partitions=<n> metrics=<host:port> at_ns=<t>``. The supervisor, the tests and the activation-time
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from typing import Callable
 
 import faust
 
@@ -50,14 +53,16 @@ def settle_gc() -> bool:
 
 
 class Readiness:
-    def __init__(self, started: asyncio.Event | None) -> None:
-        self.started = started
+    def __init__(self, started: asyncio.Event | None, blocked: Callable[[], str | None] = lambda: None) -> None:
+        self.started, self.blocked = started, blocked
         self.partitions = 0  # as of the last completed rebalance (set on the event loop)
 
     def reason(self) -> str | None:
-        """None when ready, else why not (called from the HTTP thread: reads two plain values)."""
+        """None when ready, else why not (called from the HTTP thread: reads plain values)."""
         if self.started is not None and not self.started.is_set():
             return "model not warm"
+        if (why := self.blocked()) is not None:
+            return why
         if self.partitions == 0:
             return "no partitions assigned"
         return None
@@ -81,11 +86,12 @@ def consumer_lag(consumer, acks: AckTracker | None = None) -> dict[tuple[str, in
 
 def serve_worker(role: str, app: faust.App, metrics: StageMetrics, addr: MetricsAddr,
                  started: asyncio.Event | None = None, acks: AckTracker | None = None,
-                 heartbeat: Heartbeat | None = None) -> Readiness:
+                 heartbeat: Heartbeat | None = None, blocked: Callable[[], str | None] = lambda: None) -> Readiness:
     """Serve the worker's metrics, health (its ``heartbeat``, ticked by a task of the app) and
-    readiness on ``addr``; print the ready line after each rebalance once warm (in a task of its own:
-    the rebalance must not wait for it); keep the lag gauge."""
-    ready = Readiness(started)
+    readiness (``blocked``: the worker's own reason not to be ready) on ``addr``; print the ready line
+    after each rebalance once warm (in a task of its own: the rebalance must not wait for it); keep
+    the lag gauge."""
+    ready = Readiness(started, blocked)
     heartbeat = heartbeat or Heartbeat()
     bound = metrics.serve(addr, ready.reason, heartbeat.problem).addr
 

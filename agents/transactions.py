@@ -41,7 +41,10 @@ ends the attempt, and what comes next depends on whether the commit was asked fo
   committed offset, so nothing is discarded and nothing answered twice.
 
 Every step is awaited with a deadline (``STEP_TIMEOUT_S``: start, send and offsets; commit), and
-an attempt's sum stays inside the producer's ``transaction.timeout.ms`` (60 s).
+an attempt's sum stays inside the producer's ``transaction.timeout.ms`` (60 s). A producer's start is
+tried ``START_TRIES`` times: then, on assignment, the partition is lost here (nothing of it commits)
+and :attr:`PartitionTransactions.on_stuck` makes the worker not live, so its restart reads the
+partition again; after an abort, the failure re-reads the partition.
 """
 from __future__ import annotations
 
@@ -61,6 +64,7 @@ RETRY, REREAD, STOP = "retry", "re-read", "stop"  # what follows a failed attemp
 SEND, COMMIT, ABORT = "send", "commit", "abort"  # where it failed (SEND: begin, sends, offsets)
 MAX_ATTEMPTS = 5  # failed attempts of one transaction in a row before its partition is re-read
 STEP_TIMEOUT_S = 15.0  # a producer start; the sends and offsets of an attempt; a commit; an abort
+START_TRIES = 5  # starts of a partition's producer before it counts as failed (about 80 s at most)
 
 
 def decide(fenced: bool, phase: str, attempts: int) -> str:
@@ -118,6 +122,8 @@ class PartitionTransactions:
         self._queue: dict[Hashable, list[tuple[Release, asyncio.Future]]] = {}
         self._runners: dict[Hashable, asyncio.Task] = {}
         self._lost: set[Hashable] = set()  # dropped here until assigned again (logged once)
+        # a partition whose producer cannot start: only a restart helps (the worker sets its liveness)
+        self.on_stuck: Callable[[str], None] = lambda why: log.error("%s", why)
 
     # ------------------------------------------------------------------ ownership
 
@@ -126,8 +132,13 @@ class PartitionTransactions:
         new = [tp for tp in tps if tp not in self._producers]
 
         async def start(tp):
-            self._producers[tp] = await self._new_producer(tp)
-            self._lost.discard(tp)
+            try:
+                self._producers[tp] = await self._new_producer(tp)
+                self._lost.discard(tp)
+            except Exception as exc:  # noqa: BLE001 - nothing of tp commits here: read again after a restart
+                self._lost.add(tp)
+                self.on_stuck(f"producer of {tp[0]}[{tp[1]}] not started in {START_TRIES} tries ({exc!r}): "
+                              f"its inputs are left uncommitted")
 
         await asyncio.gather(*(start(tp) for tp in new))
         if new:
@@ -135,18 +146,21 @@ class PartitionTransactions:
 
     async def _new_producer(self, tp: Hashable):
         """A started producer of ``tp``'s transactional id (its start fences every older one); each
-        start bounded by STEP_TIMEOUT_S, tried again until it succeeds (a broker away)."""
+        start bounded by STEP_TIMEOUT_S, tried START_TRIES times (a broker away), then the last
+        failure raised."""
         backoff = 0.1
-        while True:
+        for tries in range(1, START_TRIES + 1):
             prod = kclient.transactional_producer(self.kafka, transactional_id(self.group_id, tp[0], tp[1]),
                                                   **self.overrides)
             try:
                 await asyncio.wait_for(prod.start(), STEP_TIMEOUT_S)
                 return prod
             except Exception as exc:  # noqa: BLE001 - the coordinator away: again, backing off
+                await kclient.stop_producer(prod, STEP_TIMEOUT_S)
+                if tries == START_TRIES:
+                    raise
                 log.warning("starting the producer of %s[%d] failed (%r): again in %.1f s", tp[0], tp[1], exc,
                             backoff)
-                await kclient.stop_producer(prod, STEP_TIMEOUT_S)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff_s)
 
@@ -303,7 +317,10 @@ class PartitionTransactions:
         except Exception as exc:  # noqa: BLE001 - decided on by the caller
             return _Failed(exc, ABORT)
         if isinstance(failed.cause, _Refused) and self._producers.get(tp) is prod:  # only ours replaced
-            self._producers[tp] = await self._new_producer(tp)
+            try:
+                self._producers[tp] = await self._new_producer(tp)
+            except Exception as exc:  # noqa: BLE001 - no new producer: re-read (decided on by the caller)
+                return _Failed(exc, ABORT)
             await kclient.stop_producer(prod, STEP_TIMEOUT_S)
         return None
 

@@ -43,7 +43,7 @@ from agents.stage.serve import Serve, check_all, check_and_run
 from agents.stage.windows import Windows
 from agents.transactions import PartitionTransactions
 from agents.window import WindowPlanner
-from streams import contract, control_io, kafka as kclient, placement, procs, topics
+from streams import contract, control_io, placement, procs, topics
 from streams.config import KafkaSettings
 from streams.heartbeat import Heartbeat
 from streams.limits import Limits, read_limits
@@ -54,7 +54,7 @@ from streams.timeline import mark
 # Record limits are the topics' own (``streams.limits``, read at start): an output over its topic's
 # limit is refused before sending and becomes an error result (``agents.delivery``). Refused by the
 # broker instead, it would fail an idempotent producer's batch and every later batch of that partition
-# (OutOfOrderSequenceNumber stops aiokafka's sender).
+# (OutOfOrderSequenceNumber stops aiokafka's sender): the Delivery then replaces the producer.
 __all__ = ["ExecutorFactory", "StageWorker", "check_all", "check_and_run"]
 
 
@@ -89,7 +89,7 @@ class StageWorker(Intake, Windows, Serve, Commit, ConfigSwitch, FleetKeeper, Reb
         self._wake = asyncio.Event()  # an arrival, a free instance or a new config
         # loads and warm-ups of new instances run beside serving, so no batch waits on a load
         self.loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"load-{stage}")
-        self.producer = None
+        self.delivery: Delivery | None = None  # at least once (:meth:`start`)
         self.warmup_batches = warmup_batches
         self.started = asyncio.Event()
         self.acks = AckTracker()
@@ -114,11 +114,11 @@ class StageWorker(Intake, Windows, Serve, Commit, ConfigSwitch, FleetKeeper, Reb
         self._keep_spares()
         self.limits = await read_limits(self.kafka, [t.name for t in topics.all_topics(self.pipe)])
         self.bounds = self._bounds()
-        if self.txns is None:
-            self.producer = kclient.producer(self.kafka, linger_ms=WINDOW_LINGER_MS, max_batch_size=WINDOW_BATCH_BYTES,
-                                             max_request_size=self.limits.largest())
-            await self.producer.start()
-            self.delivery = Delivery(self.producer, self.pipe, self.stage, self._delivery_failed, limits=self.limits)
+        if self.txns is None:  # the Delivery owns the producer: it replaces one the broker refused a batch of
+            self.delivery = await Delivery.started(self.kafka, self.pipe, self.stage, self._delivery_failed,
+                                                   self.limits, linger_ms=WINDOW_LINGER_MS,
+                                                   max_batch_size=WINDOW_BATCH_BYTES,
+                                                   max_request_size=self.limits.largest())
         else:
             self.txns.limits, self.txns.overrides["max_request_size"] = self.limits, self.limits.largest()
         self.started.set()
@@ -134,8 +134,8 @@ class StageWorker(Intake, Windows, Serve, Commit, ConfigSwitch, FleetKeeper, Reb
             await asyncio.wait_for(self.drain(), 10)
         except Exception:  # shutting down: whatever is unacked will be redelivered
             pass
-        if self.producer is not None:
-            await self.producer.stop()
+        if self.delivery is not None:
+            await self.delivery.close()
         if self.txns is not None:
             await self.txns.close_all()
         if self._spare_fill is not None:

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from agents.join import MAX_CLOSED  # standard library only: cheap at the CLI's import
 from streams.app import AppSettings
 from streams.config import KafkaSettings
 from slipstream.options import metrics_addr_option
@@ -29,10 +30,14 @@ from streams.spec import SpecError
 @click.option("--commit-interval-s", type=click.FloatRange(min=0, min_open=True), default=AppSettings.commit_interval_s,
               show_default=True, envvar="SLIPSTREAM_COMMIT_INTERVAL_S",
               help="Seconds between faust's periodic offset commits (besides the commit at revocation).")
+@click.option("--join-memory", type=click.IntRange(min=1), default=MAX_CLOSED, show_default=True,
+              envvar="SLIPSTREAM_JOIN_MEMORY",
+              help="Join worker: answered request ids it remembers at most (the oldest forgotten first; "
+                   "~150 bytes each), besides its 15-minute bound.")
 @click.option("--loglevel", default="warn", show_default=True,
               type=click.Choice(["crit", "error", "warn", "info", "debug"]))
 def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_addr, max_instances: int | None,
-           profiles_dir: str | None, commit_interval_s: float, loglevel: str) -> None:
+           profiles_dir: str | None, commit_interval_s: float, join_memory: int, loglevel: str) -> None:
     """Run one stage worker: consume the stage's input topic, batch, infer, route."""
     from agents.app import JOIN, build_join_app, build_stage_app
     from streams.procs import exit_with_parent
@@ -54,7 +59,7 @@ def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_addr, m
     kafka = KafkaSettings.from_env()
     if stage == JOIN:
         app = build_join_app(pipe, kafka, web_port=web_port, metrics_addr=metrics_addr,
-                             commit_interval_s=commit_interval_s)[0]
+                             commit_interval_s=commit_interval_s, max_closed=join_memory)[0]
     else:
         cache = os.environ.get("SLIPSTREAM_CACHE")
         factory = (lambda v, h: load_executor(v, h, cache_dir=cache)) if cache else load_executor

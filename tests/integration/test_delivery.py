@@ -152,3 +152,28 @@ async def test_windows_handed_over_together_go_out_together_and_a_cancelled_call
         await prod.stop()
     got = await drain(kafka, topic, 30)  # the cancelled caller's window was sent all the same
     assert [m.key.decode() for m in got] == [o.key for w in windows for o, _ in w]
+
+
+async def test_after_the_broker_refuses_a_batch_the_producer_is_replaced_and_later_records_go_through(kafka, unique):
+    pipe = parse_pipeline({**SPEC, "name": unique})
+    narrow = f"{unique}-narrow"  # one partition: the refused batch and the later record share it
+    await admin.ensure_topics(kafka, [*topics.all_topics(pipe), TopicSpec(narrow, 1, {"max.message.bytes": "2000"})])
+    first, big, small = make_request(pipe, b"w"), make_request(pipe, b"x" * 5000), make_request(pipe, b"y")
+    failures: list[str] = []
+    d = await Delivery.started(kafka, pipe, "s", failures.append)  # no limits: the broker refuses, not send_window
+
+    async def deliver(req: dict) -> list[int]:
+        sent = await d.send_all([(Out(narrow, req["request_id"], "InferenceRequest", req),
+                                  SimpleNamespace(req=req, record=None))])
+        return await asyncio.wait_for(d.settle(sent), 60)
+    try:
+        assert await deliver(first) == []  # the broker now knows the producer's sequence on the partition
+        assert await deliver(big) == []
+        assert await deliver(small) == []  # the old producer's next batch would be out of sequence
+    finally:
+        await d.close()
+    assert failures == ["producer-replaced", "replaced"], failures
+    assert [r["request_id"] for r in await read_topic(kafka, narrow, 2, "InferenceRequest")] == \
+        [first["request_id"], small["request_id"]]
+    (res,) = await read_topic(kafka, topics.results(pipe.name), 1)
+    assert res["request_id"] == big["request_id"] and res["status"] == "error" and "TooLarge" in res["reason"]

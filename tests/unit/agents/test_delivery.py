@@ -1,4 +1,5 @@
-"""What replaces an output that cannot be written: an error result, then a dead letter, then nothing."""
+"""What replaces an output that cannot be written (an error result, then a dead letter, then nothing),
+and the bound on waiting for a delivery future."""
 from types import SimpleNamespace
 
 from agents import routing
@@ -24,3 +25,16 @@ def test_replacement_chain():
     assert (dl.value["topic"], dl.value["partition"], dl.value["offset"]) == ("t", 3, 42)
     assert d.replacement(Sent(dl, ITEM), ValueError("broker refuses all")) is None
     assert d.replacement(Sent(dl, None), ValueError("a bad record's dead letter")) is None
+
+
+async def test_a_delivery_future_unanswered_past_the_retry_bound_counts_as_not_delivered():
+    import asyncio
+    import time
+
+    d = Delivery(None, PIPE, "s", retry_for_s=30)
+    never = asyncio.get_running_loop().create_future()  # an idempotent producer's batch towards a lost broker
+    exc = await asyncio.wait_for(d._outcome(never, since=time.monotonic() - 30), 5)
+    assert isinstance(exc, TimeoutError) and "within 30 s" in str(exc) and not never.done()
+    done = asyncio.get_running_loop().create_future()
+    done.set_result(None)
+    assert await d._outcome(done, since=time.monotonic()) is None

@@ -83,3 +83,14 @@ def test_the_default_memory_outlives_a_late_fragment_by_minutes():
     j.add(frag("r", "1", []), 0)
     j.expire(10 * 60 * T)
     assert j.add(frag("r", "1", []), 10 * 60 * T) is None
+
+
+def test_the_memory_of_closed_requests_is_bounded_by_count_oldest_forgotten_first():
+    j = Joiner(timeout_ns=T, max_closed=2)
+    for i, rid in enumerate(["a", "b", "c"]):
+        j.add(frag(rid, "1", []), i)  # each closes at once
+    j.remember([("d", 0)])  # read back from the results topic: older than every one closed here
+    assert j.add(frag("a", "1", []), 5) is not None  # the oldest forgotten: it opens (and closes) again
+    assert j.add(frag("c", "1", []), 5) is None  # the newest kept
+    with pytest.raises(ValueError, match="max_closed=0"):
+        Joiner(timeout_ns=T, max_closed=0)

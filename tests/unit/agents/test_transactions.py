@@ -58,3 +58,27 @@ def test_only_the_brokers_fencing_answer_counts_as_fencing():
                 MessageSizeTooLargeError(), TimeoutError(), AssertionError("Invalid state transition")):
         assert not kclient.is_fenced(exc), exc
     assert kclient.is_out_of_order(OutOfOrderSequenceNumber()) and not kclient.is_out_of_order(ProducerFenced())
+
+
+async def test_a_producer_that_cannot_start_is_tried_a_bounded_number_of_times_then_reported(monkeypatch):
+    import asyncio
+    import socket
+
+    import agents.transactions as txn
+    from streams.spec import parse_pipeline
+
+    with socket.socket() as s:  # a port nothing listens on: every start is refused at once
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pipe = parse_pipeline({"name": "p", "slo_ms": 100, "hardware": {"cpu-1": {"kind": "cpu", "threads": 1,
+                           "cost_per_hour": 0.05}}, "stages": [{"name": "s", "variants": [
+                           {"name": "v", "model": "noop", "accuracy": 1.0}]}], "edges": []})
+    monkeypatch.setattr(txn, "START_TRIES", 2)
+    txns = txn.PartitionTransactions(KafkaSettings(bootstrap=f"127.0.0.1:{port}", processing=EXACTLY_ONCE),
+                                     "g", pipe, "s", max_backoff_s=0.1)
+    stuck: list[str] = []
+    txns.on_stuck = stuck.append
+    await asyncio.wait_for(txns.open([("t", 0)]), 10)
+    assert len(stuck) == 1 and "t[0] not started in 2 tries" in stuck[0], stuck
+    (fut,) = txns.submit([txn.Release(("t", 0), [], [], 1)])  # nothing of the partition commits here
+    assert fut.result() is False
