@@ -50,6 +50,21 @@ def test_planned_capacity_is_the_slowest_stage_with_the_replicas_in_force():
     assert planned_capacity_qps(None, {"b": 4}) is None
 
 
+def test_planned_capacity_is_bounded_by_what_the_host_serves_at_the_shares_in_force():
+    rungs = [{"variant": "big", "rate_qps": 50.0, "cpu_ms_per_item": 40.0},
+             {"variant": "small", "rate_qps": 100.0, "cpu_ms_per_item": 10.0}]
+    handoff = {"stages": [{"stage": "a", "replicas": 8, "mu_qps": 100.0, "visit_ratio": 1.0},
+                          {"stage": "b", "replicas": 8, "mu_qps": 50.0, "visit_ratio": 1.0}],
+               "capacity": [{"stage": "a", "cpu_ms_per_item": 5.0},
+                            {"stage": "b", "cpu_ms_per_item": 40.0, "ladder": rungs}],
+               "host": {"free_cores": 1.5, "request_cpu_ms": 5.0}}
+    # replicas alone: 400 (b, 8 x 50); the host: 1.5 cores / (5 + 5 + 40 ms) = 30 qps
+    assert planned_capacity_qps(handoff, {}) == pytest.approx(30.0)
+    # the tuner moved b to the cheaper variant: 1.5 / (5 + 5 + 10 ms) = 75 qps
+    assert planned_capacity_qps(handoff, {}, {"b": {"small": 1.0}}) == pytest.approx(75.0)
+    assert planned_capacity_qps({**handoff, "host": None}, {}) == pytest.approx(400.0)  # no host: no bound
+
+
 def test_outcomes_count_busy_throughput_and_the_unloaded_latency():
     o = Outcomes(window_s=5.0, min_answers=5)
     t = 0
