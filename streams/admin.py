@@ -10,6 +10,7 @@ fine for Slipstream's stateless stages.
 from __future__ import annotations
 
 import asyncio
+import math
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Iterable
 
@@ -110,6 +111,34 @@ def topic_own_configs(responses: Iterable) -> dict[str, dict[str, str]]:
             out[name] = {e[0]: e[1] for e in entries
                          if e[1] is not None and (e[3] == 1 if len(e) > 5 else not e[3] and not e[2])}
     return out
+
+
+async def fit_session_timeout(settings: KafkaSettings) -> KafkaSettings:
+    """``settings`` with its consumer session timeout within what the cluster's brokers accept
+    (``group.min.session.timeout.ms`` .. ``group.max.session.timeout.ms``, read from one broker): a
+    group join with a timeout outside them is refused, so a worker raises (or lowers) its own and says
+    so. Unchanged when the brokers' configs cannot be read."""
+    import dataclasses
+    import logging
+
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    keys = ("group.min.session.timeout.ms", "group.max.session.timeout.ms")
+    try:
+        async with admin_client(settings) as admin:
+            node = (await admin.describe_cluster())["brokers"][0]["node_id"]
+            responses = await admin.describe_configs(
+                [ConfigResource(ConfigResourceType.BROKER, str(node), configs={k: None for k in keys})])
+    except Exception as exc:  # noqa: BLE001 - no right to read them (ACLs): the setting as it is
+        logging.getLogger(__name__).warning("the brokers' session timeout bounds not read (%r)", exc)
+        return settings
+    bounds = {e[0]: int(e[1]) / 1000 for resp in responses for *_, entries in resp.resources
+              for e in entries if e[0] in keys and e[1] is not None}
+    fitted = min(max(settings.session_timeout_s, bounds.get(keys[0], 0.0)), bounds.get(keys[1], math.inf))
+    if fitted != settings.session_timeout_s:
+        logging.getLogger(__name__).warning("session timeout %.1f s is outside the cluster's bounds: %.1f s",
+                                            settings.session_timeout_s, fitted)
+    return dataclasses.replace(settings, session_timeout_s=fitted)
 
 
 async def partition_counts(settings: KafkaSettings, topics: Iterable[str]) -> dict[str, int]:

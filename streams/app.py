@@ -30,8 +30,6 @@ class AppSettings:
     web_port: int | None = None  # None = web server off
     metadata_max_age_ms: int = 5000
     commit_interval_s: float = 0.5
-    session_timeout_s: float = 10.0
-    heartbeat_interval_s: float = 1.0
     rebalance_timeout_s: float = 20.0
 
 
@@ -90,8 +88,8 @@ def make_app(s: AppSettings) -> faust.App:
         consumer_auto_offset_reset="earliest",
         consumer_metadata_max_age_ms=s.metadata_max_age_ms,
         broker_commit_interval=s.commit_interval_s,
-        broker_session_timeout=s.session_timeout_s,
-        broker_heartbeat_interval=s.heartbeat_interval_s,
+        broker_session_timeout=s.kafka.session_timeout_s,
+        broker_heartbeat_interval=s.kafka.session_timeout_s / 4,
         broker_rebalance_timeout=s.rebalance_timeout_s,
         producer_acks=-1,
         producer_linger_ms=1,

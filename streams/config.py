@@ -11,6 +11,9 @@ replication factor)); see ``streams.admin.replication``. Topic and consumer-grou
 ``SLIPSTREAM_TOPIC_PREFIX`` and ``SLIPSTREAM_GROUP_PREFIX`` (both ``slipstream`` by default;
 :func:`prefixes_from_env`, applied once per process by the CLI through ``streams.topics.use_prefixes``).
 
+``SLIPSTREAM_SESSION_TIMEOUT_S`` (default 2) is the workers' consumer-group session timeout: how long
+after a worker dies its partitions move to the others.
+
 ``SLIPSTREAM_PROCESSING`` picks the delivery guarantee of the stage and join workers (:data:`PROCESSING`):
 ``exactly-once`` (each window's outputs and input offsets in one Kafka transaction; ``agents.transactions``)
 or ``at-least-once`` (outputs delivered, then offsets committed; a crash can repeat a window).
@@ -29,6 +32,11 @@ _LEGAL_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,100}")  # Kafka's legal topic char
 EXACTLY_ONCE, AT_LEAST_ONCE = "exactly-once", "at-least-once"
 PROCESSING = (EXACTLY_ONCE, AT_LEAST_ONCE)
 DEFAULT_PROCESSING = AT_LEAST_ONCE
+# A worker killed or frozen loses its partitions this long after its last heartbeat (Kafka's consumer
+# session timeout; heartbeats every quarter of it). Clusters refuse one below their
+# group.min.session.timeout.ms (6 s by default; the local broker's is 1 s): a worker raises its own
+# to that (streams.admin.fit_session_timeout).
+DEFAULT_SESSION_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -42,12 +50,15 @@ class KafkaSettings:
     replication_factor: int | None = None  # of the topics Slipstream creates; None: min(3, brokers)
     min_insync_replicas: int | None = None  # of those topics; None: min(2, replication factor)
     processing: str = DEFAULT_PROCESSING  # the workers' delivery guarantee, one of PROCESSING
+    session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S  # a silent worker's partitions move after it
 
     def __post_init__(self) -> None:
         if self.processing not in PROCESSING:
             raise ValueError(f"processing must be one of {', '.join(PROCESSING)}, got {self.processing!r}")
         if not self.bootstrap or any(":" not in h for h in self.bootstrap.split(",")):
             raise ValueError(f"bootstrap must be host:port[,host:port...], got {self.bootstrap!r}")
+        if not 0 < self.session_timeout_s <= 3600:
+            raise ValueError(f"session_timeout_s must be in (0, 3600], got {self.session_timeout_s!r}")
         for name in ("replication_factor", "min_insync_replicas"):
             v = getattr(self, name)
             if v is not None and v < 1:
@@ -66,6 +77,7 @@ class KafkaSettings:
             replication_factor=_int(e, "SLIPSTREAM_REPLICATION_FACTOR"),
             min_insync_replicas=_int(e, "SLIPSTREAM_MIN_INSYNC_REPLICAS"),
             processing=e.get("SLIPSTREAM_PROCESSING") or DEFAULT_PROCESSING,
+            session_timeout_s=_float(e, "SLIPSTREAM_SESSION_TIMEOUT_S") or DEFAULT_SESSION_TIMEOUT_S,
         )
 
     @property
@@ -117,3 +129,13 @@ def prefixes_from_env(env: Mapping[str, str] | None = None) -> tuple[str, str]:
         if not _LEGAL_PREFIX.fullmatch(value):
             raise ValueError(f"{name} may hold only letters, digits, '.', '_' and '-', got {value!r}")
     return out
+
+
+def _float(env: Mapping[str, str], name: str) -> float | None:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from None

@@ -82,7 +82,8 @@ class LocalProcessActuator:
         self._desired: dict[str, int] = {}
         self.unexpected_exits = 0  # workers that exited without being asked to (crashes)
         self._seq = 0
-        # crash loops: the n-th restart of a stage within a minute waits min(lo * 2^(n-1), hi) seconds
+        # crash loops: the first crash of a stage within a minute is replaced at once, the n-th
+        # (n >= 2) after min(lo * 2^(n-2), hi) seconds
         self._backoff_lo, self._backoff_hi = restart_backoff_s
         self._clock = clock
         self._crashes: dict[str, list[float]] = {}
@@ -138,9 +139,9 @@ class LocalProcessActuator:
         now = self._clock()
         recent = [t for t in self._crashes.get(stage, []) if t > now - 60.0]
         self._crashes[stage] = recent
-        if not recent:
-            return now
-        delay = min(self._backoff_lo * 2 ** (len(recent) - 1), self._backoff_hi)
+        if len(recent) < 2:  # the first crash of a minute: at once (a killed worker's partitions wait)
+            return recent[-1] if recent else now
+        delay = min(self._backoff_lo * 2 ** (len(recent) - 2), self._backoff_hi)
         return recent[-1] + delay
 
     def close(self) -> None:

@@ -9,8 +9,9 @@ The initial counts come from the caller (the planner's plan; the CLI falls back 
 Besides the workers it can keep *services* alive: control-plane processes (the tuner, the planner
 service) given as a role name and a command, one process each, restarted the same way when they exit
 on their own (``slipstream chaos`` and ``slipstream soak`` run them so, to kill them on purpose). A
-crashed process is replaced at the next reconcile (every ``reconcile_s``), after the actuator's crash
-back-off (1 s for the first crash of a role within a minute, doubling up to 30 s).
+crashed process is replaced at the next reconcile (every ``reconcile_s``, a quarter of a second): at once
+for the first crash of a role within a minute, then after the actuator's crash back-off (1 s for the
+second, doubling up to 30 s).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 
 class Supervisor:
     def __init__(self, actuator: LocalProcessActuator, initial: Mapping[str, int], *,
-                 reconcile_s: float = 1.0) -> None:
+                 reconcile_s: float = 0.25) -> None:
         bad = {k: v for k, v in initial.items() if v < 0}
         if bad:
             raise ValueError(f"initial replicas must be >= 0: {bad}")

@@ -29,12 +29,11 @@ import yaml
 
 from loadgen import chaos
 from streams import broker, codec, kafka as kclient, topics
-from streams.app import AppSettings
 from loadgen.faults.cluster import Cluster, use_cluster
 from loadgen.live.run import READY  # one parser of the worker's ready line
 from streams.config import KafkaSettings
 
-FREEZE_S = AppSettings.session_timeout_s + 5.0  # past the worker's consumer-group session timeout
+FREEZE_S = KafkaSettings().session_timeout_s + 5.0  # past the worker's consumer-group session timeout
 
 
 def fresh_pipeline(src: str, out_dir: Path, suffix: str) -> Path:

@@ -56,7 +56,11 @@ def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_addr, m
             pipe.stage(stage)
     except (SpecError, KeyError) as exc:
         raise click.UsageError(str(exc)) from None
-    kafka = KafkaSettings.from_env()
+    import asyncio
+
+    from streams import admin
+
+    kafka = asyncio.run(admin.fit_session_timeout(KafkaSettings.from_env()))
     if stage == JOIN:
         app = build_join_app(pipe, kafka, web_port=web_port, metrics_addr=metrics_addr,
                              commit_interval_s=commit_interval_s, max_closed=join_memory)[0]

@@ -112,3 +112,13 @@ async def test_schema_evolution_round_trip(kafka, unique):
     assert w["request_id"] == "r8" and w["priority"] == 0
     # new reader, new writer
     assert new.decode(r_new.value)["priority"] == 5
+
+
+async def test_a_session_timeout_outside_the_brokers_bounds_is_fitted_to_them(kafka):
+    from dataclasses import replace
+
+    low = (await admin.fit_session_timeout(replace(kafka, session_timeout_s=0.001))).session_timeout_s
+    assert low in (1.0, 6.0)  # the local broker's group.min.session.timeout.ms, or Kafka's default
+    assert (await admin.fit_session_timeout(replace(kafka, session_timeout_s=3600))).session_timeout_s == 1800.0
+    inside = replace(kafka, session_timeout_s=max(low, 2.5))
+    assert await admin.fit_session_timeout(inside) == inside

@@ -150,22 +150,25 @@ def test_crash_loop_restarts_back_off():
     act = LocalProcessActuator(lambda stage: crasher, restart_backoff_s=(1.0, 4.0), clock=lambda: now[0])
     try:
         act.set_replicas("s", 1)
-        wait_until(lambda: act.replicas("s") == 0)  # crash 1 at t=100
+        wait_until(lambda: act.replicas("s") == 0)  # crash 1 at t=100: replaced at once
+        assert act.restart_at("s") == 100.0
+        assert act.reconcile() == 1
+        wait_until(lambda: act.replicas("s") == 0)  # crash 2 at t=100: wait 1 s
         assert act.restart_at("s") == 101.0
         assert act.reconcile() == 0  # too early
         now[0] = 101.0
         assert act.reconcile() == 1
-        wait_until(lambda: act.replicas("s") == 0)  # crash 2 at t=101: wait 2 s
+        wait_until(lambda: act.replicas("s") == 0)  # crash 3 at t=101: wait 2 s
         assert act.restart_at("s") == 103.0
         now[0] = 102.9
         assert act.reconcile() == 0
         now[0] = 103.0
         assert act.reconcile() == 1
-        wait_until(lambda: act.replicas("s") == 0)  # crash 3: 4 s (the cap)
+        wait_until(lambda: act.replicas("s") == 0)  # crash 4: 4 s (the cap)
         assert act.restart_at("s") == 107.0
         now[0] = 200.0  # a quiet minute forgives
         assert act.restart_at("s") == 200.0
-        assert act.unexpected_exits == 3
+        assert act.unexpected_exits == 4
     finally:
         act.close()
 
