@@ -46,8 +46,10 @@ def to_dict(plan: TunerPlan, pipeline: str) -> dict[str, Any]:
                           "variant": s.variant, "service_ms": list(s.service_ms),
                           "ladder": [{"variant": r.variant, "accuracy": r.accuracy, "share": r.share,
                                       "rate_qps": r.rate_qps, "window_qps": list(r.window_qps),
-                                      "service_ms": list(r.service_ms)} for r in s.ladder]}
-                         for s in plan.stages if s.window_capacity_qps]}
+                                      "service_ms": list(r.service_ms), "cpu_ms_per_item": 0.0} for r in s.ladder],
+                          "cpu_ms_per_item": 0.0}
+                         for s in plan.stages if s.window_capacity_qps],
+            "host": None}  # a plan file knows no host: its capacity is the replicas' (control_io)
 
 
 def _rung(doc: Mapping[str, Any]) -> Rung:
