@@ -10,6 +10,8 @@ fine for Slipstream's stateless stages.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import math
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Iterable
@@ -19,6 +21,8 @@ from aiokafka.errors import TopicAlreadyExistsError
 
 from streams.config import KafkaSettings
 from streams.topics import TopicSpec
+
+log = logging.getLogger(__name__)
 
 
 @asynccontextmanager
@@ -118,9 +122,6 @@ async def fit_session_timeout(settings: KafkaSettings) -> KafkaSettings:
     (``group.min.session.timeout.ms`` .. ``group.max.session.timeout.ms``, read from one broker): a
     group join with a timeout outside them is refused, so a worker raises (or lowers) its own and says
     so. Unchanged when the brokers' configs cannot be read."""
-    import dataclasses
-    import logging
-
     from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
     keys = ("group.min.session.timeout.ms", "group.max.session.timeout.ms")
@@ -130,13 +131,13 @@ async def fit_session_timeout(settings: KafkaSettings) -> KafkaSettings:
             responses = await admin.describe_configs(
                 [ConfigResource(ConfigResourceType.BROKER, str(node), configs={k: None for k in keys})])
     except Exception as exc:  # noqa: BLE001 - no right to read them (ACLs): the setting as it is
-        logging.getLogger(__name__).warning("the brokers' session timeout bounds not read (%r)", exc)
+        log.warning("the brokers' session timeout bounds not read (%r)", exc)
         return settings
     bounds = {e[0]: int(e[1]) / 1000 for resp in responses for *_, entries in resp.resources
               for e in entries if e[0] in keys and e[1] is not None}
     fitted = min(max(settings.session_timeout_s, bounds.get(keys[0], 0.0)), bounds.get(keys[1], math.inf))
     if fitted != settings.session_timeout_s:
-        logging.getLogger(__name__).warning("session timeout %.1f s is outside the cluster's bounds: %.1f s",
+        log.warning("session timeout %.1f s is outside the cluster's bounds: %.1f s",
                                             settings.session_timeout_s, fitted)
     return dataclasses.replace(settings, session_timeout_s=fitted)
 

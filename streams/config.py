@@ -106,13 +106,22 @@ class KafkaSettings:
 
 
 def _int(env: Mapping[str, str], name: str) -> int | None:
+    return _number(env, name, int, "an integer")
+
+
+def _float(env: Mapping[str, str], name: str) -> float | None:
+    return _number(env, name, float, "a number")
+
+
+def _number(env: Mapping[str, str], name: str, kind: type, what: str):
+    """``env[name]`` as ``kind``; None when unset or empty; a ValueError naming the variable else."""
     raw = env.get(name)
     if raw in (None, ""):
         return None
     try:
-        return int(raw)
+        return kind(raw)
     except ValueError:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+        raise ValueError(f"{name} must be {what}, got {raw!r}") from None
 
 
 def schema_registry_from_env(env: Mapping[str, str] | None = None) -> str | None:
@@ -129,13 +138,3 @@ def prefixes_from_env(env: Mapping[str, str] | None = None) -> tuple[str, str]:
         if not _LEGAL_PREFIX.fullmatch(value):
             raise ValueError(f"{name} may hold only letters, digits, '.', '_' and '-', got {value!r}")
     return out
-
-
-def _float(env: Mapping[str, str], name: str) -> float | None:
-    raw = env.get(name)
-    if raw in (None, ""):
-        return None
-    try:
-        return float(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a number, got {raw!r}") from None

@@ -31,8 +31,7 @@ class ProducerKeeper:
         self.generation = 0  # producers started so far; a failure of an older one is not this one's
         self.replaced = 0
         self.unreachable: str | None = None
-        self._broken: str | None = None
-        self._usable = asyncio.Event()
+        self._usable = asyncio.Event()  # clear: the producer is broken, a new one is awaited
         self._wake = asyncio.Event()
         self._failed_probes = 0
         self._task: asyncio.Task | None = None
@@ -63,11 +62,10 @@ class ProducerKeeper:
         def done(f: asyncio.Future) -> None:
             if f.cancelled() or f.exception() is None or isinstance(f.exception(), RecordTooLarge):
                 return
-            if generation == self.generation and self._broken is None:
-                self._broken = repr(f.exception())
+            if generation == self.generation and self._usable.is_set():
                 self._usable.clear()
                 self._wake.set()
-                log.warning("a delivery failed (%s): the producer will be replaced", self._broken)
+                log.warning("a delivery failed (%r): the producer will be replaced", f.exception())
         fut.add_done_callback(done)
         return fut
 
@@ -89,7 +87,7 @@ class ProducerKeeper:
             except TimeoutError:
                 pass
             self._wake.clear()
-            if await self._probe() and self._broken is not None:
+            if await self._probe() and not self._usable.is_set():
                 await self._replace()
 
     async def _probe(self) -> bool:
@@ -116,7 +114,6 @@ class ProducerKeeper:
             log.warning("replacing the producer failed: %r", exc)
             return
         old, self.producer = self.producer, new
-        self._broken = None
         self.replaced += 1
         self._usable.set()
         task = asyncio.get_running_loop().create_task(stop_producer(old, 5.0))
