@@ -74,9 +74,7 @@ class Delivery:
         """A Delivery owning its producer (``streams.kafka.producer`` with ``overrides``), started, and
         replacing it with a new one like it after a refused batch; :meth:`close` stops it."""
         async def start():
-            prod = kclient.producer(kafka, **overrides)
-            await asyncio.wait_for(prod.start(), STOP_S)
-            return prod
+            return await kclient.start_producer(kclient.producer(kafka, **overrides), STOP_S)
 
         return cls(await start(), pipe, stage, on_failure, limits=limits, renew=start)
 
@@ -187,9 +185,7 @@ class Delivery:
                 return
         log.warning("producer replaced after %r (its sequence numbers no longer match the broker's)", exc)
         self.on_failure("producer-replaced")
-        stopping = asyncio.ensure_future(kclient.stop_producer(old, STOP_S))
-        self._retired.add(stopping)
-        stopping.add_done_callback(self._retired.discard)
+        kclient.retire_producer(old, self._retired, STOP_S)
 
     def replacement(self, s: Sent, exc: BaseException) -> routing.Out | None:
         """What goes in place of an output that cannot be written: an error result for its request,

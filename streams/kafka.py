@@ -79,6 +79,28 @@ def is_out_of_order(exc: BaseException) -> bool:
     return isinstance(exc, OutOfOrderSequenceNumber)
 
 
+async def start_producer(prod: AIOKafkaProducer, timeout_s: float) -> AIOKafkaProducer:
+    """``prod`` started within ``timeout_s``; on failure stopped (bounded) and the failure raised."""
+    import asyncio
+
+    try:
+        await asyncio.wait_for(prod.start(), timeout_s)
+    except BaseException:
+        await stop_producer(prod, 1.0)
+        raise
+    return prod
+
+
+def retire_producer(prod: AIOKafkaProducer, stopping: set, timeout_s: float) -> None:
+    """Stop a replaced producer in the background (:func:`stop_producer`), its task kept in
+    ``stopping`` until done (a closer awaits them)."""
+    import asyncio
+
+    task = asyncio.ensure_future(stop_producer(prod, timeout_s))
+    stopping.add(task)
+    task.add_done_callback(stopping.discard)
+
+
 async def stop_producer(prod: AIOKafkaProducer, timeout_s: float) -> None:
     """Stop ``prod`` within ``timeout_s``, never raising. A producer whose transaction failed may hold
     batches its sender retries for ever (``stop`` waits for them): past the deadline its sender task

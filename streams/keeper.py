@@ -70,13 +70,9 @@ class ProducerKeeper:
         return fut
 
     async def _started(self) -> Any:
-        prod = self.make()
-        try:
-            await asyncio.wait_for(prod.start(), max(5.0, 5 * self.probe_s))
-        except BaseException:
-            from streams.kafka import stop_producer
-            await stop_producer(prod, 1.0)
-            raise
+        from streams.kafka import start_producer
+
+        prod = await start_producer(self.make(), max(5.0, 5 * self.probe_s))
         self.generation += 1
         return prod
 
@@ -106,7 +102,7 @@ class ProducerKeeper:
         return True
 
     async def _replace(self) -> None:
-        from streams.kafka import stop_producer
+        from streams.kafka import retire_producer
 
         try:
             new = await self._started()
@@ -116,6 +112,4 @@ class ProducerKeeper:
         old, self.producer = self.producer, new
         self.replaced += 1
         self._usable.set()
-        task = asyncio.get_running_loop().create_task(stop_producer(old, 5.0))
-        self._stopping.add(task)
-        task.add_done_callback(self._stopping.discard)
+        retire_producer(old, self._stopping, 5.0)
