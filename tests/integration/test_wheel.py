@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.procs import WORKER_READY, ReadyProcess
+from slipstream.streams.procs import WORKER_READY, ReadyProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -88,3 +88,24 @@ def test_the_installed_wheel_serves_an_example_pipeline(installed, kafka, tmp_pa
     missing = sh(venv / "bin" / "python", "-c", "import importlib.util as u; print([m for m in ('mip', 'matplotlib', "
                  "'torch') if u.find_spec(m) is None])", cwd=run, env=env)
     assert missing.strip() == "['mip', 'matplotlib', 'torch']"  # the worker extra carries none of them
+
+
+OPENAI_AGENTS = "openai-agents==0.24.0"  # OpenAI's Agents SDK: its import package is a top-level `agents`
+
+
+def test_the_wheel_installs_one_root_package_beside_openai_agents(installed, tmp_path):
+    """Everything of ours is under ``slipstream/``, so a package owning a generic top-level name (OpenAI's
+    ``agents``) installs beside it: both import, each from its own folder, and the CLI still runs."""
+    venv = installed
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    record = next(site.glob("slipstream-*.dist-info")) / "RECORD"
+    tops = {line.split(",")[0].split("/")[0] for line in record.read_text().splitlines()}
+    assert {t for t in tops if not t.startswith("..")} == {"slipstream", record.parent.name}, sorted(tops)
+    sh(venv / "bin" / "pip", "install", "-q", "--disable-pip-version-check", OPENAI_AGENTS, cwd=tmp_path, timeout=900)
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": os.environ.get("HOME", str(tmp_path))}
+    probe = ("import json, agents, slipstream; print(json.dumps([agents.__file__, hasattr(agents, 'Runner'), "
+             "slipstream.__file__, slipstream.PipelineClient.__module__]))")
+    theirs, has_runner, ours, client = json.loads(sh(venv / "bin" / "python", "-c", probe, cwd=tmp_path, env=env))
+    assert Path(theirs).parent == site / "agents" and has_runner  # OpenAI's, untouched by our install
+    assert Path(ours).parent == site / "slipstream" and client == "slipstream.streams.client"
+    assert "--pipeline" in sh(venv / "bin" / "slipstream", "demo", "--help", cwd=tmp_path, env=env)

@@ -1,10 +1,13 @@
 """The layout is the architecture: forbidden imports between layers, and import cycles between modules,
 fail here (parsed with ast, so nothing is imported to check it).
 
-Product layers: ``schemas`` < ``streams`` < ``agents``, ``planner``, ``tuner``, ``gateway`` (which talk
-only through ``schemas`` records on Kafka). ``loadgen`` is the measurement lab (benchmarks, live runs,
-faults, soak, reproductions): it may import every product layer, and no product layer imports it.
-``slipstream`` is the CLI on top of everything; nothing below imports it."""
+Every layer is a subpackage of ``slipstream`` (a top-level folder of the repository, mapped into the
+namespace when installed). Product layers: ``schemas`` < ``streams`` < ``agents``, ``planner``, ``tuner``,
+``gateway`` (which talk only through ``schemas`` records on Kafka; the tuner reads the planner's hand-off
+as a record, never its code). ``loadgen`` is the measurement lab (benchmarks, live runs, faults, soak,
+reproductions): it may import every product layer, and no product layer imports it. The CLI
+(``slipstream.cli``, ``slipstream.commands`` and the rest of ``slipstream/``) is on top of everything;
+nothing below imports it. Nothing imports a layer by its bare folder name."""
 import ast
 from collections import defaultdict
 from pathlib import Path
@@ -13,15 +16,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = {"schemas", "streams", "agents", "planner", "tuner", "gateway"}
-LAB, CLI = "loadgen", "slipstream"
+LAB, CLI = "loadgen", "slipstream"  # CLI: the modules of slipstream/ itself
 PACKAGES = PRODUCT | {LAB, CLI}
+NS = "slipstream"
 # layer -> layers it must not import
 FORBIDDEN = {
     "schemas": PACKAGES - {"schemas"},
     "streams": PACKAGES - {"schemas", "streams"},
     "agents": {"planner", "tuner", "gateway", LAB, CLI},
     "planner": {"agents", "tuner", "gateway", LAB, CLI},
-    "tuner": {"agents", "gateway", LAB, CLI},
+    "tuner": {"agents", "planner", "gateway", LAB, CLI},
     "gateway": {"agents", "planner", "tuner", LAB, CLI},  # streams and schemas only
     LAB: {CLI},
 }
@@ -49,18 +53,30 @@ def imported_modules(path: Path, *, runtime_only: bool = False) -> set[str]:
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module)
-            out |= {f"{node.module}.{a.name}" for a in node.names}
+            names = {f"{node.module}.{a.name}" for a in node.names}
+            out |= names  # `from slipstream import schemas` imports a layer, not the public API:
+            if node.module != NS or any(layer_of(n) == CLI for n in names):
+                out.add(node.module)
     return out
 
 
+def layer_of(module: str) -> str | None:
+    """The layer a module name belongs to: ``slipstream.<layer>...`` or the CLI; None: not ours."""
+    parts = module.split(".")
+    if parts[0] != NS:
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in PRODUCT | {LAB} else CLI
+
+
 def imports(path: Path) -> set[str]:
-    return {m.split(".")[0] for m in imported_modules(path)}
+    """The layers ``path`` imports (``slipstream`` alone, the public API, counts as the CLI's)."""
+    return {layer for m in imported_modules(path) if (layer := layer_of(m))}
 
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    parts = parts[:-1] if parts[-1] == "__init__" else parts
+    return ".".join(parts if parts[0] == NS else (NS, *parts))
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -116,6 +132,19 @@ def test_no_product_layer_imports_the_lab_or_the_cli():
     assert all({LAB, CLI} <= FORBIDDEN[layer] for layer in PRODUCT)
 
 
+def test_no_module_imports_a_layer_by_its_bare_name():
+    bare = PRODUCT | {LAB}
+    bad = [f"{f.relative_to(ROOT)} imports {sorted(hit)}"
+           for pkg in sorted(PACKAGES | {"tests"}) for f in sorted((ROOT / pkg).rglob("*.py"))
+           if (hit := {m.split(".")[0] for m in imported_modules(f)} & bare)]
+    assert not bad, "\n".join(bad)
+
+
+def test_layers_are_read_from_the_namespace():
+    assert layer_of("slipstream.tuner.service") == "tuner" and layer_of("slipstream.cli") == CLI
+    assert layer_of("slipstream") == CLI and layer_of("tuner.service") is None
+
+
 def test_no_import_cycle_between_modules():
     found = cycles(import_graph())
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
@@ -128,9 +157,9 @@ def test_the_cycle_check_finds_a_cycle():
 
 def test_the_graph_sees_imports_inside_functions():
     graph = import_graph()
-    assert "loadgen.live.run" in graph["slipstream.commands.demo"]
-    assert "planner.profiler" in graph["loadgen.live.run"]  # imported in a function body
-    assert "planner.sim.world" not in graph["planner.sim.stages"]  # for annotations only
+    assert "slipstream.loadgen.live.run" in graph["slipstream.commands.demo"]
+    assert "slipstream.planner.profiler" in graph["slipstream.loadgen.live.run"]  # imported in a function body
+    assert "slipstream.planner.sim.world" not in graph["slipstream.planner.sim.stages"]  # for annotations only
 
 
 @pytest.mark.parametrize("layer", sorted(PACKAGES))

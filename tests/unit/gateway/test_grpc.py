@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gateway import grpc_server as gs, oip
-from gateway.core import Gateway
-from streams.config import KafkaSettings
-from gateway.grpc_v2 import grpc_predict_v2_pb2 as pb
+from slipstream.gateway import grpc_server as gs, oip
+from slipstream.gateway.core import Gateway
+from slipstream.streams.config import KafkaSettings
+from slipstream.gateway.grpc_v2 import grpc_predict_v2_pb2 as pb
 
 from .test_hostile_requests import PIPE
 from .test_oip import result
@@ -91,11 +91,11 @@ def test_a_result_encodes_as_a_model_infer_response():
 
 def test_the_committed_stubs_are_generated_from_the_committed_proto(tmp_path):
     pytest.importorskip("grpc_tools")
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-Igateway/grpc_v2=gateway/grpc_v2",
-                    f"--python_out={tmp_path}", f"--grpc_python_out={tmp_path}", "gateway/grpc_v2/grpc_predict_v2.proto"],
-                   cwd=ROOT, check=True)
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-Islipstream/gateway/grpc_v2=gateway/grpc_v2",
+                    f"--python_out={tmp_path}", f"--grpc_python_out={tmp_path}",
+                    "slipstream/gateway/grpc_v2/grpc_predict_v2.proto"], cwd=ROOT, check=True)
     for name in ("grpc_predict_v2_pb2.py", "grpc_predict_v2_pb2_grpc.py"):
-        assert (tmp_path / "gateway/grpc_v2" / name).read_text() == (ROOT / "gateway/grpc_v2" / name).read_text(), \
+        assert (tmp_path / "slipstream/gateway/grpc_v2" / name).read_text() == (ROOT / "gateway/grpc_v2" / name).read_text(), \
             f"gateway/grpc_v2/{name} is stale: regenerate it (the command is in grpc_predict_v2.proto)"
 
 

@@ -137,18 +137,27 @@ def test_dockerfile_targets_install_the_pinned_extras_and_run_as_the_pods_user()
     assert "FROM ${CUDA_IMAGE} AS cuda-python" in _dockerfile()[0]
 
 
+def _folder(package: str, mapped: dict[str, str]) -> str:
+    """The repository folder of an installed package (pyproject's package-dir: slipstream.streams: streams/)."""
+    for prefix in sorted(mapped, key=len, reverse=True):
+        if package == prefix or package.startswith(prefix + "."):
+            return mapped[prefix] + package[len(prefix):].replace(".", "/")
+    return package.replace(".", "/")
+
+
 def test_docker_context_holds_every_package_and_nothing_else():
     """The COPY lines, the .dockerignore allow-list and pyproject's packages name the same folders."""
     _, stages = _dockerfile()
     setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    packages, mapped = setup["packages"], setup.get("package-dir", {})  # streams.deploy: deploy/
-    tops = {mapped.get(p, p).replace(".", "/").split("/")[0] for p in packages}
+    packages, mapped = setup["packages"], setup.get("package-dir", {})  # slipstream.streams.deploy: deploy/
+    folders = {_folder(p, mapped) for p in packages}
+    tops = {f.split("/")[0] for f in folders}
     copied = {line.split()[1] for line in stages["src"] if line.startswith("COPY ") and "/src/" in line.split()[-1]}
     assert copied == tops | {"pyproject.toml"}
     allowed = {line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()
                if line.startswith("!")}
     assert allowed == tops | {"pyproject.toml", "constraints.txt", "README.md"}
     # every package folder is in pyproject's list: a non-editable install (the image) leaves out the rest
-    found = {str(p.parent.relative_to(ROOT)).replace("/", ".") for top in tops for p in (ROOT / top).rglob("__init__.py")
+    found = {str(p.parent.relative_to(ROOT)) for top in tops for p in (ROOT / top).rglob("__init__.py")
              if "__pycache__" not in p.parts}
-    assert found == set(packages) - set(mapped)
+    assert found == folders - {"deploy"}  # deploy/ ships as data, not as a Python package
