@@ -19,6 +19,9 @@ import pytest
 from slipstream.streams.procs import WORKER_READY, ReadyProcess
 
 ROOT = Path(__file__).resolve().parents[2]
+# building and installing the wheel (and openai-agents) takes minutes on a busy machine: each pip call
+# has its own bound, and the test that sets the module's fixture up carries its time
+pytestmark = pytest.mark.timeout(1500)
 
 
 def sh(*argv, cwd: Path, env: dict | None = None, timeout: float = 120) -> str:
