@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from slipstream.streams import admin, contract, kafka as kclient, topics
+from slipstream.streams import admin, kafka as kclient, topics
 from slipstream.streams.client import request_record
 from slipstream.streams.limits import read_limits
 from slipstream.streams.spec import load_pipeline
-from tests import fuzzing
+from tests import contract_oracle as oracle, fuzzing
 
 from .helpers import committed_offsets, read_topic
 from .workers import Workers, unique_pipeline
@@ -97,8 +97,11 @@ async def test_mutated_records_on_every_topic_are_answered_once_or_dead_lettered
     pipe = load_pipeline(path)
     await admin.ensure_topics(kafka, topics.all_topics(pipe))
     limits = await read_limits(kafka, [topics.stage_input(pipe.name, pipe.source), topics.join(pipe.name)])
-    src = contract.Bounds.of(pipe, pipe.source, limits.of(topics.stage_input(pipe.name, pipe.source)))  # as the workers
-    join = contract.Bounds.of(pipe, "join", limits.of(topics.join(pipe.name)))
+    # the readers the oracle judges for: the source stage's worker and the join (now_ns: at each case)
+    src = oracle.Reader(pipe.name, pipe.slo_ms, len(pipe.stages), limits.of(topics.stage_input(pipe.name, pipe.source)),
+                        at_input=True, now_ns=0)
+    join = oracle.Reader(pipe.name, pipe.slo_ms, len(pipe.stages), limits.of(topics.join(pipe.name)), at_input=False,
+                         now_ns=0)
     workers = Workers(path, kafka.bootstrap)
     try:
         await asyncio.to_thread(workers.start, *STAGES, "join")
