@@ -121,3 +121,33 @@ def outcome(record: str, rec: dict, reader: Reader) -> str:
     if not bad:
         return "answer"
     return "error" if record == "InferenceRequest" and not bad & IDENTITY else "dead"
+
+
+# ------------------------------------------------------------------ the control topic's StageConfig
+# docs/guarantees.md, "The control topic": the rules a StageConfig must keep to be applied
+
+def finite(v: Any, lo: float, hi: float = math.inf) -> bool:
+    return type(v) in (int, float) and math.isfinite(v) and lo <= v <= hi
+
+
+def integer(v: Any, lo: int, hi: int) -> bool:
+    return type(v) is int and lo <= v <= hi
+
+
+def stage_config_applies(key: bytes | None, rec: dict, pipeline: str, spec: Any) -> bool:
+    """Whether a worker of ``pipeline`` (``spec``: its Pipeline) applies the decoded ``rec`` under ``key``."""
+    try:
+        text_key = key.decode("utf-8") if key is not None else None
+    except UnicodeDecodeError:
+        return False
+    stages = {s.name: {v.name for v in s.variants} for s in spec.stages}
+    routing, digests = rec.get("routing") or {}, rec.get("digests") or {}
+    known = stages.get(rec["stage"], set())
+    return (text_key == rec["stage"] and rec["pipeline"] == pipeline and rec["stage"] in stages
+            and integer(rec["epoch"], 0, 2**53) and integer(rec["max_batch"], 1, 4096)
+            and finite(rec["batch_timeout_ms"], 0, 60_000)
+            and integer(rec["replicas"], 1, 1024) and integer(rec["partitions"], 1, 4096)
+            and finite(rec.get("cost_per_hour", 0.0), 0)
+            and (rec.get("predicted_p99_ms") is None or finite(rec["predicted_p99_ms"], 0))
+            and all(finite(s, 0) for s in routing.values()) and (not routing or sum(routing.values()) > 0)
+            and {rec["variant"], *routing, *digests} <= known and rec["hardware"] in spec.hardware)

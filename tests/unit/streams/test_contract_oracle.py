@@ -1,12 +1,18 @@
 """The data contract's code (``slipstream.streams.contract``) against its documented statement
 (``tests/contract_oracle.py``, the fuzz suite's oracle): on records drawn with the fuzz suite's
-mutations, both name the same broken fields, so the oracle the fuzz suite trusts is the contract the
-docs promise and the workers check."""
+mutations, both name the same broken fields (and refuse the same control records), so the oracle the
+fuzz suite trusts is the contract the docs promise and the workers check."""
 import time
 
 import pytest
+from pathlib import Path
+
+from hypothesis import strategies as st
+
 from slipstream.streams import codec, contract
 from slipstream.streams.client import request_record
+from slipstream.streams.control_rules import InvalidControl, check as check_control, check_key
+from slipstream.streams.spec import load_pipeline
 from tests import contract_oracle as oracle, fuzzing
 
 SLO_MS, STAGES, LIMIT = 250.0, 3, 4096
@@ -107,3 +113,40 @@ def test_the_oracle_keeps_a_valid_request_and_a_long_fraction():
     assert verdicts("InferenceRequest", False, rec)[1] == set()
     assert oracle.outcome("InferenceRequest", {**rec, "pipeline": "q"},
                           oracle.Reader("p", SLO_MS, STAGES, LIMIT, False, time.time_ns())) == "dead"
+
+
+FANOUT3 = Path(__file__).parents[2] / "integration" / "pipelines" / "fanout3.yaml"
+
+
+def code_applies(key, rec, pipe) -> bool:
+    try:
+        check_control("StageConfig", check_key(key), rec, pipe.name, pipe)
+    except InvalidControl:
+        return False
+    return True
+
+
+def test_code_and_documented_control_rules_agree_on_mutated_stage_configs():
+    pipe = load_pipeline(FANOUT3)
+    d = pipe.stage("classify").defaults
+    base = {"pipeline": pipe.name, "stage": "classify", "variant": d.variant, "hardware": d.hardware,
+            "max_batch": d.max_batch, "batch_timeout_ms": d.batch_timeout_ms, "replicas": d.replicas,
+            "partitions": d.partitions, "epoch": 1, "planner_mode": "fuzz", "predicted_p99_ms": None,
+            "routing": {}, "cost_per_hour": 0.0, "reason": "fuzz", "digests": {}}
+    edges = [("max_batch", 4096), ("max_batch", 4097), ("replicas", 1024), ("replicas", 1025), ("partitions", 0),
+             ("batch_timeout_ms", 60_000.0), ("batch_timeout_ms", 60_000.5), ("epoch", 2**53), ("epoch", 2**53 + 1),
+             ("routing", {d.variant: 0.0}), ("routing", {d.variant: 0.5}), ("digests", {"nope": "x"}),
+             ("cost_per_hour", float("inf")), ("predicted_p99_ms", -1.0), ("stage", "nope"), ("hardware", "tpu")]
+    drawn = fuzzing.draw(st.tuples(fuzzing.mutation("StageConfig"), fuzzing.KEYS), 300, seed=11)
+    disagree, refused = [], 0
+    for (name, value), key in [((f, v), None) for f, v in edges] + drawn:
+        if name in fuzzing.FRAMINGS:
+            continue
+        rec, key = {**base, **({name: value} if name else {})}, b"classify" if key is None else key
+        rec = codec.decode("StageConfig", codec.encode("StageConfig", rec))
+        code, doc = code_applies(key, rec, pipe), oracle.stage_config_applies(key, rec, pipe.name, pipe)
+        refused += not doc
+        if code != doc:
+            disagree.append(f"{name}={contract.show(value)} key={key[:20]!r}: code {code}, docs {doc}")
+    assert not disagree, "\n".join(disagree[:20])
+    assert refused > 50
