@@ -15,7 +15,7 @@ def deploy_dir() -> Path:
     checkout = Path(__file__).resolve().parents[1]
     if (checkout / "pyproject.toml").is_file() and (checkout / "deploy").is_dir():
         return checkout / "deploy"
-    return Path(str(resources.files("streams").joinpath("deploy")))
+    return Path(str(resources.files("slipstream.streams").joinpath("deploy")))
 
 
 def staged(src: Path, dst: Path) -> Path:
