@@ -12,8 +12,10 @@
 - ``config_switch.ConfigSwitch``: StageConfigs accepted and put in force at a window boundary; a hung
   replica replaced.
 
-A part calls only parts below it in this list's wiring (windows -> intake, switch, pool, server,
-commits; switch -> pool) or a callback its constructor was given; no part calls back into its caller.
+A part holds only the parts its constructor is given (windows: intake, switch, pool, server and
+commits; switch: the pool) and never its caller: what it must tell (an arrival, a delivery done, a hung
+replica) or ask back (how much is queued, whether delivery is blocked) goes through a callback that
+``StageWorker`` wires.
 """
 import logging
 

@@ -10,11 +10,13 @@ ended (``wake``).
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Awaitable, Callable
 
 from agents.acks import AckTracker
 from agents.backlog import Backlog, out_bytes
-from agents.delivery import Delivery, dead_letter
+from agents import routing
+from agents.delivery import Delivery
 from agents.metrics import StageMetrics
 from agents.stage import log
 from agents.stage.serve import Answers
@@ -98,7 +100,8 @@ class Commits:
         entries: list[Entry] = []
         for tp, m, error in bad:
             log.warning("dead letter %s[%d]@%d: %s", m.topic, m.partition, m.offset, error)
-            out = dead_letter(self.pipe, self.stage, self.limits, m.value, m.topic, m.partition, m.offset, error)
+            out = routing.dead_letter(self.pipe, self.stage, m.value, m.topic, m.partition, m.offset, error,
+                                      time.time_ns(), self.limits)
             entries.append((tp, m.offset, [(out, None)]))
         self.metrics.lab(self.metrics.dead_letters).inc(len(bad))
         await self._deliver(entries)

@@ -32,7 +32,7 @@ class Server:
         self.on_hung = on_hung  # a run past its deadline: the replica must be replaced
         self.run_deadline_s = run_deadline_s(pipe.slo_ms)
 
-    async def answer(self, replica: Replica, cfg: ActiveConfig, variants: Mapping[str, VariantState],
+    async def serve_window(self, replica: Replica, cfg: ActiveConfig, variants: Mapping[str, VariantState],
                      window: list[Item], s: batching.BatchSettings) -> Answers:
         """(records, item) for every item of ``window``. A window that fails (a bug: model errors
         and contract breaches are error results already) keeps what it answered; the rest are served

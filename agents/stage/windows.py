@@ -90,9 +90,9 @@ class Windows:
     async def _window(self, replica: Replica, cfg: ActiveConfig, variants: dict[str, VariantState],
                       window: list[Item], s: batching.BatchSettings) -> None:
         """Work one window off on ``replica``, free the replica, then produce its outputs and ack it.
-        Every item is answered whatever fails (``Server.answer``), so the worker keeps acking and committing."""
+        Every item is answered whatever fails (``Server.serve_window``), so the worker keeps acking and committing."""
         try:
-            answers = await self.server.answer(replica, cfg, variants, window, s)
+            answers = await self.server.serve_window(replica, cfg, variants, window, s)
         finally:
             replica.release()
             self._wake.set()

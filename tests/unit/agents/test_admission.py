@@ -1,5 +1,5 @@
 """A stage worker's door and its windows: requests that break the contract are answered before any
-window (``agents.admission``), and a window that fails answers every item (``Server.answer``)."""
+window (``agents.admission``), and a window that fails answers every item (``Server.serve_window``)."""
 from __future__ import annotations
 
 import asyncio
@@ -62,7 +62,7 @@ async def test_a_window_that_fails_serves_its_items_alone_and_fails_only_the_poi
     reqs[2] = dict(reqs[2], deadline_ns=None)  # past the door by a bug: the window's decisions raise on it
     window = [Item(rec(i, b""), r, now, TP, i) for i, r in enumerate(reqs)]
     replica = sw.pool.idle()
-    answers = await sw.server.answer(replica, sw.switch.config, sw.pool.fleet.variants, window,
+    answers = await sw.server.serve_window(replica, sw.switch.config, sw.pool.fleet.variants, window,
                                      batching.BatchSettings.from_ms(4, 0))
     by_offset = {it.offset: outs for outs, it in answers}
     assert sorted(by_offset) == [0, 1, 2, 3]  # every item answered once

@@ -158,14 +158,14 @@ async def test_a_window_frees_its_replica_before_its_outputs_are_delivered():
     order = []
     replica = SimpleNamespace(release=lambda: order.append("released"))
 
-    async def answer(r, cfg, variants, window, s):
+    async def serve_window(r, cfg, variants, window, s):
         order.append("served")
         return [([], it) for it in window]
 
     async def finish(window, answers):
         order.append("delivered")
 
-    server, commits = SimpleNamespace(answer=answer), SimpleNamespace(finish=finish)
+    server, commits = SimpleNamespace(serve_window=serve_window), SimpleNamespace(finish=finish)
     windows = Windows(None, None, None, server, commits, metrics(), asyncio.Event())
     windows.track(windows._window(replica, None, {}, [item(0)], None))
     await windows.drain()
