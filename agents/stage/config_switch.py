@@ -3,8 +3,8 @@ first) and put in force only at a window boundary (the batch loop calls :meth:`C
 
 At start (:meth:`ConfigSwitch.start`) the worker takes the newest config of its stage the control topic
 held (``agents.app.ControlFeed`` reads it to its end first) and loads only that one: compaction keeps
-the latest record per stage only eventually, and a worker that walked the older ones loaded model
-after model while it already counted as ready.
+the latest record per stage only eventually, and a worker that put the older ones in force in turn
+would load model after model while it already counts as ready.
 
 Owns ``config`` (the StageConfig in force) and ``pending`` (an accepted one with its prepared fleet,
 waiting for the boundary). Asks the replica pool (``agents.stage.pool``) to prepare fleets and puts
