@@ -2,7 +2,7 @@
 
 An executor is a *codec* (payload bytes -> model input, model output -> ``Emit`` items) around a
 *backend* (onnxruntime or torch) or, for model-free stages (noop, resize, tokenise), a per-item
-function. Everything here implements ``streams.executor.Executor``; ``agents.zoo`` picks the parts
+function. Everything here implements ``slipstream.streams.executor.Executor``; ``slipstream.agents.zoo`` picks the parts
 from a pipeline ``Variant`` and ``Hardware``.
 
 Devices are checked, not assumed: onnxruntime silently falls back to the CPU when the CUDA provider
@@ -19,7 +19,7 @@ one batch at a time). Its pool's threads do not spin waiting for the next batch
 (``session.intra_op.allow_spinning`` 0): a worker shares the host's cores with the other stages'
 workers and the broker, and spinning threads take those cores from them between batches. torch has
 only a process-wide setting (``torch.set_num_threads``), so a torch backend sets it for the whole
-worker process. A worker process may hold several replicas of its stage (``agents.replicas``), each
+worker process. A worker process may hold several replicas of its stage (``slipstream.agents.replicas``), each
 running on its own thread; they all run on the stage's one hardware, so each sets the same number.
 """
 from __future__ import annotations
@@ -33,9 +33,9 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from agents.preprocess import BatchBuffer
-from streams.executor import Emit, ItemOutput
-from streams.spec import Hardware
+from slipstream.agents.preprocess import BatchBuffer
+from slipstream.streams.executor import Emit, ItemOutput
+from slipstream.streams.spec import Hardware
 
 log = logging.getLogger(__name__)
 

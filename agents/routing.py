@@ -7,7 +7,7 @@
 - A conditional branch (``Emit.to``) sends the item to the one child named.
 - At a sink, or when a fragment ends early (dropped, error, k = 0), the fragment becomes an
   ``InferenceResult``: on the results topic when it is the whole request (fragment 1), else on the
-  join topic, where ``agents.join`` sums fragments back to 1.
+  join topic, where ``slipstream.agents.join`` sums fragments back to 1.
 
 Every record carries the hops so far plus this stage's own ``HopTiming``.
 """
@@ -18,10 +18,10 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Mapping, NamedTuple
 
-from streams import topics
-from streams.executor import ItemOutput
-from streams.limits import MAX_ERROR_CHARS, Limits
-from streams.spec import Pipeline
+from slipstream.streams import topics
+from slipstream.streams.executor import ItemOutput
+from slipstream.streams.limits import MAX_ERROR_CHARS, Limits
+from slipstream.streams.spec import Pipeline
 
 
 class Out(NamedTuple):
@@ -144,7 +144,7 @@ def _split_results(pipe: Pipeline, req: Mapping[str, Any], hops: list, out: Item
 def dead_letter(pipe: Pipeline, stage: str, data: bytes | None, topic: str, partition: int, offset: int,
                 error: str, now_ns: int, limits: Limits | None = None) -> Out:
     """A record a stage could not use, kept byte-for-byte with where it came from and why (cut to
-    ``MAX_ERROR_CHARS``); with ``limits`` (``streams.limits``) its bytes are cut to fit the dead-letter
+    ``MAX_ERROR_CHARS``); with ``limits`` (``slipstream.streams.limits``) its bytes are cut to fit the dead-letter
     topic when they do not, and the whole input's size and sha256 go into the reason."""
     error = error[:MAX_ERROR_CHARS]
     out = Out(topics.dead_letters(pipe.name), f"{topic}:{partition}:{offset}", "DeadLetter", {

@@ -1,26 +1,26 @@
-"""One stage worker: its parts (``agents.stage``), wired, and its lifecycle.
+"""One stage worker: its parts (``slipstream.agents.stage``), wired, and its lifecycle.
 
-faust's consumer hands each fetch of the stage's input to the intake (``agents.stage.intake``), which
-only holds it. The batch loop (``agents.stage.windows``) admits everything that arrived at once
+faust's consumer hands each fetch of the stage's input to the intake (``slipstream.agents.stage.intake``), which
+only holds it. The batch loop (``slipstream.agents.stage.windows``) admits everything that arrived at once
 (decodes it; undecodable or oversize records go to the dead-letter topic), queues it on the
-:class:`~agents.window.WindowPlanner`, and takes windows when the planner says so (the decision is
-``streams.batching``, which the estimator runs too). A window goes to a free replica of the pool
-(``agents.stage.pool``: c replicas behind one queue) and is worked off on that replica's thread
-(``agents.stage.serve``). Then, in one place (``agents.stage.commit.Commits.finish``), its outputs
+:class:`~slipstream.agents.window.WindowPlanner`, and takes windows when the planner says so (the decision is
+``slipstream.streams.batching``, which the estimator runs too). A window goes to a free replica of the pool
+(``slipstream.agents.stage.pool``: c replicas behind one queue) and is worked off on that replica's thread
+(``slipstream.agents.stage.serve``). Then, in one place (``slipstream.agents.stage.commit.Commits.finish``), its outputs
 (results, children's inputs, drops, errors) are produced together, their delivery is awaited, and the
-window's input offsets are marked done together, in offset order per partition (``agents.acks``);
+window's input offsets are marked done together, in offset order per partition (``slipstream.agents.acks``);
 faust commits one past each partition's done prefix (``Commits.committable``), so offsets are committed
-only past work whose outputs are in Kafka. With ``processing: exactly-once`` (``streams.config``) the
+only past work whose outputs are in Kafka. With ``processing: exactly-once`` (``slipstream.streams.config``) the
 same place commits a window's outputs and its input offsets in one Kafka transaction per input
-partition (``agents.transactions``), and faust commits nothing.
+partition (``slipstream.agents.transactions``), and faust commits nothing.
 
-Replica changes from the control topic (``agents.stage.config_switch``) are pool changes
-(``streams.placement``): new replicas load and warm on the loader thread while the others serve and
+Replica changes from the control topic (``slipstream.agents.stage.config_switch``) are pool changes
+(``slipstream.streams.placement``): new replicas load and warm on the loader thread while the others serve and
 join at a window boundary; removed ones finish their window. No consumer-group change, so no replica
 ever pauses for a scale event.
 
-Record limits are the topics' own (``streams.limits``, read at start): an output over its topic's
-limit is refused before sending and becomes an error result (``agents.delivery``). Refused by the
+Record limits are the topics' own (``slipstream.streams.limits``, read at start): an output over its topic's
+limit is refused before sending and becomes an error result (``slipstream.agents.delivery``). Refused by the
 broker instead, it would fail an idempotent producer's batch and every later batch of that partition
 (OutOfOrderSequenceNumber stops aiokafka's sender): the Delivery then replaces the producer.
 """
@@ -29,29 +29,29 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
-from agents.metrics import StageMetrics
-from agents.replicas import ExecutorFactory
-from agents.stage import log
-from agents.stage.commit import Commits
-from agents.stage.config_switch import ConfigSwitch
-from agents.stage.intake import Intake
-from agents.stage.pool import ReplicaPool
-from agents.stage.serve import Server, check_all, check_and_run
-from agents.stage.windows import Windows
-from streams import placement, procs, topics
-from streams.config import KafkaSettings
-from streams.heartbeat import Heartbeat
-from streams.limits import read_limits
-from streams.profile_store import ProfileStore
-from streams.spec import Pipeline
-from streams.timeline import mark
+from slipstream.agents.metrics import StageMetrics
+from slipstream.agents.replicas import ExecutorFactory
+from slipstream.agents.stage import log
+from slipstream.agents.stage.commit import Commits
+from slipstream.agents.stage.config_switch import ConfigSwitch
+from slipstream.agents.stage.intake import Intake
+from slipstream.agents.stage.pool import ReplicaPool
+from slipstream.agents.stage.serve import Server, check_all, check_and_run
+from slipstream.agents.stage.windows import Windows
+from slipstream.streams import placement, procs, topics
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.heartbeat import Heartbeat
+from slipstream.streams.limits import read_limits
+from slipstream.streams.profile_store import ProfileStore
+from slipstream.streams.spec import Pipeline
+from slipstream.streams.timeline import mark
 
 __all__ = ["ExecutorFactory", "StageWorker", "check_all", "check_and_run"]
 
 
 class StageWorker:
     """One stage's worker: the parts, wired in one constructor; the faust consumer's reader
-    (``agents.intake.BulkReader``: ``room``, :meth:`on_records`, :meth:`committable`); the lifecycle
+    (``slipstream.agents.intake.BulkReader``: ``room``, :meth:`on_records`, :meth:`committable`); the lifecycle
     (start: the first config, the topics' limits, the producer; stop: drain and close) and the
     rebalance steps, which touch several parts in order."""
 
@@ -110,7 +110,7 @@ class StageWorker:
         """Before partitions move: forget read and queued (unprocessed, unacked) items of the revoked
         ones (Kafka redelivers them to their new owner), let the windows in progress finish, wait until
         every processed window is delivered and acked, and commit their offsets, so the new owner starts
-        right after the work done here (see ``agents.acks`` for why faust's own commit cannot)."""
+        right after the work done here (see ``slipstream.agents.acks`` for why faust's own commit cannot)."""
         mark("revoked", partitions=len(revoked))
         self.intake.forget(revoked)
         self.windows.forget(revoked)

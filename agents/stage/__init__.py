@@ -1,8 +1,8 @@
-"""The parts of one stage worker (``agents.worker.StageWorker`` wires them), each an object owning its state.
+"""The parts of one stage worker (``slipstream.agents.worker.StageWorker`` wires them), each an object owning its state.
 
 - ``intake.Intake``: the fetches faust's consumer hands over, admitted in one go (decode, contract,
   deadline and shedding); the bound on what the worker holds (``room``, back-pressure);
-- ``windows.Windows``: the queue (``agents.window.WindowPlanner``), the batch loop that takes windows
+- ``windows.Windows``: the queue (``slipstream.agents.window.WindowPlanner``), the batch loop that takes windows
   when the planner says so, and the windows in flight;
 - ``serve.Server``: one window worked off on one replica (variant split, sub-batches, deadline drops,
   bounded model runs);
@@ -19,7 +19,7 @@ replica) or ask back (how much is queued, whether delivery is blocked) goes thro
 """
 import logging
 
-log = logging.getLogger("agents.worker")  # one logger for the whole worker, whichever part speaks
+log = logging.getLogger("slipstream.agents.worker")  # one logger for the whole worker, whichever part speaks
 
 
 def log_failure(task) -> None:

@@ -1,6 +1,6 @@
 """Commits: a window's outputs produced together, their delivery awaited, then its inputs acked (faust
 commits one past the done prefix) or, with exactly-once, outputs and offsets committed in one Kafka
-transaction per input partition (``agents.transactions``).
+transaction per input partition (``slipstream.agents.transactions``).
 
 :class:`Commits` owns the producer settings of a window's burst, ``delivery`` (at least once; it owns
 the producer) or ``txns`` (exactly-once), ``acks`` (what is read and what is done, in offset order per
@@ -13,20 +13,20 @@ from __future__ import annotations
 import time
 from typing import Any, Awaitable, Callable
 
-from agents.acks import AckTracker
-from agents.backlog import Backlog, out_bytes
-from agents import routing
-from agents.delivery import Delivery
-from agents.metrics import StageMetrics
-from agents.stage import log
-from agents.stage.serve import Answers
-from agents.transactions import PartitionTransactions
-from agents.window import Item
-from streams import topics
-from streams.config import KafkaSettings
-from streams.heartbeat import Heartbeat
-from streams.limits import Limits
-from streams.spec import Pipeline
+from slipstream.agents.acks import AckTracker
+from slipstream.agents.backlog import Backlog, out_bytes
+from slipstream.agents import routing
+from slipstream.agents.delivery import Delivery
+from slipstream.agents.metrics import StageMetrics
+from slipstream.agents.stage import log
+from slipstream.agents.stage.serve import Answers
+from slipstream.agents.transactions import PartitionTransactions
+from slipstream.agents.window import Item
+from slipstream.streams import topics
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.heartbeat import Heartbeat
+from slipstream.streams.limits import Limits
+from slipstream.streams.spec import Pipeline
 
 # A window's outputs are sent in one burst; the linger only has to cover the burst, and a producer
 # batch (per partition) holds a whole window of small records, so a window is one produce request per
@@ -77,7 +77,7 @@ class Commits:
         self.acks.read_many(tp, records)
 
     def committable(self, tp: Any) -> int | None:
-        """The offset faust commits for ``tp`` (``agents.intake``): one past the done prefix; None
+        """The offset faust commits for ``tp`` (``slipstream.agents.intake``): one past the done prefix; None
         with exactly-once, where each window's transaction commits its offsets."""
         return None if self.txns is not None else self.acks.committable({tp}).get(tp)
 
@@ -109,7 +109,7 @@ class Commits:
     async def _deliver(self, entries: list[Entry]) -> None:
         """Deliver each input's outputs and ack the inputs: at least once (every output in Kafka, then
         the acks), or exactly once (outputs and offsets in one transaction per partition, in offset
-        order; ``agents.transactions``), counted in the backlog meanwhile."""
+        order; ``slipstream.agents.transactions``), counted in the backlog meanwhile."""
         held = self.backlog.add(out_bytes(o for _, _, rs in entries for o, _ in rs))
         self.metrics.lab(self.metrics.backlog).set(self.backlog.windows)
         self.room_changed()
@@ -122,7 +122,7 @@ class Commits:
             self.wake()
 
     async def _deliver_and_ack(self, entries: list[Entry]) -> None:
-        if self.txns is None:  # faust commits the done prefix (``agents.intake``, :meth:`committable`)
+        if self.txns is None:  # faust commits the done prefix (``slipstream.agents.intake``, :meth:`committable`)
             owner = [k for k, (_, _, rs) in enumerate(entries) for _ in rs]
             lost = {owner[i] for i in await self.delivery.settle(
                 await self.delivery.send_all([r for _, _, rs in entries for r in rs]))}

@@ -2,12 +2,12 @@
 first) and put in force only at a window boundary (the batch loop calls :meth:`ConfigSwitch.at_boundary`).
 
 At start (:meth:`ConfigSwitch.start`) the worker takes the newest config of its stage the control topic
-held (``agents.app.ControlFeed`` reads it to its end first) and loads only that one: compaction keeps
+held (``slipstream.agents.app.ControlFeed`` reads it to its end first) and loads only that one: compaction keeps
 the latest record per stage only eventually, and a worker that put the older ones in force in turn
 would load model after model while it already counts as ready.
 
 Owns ``config`` (the StageConfig in force) and ``pending`` (an accepted one with its prepared fleet,
-waiting for the boundary). Asks the replica pool (``agents.stage.pool``) to prepare fleets and puts
+waiting for the boundary). Asks the replica pool (``slipstream.agents.stage.pool``) to prepare fleets and puts
 them in force; a hung replica's replacement reaches service the same way.
 """
 from __future__ import annotations
@@ -15,13 +15,13 @@ from __future__ import annotations
 import asyncio
 from typing import Callable, Mapping, Sequence
 
-from agents.control import ActiveConfig, accept, defaults
-from agents.metrics import StageMetrics
-from agents.replicas import Fleet, Replica
-from agents.stage import log, log_failure
-from agents.stage.pool import ReplicaPool
-from streams.spec import Pipeline
-from streams.timeline import mark
+from slipstream.agents.control import ActiveConfig, accept, defaults
+from slipstream.agents.metrics import StageMetrics
+from slipstream.agents.replicas import Fleet, Replica
+from slipstream.agents.stage import log, log_failure
+from slipstream.agents.stage.pool import ReplicaPool
+from slipstream.streams.spec import Pipeline
+from slipstream.streams.timeline import mark
 
 
 class ConfigSwitch:

@@ -1,9 +1,9 @@
-"""Intake: the records faust's consumer hands over (``agents.intake``), admitted in one go.
+"""Intake: the records faust's consumer hands over (``slipstream.agents.intake``), admitted in one go.
 
 :class:`Intake` owns the fetches not yet looked at, ``room`` (set while the worker takes more records),
-``gate`` (``streams.shedding``: what is dropped by its deadline before it is decoded, and at the source
+``gate`` (``slipstream.streams.shedding``: what is dropped by its deadline before it is decoded, and at the source
 stage what the bottleneck cannot serve in time), the plan in force the gate drains at, and the input
-topic's record bound (``streams.contract``). :meth:`Intake.admit` turns what arrived into queued items
+topic's record bound (``slipstream.streams.contract``). :meth:`Intake.admit` turns what arrived into queued items
 and immediate answers (refusals, drops) and dead letters; what becomes of them is its caller's.
 
 What is held is bounded in count and in time: no more is taken from Kafka while the records read and
@@ -17,18 +17,18 @@ import asyncio
 import time
 from typing import Any, Callable, Iterator, NamedTuple
 
-from agents import routing
-from agents.admission import admit
-from agents.metrics import StageMetrics
-from agents.stage import log
-from agents.window import Item
-from streams import contract, control_io, topics
-from streams.limits import Limits
-from streams.shedding import SourceGate
-from streams.spec import Pipeline
+from slipstream.agents import routing
+from slipstream.agents.admission import admit
+from slipstream.agents.metrics import StageMetrics
+from slipstream.agents.stage import log
+from slipstream.agents.window import Item
+from slipstream.streams import contract, control_io, topics
+from slipstream.streams.limits import Limits
+from slipstream.streams.shedding import SourceGate
+from slipstream.streams.spec import Pipeline
 
 # Records read but not yet in a window (intake and queue): above this, the consumer waits before it
-# hands over the next fetch (``agents.intake``), as faust's stream buffer (4,096) made it wait.
+# hands over the next fetch (``slipstream.agents.intake``), as faust's stream buffer (4,096) made it wait.
 MAX_QUEUED = 4096
 
 
@@ -52,7 +52,7 @@ class Intake:
         self.queued, self.blocked = queued, blocked  # what the room also depends on
         self._fetches: list = []  # (tp, records, received_ns) per fetch since the batch loop last looked
         self._held = 0  # records on it
-        self.room = asyncio.Event()  # set while the consumer may hand over more (``agents.intake``)
+        self.room = asyncio.Event()  # set while the consumer may hand over more (``slipstream.agents.intake``)
         self.room.set()
         self.gate = SourceGate(stage)  # deadline drops before decoding; at the source, shedding too
         self.plan_in_force = control_io.PlanInForce(pipe.name)  # the source stage's: what its gate drains at
@@ -65,7 +65,7 @@ class Intake:
         self.bounds = contract.Bounds.of(self.pipe, self.stage, limits.of(source))
 
     def on_records(self, tp: Any, records: list) -> None:
-        """One partition's records of one fetch (``agents.intake``: faust's consumer hands them over
+        """One partition's records of one fetch (``slipstream.agents.intake``: faust's consumer hands them over
         in one call): only put them on the intake list. Decoding, checks, metrics and the ack tracker
         work on everything read so far at once (:meth:`admit`)."""
         self._fetches.append((tp, records, time.time_ns()))
@@ -88,7 +88,7 @@ class Intake:
         return (r.value for _, records, _ in self._fetches for r in records)
 
     def admit(self, serve_ns: int) -> Admitted:
-        """Admit every record read since the last call (``agents.admission``; ``serve_ns``: the fastest
+        """Admit every record read since the last call (``slipstream.agents.admission``; ``serve_ns``: the fastest
         a request can be served here, for the gate): valid requests for the queue; requests that break
         the contract answered with an error result, those refused by their deadline dropped; undecodable
         or oversize records, and those that cannot be answered, to the dead-letter topic."""
@@ -125,7 +125,7 @@ class Intake:
         self._held = sum(len(f[1]) for f in self._fetches)
 
     def on_plan(self, kind: str, rec: dict) -> None:
-        """A checked control record (the source stage's ``agents.app.ControlFeed``): the plan in force."""
+        """A checked control record (the source stage's ``slipstream.agents.app.ControlFeed``): the plan in force."""
         self.plan_in_force.add(kind, rec)
         self._set_gate_rate()
 

@@ -1,11 +1,11 @@
-"""Replica pool: the model replicas a config needs (``agents.replicas``, ``streams.placement``), each with
+"""Replica pool: the model replicas a config needs (``slipstream.agents.replicas``, ``slipstream.streams.placement``), each with
 an executor per variant the config names (``ActiveConfig.loaded``: a loki stage's ladder too).
 
 Owns ``fleet`` (the replicas serving now and each variant's accuracy and latency predictor), the
 ``loader`` thread (loads and warm-ups run beside serving, so no window waits on a load), the spare
 replicas, and ``pace_ns`` (what a queued item takes at the predicted pace of a full batch). It is told
 which config to prepare; which config is in force, and when a prepared fleet takes over, is the
-config switch's (``agents.stage.config_switch``).
+config switch's (``slipstream.agents.stage.config_switch``).
 
 Spare replicas: loaded, warmed replicas of the config in force that serve nothing, up to
 ``max_replicas`` in all. A scale-down parks the replicas it frees; after a config goes in force the
@@ -20,17 +20,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from agents.control import ActiveConfig
-from agents.executors import check_digest, pinned
-from agents.metrics import StageMetrics
-from agents.replicas import ExecutorFactory, Fleet, Replica, VariantState, new_replica, warmup_curve
-from agents.stage import log, log_failure
-from streams import placement
-from streams.batching import NS_PER_MS
-from streams.latency import LatencyCurve, RecentLatency
-from streams.profile_store import ProfileStore, lookup
-from streams.spec import Pipeline
-from streams.timeline import mark
+from slipstream.agents.control import ActiveConfig
+from slipstream.agents.executors import check_digest, pinned
+from slipstream.agents.metrics import StageMetrics
+from slipstream.agents.replicas import ExecutorFactory, Fleet, Replica, VariantState, new_replica, warmup_curve
+from slipstream.agents.stage import log, log_failure
+from slipstream.streams import placement
+from slipstream.streams.batching import NS_PER_MS
+from slipstream.streams.latency import LatencyCurve, RecentLatency
+from slipstream.streams.profile_store import ProfileStore, lookup
+from slipstream.streams.spec import Pipeline
+from slipstream.streams.timeline import mark
 
 
 class ReplicaPool:

@@ -1,8 +1,8 @@
-"""Serve: one window worked off on one replica, as ``streams.batching`` describes.
+"""Serve: one window worked off on one replica, as ``slipstream.streams.batching`` describes.
 
 :class:`Server` owns the model runs: the split by variant and accuracy floor, sub-batches and deadline
-drops (``agents.window``), each run's hand-off to the replica's thread under its deadline
-(``agents.replicas.run_bounded``; a run past it hands the replica to ``on_hung``), the executor's
+drops (``slipstream.agents.window``), each run's hand-off to the replica's thread under its deadline
+(``slipstream.agents.replicas.run_bounded``; a run past it hands the replica to ``on_hung``), the executor's
 input checks, and the run's metrics and predictor update. It keeps nothing between windows: the
 config and the variants' state a window is served with come with the window.
 """
@@ -11,16 +11,16 @@ from __future__ import annotations
 import time
 from typing import Callable, Mapping
 
-from agents import routing
-from agents.control import ActiveConfig
-from agents.metrics import StageMetrics, observe_many
-from agents.replicas import Replica, RunPastDeadline, VariantState, run_bounded, run_deadline_s
-from agents.stage import log
-from agents.window import Item, batch_outputs, failed, split_variants, sub_batch
-from streams import batching, contract
-from streams.executor import Executor
-from streams.heartbeat import Heartbeat
-from streams.spec import Pipeline
+from slipstream.agents import routing
+from slipstream.agents.control import ActiveConfig
+from slipstream.agents.metrics import StageMetrics, observe_many
+from slipstream.agents.replicas import Replica, RunPastDeadline, VariantState, run_bounded, run_deadline_s
+from slipstream.agents.stage import log
+from slipstream.agents.window import Item, batch_outputs, failed, split_variants, sub_batch
+from slipstream.streams import batching, contract
+from slipstream.streams.executor import Executor
+from slipstream.streams.heartbeat import Heartbeat
+from slipstream.streams.spec import Pipeline
 
 Answers = list[tuple[list[routing.Out], Item]]  # the records each item ends in, with the item
 
@@ -36,7 +36,7 @@ class Server:
                      window: list[Item], s: batching.BatchSettings) -> Answers:
         """(records, item) for every item of ``window``. A window that fails (a bug: model errors
         and contract breaches are error results already) keeps what it answered; the rest are served
-        again one by one, so only the item that fails alone ends as an error (``agents.window.failed``)."""
+        again one by one, so only the item that fails alone ends as an error (``slipstream.agents.window.failed``)."""
         answers: Answers = []
         try:
             await self.work_off(replica, cfg, variants, window, s, answers)

@@ -1,28 +1,28 @@
-"""Windows: the queue (:class:`agents.window.WindowPlanner`), the batch loop around it, and the windows
+"""Windows: the queue (:class:`slipstream.agents.window.WindowPlanner`), the batch loop around it, and the windows
 in flight.
 
 :class:`Windows` owns the queue, the wake-up (an arrival, a free replica, a delivery done or a new
 config) and the windows (and dead letters) being worked off and delivered. Each turn of its loop asks
 the intake for what arrived, the config switch for the config at this boundary, the pool for a free
 replica (none while the delivery backlog is full), and the planner whether to take a window; a taken
-window is served on its replica (``agents.stage.serve``), the replica freed, then the window handed to
-the commits (``agents.stage.commit``).
+window is served on its replica (``slipstream.agents.stage.serve``), the replica freed, then the window handed to
+the commits (``slipstream.agents.stage.commit``).
 """
 from __future__ import annotations
 
 import asyncio
 import time
-from agents.control import ActiveConfig
-from agents.metrics import StageMetrics
-from agents.replicas import Replica, VariantState
-from agents.stage import log
-from agents.stage.commit import Commits
-from agents.stage.config_switch import ConfigSwitch
-from agents.stage.intake import Intake
-from agents.stage.pool import ReplicaPool
-from agents.stage.serve import Server
-from agents.window import Item, Take, WindowPlanner
-from streams import batching, codec
+from slipstream.agents.control import ActiveConfig
+from slipstream.agents.metrics import StageMetrics
+from slipstream.agents.replicas import Replica, VariantState
+from slipstream.agents.stage import log
+from slipstream.agents.stage.commit import Commits
+from slipstream.agents.stage.config_switch import ConfigSwitch
+from slipstream.agents.stage.intake import Intake
+from slipstream.agents.stage.pool import ReplicaPool
+from slipstream.agents.stage.serve import Server
+from slipstream.agents.window import Item, Take, WindowPlanner
+from slipstream.streams import batching, codec
 
 
 class Windows:

@@ -1,4 +1,4 @@
-"""The stage worker's parts (``agents.stage``) alone, each with fakes of what it is given."""
+"""The stage worker's parts (``slipstream.agents.stage``) alone, each with fakes of what it is given."""
 from __future__ import annotations
 
 import asyncio
@@ -6,18 +6,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from agents.control import defaults
-from agents.metrics import StageMetrics
-from agents.replicas import Fleet, VariantState
-from agents.stage.commit import Commits
-from agents.stage.config_switch import ConfigSwitch
-from agents.stage.intake import Intake
-from agents.stage.pool import ReplicaPool
-from agents.stage.windows import Windows
-from agents.window import Item
-from streams.config import KafkaSettings
-from streams.heartbeat import Heartbeat
-from streams.spec import parse_pipeline
+from slipstream.agents.control import defaults
+from slipstream.agents.metrics import StageMetrics
+from slipstream.agents.replicas import Fleet, VariantState
+from slipstream.agents.stage.commit import Commits
+from slipstream.agents.stage.config_switch import ConfigSwitch
+from slipstream.agents.stage.intake import Intake
+from slipstream.agents.stage.pool import ReplicaPool
+from slipstream.agents.stage.windows import Windows
+from slipstream.agents.window import Item
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.heartbeat import Heartbeat
+from slipstream.streams.spec import parse_pipeline
 
 PIPE = parse_pipeline({
     "name": "pp", "slo_ms": 100, "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},
