@@ -13,8 +13,8 @@ Each record ends in one of three lists:
   (``slipstream.streams.expiry``) and key (its request id) say enough is judged before it is decoded, and a
   refused one is never decoded: its answer is built from the key and the header.
 
-So a bad value never reaches the window code, where it used to raise (issue 23: a ``fragment`` of
-``"abc"`` failed its window and its partition's commit point for good). Pure: no Kafka, the clock
+So a bad value never reaches the window code, where it would fail its whole window (a ``fragment``
+of ``"abc"`` raises there) and hold its partition's commit point for good. Pure: no Kafka, the clock
 passed in.
 """
 from __future__ import annotations

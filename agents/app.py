@@ -40,20 +40,21 @@ log = logging.getLogger(__name__)
 
 def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: ExecutorFactory,
                     web_port: int | None = None, metrics_addr: MetricsAddr = LOCAL,
-                    max_instances: int | None = None, profiles: ProfileStore | None = None,
+                    max_replicas: int | None = None, profiles: ProfileStore | None = None,
                     commit_interval_s: float = AppSettings.commit_interval_s) -> tuple[faust.App, StageWorker]:
     app = make_app(AppSettings(topics.consumer_group(pipe.name, stage), kafka, web_port=web_port,
                                commit_interval_s=commit_interval_s))
     metrics = StageMetrics.create(pipe.name, stage, pipe.slo_ms)
-    worker = StageWorker(pipe, stage, kafka, factory, metrics, max_instances=max_instances, profiles=profiles)
+    worker = StageWorker(pipe, stage, kafka, factory, metrics, max_replicas=max_replicas, profiles=profiles)
     # faust's consumer hands each fetch of the source to the worker in one call and commits the
     # worker's done prefix (slipstream.agents.intake; exactly-once: none, the worker's transactions commit), so
     # faust records no per-message acks of the source (acks=False)
     source_name = topics.stage_input(pipe.name, stage)
     use_bulk_intake(app, {source_name: worker})
-    if worker.txns is not None:  # a partition whose transaction failed is read again (slipstream.agents.transactions)
-        worker.txns.on_reread = lambda tp: rejoin_group(app)
-        worker.txns.on_stuck = worker.heartbeat.fail  # not live: restarted, the partition read again
+    txns = worker.commits.txns
+    if txns is not None:  # a partition whose transaction failed is read again (slipstream.agents.transactions)
+        txns.on_reread = lambda tp: rejoin_group(app)
+        txns.on_stuck = worker.heartbeat.fail  # not live: restarted, the partition read again
     source = app.topic(source_name, value_serializer="raw", key_serializer="raw", acks=False)
 
     @app.agent(source, concurrency=1, name=f"{stage}-agent")
@@ -87,7 +88,7 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
     async def _stop(sender, **kwargs) -> None:
         await worker.stop()
 
-    serve_worker(stage, app, metrics, metrics_addr, worker.started, worker.acks, worker.heartbeat)
+    serve_worker(stage, app, metrics, metrics_addr, worker.started, worker.commits.acks, worker.heartbeat)
     return app, worker
 
 

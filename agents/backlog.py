@@ -1,5 +1,5 @@
-"""The bound on outputs awaiting delivery: a worker frees a model instance before its window's outputs
-are in Kafka (``slipstream.agents.worker``), so while a produce cannot complete (a broker away, too few in-sync
+"""The bound on outputs awaiting delivery: a worker frees a replica before its window's outputs
+are in Kafka (``slipstream.agents.stage.windows``), so while a produce cannot complete (a broker away, too few in-sync
 replicas) finished windows, each holding its outputs and their inputs' payloads, would pile up for as
 long as it lasts. :class:`Backlog` counts them (windows, and their outputs' payload bytes); while it
 is full the worker takes no new window and its consumer fetches no more (``slipstream.agents.intake``'s
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-MAX_WINDOWS = 64  # a window per instance and more: the bound holds only while produces stall
+MAX_WINDOWS = 64  # a window per replica and more: the bound holds only while produces stall
 MAX_BYTES = 64 * 1024 * 1024
 
 

@@ -7,9 +7,10 @@ keeps running either way.
   off up to ``max_backoff_s``, for at most ``retry_for_s`` (Kafka's ``delivery.timeout.ms``, 120 s);
   nothing is acked before, so nothing is lost. Past that bound it is handled as a permanent one.
 - A permanent one (the record over its topic's limit, ``slipstream.streams.limits``; a value the schema refuses;
-  no authorization) replaces the output by an ``error`` result for the request it belonged to; if even
-  that cannot be written, the input is dead-lettered (its original bytes, cut to fit the dead-letter
-  topic with the whole input's size and sha256 named, topic, partition, offset and the reason).
+  no authorization) replaces the output (``slipstream.agents.routing.replacement``) by an ``error`` result for the
+  request it belonged to; if even that cannot be written, the input is dead-lettered (its original
+  bytes, cut to fit the dead-letter topic with the whole input's size and sha256 named, topic,
+  partition, offset and the reason).
 - If the dead letter cannot be written either, the input is *given up*: :meth:`Delivery.settle` names
   it, the worker does not ack it and reports itself not live (``slipstream.streams.heartbeat``), so it is
   restarted and the input read again.
@@ -37,7 +38,7 @@ from typing import Any, Awaitable, Callable, NamedTuple
 from slipstream.agents import routing
 from slipstream.streams import kafka as kclient
 from slipstream.streams.config import KafkaSettings
-from slipstream.streams.limits import MAX_ERROR_CHARS, Limits
+from slipstream.streams.limits import Limits
 from slipstream.streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
@@ -150,7 +151,7 @@ class Delivery:
                 backoff = min(backoff * 2, self.max_backoff_s)
                 s = await self._send_one(s.out, s.item)
                 continue
-            nxt = self.replacement(s, exc)
+            nxt = routing.replacement(self.pipe, self.stage, self.limits, s.out, s.item, exc)
             if nxt is None:
                 log.error("request %s: cannot deliver %s to %s (%s), nor anything in its place: given up",
                           _rid(s), s.out.record, s.out.topic, exc)
@@ -186,33 +187,6 @@ class Delivery:
         log.warning("producer replaced after %r (its sequence numbers no longer match the broker's)", exc)
         self.on_failure("producer-replaced")
         kclient.retire_producer(old, self._retired, STOP_S)
-
-    def replacement(self, s: Sent, exc: BaseException) -> routing.Out | None:
-        """What goes in place of an output that cannot be written: an error result for its request,
-        then a dead letter of the input, then nothing."""
-        reason = f"{self.stage}: cannot deliver {s.out.record} to {s.out.topic}: {type(exc).__name__}: {exc}"
-        is_error = s.out.record == "InferenceResult" and s.out.value.get("status") == "error"
-        if s.item is not None and s.out.record != "DeadLetter" and not is_error:
-            return routing.ended(self.pipe, s.item.req, "error", reason[:MAX_ERROR_CHARS], time.time_ns())
-        if s.item is not None and s.out.record != "DeadLetter":
-            m = s.item.record
-            return dead_letter(self.pipe, self.stage, self.limits, m.value, m.topic, m.partition, m.offset, reason)
-        return None
-
-
-def dead_letter(pipe: Pipeline, stage: str, limits: Limits | None, original: bytes | None, topic: str,
-                partition: int, offset: int, reason: str) -> routing.Out:
-    """The dead letter of an input, its bytes cut to fit the dead-letter topic when they do not
-    (``slipstream.streams.limits``: the whole input's size and sha256 go into the reason)."""
-    reason = reason[:MAX_ERROR_CHARS]
-    out = routing.dead_letter(pipe, stage, original, topic, partition, offset, reason, time.time_ns())
-    if limits is not None and original:
-        rest = len(reason.encode()) + len(out.key) + len(topic) + len(stage) + 512  # the rest, generously
-        kept, note = limits.fit_original(out.topic, original, rest)
-        if note:
-            out = routing.dead_letter(pipe, stage, kept, topic, partition, offset,
-                                      (reason[:MAX_ERROR_CHARS - len(note)] + note), time.time_ns())
-    return out
 
 
 def _rid(s: Sent) -> str:

@@ -17,9 +17,10 @@ load; :func:`check_digest` refuses any other model (:class:`DigestMismatch`) rat
 Threads: ``Hardware.threads`` becomes onnxruntime's ``intra_op_num_threads`` (``inter_op`` stays 1:
 one batch at a time). Its pool's threads do not spin waiting for the next batch
 (``session.intra_op.allow_spinning`` 0): a worker shares the host's cores with the other stages'
-workers and the broker, and spinning threads take those cores from them between batches. torch has only a process-wide setting (``torch.set_num_threads``), so a torch
-backend sets it for the whole worker process; one worker process runs one stage replica, which is
-what makes that acceptable.
+workers and the broker, and spinning threads take those cores from them between batches. torch has
+only a process-wide setting (``torch.set_num_threads``), so a torch backend sets it for the whole
+worker process. A worker process may hold several replicas of its stage (``slipstream.agents.replicas``), each
+running on its own thread; they all run on the stage's one hardware, so each sets the same number.
 """
 from __future__ import annotations
 
@@ -260,7 +261,7 @@ class TorchBackend:
         if reason:
             log.warning("torch runs %s on %s for hardware %r: %s", type(module).__name__,
                         self.device, hardware.name, reason)
-        # Process-wide (see module docstring): one worker process = one stage replica.
+        # Process-wide (see module docstring): the same number for every replica of the worker.
         torch.set_num_threads(hardware.threads)
         self.module = module.eval().to(self.device)
         self.digest = module_digest(self.module)

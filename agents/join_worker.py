@@ -37,7 +37,7 @@ import faust
 
 from slipstream.agents import routing
 from slipstream.agents.acks import AckTracker, Release
-from slipstream.agents.delivery import Delivery, dead_letter
+from slipstream.agents.delivery import Delivery
 from slipstream.agents.join import MAX_CLOSED, Joiner
 from slipstream.agents.metrics import StageMetrics
 from slipstream.agents.ready import serve_worker
@@ -244,14 +244,15 @@ class JoinWorker:
         m = event.message
         log.error("dead letter %s[%d]@%d (request %s): %s", m.topic, m.partition, m.offset, rid, error)
         self.metrics.lab(self.metrics.dead_letters).inc()
-        dl = dead_letter(self.pipe, JOIN, self.limits, event.value, m.topic, m.partition, m.offset, error)
+        dl = routing.dead_letter(self.pipe, JOIN, event.value, m.topic, m.partition, m.offset, error, time.time_ns(),
+                                 self.limits)
         if await self._write(dl, (m.tp, m.offset), None):
             return True
         self.heartbeat.fail(f"{m.topic}[{m.partition}]@{m.offset}: dead letter not delivered: left unacked")
         return False
 
 
-class _Read(NamedTuple):  # the fragment a result answers, as ``slipstream.agents.delivery`` dead-letters it
+class _Read(NamedTuple):  # the fragment a result answers, as ``slipstream.agents.routing.replacement`` dead-letters it
     topic: str
     partition: int
     offset: int

@@ -67,7 +67,7 @@ class StageMetrics:
     config_rejected: Counter
     control_invalid: Counter
     queue_depth: Gauge
-    instances: Gauge
+    replicas: Gauge
     backlog: Gauge
     delivery_failures: Counter
     e2e: Histogram
@@ -110,7 +110,7 @@ class StageMetrics:
             control_invalid=Counter("slipstream_control_invalid", "Control records skipped as invalid "
                                     "(slipstream.streams.control_rules: key, fields, bounds)", L(), registry=reg),
             queue_depth=Gauge("slipstream_queued_requests", "Requests waiting in this worker", L(), registry=reg),
-            instances=Gauge("slipstream_instances", "Model instances serving in this worker", L(),
+            replicas=Gauge("slipstream_instances", "Model replicas serving in this worker", L(),
                             registry=reg),
             backlog=Gauge("slipstream_delivery_backlog_windows", "Windows (and dead letters) whose outputs "
                           "await delivery; bounded (slipstream.agents.backlog)", L(), registry=reg),
@@ -132,7 +132,7 @@ class StageMetrics:
         )
         m._labels = labels
         for unlabelled in (m.slo_met, m.requests, m.dead_letters, m.config_rejected, m.control_invalid,
-                           m.queue_depth, m.instances, m.backlog):
+                           m.queue_depth, m.replicas, m.backlog):
             m.lab(unlabelled)  # every series exists from the start (at 0): rates, ratios and scrapes are defined
         for status in STATUSES:
             m.lab(m.slo_missed, status=status)
@@ -177,10 +177,10 @@ class StageMetrics:
             self.lab(self.slo_missed, status=status).inc(n)
 
     def observe_fleet(self, fleet: Any) -> None:
-        """The worker's model instances (``slipstream.agents.instances.Fleet``): their count, and one info series
+        """The worker's replicas (``slipstream.agents.replicas.Fleet``): their count, and one info series
         per (variant, digest) loaded."""
-        self.lab(self.instances).set(len(fleet.instances))
-        now = {(v, getattr(ex, "digest", "")) for inst in fleet.instances for v, ex in inst.executors.items()}
+        self.lab(self.replicas).set(len(fleet.replicas))
+        now = {(v, getattr(ex, "digest", "")) for r in fleet.replicas for v, ex in r.executors.items()}
         for v, d in self._models - now:
             self.model.remove(*self._labels.values(), v, d)
         for v, d in now:

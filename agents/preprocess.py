@@ -34,7 +34,7 @@ class BatchBuffer:
     """A model input reused from batch to batch: each item is written into its row in place, so a
     batch is assembled without a per-item array and without a stacking copy. Capacity grows in powers
     of two and is never given back; ``rows(n)`` is a view of the first ``n`` rows. One buffer per
-    executor (an executor runs one batch at a time, on its instance's thread)."""
+    executor (an executor runs one batch at a time, on its replica's thread)."""
 
     def __init__(self, item_shape: tuple[int, ...], dtype=np.float32) -> None:
         self.item_shape, self.dtype = tuple(item_shape), np.dtype(dtype)

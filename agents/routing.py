@@ -13,12 +13,14 @@ Every record carries the hops so far plus this stage's own ``HopTiming``.
 """
 from __future__ import annotations
 
+import time
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Mapping, NamedTuple
 
 from slipstream.streams import topics
 from slipstream.streams.executor import ItemOutput
+from slipstream.streams.limits import MAX_ERROR_CHARS, Limits
 from slipstream.streams.spec import Pipeline
 
 
@@ -140,8 +142,32 @@ def _split_results(pipe: Pipeline, req: Mapping[str, Any], hops: list, out: Item
 
 
 def dead_letter(pipe: Pipeline, stage: str, data: bytes | None, topic: str, partition: int, offset: int,
-                error: str, now_ns: int) -> Out:
-    """A record a stage could not use, kept byte-for-byte with where it came from and why."""
-    return Out(topics.dead_letters(pipe.name), f"{topic}:{partition}:{offset}", "DeadLetter", {
+                error: str, now_ns: int, limits: Limits | None = None) -> Out:
+    """A record a stage could not use, kept byte-for-byte with where it came from and why (cut to
+    ``MAX_ERROR_CHARS``); with ``limits`` (``slipstream.streams.limits``) its bytes are cut to fit the dead-letter
+    topic when they do not, and the whole input's size and sha256 go into the reason."""
+    error = error[:MAX_ERROR_CHARS]
+    out = Out(topics.dead_letters(pipe.name), f"{topic}:{partition}:{offset}", "DeadLetter", {
         "original": data or b"", "topic": topic, "partition": partition, "offset": offset,
         "error": error, "stage": stage, "at_ns": now_ns})
+    if limits is None or not data:
+        return out
+    rest = len(error.encode()) + len(out.key) + len(topic) + len(stage) + 512  # the rest, generously
+    kept, note = limits.fit_original(out.topic, data, rest)
+    if not note:
+        return out
+    return dead_letter(pipe, stage, kept, topic, partition, offset, error[:MAX_ERROR_CHARS - len(note)] + note, now_ns)
+
+
+def replacement(pipe: Pipeline, stage: str, limits: Limits | None, out: Out, item: Any,
+                exc: BaseException) -> Out | None:
+    """What goes in place of ``out`` (answering ``item``, a queued input: ``.req``, ``.record``; None:
+    nothing to answer), which cannot be written: an error result for its request, then a dead letter
+    of the input, then nothing."""
+    reason = f"{stage}: cannot deliver {out.record} to {out.topic}: {type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+    if item is None or out.record == "DeadLetter":
+        return None
+    if out.record != "InferenceResult" or out.value.get("status") != "error":
+        return ended(pipe, item.req, "error", reason, time.time_ns())
+    m = item.record
+    return dead_letter(pipe, stage, m.value, m.topic, m.partition, m.offset, reason, time.time_ns(), limits)

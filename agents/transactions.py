@@ -18,7 +18,7 @@ one transaction (begin, send, add offsets, commit); what is released meanwhile g
 
 **Failures** (:func:`decide`, a pure function of what failed). A record refused before it is sent
 (too large, unencodable) is replaced at once, as in at-least-once delivery
-(``slipstream.agents.delivery.Delivery.replacement``: an error result, then a dead letter). Every other failure
+(``slipstream.agents.routing.replacement``: an error result, then a dead letter). Every other failure
 ends the attempt, and what comes next depends on whether the commit was asked for:
 
 - **fenced** (``ProducerFenced``/``InvalidProducerEpoch``: a newer producer holds the transactional id,
@@ -52,6 +52,7 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Callable, Hashable, Iterable, NamedTuple
 
+from slipstream.agents import routing
 from slipstream.agents.acks import Release
 from slipstream.agents.delivery import Delivery, Sent
 from slipstream.streams import kafka as kclient
@@ -291,7 +292,7 @@ class PartitionTransactions:
             live = [s for s in sent if s is not None]
             failed = [(s, exc) for s, exc in zip(live, results[1:]) if isinstance(exc, BaseException)]
             if failed:
-                records[:] = self._after_failures(delivery, sent, failed)
+                records[:] = self._after_failures(sent, failed)
                 # fencing first: a fenced producer must stop, whatever else failed
                 raise next((e for _, e in failed if kclient.is_fenced(e)), None) or _Refused(len(failed), failed[0][1])
             if isinstance(results[0], BaseException):
@@ -327,7 +328,7 @@ class PartitionTransactions:
     async def _replace_refused(self, delivery: Delivery, s: Sent) -> Sent | None:
         """A record refused before it was sent goes in the same transaction as its replacement."""
         while s.error is not None:
-            nxt = delivery.replacement(s, s.error)
+            nxt = routing.replacement(self.pipe, self.stage, self.limits, s.out, s.item, s.error)
             if nxt is None:
                 log.error("cannot send %s to %s (%s), nor anything in its place: given up", s.out.record,
                           s.out.topic, s.error)
@@ -337,7 +338,7 @@ class PartitionTransactions:
             s = await delivery._send_one(nxt, s.item)
         return s
 
-    def _after_failures(self, delivery: Delivery, sent: list[Sent | None], failed: list) -> list:
+    def _after_failures(self, sent: list[Sent | None], failed: list) -> list:
         """The records of the next attempt: permanent failures replaced, everything else as it was."""
         bad = {id(s): exc for s, exc in failed}
         out = []
@@ -346,7 +347,7 @@ class PartitionTransactions:
                 continue
             exc = bad.get(id(s))
             if exc is not None and not kclient.is_transient(exc) and not kclient.is_out_of_order(exc):
-                nxt = delivery.replacement(s, exc)
+                nxt = routing.replacement(self.pipe, self.stage, self.limits, s.out, s.item, exc)
                 self.on_failure("replaced" if nxt is not None else "given-up")
                 if nxt is not None:
                     out.append((nxt, s.item))

@@ -14,7 +14,7 @@ talks to Kafka; everything it *decides* is here, so it is tested without a broke
   one list per input item.
 
 A window's records are produced together and its input offsets acked together, after delivery
-(``slipstream.agents.stage.commit.Commit._finish``: the one place that would become a Kafka transaction).
+(``slipstream.agents.stage.commit.Commits.finish``: the one place that becomes a Kafka transaction with exactly-once).
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class Take(NamedTuple):
 
 
 class Wait(NamedTuple):
-    until_ns: int | None  # None: until something changes (an arrival, a free instance, a config)
+    until_ns: int | None  # None: until something changes (an arrival, a free replica, a config)
 
 
 class WindowPlanner:
@@ -59,9 +59,9 @@ class WindowPlanner:
     def add(self, items: Iterable[Item]) -> None:
         self.queue.extend(items)
 
-    def poll(self, now_ns: int, s: batching.BatchSettings, free_instance: bool) -> Take | Wait:
+    def poll(self, now_ns: int, s: batching.BatchSettings, free_replica: bool) -> Take | Wait:
         """Take a window now, or wait (until the oldest item's batch timeout, or for a change)."""
-        if not free_instance or not self.queue:
+        if not free_replica or not self.queue:
             return Wait(None)
         oldest = self.queue[0].arrival_ns
         if not batching.ready(len(self.queue), oldest, now_ns, s):

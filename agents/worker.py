@@ -1,147 +1,137 @@
-"""One stage worker: the faust shell around the window planner (``slipstream.agents.window``).
+"""One stage worker: its parts (``slipstream.agents.stage``), wired, and its lifecycle.
 
-faust's consumer hands each fetch of the stage's input to :meth:`~slipstream.agents.stage.intake.Intake.on_records`
-(``slipstream.agents.intake``), which only appends it to an intake list. The batch loop reads everything that
-arrived at once (decodes it; undecodable or oversize records go to the dead-letter topic), hands it to
-the :class:`~slipstream.agents.window.WindowPlanner`, and takes windows when the planner says so (the decision is
-``slipstream.streams.batching``, which the estimator runs too). A window goes to a free model instance
-(``slipstream.agents.instances``: c instances behind one queue) and is worked off on that instance's thread as
-``slipstream.streams.batching`` describes. Then, in one place (:meth:`~slipstream.agents.stage.commit.Commit._finish`), its outputs (results,
-children's inputs, drops, errors) are produced together, their delivery is awaited, and the window's
-input offsets are marked done together, in offset order per partition (``slipstream.agents.acks``); faust
-commits one past each partition's done prefix (:meth:`~slipstream.agents.stage.commit.Commit.committable`), so offsets are
-committed only past work whose outputs are in Kafka. With ``processing: exactly-once``
-(``slipstream.streams.config``) the same place commits a window's outputs and its input offsets in one Kafka
-transaction per input partition (``slipstream.agents.transactions``), and faust commits nothing.
+faust's consumer hands each fetch of the stage's input to the intake (``slipstream.agents.stage.intake``), which
+only holds it. The batch loop (``slipstream.agents.stage.windows``) admits everything that arrived at once
+(decodes it; undecodable or oversize records go to the dead-letter topic), queues it on the
+:class:`~slipstream.agents.window.WindowPlanner`, and takes windows when the planner says so (the decision is
+``slipstream.streams.batching``, which the estimator runs too). A window goes to a free replica of the pool
+(``slipstream.agents.stage.pool``: c replicas behind one queue) and is worked off on that replica's thread
+(``slipstream.agents.stage.serve``). Then, in one place (``slipstream.agents.stage.commit.Commits.finish``), its outputs
+(results, children's inputs, drops, errors) are produced together, their delivery is awaited, and the
+window's input offsets are marked done together, in offset order per partition (``slipstream.agents.acks``);
+faust commits one past each partition's done prefix (``Commits.committable``), so offsets are committed
+only past work whose outputs are in Kafka. With ``processing: exactly-once`` (``slipstream.streams.config``) the
+same place commits a window's outputs and its input offsets in one Kafka transaction per input
+partition (``slipstream.agents.transactions``), and faust commits nothing.
 
-Replica changes from the control topic are instance changes (``slipstream.streams.placement``): new instances
-load and warm on the loader thread while the others serve and join at a window boundary; removed
-ones finish their window. No consumer-group change, so no instance ever pauses for a scale event.
+Replica changes from the control topic (``slipstream.agents.stage.config_switch``) are pool changes
+(``slipstream.streams.placement``): new replicas load and warm on the loader thread while the others serve and
+join at a window boundary; removed ones finish their window. No consumer-group change, so no replica
+ever pauses for a scale event.
 
-This module holds the worker's state and lifecycle; each concern is a part of ``slipstream.agents.stage``
-(intake, windows, serve, commit, config switch, fleet, rebalance), mixed into :class:`StageWorker`.
+Record limits are the topics' own (``slipstream.streams.limits``, read at start): an output over its topic's
+limit is refused before sending and becomes an error result (``slipstream.agents.delivery``). Refused by the
+broker instead, it would fail an idempotent producer's batch and every later batch of that partition
+(OutOfOrderSequenceNumber stops aiokafka's sender): the Delivery then replaces the producer.
 """
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
-from typing import Mapping, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
-from slipstream.agents.acks import AckTracker
-from slipstream.agents.backlog import Backlog
-from slipstream.agents.control import ActiveConfig, defaults
-from slipstream.agents.delivery import Delivery
-from slipstream.agents.instances import ExecutorFactory, Fleet, run_deadline_s
 from slipstream.agents.metrics import StageMetrics
-from slipstream.streams.shedding import SourceGate
-from slipstream.agents.stage.commit import WINDOW_BATCH_BYTES, WINDOW_LINGER_MS, Commit
+from slipstream.agents.replicas import ExecutorFactory
+from slipstream.agents.stage import log
+from slipstream.agents.stage.commit import Commits
 from slipstream.agents.stage.config_switch import ConfigSwitch
-from slipstream.agents.stage.fleet import FleetKeeper, Spares
 from slipstream.agents.stage.intake import Intake
-from slipstream.agents.stage.rebalance import Rebalance
-from slipstream.agents.stage.serve import Serve, check_all, check_and_run
+from slipstream.agents.stage.pool import ReplicaPool
+from slipstream.agents.stage.serve import Server, check_all, check_and_run
 from slipstream.agents.stage.windows import Windows
-from slipstream.agents.transactions import PartitionTransactions
-from slipstream.agents.window import WindowPlanner
-from slipstream.streams import contract, control_io, placement, procs, topics
+from slipstream.streams import placement, procs, topics
 from slipstream.streams.config import KafkaSettings
 from slipstream.streams.heartbeat import Heartbeat
-from slipstream.streams.limits import Limits, read_limits
+from slipstream.streams.limits import read_limits
 from slipstream.streams.profile_store import ProfileStore
 from slipstream.streams.spec import Pipeline
 from slipstream.streams.timeline import mark
 
-# Record limits are the topics' own (``slipstream.streams.limits``, read at start): an output over its topic's
-# limit is refused before sending and becomes an error result (``slipstream.agents.delivery``). Refused by the
-# broker instead, it would fail an idempotent producer's batch and every later batch of that partition
-# (OutOfOrderSequenceNumber stops aiokafka's sender): the Delivery then replaces the producer.
 __all__ = ["ExecutorFactory", "StageWorker", "check_all", "check_and_run"]
 
 
-class StageWorker(Intake, Windows, Serve, Commit, ConfigSwitch, FleetKeeper, Rebalance):
-    """One stage's worker: the state every part (``slipstream.agents.stage``) works on, set here, and the
-    lifecycle (start: the first fleet, the topics' limits, the producer; stop: drain and close)."""
+class StageWorker:
+    """One stage's worker: the parts, wired in one constructor; the faust consumer's reader
+    (``slipstream.agents.intake.BulkReader``: ``room``, :meth:`on_records`, :meth:`committable`); the lifecycle
+    (start: the first config, the topics' limits, the producer; stop: drain and close) and the
+    rebalance steps, which touch several parts in order."""
 
     def __init__(self, pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: ExecutorFactory,
                  metrics: StageMetrics | None = None, worker_id: str | None = None,
-                 warmup_batches: tuple[int, ...] = (), max_instances: int | None = None,
+                 warmup_batches: tuple[int, ...] = (), max_replicas: int | None = None,
                  profiles: ProfileStore | None = None) -> None:
-        self.pipe, self.stage, self.kafka, self.factory = pipe, stage, kafka, factory
-        self.spec = pipe.stage(stage)
+        self.pipe, self.stage, self.kafka = pipe, stage, kafka
         self.metrics = metrics or StageMetrics.create(pipe.name, stage)
-        self.worker_id = worker_id or procs.worker_id()
-        self.max_instances = placement.instance_cap(max_instances, placement.cgroup_cpu_limit())
-        self.profiles = profiles  # the planner's profile store: predictors start from its numbers
-        self.config: ActiveConfig = defaults(pipe, stage)
-        self.fleet = Fleet()
-        self.spares = Spares()  # loaded copies serving nothing, for the next scale-up (slipstream.agents.stage.fleet)
-        self._spare_fill: asyncio.Future | None = None
-        self._pending: tuple[ActiveConfig, Fleet] | None = None
-        self._intake: list = []  # (tp, records, received_ns) per fetch since the batch loop last looked
-        self._intake_n = 0  # records on it
-        self.room = asyncio.Event()  # set while fewer than MAX_QUEUED records wait (slipstream.agents.intake)
-        self.room.set()
-        self.gate = SourceGate(stage)  # deadline drops before decoding; at the source, shedding too
-        self.plan_in_force = control_io.PlanInForce(pipe.name)
-        self.input_share = 1.0
-        self._pace_ns = 0
-        self.planner = WindowPlanner()
-        self._wake = asyncio.Event()  # an arrival, a free instance or a new config
-        # loads and warm-ups of new instances run beside serving, so no batch waits on a load
-        self.loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"load-{stage}")
-        self.delivery: Delivery | None = None  # at least once (:meth:`start`)
-        self.warmup_batches = warmup_batches
-        self.started = asyncio.Event()
-        self.acks = AckTracker()
         self.heartbeat = Heartbeat()  # liveness (``/healthz``): the loop's ticks, model runs' deadlines
-        self.run_deadline_s = run_deadline_s(pipe.slo_ms)
-        self._inflight: set[asyncio.Future] = set()  # windows (and dead letters) being delivered and acked
-        self.backlog = Backlog()  # of those awaiting delivery: while full, no new window and no fetch
-        # exactly-once: one transactional producer per assigned input partition (opened on assignment)
-        self.txns = PartitionTransactions(
-            kafka, topics.consumer_group(pipe.name, stage), pipe, stage, self._delivery_failed,
-            linger_ms=WINDOW_LINGER_MS, max_batch_size=WINDOW_BATCH_BYTES) if kafka.exactly_once else None
-        self.limits = Limits()  # the broker default until read from the cluster (:meth:`start`)
-        self.bounds = self._bounds()  # the data contract's (slipstream.streams.contract), again once the limits are read
+        self.started = asyncio.Event()
+        wake = asyncio.Event()  # an arrival, a free replica, a delivery done or a new config
+        self.pool = ReplicaPool(pipe, stage, factory, self.metrics,
+                                placement.instance_cap(max_replicas, placement.cgroup_cpu_limit()),
+                                profiles, warmup_batches)
+        self.switch = ConfigSwitch(pipe, stage, self.pool, self.metrics, wake.set)
+        self.commits = Commits(pipe, stage, kafka, self.metrics, self.heartbeat, self._room_changed, wake.set)
+        self.intake = Intake(pipe, stage, self.metrics, self.commits.read, wake.set, self._queued, self._blocked)
+        self.server = Server(pipe, stage, self.metrics, self.heartbeat, worker_id or procs.worker_id(),
+                             self.switch.replace_hung)
+        self.windows = Windows(self.intake, self.switch, self.pool, self.server, self.commits, self.metrics, wake)
+        self.room = self.intake.room
+        self.on_records = self.intake.on_records
+        self.committable = self.commits.committable
+
+    def _queued(self) -> int:
+        return len(self.windows)
+
+    def _blocked(self) -> bool:
+        """Take no more from Kafka: the delivery backlog is full, or the queue holds more than the
+        replicas serve within the SLO."""
+        return self.commits.full() or self.pool.behind(len(self.windows), self.switch.config)
+
+    def _room_changed(self) -> None:
+        self.intake.update_room()
 
     async def start(self, held: Sequence[Mapping] = ()) -> None:
         """Load the config to start with (``held``: this stage's StageConfigs on the control topic,
-        :meth:`_initial_config`), then the producer; ready (``started``) after both."""
-        self.config, self.fleet = await self._initial_config(held)
-        self.metrics.lab(self.metrics.config_epoch).set(self.config.epoch)
-        self._set_instance_gauge()
-        mark("model-loaded", instances=len(self.fleet.instances))
-        self._keep_spares()
-        self.limits = await read_limits(self.kafka, [t.name for t in topics.all_topics(self.pipe)])
-        self.bounds = self._bounds()
-        if self.txns is None:  # the Delivery owns the producer: it replaces one the broker refused a batch of
-            self.delivery = await Delivery.started(self.kafka, self.pipe, self.stage, self._delivery_failed,
-                                                   self.limits, linger_ms=WINDOW_LINGER_MS,
-                                                   max_batch_size=WINDOW_BATCH_BYTES,
-                                                   max_request_size=self.limits.largest())
-        else:
-            self.txns.limits, self.txns.overrides["max_request_size"] = self.limits, self.limits.largest()
+        ``ConfigSwitch.start``), then the producer; ready (``started``) after both."""
+        await self.switch.start(held)
+        limits = await read_limits(self.kafka, [t.name for t in topics.all_topics(self.pipe)])
+        self.intake.set_limits(limits)
+        await self.commits.start(limits)
         self.started.set()
 
-    def _bounds(self) -> contract.Bounds:
-        return contract.Bounds.of(self.pipe, self.stage, self.limits.of(topics.stage_input(self.pipe.name, self.stage)))
+    async def run_batches(self) -> None:
+        await self.windows.run()
 
-    def _delivery_failed(self, kind: str) -> None:
-        self.metrics.lab(self.metrics.delivery_failures, outcome=kind).inc()
+    async def offer_config(self, rec: dict) -> bool:
+        return await self.switch.offer(rec)
+
+    def on_plan(self, kind: str, rec: dict) -> None:
+        self.intake.on_plan(kind, rec)
+
+    async def on_revoked(self, revoked: set, commit_offsets: Callable[[dict], Awaitable[Any]]) -> None:
+        """Before partitions move: forget read and queued (unprocessed, unacked) items of the revoked
+        ones (Kafka redelivers them to their new owner), let the windows in progress finish, wait until
+        every processed window is delivered and acked, and commit their offsets, so the new owner starts
+        right after the work done here (see ``slipstream.agents.acks`` for why faust's own commit cannot)."""
+        mark("revoked", partitions=len(revoked))
+        self.intake.forget(revoked)
+        self.windows.forget(revoked)
+        self.intake.update_room()
+        await self.windows.drain()
+        offsets, left = await self.commits.revoke(revoked, commit_offsets)
+        mark("revoke-done")
+        log.info("revoked %d partition(s): committed %s; %d unfinished items left to their new owner",
+                 len(revoked), {f"{tp.topic}[{tp.partition}]": o for tp, o in offsets.items()}, left)
+
+    async def on_assigned(self, assigned: set, partitions: int | None = None) -> None:
+        """After a rebalance, before faust seeks the partitions to their committed offsets: this
+        worker's share of the input's ``partitions`` sets its share of what the source gate admits;
+        the transactional producers of newly assigned partitions start, fencing their previous owners."""
+        self.intake.set_share(len(assigned), partitions)
+        await self.commits.assign(assigned)
 
     async def stop(self) -> None:
         try:
-            await asyncio.wait_for(self.drain(), 10)
+            await asyncio.wait_for(self.windows.drain(), 10)
         except Exception:  # shutting down: whatever is unacked will be redelivered
             pass
-        if self.delivery is not None:
-            await self.delivery.close()
-        if self.txns is not None:
-            await self.txns.close_all()
-        if self._spare_fill is not None:
-            self._spare_fill.cancel()
-        self.loader.shutdown(wait=True)
-        pending = self._pending[1].instances if self._pending else []
-        for inst in {id(i): i for i in [*self.fleet.instances, *pending]}.values():
-            inst.retire()
-        self.spares.clear()
+        await self.commits.close()
+        self.pool.close(*([self.switch.pending[1]] if self.switch.pending else []))

@@ -1,19 +1,28 @@
-"""The parts of one stage worker (``slipstream.agents.worker.StageWorker``), one concern each.
+"""The parts of one stage worker (``slipstream.agents.worker.StageWorker`` wires them), each an object owning its state.
 
-- ``intake``: records handed over by faust's consumer, admitted onto the window planner's queue; the
-  bound on what is held (back-pressure);
-- ``windows``: the batch loop that takes windows when the planner says so, and the windows in flight;
-- ``serve``: working a window off on one model instance (checks, model runs, deadline drops);
-- ``commit``: a window's outputs produced together, their delivery awaited, its inputs acked or
-  committed in one transaction;
-- ``config_switch``: StageConfigs from the control topic accepted and put in force at a window boundary;
-- ``fleet``: the model instances a config needs, loaded and warmed beside serving, hung ones replaced;
-- ``rebalance``: partitions revoked or assigned.
+- ``intake.Intake``: the fetches faust's consumer hands over, admitted in one go (decode, contract,
+  deadline and shedding); the bound on what the worker holds (``room``, back-pressure);
+- ``windows.Windows``: the queue (``slipstream.agents.window.WindowPlanner``), the batch loop that takes windows
+  when the planner says so, and the windows in flight;
+- ``serve.Server``: one window worked off on one replica (variant split, sub-batches, deadline drops,
+  bounded model runs);
+- ``pool.ReplicaPool``: the replicas a config needs, loaded and warmed beside serving, spare replicas;
+- ``commit.Commits``: a window's outputs delivered, then its inputs acked, or both committed in one
+  transaction per input partition; the backlog awaiting delivery;
+- ``config_switch.ConfigSwitch``: StageConfigs accepted and put in force at a window boundary; a hung
+  replica replaced.
 
-Each part is a mixin of :class:`~slipstream.agents.worker.StageWorker`: it holds no state of its own beyond what
-``StageWorker.__init__`` sets, and its docstring names the attributes it owns and those it reads.
+A part holds only the parts its constructor is given (windows: intake, switch, pool, server and
+commits; switch: the pool) and never its caller: what it must tell (an arrival, a delivery done, a hung
+replica) or ask back (how much is queued, whether delivery is blocked) goes through a callback that
+``StageWorker`` wires.
 """
 import logging
 
-# one logger for the whole worker, whichever part speaks (the name it has always had)
-log = logging.getLogger("slipstream.agents.worker")
+log = logging.getLogger("slipstream.agents.worker")  # one logger for the whole worker, whichever part speaks
+
+
+def log_failure(task) -> None:
+    """A background task's done-callback: its exception logged (it has no caller to raise to)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background task failed: %r", task.exception(), exc_info=task.exception())

@@ -1,63 +1,82 @@
-"""Config switch: StageConfigs from the control topic, accepted (their instances loaded first) and put
-in force only at a window boundary (the batch loop calls :meth:`ConfigSwitch._apply_pending_config`).
+"""Config switch: StageConfigs from the control topic, accepted (their replicas prepared by the pool
+first) and put in force only at a window boundary (the batch loop calls :meth:`ConfigSwitch.at_boundary`).
 
-At start (:meth:`ConfigSwitch._initial_config`) the worker takes the newest config of its stage the
-control topic held (``slipstream.agents.app.ControlFeed`` reads it to its end first) and loads only that one:
-compaction keeps the latest record per stage only eventually, and a worker that walked the older ones
-loaded model after model while it already counted as ready.
+At start (:meth:`ConfigSwitch.start`) the worker takes the newest config of its stage the control topic
+held (``slipstream.agents.app.ControlFeed`` reads it to its end first) and loads only that one: compaction keeps
+the latest record per stage only eventually, and a worker that put the older ones in force in turn
+would load model after model while it already counts as ready.
 
-Owns ``config`` (the StageConfig in force) and ``_pending`` (an accepted one with its prepared fleet,
-waiting for the boundary). Reads and replaces ``fleet`` through the ``fleet`` part.
+Owns ``config`` (the StageConfig in force) and ``pending`` (an accepted one with its prepared fleet,
+waiting for the boundary). Asks the replica pool (``slipstream.agents.stage.pool``) to prepare fleets and puts
+them in force; a hung replica's replacement reaches service the same way.
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+import asyncio
+from typing import Callable, Mapping, Sequence
 
-from slipstream.agents.control import ActiveConfig, accept
-from slipstream.agents.instances import Fleet
-from slipstream.agents.stage import log
+from slipstream.agents.control import ActiveConfig, accept, defaults
+from slipstream.agents.metrics import StageMetrics
+from slipstream.agents.replicas import Fleet, Replica
+from slipstream.agents.stage import log, log_failure
+from slipstream.agents.stage.pool import ReplicaPool
+from slipstream.streams.spec import Pipeline
 from slipstream.streams.timeline import mark
 
 
 class ConfigSwitch:
-    config: ActiveConfig
-    _pending: tuple[ActiveConfig, Fleet] | None
+    def __init__(self, pipe: Pipeline, stage: str, pool: ReplicaPool, metrics: StageMetrics,
+                 wake: Callable[[], None]) -> None:
+        self.pipe, self.stage, self.pool, self.metrics = pipe, stage, pool, metrics
+        self.wake = wake  # the batch loop: a config waits for the boundary
+        self.config: ActiveConfig = defaults(pipe, stage)
+        self.pending: tuple[ActiveConfig, Fleet] | None = None
 
-    async def offer_config(self, rec: dict) -> bool:
-        """A StageConfig from the control topic: accept (and prepare its instances) or reject."""
-        current_cfg, current = self._pending if self._pending else (self.config, self.fleet)
-        cfg = self._accepted(rec, current_cfg)
-        if cfg is None:
-            return False
-        try:
-            fleet = await self._prepare(cfg, current)  # load before switching: no request waits on a load
-        except Exception as exc:  # a model that cannot load is a bad config, not a dead worker
-            self._unloadable(cfg, exc)
-            return False
-        if self._pending is not None:  # superseded before it took effect: close what only it held
-            self._retire_unused(self._pending[1], fleet, self.fleet)
-        self._pending = (cfg, fleet)
-        self._wake.set()
-        return True
-
-    async def _initial_config(self, held: Sequence[Mapping]) -> tuple[ActiveConfig, Fleet]:
-        """The config to start with and its fleet: of ``held`` (this stage's StageConfigs on the
+    async def start(self, held: Sequence[Mapping]) -> None:
+        """Put in force the config to start with: of ``held`` (this stage's StageConfigs on the
         control topic when the worker started, in order), the newest the worker accepts and can
         load; the spec's defaults when there is none."""
+        self.config, fleet = await self._initial(held)
+        self.pool.put_in_force(fleet)
+        self.metrics.lab(self.metrics.config_epoch).set(self.config.epoch)
+        mark("model-loaded", instances=len(fleet.replicas))
+        self.pool.keep_spares(self.config, self._waiting)
+
+    async def _initial(self, held: Sequence[Mapping]) -> tuple[ActiveConfig, Fleet]:
         chain, cfg = [], self.config
         for rec in held:
             if (new := self._accepted(rec, cfg)) is not None:
                 chain.append(cfg := new)
         for cfg in reversed(chain):
             try:
-                fleet = await self._prepare(cfg, Fleet())
+                fleet = await self.pool.prepare(cfg, Fleet())
             except Exception as exc:
                 self._unloadable(cfg, exc)
                 continue
             log.info("config epoch %d in force at start (the newest of %d on the control topic): %s",
                      cfg.epoch, len(held), cfg)
             return cfg, fleet
-        return self.config, await self._prepare(self.config, Fleet())
+        return self.config, await self.pool.prepare(self.config, Fleet())
+
+    def _waiting(self) -> bool:
+        return self.pending is not None
+
+    async def offer(self, rec: dict) -> bool:
+        """A StageConfig from the control topic: accept (and prepare its replicas) or reject."""
+        current_cfg, current = self.pending if self.pending else (self.config, self.pool.fleet)
+        cfg = self._accepted(rec, current_cfg)
+        if cfg is None:
+            return False
+        try:
+            fleet = await self.pool.prepare(cfg, current)  # load before switching: no request waits on a load
+        except Exception as exc:  # a model that cannot load is a bad config, not a dead worker
+            self._unloadable(cfg, exc)
+            return False
+        if self.pending is not None:  # superseded before it took effect: close what only it held
+            self.pool.retire_unused(self.pending[1], fleet, self.pool.fleet)
+        self.pending = (cfg, fleet)
+        self.wake()
+        return True
 
     def _accepted(self, rec: Mapping, current: ActiveConfig) -> ActiveConfig | None:
         """``rec`` as the config to follow ``current``, or None (logged and counted when it was
@@ -73,15 +92,30 @@ class ConfigSwitch:
         log.error("control record epoch %d rejected: cannot load %s: %s", cfg.epoch, cfg.loaded, exc)
         self.metrics.lab(self.metrics.config_rejected).inc()
 
-    def _apply_pending_config(self) -> None:
-        if self._pending is None:
-            return
-        (cfg, fleet), old = self._pending, self.fleet
-        self._pending = None
-        self.config, self.fleet = cfg, fleet
-        self._retire_unused(old, fleet)
-        self._set_instance_gauge()
+    def at_boundary(self) -> ActiveConfig:
+        """A window boundary: the pending config, if any, goes in force; the config in force."""
+        if self.pending is None:
+            return self.config
+        (cfg, fleet), self.pending = self.pending, None
+        self.config = cfg
+        self.pool.put_in_force(fleet)
         self.metrics.lab(self.metrics.config_epoch).set(cfg.epoch)
-        log.info("config epoch %d in force: %s; %d instance(s)", cfg.epoch, cfg, len(fleet.instances))
-        self._keep_spares()
-        mark("config-in-force", epoch=cfg.epoch, instances=len(fleet.instances))
+        log.info("config epoch %d in force: %s; %d replica(s)", cfg.epoch, cfg, len(fleet.replicas))
+        self.pool.keep_spares(cfg, self._waiting)
+        mark("config-in-force", epoch=cfg.epoch, instances=len(fleet.replicas))
+        return cfg
+
+    def replace_hung(self, replica: Replica, why: str) -> None:
+        """A run past its deadline: the replica leaves the fleet and a new one is loaded in its place,
+        in force at a window boundary (not a window: draining does not wait for it)."""
+        self.pool.drop_hung(replica, why)
+        task = asyncio.ensure_future(self._replace(self.config))
+        task.add_done_callback(log_failure)
+
+    async def _replace(self, cfg: ActiveConfig) -> None:
+        fleet = await self.pool.prepare(cfg, self.pool.fleet)
+        if self.config is cfg and self.pending is None:
+            self.pending = (cfg, fleet)
+            self.wake()
+        else:  # a new config came meanwhile, with replicas of its own
+            self.pool.retire_unused(fleet, self.pool.fleet, *([self.pending[1]] if self.pending else []))

@@ -1,28 +1,64 @@
-"""Serve: one window worked off on one model instance, as ``slipstream.streams.batching`` describes.
+"""Serve: one window worked off on one replica, as ``slipstream.streams.batching`` describes.
 
-Owns the model runs: the split by variant and accuracy floor, sub-batches and deadline drops
-(``slipstream.agents.window``), each run's hand-off to the instance's thread under its deadline
-(``slipstream.agents.instances.run_bounded``; a run past it hands the instance to ``fleet``), the executor's
-input checks, and the run's metrics and predictor update. Owns nothing between windows.
+:class:`Server` owns the model runs: the split by variant and accuracy floor, sub-batches and deadline
+drops (``slipstream.agents.window``), each run's hand-off to the replica's thread under its deadline
+(``slipstream.agents.replicas.run_bounded``; a run past it hands the replica to ``on_hung``), the executor's
+input checks, and the run's metrics and predictor update. It keeps nothing between windows: the
+config and the variants' state a window is served with come with the window.
 """
 from __future__ import annotations
 
 import time
+from typing import Callable, Mapping
 
 from slipstream.agents import routing
-from slipstream.agents.instances import Instance, RunPastDeadline, VariantState, run_bounded
-from slipstream.agents.metrics import observe_many
+from slipstream.agents.control import ActiveConfig
+from slipstream.agents.metrics import StageMetrics, observe_many
+from slipstream.agents.replicas import Replica, RunPastDeadline, VariantState, run_bounded, run_deadline_s
 from slipstream.agents.stage import log
-from slipstream.agents.window import Item, batch_outputs, split_variants, sub_batch
+from slipstream.agents.window import Item, batch_outputs, failed, split_variants, sub_batch
 from slipstream.streams import batching, contract
 from slipstream.streams.executor import Executor
+from slipstream.streams.heartbeat import Heartbeat
+from slipstream.streams.spec import Pipeline
+
+Answers = list[tuple[list[routing.Out], Item]]  # the records each item ends in, with the item
 
 
-class Serve:
-    async def work_off(self, inst: Instance, variants: dict[str, VariantState], window: list[Item],
-                       s: batching.BatchSettings, answers: list) -> None:
-        """Run one window on ``inst``, adding (records, item) to ``answers`` (kept when it fails)."""
-        groups, floor = split_variants(window, self.config, {n: vs.accuracy for n, vs in variants.items()})
+class Server:
+    def __init__(self, pipe: Pipeline, stage: str, metrics: StageMetrics, heartbeat: Heartbeat, worker_id: str,
+                 on_hung: Callable[[Replica, str], None]) -> None:
+        self.pipe, self.stage, self.metrics, self.heartbeat, self.worker_id = pipe, stage, metrics, heartbeat, worker_id
+        self.on_hung = on_hung  # a run past its deadline: the replica must be replaced
+        self.run_deadline_s = run_deadline_s(pipe.slo_ms)
+
+    async def serve_window(self, replica: Replica, cfg: ActiveConfig, variants: Mapping[str, VariantState],
+                     window: list[Item], s: batching.BatchSettings) -> Answers:
+        """(records, item) for every item of ``window``. A window that fails (a bug: model errors
+        and contract breaches are error results already) keeps what it answered; the rest are served
+        again one by one, so only the item that fails alone ends as an error (``slipstream.agents.window.failed``)."""
+        answers: Answers = []
+        try:
+            await self.work_off(replica, cfg, variants, window, s, answers)
+            return answers
+        except Exception:
+            log.exception("window of %d failed: serving its unanswered items one by one", len(window))
+        answered = {id(it) for _, it in answers}
+        for it in [it for it in window if id(it) not in answered]:
+            one: Answers = []
+            try:
+                await self.work_off(replica, cfg, variants, [it], s, one)
+            except Exception as exc:
+                log.exception("request %s failed alone: error result", it.req.get("request_id"))
+                one = one or [(failed(self.pipe, self.stage, it, f"{self.stage}: internal error: {exc!r}",
+                                      time.time_ns()), it)]
+            answers += one
+        return answers
+
+    async def work_off(self, replica: Replica, cfg: ActiveConfig, variants: Mapping[str, VariantState],
+                       window: list[Item], s: batching.BatchSettings, answers: Answers) -> None:
+        """Run one window on ``replica``, adding (records, item) to ``answers`` (kept when it fails)."""
+        groups, floor = split_variants(window, cfg, {n: vs.accuracy for n, vs in variants.items()})
         if floor:
             now = time.time_ns()
             answers += [([routing.ended(self.pipe, it.req, "dropped", why, now)], it) for it, why in floor]
@@ -30,8 +66,8 @@ class Serve:
         for variant, pending in groups.items():
             vs = variants[variant]
             while pending:
-                if inst.hung:  # the rest of the window cannot run on it
-                    answers += [([routing.ended(self.pipe, it.req, "error", inst.hung, time.time_ns())], it)
+                if replica.hung:  # the rest of the window cannot run on it
+                    answers += [([routing.ended(self.pipe, it.req, "error", replica.hung, time.time_ns())], it)
                                 for it in pending]
                     break
                 now = time.time_ns()
@@ -41,23 +77,22 @@ class Serve:
                                 for it, why in step.dropped]
                     self.metrics.lab(self.metrics.drops, reason="deadline").inc(len(step.dropped))
                 if step.run:
-                    answers += await self._run(inst, variant, vs, step.run)
+                    answers += await self._run(replica, variant, vs, step.run)
                 pending = step.deferred
 
-    async def _run(self, inst: Instance, variant: str, vs: VariantState, batch: list[Item]
-                   ) -> list[tuple[list[routing.Out], Item]]:
+    async def _run(self, replica: Replica, variant: str, vs: VariantState, batch: list[Item]) -> Answers:
         """One hand-off to the model thread: the executor's input checks (they decode: images take
         milliseconds), then the model on the items that passed."""
         started = time.time_ns()
         observe_many(self.metrics.lab(self.metrics.queueing), [(started - it.arrival_ns) / 1e9 for it in batch])
         try:
-            bad, outs = await run_bounded(inst, self.heartbeat, self.run_deadline_s,
-                                          f"model run {self.stage}/{variant} of {len(batch)} on instance {inst.index}",
-                                          check_and_run, inst.executors[variant], [it.req["payload"] for it in batch])
+            what = f"model run {self.stage}/{variant} of {len(batch)} on replica {replica.index}"
+            bad, outs = await run_bounded(replica, self.heartbeat, self.run_deadline_s, what, check_and_run,
+                                          replica.executors[variant], [it.req["payload"] for it in batch])
             error = None
-        except RunPastDeadline as exc:  # its requests get error results; a new instance takes its place
+        except RunPastDeadline as exc:  # its requests get error results; a new replica takes its place
             bad, outs, error = [None] * len(batch), None, str(exc)
-            self._hung(inst, error)
+            self.on_hung(replica, error)
         except Exception as exc:  # a model error fails this batch, not the worker
             log.exception("model %s failed on a batch of %d", variant, len(batch))
             bad, outs = [None] * len(batch), None
@@ -69,12 +104,12 @@ class Serve:
         if answers:
             self.metrics.lab(self.metrics.results, status="error").inc(len(answers))
         if good:
-            if not inst.hung:  # a hung run's time says nothing of the model's
+            if not replica.hung:  # a hung run's time says nothing of the model's
                 vs.predictor.observe(len(good), finished - started)
             self.metrics.lab(self.metrics.batch_size, variant=variant).observe(len(good))
             self.metrics.lab(self.metrics.inference, variant=variant).observe((finished - started) / 1e9)
             records = batch_outputs(self.pipe, self.stage, variant, vs.accuracy, good, outs, error, started,
-                                    finished, f"{self.worker_id}/{inst.index}", inst.executors[variant].digest)
+                                    finished, f"{self.worker_id}/{replica.index}", replica.executors[variant].digest)
             self.metrics.lab(self.metrics.results, status="error" if error else "done").inc(len(good))
             answers += zip(records, good)
         return answers

@@ -1,46 +1,61 @@
-"""Windows: the batch loop around :class:`slipstream.agents.window.WindowPlanner`, and the windows in flight.
+"""Windows: the queue (:class:`slipstream.agents.window.WindowPlanner`), the batch loop around it, and the windows
+in flight.
 
-Owns ``planner`` (the queue and the decision when to take a window), ``_wake`` (an arrival, a free
-instance or a new config) and ``_inflight`` (windows and dead letters being delivered and acked). A
-taken window is worked off by ``serve`` on a free instance, then handed to ``commit``.
+:class:`Windows` owns the queue, the wake-up (an arrival, a free replica, a delivery done or a new
+config) and the windows (and dead letters) being worked off and delivered. Each turn of its loop asks
+the intake for what arrived, the config switch for the config at this boundary, the pool for a free
+replica (none while the delivery backlog is full), and the planner whether to take a window; a taken
+window is served on its replica (``slipstream.agents.stage.serve``), the replica freed, then the window handed to
+the commits (``slipstream.agents.stage.commit``).
 """
 from __future__ import annotations
 
 import asyncio
 import time
-
-from slipstream.agents import routing
-from slipstream.agents.instances import Instance
+from slipstream.agents.control import ActiveConfig
+from slipstream.agents.metrics import StageMetrics
+from slipstream.agents.replicas import Replica, VariantState
 from slipstream.agents.stage import log
-from slipstream.agents.window import Item, Take, WindowPlanner, failed
+from slipstream.agents.stage.commit import Commits
+from slipstream.agents.stage.config_switch import ConfigSwitch
+from slipstream.agents.stage.intake import Intake
+from slipstream.agents.stage.pool import ReplicaPool
+from slipstream.agents.stage.serve import Server
+from slipstream.agents.window import Item, Take, WindowPlanner
 from slipstream.streams import batching, codec
 
 
 class Windows:
-    planner: WindowPlanner
-    _wake: asyncio.Event
-    _inflight: set[asyncio.Future]
+    def __init__(self, intake: Intake, switch: ConfigSwitch, pool: ReplicaPool, server: Server, commits: Commits,
+                 metrics: StageMetrics, wake: asyncio.Event) -> None:
+        self.intake, self.switch, self.pool, self.server, self.commits = intake, switch, pool, server, commits
+        self.metrics = metrics
+        self.planner = WindowPlanner()
+        self._wake = wake  # set by every part whose change may let a window be taken
+        self._inflight: set[asyncio.Future] = set()
 
-    async def run_batches(self) -> None:
-        """The shell around :class:`slipstream.agents.window.WindowPlanner`: read what arrived, apply a pending
-        config (a window boundary), take a window when the planner says so, else sleep until it is due
-        or something changes (an arrival, a free instance, a config)."""
+    def __len__(self) -> int:
+        return len(self.planner)
+
+    async def run(self) -> None:
+        """The batch loop: admit what arrived, put a pending config in force (a window boundary), take
+        a window when the planner says so, else sleep until it is due or something changes."""
         while True:
-            if self._intake:  # writer schemas the registry must give: looked up off the event loop
-                await codec.prefetch(r.value for _, records, _ in self._intake for r in records)
-            self._read_intake()
-            self._apply_pending_config()  # window boundary
-            s = batching.BatchSettings.from_ms(self.config.max_batch, self.config.batch_timeout_ms)
-            inst = self.fleet.idle() if not self.backlog.full() else None  # back-pressure from delivery
-            step = self.planner.poll(time.time_ns(), s, inst is not None)
+            if self.intake.arrived():  # writer schemas the registry must give: looked up off the event loop
+                await codec.prefetch(self.intake.values())
+            self._admit()
+            cfg = self.switch.at_boundary()
+            s = batching.BatchSettings.from_ms(cfg.max_batch, cfg.batch_timeout_ms)
+            replica = self.pool.idle() if not self.commits.full() else None  # back-pressure from delivery
+            step = self.planner.poll(time.time_ns(), s, replica is not None)
             if isinstance(step, Take):
                 self.metrics.lab(self.metrics.queue_depth).set(len(self.planner))
-                self._update_room()
-                inst.busy = True
-                self._track(self._window(inst, step.items, s))
+                self.intake.update_room()
+                replica.busy = True
+                self.track(self._window(replica, cfg, self.pool.fleet.variants, step.items, s))
                 continue
             self._wake.clear()
-            if self._intake:
+            if self.intake.arrived():
                 continue
             if step.until_ns is None:
                 await self._wake.wait()
@@ -50,7 +65,19 @@ class Windows:
             except TimeoutError:
                 pass
 
-    def _track(self, coro) -> None:
+    def _admit(self) -> None:
+        if not self.intake.arrived():
+            return
+        got = self.intake.admit(self.pool.serve_ns(self.switch.config))
+        if got.items:
+            self.planner.add(got.items)
+            self.metrics.lab(self.metrics.queue_depth).set(len(self.planner))
+        for window, answers in got.answered:
+            self.track(self.commits.finish(window, answers))
+        if got.dead:
+            self.track(self.commits.dead_letters(got.dead))
+
+    def track(self, coro) -> None:
         task = asyncio.ensure_future(coro)
         self._inflight.add(task)
         task.add_done_callback(self._window_done)
@@ -60,37 +87,20 @@ class Windows:
         if not task.cancelled() and task.exception() is not None:
             log.error("window failed: %r", task.exception(), exc_info=task.exception())
 
-    async def _window(self, inst: Instance, window: list[Item], s: batching.BatchSettings) -> None:
-        """Work one window off on ``inst``, free the instance, then produce its outputs and ack it.
-        Every item is answered whatever fails (:meth:`answer`), so the worker keeps acking and committing."""
+    async def _window(self, replica: Replica, cfg: ActiveConfig, variants: dict[str, VariantState],
+                      window: list[Item], s: batching.BatchSettings) -> None:
+        """Work one window off on ``replica``, free the replica, then produce its outputs and ack it.
+        Every item is answered whatever fails (``Server.serve_window``), so the worker keeps acking and committing."""
         try:
-            answers = await self.answer(inst, window, s)
+            answers = await self.server.serve_window(replica, cfg, variants, window, s)
         finally:
-            inst.release()
+            replica.release()
             self._wake.set()
-        await self._finish(window, answers)
+        await self.commits.finish(window, answers)
 
-    async def answer(self, inst: Instance, window: list[Item], s: batching.BatchSettings) -> list:
-        """(records, item) for every item of ``window``. A window that fails (a bug: model errors
-        and contract breaches are error results already) keeps what it answered; the rest are served
-        again one by one, so only the item that fails alone ends as an error (``slipstream.agents.window.failed``)."""
-        answers: list[tuple[list[routing.Out], Item]] = []
-        try:
-            await self.work_off(inst, self.fleet.variants, window, s, answers)
-            return answers
-        except Exception:
-            log.exception("window of %d failed: serving its unanswered items one by one", len(window))
-        answered = {id(it) for _, it in answers}
-        for it in [it for it in window if id(it) not in answered]:
-            one: list = []
-            try:
-                await self.work_off(inst, self.fleet.variants, [it], s, one)
-            except Exception as exc:
-                log.exception("request %s failed alone: error result", it.req.get("request_id"))
-                one = one or [(failed(self.pipe, self.stage, it, f"{self.stage}: internal error: {exc!r}",
-                                      time.time_ns()), it)]
-            answers += one
-        return answers
+    def forget(self, revoked: set) -> None:
+        """Partitions revoked: their queued items are dropped (Kafka redelivers them to their new owner)."""
+        self.planner.forget(revoked)
 
     async def drain(self) -> None:
         """Wait until every window taken so far has been delivered and acked."""

@@ -30,7 +30,7 @@ class LiveOptions:
     tune: bool = True
     activation_s: float = 5.0
     # a worker's added instance serves this long after the tuner's StageConfig (it takes a loaded spare,
-    # slipstream.agents.stage.fleet.Spares): record to the worker's config-in-force event, 5-45 ms, median 14 ms
+    # slipstream.agents.stage.pool.SpareReplicas): record to the worker's config-in-force event, 5-45 ms, median 14 ms
     # over the 23 changes of runs s11 (docs/results.md)
     instance_activation_s: float = 0.02
     max_replicas: int = 2

@@ -11,7 +11,7 @@ off one variant after the other (``slipstream.planner.sim.servers``). A replica 
   taking windows from it: a central queue with c servers. A replica change is an instance change:
   running instances never pause; an added one serves from ``instance activation`` after the change
   (a model load and warm-up, or a loaded spare taken once the control record is in); a removed one
-  finishes the window it is on (``slipstream.agents.instances``) and stops.
+  finishes the window it is on (``slipstream.agents.replicas``) and stops.
 - :class:`PartitionGroup` (``scaling="rebalance"``, a process per replica): items go round-robin over
   ``partitions``, partitions go to replicas by Kafka's range assignor, and each replica keeps one FIFO
   of its partitions (not a central queue). A replica change is a consumer rebalance: unconsumed items

@@ -70,7 +70,7 @@ def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_addr, m
         from slipstream.streams.profile_store import ProfileStore
 
         app = build_stage_app(pipe, stage, kafka, factory, web_port=web_port, metrics_addr=metrics_addr,
-                              max_instances=max_instances,
+                              max_replicas=max_instances,
                               profiles=ProfileStore(profiles_dir) if profiles_dir else None,
                               commit_interval_s=commit_interval_s)[0]
     argv = ["faust", "worker", "--loglevel", loglevel]

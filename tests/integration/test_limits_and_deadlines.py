@@ -6,7 +6,7 @@
 - an output over the results topic's ``max.message.bytes`` (read from the cluster, not assumed)
   becomes an ``error`` result naming its size and that limit; the worker goes on;
 - a model run that hangs past its deadline gets an ``error`` result naming the deadline, later
-  requests are served by a new instance, and ``/healthz`` answers 503 (200 while healthy) so the
+  requests are served by a new replica, and ``/healthz`` answers 503 (200 while healthy) so the
   hung thread is freed by a restart."""
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ async def test_oversize_input_is_dead_lettered_cut_and_an_oversize_output_become
     assert f"original of {len(garbage)} bytes, sha256 {hashlib.sha256(garbage).hexdigest()}" in letter["error"]
 
 
-async def test_a_hung_model_run_gets_error_results_a_new_instance_and_a_failing_healthz(kafka, unique, tmp_path):
+async def test_a_hung_model_run_gets_error_results_a_new_replica_and_a_failing_healthz(kafka, unique, tmp_path):
     # run deadline: 5 s; a request's deadline at most 10 x the SLO (slipstream.streams.contract): 5 s
     path = noop_pipeline(unique, tmp_path, slo_ms=500, hang_on="HANG", hang_s=600)
     pipe = load_pipeline(path)
@@ -102,18 +102,18 @@ async def test_a_hung_model_run_gets_error_results_a_new_instance_and_a_failing_
             before = await client.submit(b"before", slo_ms=5000)
             assert (await client.result(before, 60))["status"] == "done"
             hung = await client.submit(b"HANG here", slo_ms=5000)
-            results = {hung: await client.result(hung, 60)}  # at the run deadline: the instance replaced
+            results = {hung: await client.result(hung, 60)}  # at the run deadline: the replica replaced
             after = [await client.submit(f"after {i}".encode(), slo_ms=5000) for i in range(5)]
-            results |= {r: await client.result(r, 60) for r in after}  # served by the new instance
+            results |= {r: await client.result(r, 60) for r in after}  # served by the new replica
         status, body = healthz(worker)
         ids = [before, hung, *after]
         await assert_exactly_once(kafka, pipe.name, ids)
     finally:
         workers.stop()
     assert results[hung]["status"] == "error", results[hung]
-    assert "past its deadline of 5 s: instance replaced" in results[hung]["reason"], results[hung]["reason"]
+    assert "past its deadline of 5 s: replica replaced" in results[hung]["reason"], results[hung]["reason"]
     assert all(results[r]["status"] == "done" for r in after), [results[r]["reason"] for r in after]
-    assert status == 503 and "model run relay/v of 1 on instance 0" in body and "past its deadline" in body, body
+    assert status == 503 and "model run relay/v of 1 on replica 0" in body and "past its deadline" in body, body
 
 
 def metric(worker, name: str) -> float:

@@ -1,5 +1,5 @@
 """A stage worker's door and its windows: requests that break the contract are answered before any
-window (``slipstream.agents.admission``), and a window that fails answers every item (``StageWorker.answer``)."""
+window (``slipstream.agents.admission``), and a window that fails answers every item (``Server.serve_window``)."""
 from __future__ import annotations
 
 import asyncio
@@ -14,7 +14,7 @@ from slipstream.agents import routing, worker as w
 from slipstream.agents.admission import admit
 from slipstream.streams.shedding import SourceGate
 from slipstream.loadgen.bench.dataplane import noop_pipeline
-from slipstream.agents.instances import Fleet
+from slipstream.agents.replicas import Fleet
 from slipstream.agents.metrics import StageMetrics
 from slipstream.agents.window import Item
 from slipstream.agents.zoo import load_executor
@@ -56,13 +56,14 @@ def test_each_record_is_admitted_refused_with_an_error_result_or_dead_lettered(t
 async def test_a_window_that_fails_serves_its_items_alone_and_fails_only_the_poisoned_one(tmp_path):
     pipe = pipeline(tmp_path)
     sw = w.StageWorker(pipe, "s0", KafkaSettings(), load_executor, StageMetrics.create(pipe.name, "s0"))
-    sw.fleet = await sw._prepare(sw.config, Fleet())
+    sw.pool.put_in_force(await sw.pool.prepare(sw.switch.config, Fleet()))
     now = time.time_ns()
     reqs = [make_request(pipe, f"p{i}".encode()) for i in range(4)]
     reqs[2] = dict(reqs[2], deadline_ns=None)  # past the door by a bug: the window's decisions raise on it
     window = [Item(rec(i, b""), r, now, TP, i) for i, r in enumerate(reqs)]
-    inst = sw.fleet.idle()
-    answers = await sw.answer(inst, window, batching.BatchSettings.from_ms(4, 0))
+    replica = sw.pool.idle()
+    answers = await sw.server.serve_window(replica, sw.switch.config, sw.pool.fleet.variants, window,
+                                     batching.BatchSettings.from_ms(4, 0))
     by_offset = {it.offset: outs for outs, it in answers}
     assert sorted(by_offset) == [0, 1, 2, 3]  # every item answered once
     for i in (0, 1, 3):
@@ -125,13 +126,13 @@ def test_the_source_worker_sheds_what_the_bottleneck_cannot_serve_before_decodin
 
     async def finish(window, answers):
         answered.extend(outs[0].value for outs, _ in answers)
-    monkeypatch.setattr(sw, "_finish", finish)
+    monkeypatch.setattr(sw.commits, "finish", finish)
     handoff = {"pipeline": pipe.name, "epoch": 3, "stages": [
         {"stage": "s0", "replicas": 1, "mu_qps": 1000.0, "visit_ratio": 1.0},
         {"stage": "s1", "replicas": 2, "mu_qps": 10.0, "visit_ratio": 1.0}]}  # the bottleneck: 20 req/s
     sw.on_plan("TunerHandoff", handoff)
     sw.on_plan("StageConfig", {"pipeline": pipe.name, "stage": "s1", "epoch": 4, "replicas": 1})  # scaled in: 10
-    assert sw.gate.rate_qps == pytest.approx(10.0)
+    assert sw.intake.gate.rate_qps == pytest.approx(10.0)
     decoded = []
     real = codec.codec("InferenceRequest").decode
     monkeypatch.setattr(codec.codec("InferenceRequest"), "decode", lambda data: decoded.append(data) or real(data))
@@ -139,10 +140,10 @@ def test_the_source_worker_sheds_what_the_bottleneck_cannot_serve_before_decodin
     sw.on_records(TP, burst)
 
     async def read():
-        sw._read_intake()
-        await sw.drain()
+        sw.windows._admit()
+        await sw.windows.drain()
     asyncio.run(read())
     n = 0.4 * 10  # what drains at 10 req/s within the 400 ms
-    assert n - 1 <= len(sw.planner) <= n + 1 and len(decoded) == len(sw.planner)
-    assert len(answered) == 40 - len(sw.planner)
+    assert n - 1 <= len(sw.windows) <= n + 1 and len(decoded) == len(sw.windows)
+    assert len(answered) == 40 - len(sw.windows)
     assert all(a["status"] == "dropped" and a["reason"].startswith("shed: ") for a in answered)

@@ -3,7 +3,7 @@ and the bound on waiting for a delivery future."""
 from types import SimpleNamespace
 
 from slipstream.agents import routing
-from slipstream.agents.delivery import Delivery, Sent
+from slipstream.agents.delivery import Delivery
 from slipstream.streams.spec import parse_pipeline
 
 PIPE = parse_pipeline({
@@ -15,16 +15,19 @@ ITEM = SimpleNamespace(req=REQ, record=SimpleNamespace(value=b"raw-input", topic
 
 
 def test_replacement_chain():
-    d = Delivery(None, PIPE, "s")
+    def replacement(out, item, exc):
+        return routing.replacement(PIPE, "s", None, out, item, exc)
+
     out = routing.ended(PIPE, REQ, "done", "", 5)
-    err = d.replacement(Sent(out, ITEM), ValueError("too large"))
+    err = replacement(out, ITEM, ValueError("too large"))
     assert err.record == "InferenceResult" and err.value["status"] == "error"
     assert err.value["request_id"] == "r1" and "too large" in err.value["reason"]
-    dl = d.replacement(Sent(err, ITEM), ValueError("still"))
+    dl = replacement(err, ITEM, ValueError("still"))
     assert dl.record == "DeadLetter" and dl.value["original"] == b"raw-input"
     assert (dl.value["topic"], dl.value["partition"], dl.value["offset"]) == ("t", 3, 42)
-    assert d.replacement(Sent(dl, ITEM), ValueError("broker refuses all")) is None
-    assert d.replacement(Sent(dl, None), ValueError("a bad record's dead letter")) is None
+    assert replacement(dl, ITEM, ValueError("broker refuses all")) is None
+    assert replacement(dl, None, ValueError("a bad record's dead letter")) is None
+    assert replacement(out, None, ValueError("nothing to answer")) is None
 
 
 async def test_a_delivery_future_unanswered_past_the_retry_bound_counts_as_not_delivered():

@@ -119,27 +119,26 @@ def test_a_worker_refuses_a_config_pinning_another_model_and_keeps_serving_its_o
 
     metrics = StageMetrics.create("p", "s")
     w = StageWorker(pipe, "s", KafkaSettings(), factory, metrics, worker_id="w", warmup_batches=(1,),
-                    max_instances=2)
+                    max_replicas=2)
     rejected = lambda: metrics.registry.get_sample_value(  # noqa: E731
         "slipstream_config_rejected_total", {"pipeline": "p", "stage": "s"})
 
     async def scenario() -> None:
-        w.fleet = await w._prepare(w.config, w.fleet)  # the spec's defaults: variant a, unpinned
+        pool, switch = w.pool, w.switch
+        pool.put_in_force(await pool.prepare(switch.config, pool.fleet))  # the spec's defaults: variant a, unpinned
         # a new variant whose model is not the pinned one: loaded, refused, closed
         assert not await w.offer_config(config(1, {"b": "000000000000"}, variant="b"))
-        assert rejected() == 1 and w._pending is None and loaded[-1].closed
-        # the same variant and replicas keep the loaded copy, loading none: it meets the new pin too
+        assert rejected() == 1 and switch.pending is None and loaded[-1].closed
+        # the same variant and replicas keep the loaded replica, loading none: it meets the new pin too
         assert not await w.offer_config(config(2, {"a": "000000000000"}))
-        assert rejected() == 2 and w._pending is None
+        assert rejected() == 2 and switch.pending is None
         # the right pins are accepted
         assert await w.offer_config(config(3, {"a": "aaaaaaaaaaaa"}, replicas=2))
-        w._apply_pending_config()
-        assert w.config.epoch == 3 and w.config.digests == {"a": "aaaaaaaaaaaa"}
-        assert [i.executors["a"].digest for i in w.fleet.instances] == ["aaaaaaaaaaaa"] * 2
+        switch.at_boundary()
+        assert switch.config.epoch == 3 and switch.config.digests == {"a": "aaaaaaaaaaaa"}
+        assert [r.executors["a"].digest for r in pool.fleet.replicas] == ["aaaaaaaaaaaa"] * 2
 
     try:
         asyncio.run(scenario())
     finally:
-        w.loader.shutdown(wait=True)
-        for inst in w.fleet.instances:
-            inst.retire()
+        w.pool.close()

@@ -64,7 +64,7 @@ def test_model_info_follows_the_fleet():
     m = StageMetrics.create("p", "s")
 
     def fleet(*pairs):
-        return SimpleNamespace(instances=[SimpleNamespace(executors={v: SimpleNamespace(digest=d)}) for v, d in pairs])
+        return SimpleNamespace(replicas=[SimpleNamespace(executors={v: SimpleNamespace(digest=d)}) for v, d in pairs])
 
     m.observe_fleet(fleet(("small", "abc"), ("small", "abc")))
     assert value(m, "slipstream_model_info", variant="small", digest="abc") == 1
@@ -129,7 +129,7 @@ def test_healthz_answers_503_with_the_reason_while_the_process_is_not_live():
     try:
         base = f"http://{ep.addr}"
         assert get(base + "/healthz") == (200, "ok\n")
-        problem.append("model run s/v of 1 on instance 0: 3.0 s past its deadline")
+        problem.append("model run s/v of 1 on replica 0: 3.0 s past its deadline")
         assert get(base + "/healthz") == (503, problem[0] + "\n")
     finally:
         ep.close()

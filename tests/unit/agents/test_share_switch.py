@@ -42,37 +42,38 @@ def counting_worker() -> tuple[w.StageWorker, list[str]]:
         loads.append(variant.name)
         return load_executor(variant, hw)
 
-    return w.StageWorker(PIPE, "s", KafkaSettings(), factory, StageMetrics.create("sp", "s"), max_instances=2), loads
+    return w.StageWorker(PIPE, "s", KafkaSettings(), factory, StageMetrics.create("sp", "s"), max_replicas=2), loads
 
 
 async def test_a_share_change_over_loaded_variants_loads_no_executor_and_routes_at_the_boundary():
     sw, loads = counting_worker()
-    sw.config, sw.fleet = await sw._initial_config([config(1, {"best": 1.0, "cheap": 0.0})])
+    switch, pool = sw.switch, sw.pool
+    await switch.start([config(1, {"best": 1.0, "cheap": 0.0})])
     assert sorted(loads) == ["best", "best", "cheap", "cheap"]  # the ladder is loaded with the config
-    assert sw.config.loaded == ("best", "cheap") and sw.config.variants == ("best",)  # what serves: best
-    instances, window = list(sw.fleet.instances), [Item(i) for i in range(200)]
-    assert set(split_variants(window, sw.config, {"best": 0.9, "cheap": 0.5})[0]) == {"best"}
+    assert switch.config.loaded == ("best", "cheap") and switch.config.variants == ("best",)  # what serves: best
+    replicas, window = list(pool.fleet.replicas), [Item(i) for i in range(200)]
+    assert set(split_variants(window, switch.config, {"best": 0.9, "cheap": 0.5})[0]) == {"best"}
 
-    assert await sw.offer_config(config(2, {"best": 0.4, "cheap": 0.6}))
+    assert await switch.offer(config(2, {"best": 0.4, "cheap": 0.6}))
     assert len(loads) == 4  # accepted and prepared: nothing loaded
-    assert set(split_variants(window, sw.config, {"best": 0.9, "cheap": 0.5})[0]) == {"best"}  # not yet in force
-    sw._apply_pending_config()  # the window boundary
-    assert len(loads) == 4 and sw.fleet.instances == instances and not any(i.retired for i in instances)
-    groups = split_variants(window, sw.config, {"best": 0.9, "cheap": 0.5})[0]
+    assert set(split_variants(window, switch.config, {"best": 0.9, "cheap": 0.5})[0]) == {"best"}  # not yet in force
+    switch.at_boundary()
+    assert len(loads) == 4 and pool.fleet.replicas == replicas and not any(r.retired for r in replicas)
+    groups = split_variants(window, switch.config, {"best": 0.9, "cheap": 0.5})[0]
     assert 100 <= len(groups["cheap"]) <= 140 and len(groups["cheap"]) + len(groups["best"]) == 200
 
-    assert await sw.offer_config(config(3, {"best": 1.0, "cheap": 0.0}, replicas=1))  # back, and a scale-down
-    sw._apply_pending_config()
-    assert len(loads) == 4 and sw.fleet.instances == instances[:1] and sw.spares.copies == instances[1:]
-    sw.loader.shutdown(wait=True)
+    assert await switch.offer(config(3, {"best": 1.0, "cheap": 0.0}, replicas=1))  # back, and a scale-down
+    switch.at_boundary()
+    assert len(loads) == 4 and pool.fleet.replicas == replicas[:1] and pool.spares.replicas == replicas[1:]
+    pool.close()
 
 
 async def test_a_variant_the_config_does_not_name_is_loaded_only_when_a_config_routes_to_it():
     """The contrast: without the ladder named, moving shares to a variant loads it (the burst's
     model load the ladder exists to avoid)."""
     sw, loads = counting_worker()
-    sw.config, sw.fleet = await sw._initial_config([config(1, {})])
+    await sw.switch.start([config(1, {})])
     assert loads == ["best", "best"]
-    assert await sw.offer_config(config(2, {"best": 0.4, "cheap": 0.6}))
+    assert await sw.switch.offer(config(2, {"best": 0.4, "cheap": 0.6}))
     assert sorted(loads[2:]) == ["best", "best", "cheap", "cheap"]
-    sw.loader.shutdown(wait=True)
+    sw.pool.close()

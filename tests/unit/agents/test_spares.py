@@ -1,6 +1,6 @@
-"""Loaded copies that serve nothing (``slipstream.agents.stage.fleet.Spares``): a scale-down parks the copies it
-frees, the worker tops them up to ``max_instances`` in the background, and a scale-up of the same
-variants on the same hardware serves with them at once, without a load."""
+"""Loaded replicas that serve nothing (``slipstream.agents.stage.pool.SpareReplicas``): a scale-down parks the
+replicas it frees, the pool tops them up to ``max_replicas`` in the background, and a scale-up of the
+same variants on the same hardware serves with them at once, without a load."""
 from __future__ import annotations
 
 from aiokafka.structs import ConsumerRecord
@@ -29,46 +29,46 @@ def config(offset: int, variant: str, replicas: int) -> dict:
 
 
 async def switch(sw: w.StageWorker, rec: dict) -> None:
-    assert await sw.offer_config(rec)
-    sw._apply_pending_config()
+    assert await sw.switch.offer(rec)
+    sw.switch.at_boundary()
 
 
-async def test_a_scale_up_after_a_scale_down_takes_the_freed_copy_and_a_variant_change_closes_it():
+async def test_a_scale_up_after_a_scale_down_takes_the_freed_replica_and_a_variant_change_closes_it():
     loads = []
 
     def factory(variant, hw):
         loads.append(variant.name)
         return load_executor(variant, hw)
 
-    sw = w.StageWorker(PIPE, "s", KafkaSettings(), factory, StageMetrics.create("sp", "s"), max_instances=2)
-    sw.config, sw.fleet = await sw._initial_config([config(1, "a", 2)])
-    first, second = sw.fleet.instances
+    sw = w.StageWorker(PIPE, "s", KafkaSettings(), factory, StageMetrics.create("sp", "s"), max_replicas=2)
+    pool = sw.pool
+    await sw.switch.start([config(1, "a", 2)])
+    first, second = pool.fleet.replicas
     assert loads == ["a", "a"]
 
-    await switch(sw, config(2, "a", 1))  # scale down: the second copy is parked, not closed
-    assert sw.fleet.instances == [first] and sw.spares.copies == [second] and not second.retired
-    assert sw.fleet.idle() is first  # a spare takes no work
+    await switch(sw, config(2, "a", 1))  # scale down: the second replica is parked, not closed
+    assert pool.fleet.replicas == [first] and pool.spares.replicas == [second] and not second.retired
+    assert pool.idle() is first  # a spare replica takes no work
 
-    await switch(sw, config(3, "a", 2))  # scale up: the spare serves, nothing loads
-    assert sw.fleet.instances == [first, second] and sw.spares.copies == [] and loads == ["a", "a"]
+    await switch(sw, config(3, "a", 2))  # scale up: the spare replica serves, nothing loads
+    assert pool.fleet.replicas == [first, second] and pool.spares.replicas == [] and loads == ["a", "a"]
 
     await switch(sw, config(4, "a", 1))
     await switch(sw, config(5, "b", 1))  # another variant: the spare of "a" is closed, "b" loads
     assert loads == ["a", "a", "b"] and second.retired and first.retired
-    await sw._spare_fill  # ... and a spare of "b" loads in the background
-    (spare,) = sw.spares.copies
-    assert loads == ["a", "a", "b", "b"] and sw.fleet.idle() is not spare
+    await pool._spare_fill  # ... and a spare replica of "b" loads in the background
+    (spare,) = pool.spares.replicas
+    assert loads == ["a", "a", "b", "b"] and pool.idle() is not spare
     await switch(sw, config(6, "b", 2))  # the scale-up takes it: nothing loads
-    assert loads == ["a", "a", "b", "b"] and sw.fleet.instances[1] is spare
-    assert len({i.index for i in sw.fleet.instances}) == 2
-    sw.loader.shutdown(wait=True)
+    assert loads == ["a", "a", "b", "b"] and pool.fleet.replicas[1] is spare
+    assert len({r.index for r in pool.fleet.replicas}) == 2
+    pool.close()
 
 
-async def test_a_worker_started_below_its_instance_cap_loads_spares_up_to_it():
-    sw = w.StageWorker(PIPE, "s", KafkaSettings(), load_executor, StageMetrics.create("sp", "s"), max_instances=3)
-    sw.config, sw.fleet = await sw._initial_config([config(1, "a", 1)])
-    sw._keep_spares()
-    await sw._spare_fill
-    assert len(sw.fleet.instances) == 1 and len(sw.spares.copies) == 2
-    assert len({i.index for i in [*sw.fleet.instances, *sw.spares.copies]}) == 3
-    sw.loader.shutdown(wait=True)
+async def test_a_worker_started_below_its_replica_cap_loads_spare_replicas_up_to_it():
+    sw = w.StageWorker(PIPE, "s", KafkaSettings(), load_executor, StageMetrics.create("sp", "s"), max_replicas=3)
+    await sw.switch.start([config(1, "a", 1)])
+    await sw.pool._spare_fill
+    assert len(sw.pool.fleet.replicas) == 1 and len(sw.pool.spares.replicas) == 2
+    assert len({r.index for r in [*sw.pool.fleet.replicas, *sw.pool.spares.replicas]}) == 3
+    sw.pool.close()

@@ -37,12 +37,13 @@ def test_a_fetch_is_decoded_onto_the_queue_and_tracked_for_acks_in_one_go(tmp_pa
     sw = stage_worker(tmp_path)
     recs = fetch(sw.pipe, 10, 3)
     sw.on_records(TP, recs)
-    assert len(sw.planner) == 0 and sw._wake.is_set()  # nothing decoded until the batch loop looks
-    sw._read_intake()
-    assert [(it.offset, it.record) for it in sw.planner.queue] == [(10, recs[0]), (11, recs[1]), (12, recs[2])]
-    assert len({it.arrival_ns for it in sw.planner.queue}) == 1  # one receipt time per fetch
-    assert sw.acks.unfinished() == 3 and sw.committable(TP) is None  # nothing done yet
-    sw.acks.done_many([(TP, 10), (TP, 11)])
+    assert len(sw.windows) == 0 and sw.windows._wake.is_set()  # nothing decoded until the batch loop looks
+    sw.windows._admit()
+    queue = sw.windows.planner.queue
+    assert [(it.offset, it.record) for it in queue] == [(10, recs[0]), (11, recs[1]), (12, recs[2])]
+    assert len({it.arrival_ns for it in queue}) == 1  # one receipt time per fetch
+    assert sw.commits.acks.unfinished() == 3 and sw.committable(TP) is None  # nothing done yet
+    sw.commits.acks.done_many([(TP, 10), (TP, 11)])
     assert sw.committable(TP) == 12  # what faust commits: one past the done prefix
 
 
@@ -53,22 +54,28 @@ def test_the_consumer_waits_while_the_worker_holds_max_queued_records(tmp_path, 
     assert sw.room.is_set()
     sw.on_records(TP, fetch(sw.pipe, 3, 2))
     assert not sw.room.is_set()  # intake 5: the next fetch waits
-    sw._read_intake()
-    sw._update_room()
+    sw.windows._admit()
+    sw.intake.update_room()
     assert not sw.room.is_set()  # still held, now queued
     for _ in range(2):
-        sw.planner.queue.popleft()  # taken into a window
-    sw._update_room()
+        sw.windows.planner.queue.popleft()  # taken into a window
+    sw.intake.update_room()
     assert sw.room.is_set()
 
 
 def test_the_consumer_waits_while_the_queue_holds_more_than_the_slo_serves(tmp_path):
-    sw = stage_worker(tmp_path)  # SLO 60 s, one instance
-    sw._pace_ns = 1_000_000_000  # a queued item takes 1 s
+    sw = stage_worker(tmp_path)  # SLO 60 s, one replica
+    sw.pool.pace_ns = 1_000_000_000  # a queued item takes 1 s
     sw.on_records(TP, fetch(sw.pipe, 0, 61))
-    sw._read_intake()
-    sw._update_room()
+    sw.windows._admit()
+    sw.intake.update_room()
     assert not sw.room.is_set()  # 61 s of work held: the rest waits in Kafka, undecoded
-    sw.planner.queue.popleft()
-    sw._update_room()
+    sw.windows.planner.queue.popleft()
+    sw.intake.update_room()
     assert sw.room.is_set()
+
+
+def test_the_room_is_the_count_bound_and_whatever_else_blocks():
+    assert intake.has_room(10, 20, False)
+    assert not intake.has_room(intake.MAX_QUEUED - 5, 5, False)  # held and queued count together
+    assert not intake.has_room(0, 0, True)

@@ -3,21 +3,20 @@ on simulated arrivals, at the capacity of the hand-off record the planner publis
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from slipstream.agents.admission import admit
+from slipstream.agents.metrics import StageMetrics
 from slipstream.agents.stage.intake import Intake
 from slipstream.planner.estimator import SimOptions, simulate
 from slipstream.planner.plan import Assignment
 from slipstream.planner.service import handoff, handoff_record
 from slipstream.planner.sim.gate import capacity_steps, judge_arrivals
 from slipstream.planner.sim.params import ReplicaChange
-from slipstream.streams import contract, control_io
+from slipstream.streams import contract
 from slipstream.streams.client import make_request
-from slipstream.streams.shedding import SourceGate
 from tests.unit.agents.test_admission import TP, pipeline, written
 from tests.unit.planner.planner_builders import one_stage, single_plan
 
@@ -60,11 +59,10 @@ def test_the_capacity_follows_the_replicas_in_force():
 
 def agent_refusals(record: dict, created_ns: np.ndarray, serve_ns: int, tmp_path) -> list[tuple[int, str]]:
     """What a source worker refuses of these requests, each read at its creation: its intake's gate
-    rate from the hand-off (``Intake._set_gate_rate``), its admission judging each record."""
+    rate from the hand-off (``Intake.on_plan``), its admission judging each record."""
     pipe = pipeline(tmp_path)
-    worker = SimpleNamespace(plan_in_force=control_io.PlanInForce(pipe.name), gate=SourceGate("a"), input_share=1.0)
-    worker.plan_in_force.add("TunerHandoff", dict(record, pipeline=pipe.name))
-    Intake._set_gate_rate(worker)
+    worker = Intake(pipe, "s0", StageMetrics.create(pipe.name, "s0"), *[None] * 4)
+    worker.on_plan("TunerHandoff", dict(record, pipeline=pipe.name))
     bounds = contract.Bounds.of(pipe, "s0", 1 << 20)
     out = []
     for i, c in enumerate(created_ns.tolist()):
