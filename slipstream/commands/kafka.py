@@ -6,7 +6,7 @@ Without ``--brokers``/``--name`` the commands act on the single broker (127.0.0.
 that cluster's processes, by their PIDs.
 
 ``--kafka-version`` (or ``SLIPSTREAM_KAFKA_VERSION``) picks the Kafka release ``up`` starts, one of
-``streams.broker.versions.SUPPORTED`` (default ``DEFAULT_VERSION``); ``versions`` lists them.
+``slipstream.streams.broker.versions.SUPPORTED`` (default ``DEFAULT_VERSION``); ``versions`` lists them.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import sys
 import click
 
 from slipstream.options import state_dir
-from streams import broker
+from slipstream.streams import broker
 
 state_opt = click.option("--state", envvar="SLIPSTREAM_STATE_KAFKA", default=None,
                          help="State folder for data, logs and PID files [default: STATE_DIR/kafka, or "

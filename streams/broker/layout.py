@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from streams.assets import DEFAULT_STATE_DIR
-from streams.broker.versions import DEFAULT_VERSION, KafkaRelease, release
-from streams.config import kafka_version_from_env
+from slipstream.streams.assets import DEFAULT_STATE_DIR
+from slipstream.streams.broker.versions import DEFAULT_VERSION, KafkaRelease, release
+from slipstream.streams.config import kafka_version_from_env
 
 SINGLE_PORT = 19092
 CLUSTER_PORT = 19094

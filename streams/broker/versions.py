@@ -47,7 +47,7 @@ SUPPORTED = tuple(sorted(RELEASES, key=lambda v: RELEASES[v].key, reverse=True))
 
 # metadata.version feature levels (KRaft) and their names, from Kafka 4.4.0's
 # org.apache.kafka.server.common.MetadataVersion (featureLevel(), version()): the broker reports the
-# levels it supports and the finalized one in its ApiVersions answer (streams.broker.probe.broker_features)
+# levels it supports and the finalized one in its ApiVersions answer (slipstream.streams.broker.probe.broker_features)
 METADATA_VERSIONS = {7: "3.3-IV3", 8: "3.4-IV0", 9: "3.5-IV0", 10: "3.5-IV1", 11: "3.5-IV2", 12: "3.6-IV0",
                      13: "3.6-IV1", 14: "3.6-IV2", 15: "3.7-IV0", 16: "3.7-IV1", 17: "3.7-IV2", 18: "3.7-IV3",
                      19: "3.7-IV4", 20: "3.8-IV0", 21: "3.9-IV0", 22: "4.0-IV0", 23: "4.0-IV1", 24: "4.0-IV2",

@@ -2,7 +2,7 @@
 
 CI runs the integration suite twice (``.ci/run``): against the default release and against the oldest
 supported one, naming each with ``SLIPSTREAM_KAFKA_VERSION``. The broker's ApiVersions v3 answer
-(``streams.broker.broker_version``) names the newest metadata.version it supports, whose release
+(``slipstream.streams.broker.broker_version``) names the newest metadata.version it supports, whose release
 (e.g. ``4.4`` of ``4.4-IV2``) must be the one asked for: a pass that silently ran the other release
 would prove nothing about it.
 """
@@ -12,7 +12,7 @@ import os
 
 import aiokafka
 
-from streams import broker
+from slipstream.streams import broker
 
 
 def test_the_broker_is_the_release_under_test(kafka):

@@ -1,4 +1,4 @@
-"""The Kafka releases the local brokers run (``streams.broker.versions``): one default, the supported
+"""The Kafka releases the local brokers run (``slipstream.streams.broker.versions``): one default, the supported
 ones, a build folder per release, per-release logging and settings, the choice from the CLI and the
 environment, data an older release cannot read refused, and the broker's ApiVersions v3 answer read."""
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from slipstream.cli import main
-from streams import broker
-from streams.broker import probe, process, versions
-from streams.config import kafka_version_from_env
+from slipstream.streams import broker
+from slipstream.streams.broker import probe, process, versions
+from slipstream.streams.config import kafka_version_from_env
 
 POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 
