@@ -17,6 +17,9 @@ after a worker dies its partitions move to the others.
 ``SLIPSTREAM_PROCESSING`` picks the delivery guarantee of the stage and join workers (:data:`PROCESSING`):
 ``exactly-once`` (each window's outputs and input offsets in one Kafka transaction; ``slipstream.agents.transactions``)
 or ``at-least-once`` (outputs delivered, then offsets committed; a crash can repeat a window).
+
+``SLIPSTREAM_KAFKA_VERSION`` picks the Kafka release of the local brokers (:func:`kafka_version_from_env`;
+the supported ones and the default: ``slipstream.streams.broker.versions``).
 """
 from __future__ import annotations
 
@@ -138,3 +141,9 @@ def prefixes_from_env(env: Mapping[str, str] | None = None) -> tuple[str, str]:
         if not _LEGAL_PREFIX.fullmatch(value):
             raise ValueError(f"{name} may hold only letters, digits, '.', '_' and '-', got {value!r}")
     return out
+
+
+def kafka_version_from_env(env: Mapping[str, str] | None = None) -> str | None:
+    """``SLIPSTREAM_KAFKA_VERSION``: the Kafka release the local brokers run (``slipstream kafka up``, the
+    tests' own brokers, chaos); unset or empty: the default (``slipstream.streams.broker.versions``)."""
+    return (os.environ if env is None else env).get("SLIPSTREAM_KAFKA_VERSION") or None

@@ -4,6 +4,9 @@ Without ``--brokers``/``--name`` the commands act on the single broker (127.0.0.
 ``STATE_DIR/kafka``, STATE_DIR from ``slipstream --state-dir``, default ``./.state``). With ``--brokers N`` (N > 1) or ``--name NAME`` they act on the cluster NAME (default
 ``cluster``): N KRaft nodes on 19094.. (``--port``), state ``STATE_DIR/kafka-NAME``; ``down`` stops exactly
 that cluster's processes, by their PIDs.
+
+``--kafka-version`` (or ``SLIPSTREAM_KAFKA_VERSION``) picks the Kafka release ``up`` starts, one of
+``slipstream.streams.broker.versions.SUPPORTED`` (default ``DEFAULT_VERSION``); ``versions`` lists them.
 """
 from __future__ import annotations
 
@@ -25,13 +28,16 @@ brokers_opt = click.option("--brokers", type=click.IntRange(1, 9), default=None,
                            help="Run a replicated cluster of this many brokers (3: replication 3, min ISR 2) "
                                 "[default: the single broker; for --name, what the cluster was made with].")
 name_opt = click.option("--name", default=None, help=f"Cluster name [default: {broker.CLUSTER_NAME}].")
+version_opt = click.option("--kafka-version", "version", envvar="SLIPSTREAM_KAFKA_VERSION", default=None,
+                           type=click.Choice(broker.SUPPORTED),
+                           help=f"Kafka release to start [default: {broker.DEFAULT_VERSION}].")
 
 
-def _target(state, port, brokers, name):
+def _target(state, port, brokers, name, version=None):
     """The single broker, or the cluster that --brokers/--name name."""
     if (brokers is None or brokers == 1) and name is None:
-        return broker.default_broker(state, port or broker.SINGLE_PORT, root=state_dir())
-    return broker.local_cluster(brokers, name, port, state, root=state_dir())
+        return broker.default_broker(state, port or broker.SINGLE_PORT, root=state_dir(), version=version)
+    return broker.local_cluster(brokers, name, port, state, root=state_dir(), version=version)
 
 
 def _fail(exc: Exception) -> None:
@@ -49,10 +55,11 @@ def kafka() -> None:
 @port_opt
 @brokers_opt
 @name_opt
+@version_opt
 @click.option("--timeout", default=180.0, show_default=True, help="Seconds to wait for readiness.")
-def up(state, port, brokers, name, timeout) -> None:
+def up(state, port, brokers, name, version, timeout) -> None:
     """Start the broker or cluster (idempotent) and wait for a metadata round trip listing every broker."""
-    target = _target(state, port, brokers, name)
+    target = _target(state, port, brokers, name, version)
     try:
         if isinstance(target, broker.LocalCluster):
             broker.cluster_up(target, timeout_s=timeout, progress=click.echo)
@@ -90,12 +97,36 @@ def status(state, port, brokers, name, as_json) -> None:
         st = broker.cluster_status(target)
         line = (f"kafka cluster {st['name']!r}: {st['running']}/{st['brokers']} running, {st['listed']} listed "
                 f"by the metadata on {st['bootstrap']} (pids {[n['pid'] for n in st['nodes']]})")
+        line += "".join(f"\n  node {n['node']}: {_version_line(n)}" for n in st["nodes"] if n["pid"])
     else:
         st = broker.status(target)
         ready = "ready" if st["ready"] else "not answering"
         line = f"kafka {st['process']}" + (f" (pid {st['pid']}), {ready} on {st['bootstrap']}" if st["pid"] else "")
+        if st["pid"]:
+            line += f"\n  {_version_line(st)}"
     click.echo(json.dumps(st) if as_json else line)
     sys.exit(0 if st["ready"] else 1)
+
+
+def _version_line(st: dict) -> str:
+    """The release of the running process's jars and what the broker itself answers (ApiVersions)."""
+    said = st.get("broker")
+    answer = (f"the broker reports metadata.version {said['metadata_version']} (supports up to "
+              f"{said['metadata_version_max']})" if said else "the broker did not answer ApiVersions")
+    return f"Kafka {st.get('kafka_version') or '(unknown jars)'}: {answer}"
+
+
+@kafka.command()
+@click.option("--oldest", is_flag=True, help="Print only the oldest supported release.")
+@click.option("--default", "default_only", is_flag=True, help="Print only the default release.")
+def versions(oldest, default_only) -> None:
+    """The Kafka releases `up` can start (newest first; the default marked)."""
+    if oldest or default_only:
+        click.echo(broker.OLDEST_VERSION if oldest else broker.DEFAULT_VERSION)
+        return
+    for v in broker.SUPPORTED:
+        click.echo(v + ("  (default)" if v == broker.DEFAULT_VERSION else "")
+                   + ("  (oldest supported)" if v == broker.OLDEST_VERSION else ""))
 
 
 @kafka.command()

@@ -1,8 +1,8 @@
 """The embedded brokers: Apache Kafka (KRaft, combined mode) on loopback, from Maven Central jars.
 
 ``slipstream kafka up|down|status|logs`` calls these. Jars come from ``deploy/kafka/pom.xml`` (``mvn
-package`` copies the broker's runtime classpath to ``deploy/kafka/target/kafka-libs``); data, logs and
-the PID file live in a git-ignored state folder. ``up`` is idempotent and waits for a metadata round
+package`` copies the broker's runtime classpath to ``STATE_DIR/build/kafka-<version>/target/kafka-libs``);
+data, logs and the PID file live in a git-ignored state folder. ``up`` is idempotent and waits for a metadata round
 trip, not an open port; ``down`` stops only the processes ``up`` started, by their PIDs.
 
 Two shapes, one node type (:class:`LocalBroker`):
@@ -15,18 +15,25 @@ Two shapes, one node type (:class:`LocalBroker`):
   cluster's layout (brokers, base port, cluster id) is kept in ``cluster.json`` there, so ``down`` and
   ``status`` find it by name.
 
-The parts: ``layout`` (where nodes live), ``process`` (a node's JVM, its PID), ``probe`` (asking a
-running broker), ``single`` and ``cluster`` (the two shapes' up, wait, down and status). The names
+Every node runs one Kafka release of ``versions`` (the default, the supported ones; ``--kafka-version``
+or ``SLIPSTREAM_KAFKA_VERSION``); each release's jars are built in a folder of their own.
+
+The parts: ``versions`` (which releases, how each runs), ``layout`` (where nodes live), ``process`` (a
+node's JVM, its PID), ``probe`` (asking a running broker, its version included), ``single`` and
+``cluster`` (the two shapes' up, wait, down and status). The names
 below are the package's interface; each is defined once, in its part.
 """
 from slipstream.streams.broker.cluster import cluster_down, cluster_status, cluster_up, start_node, wait_cluster, wait_in_sync
 from slipstream.streams.broker.layout import (CLUSTER_NAME, CLUSTER_PORT, SINGLE_PORT, BrokerError, LocalBroker, LocalCluster,
                                    default_broker, local_cluster)
-from slipstream.streams.broker.probe import is_ready, live_brokers
-from slipstream.streams.broker.process import KAFKA_DEPLOY, fetch_jars, render_config, running_pid, start_process
+from slipstream.streams.broker.probe import broker_features, broker_version, is_ready, live_brokers
+from slipstream.streams.broker.process import (KAFKA_DEPLOY, data_version, fetch_jars, render_config, running_jar_version,
+                                    running_pid, start_process)
 from slipstream.streams.broker.single import down, status, up, wait_ready
+from slipstream.streams.broker.versions import DEFAULT_VERSION, OLDEST_VERSION, SUPPORTED, KafkaRelease, release
 
-__all__ = ["CLUSTER_NAME", "CLUSTER_PORT", "KAFKA_DEPLOY", "SINGLE_PORT", "BrokerError", "LocalBroker", "LocalCluster",
-           "cluster_down", "cluster_status", "cluster_up", "default_broker", "down", "fetch_jars", "is_ready",
-           "live_brokers", "local_cluster", "render_config", "running_pid", "start_node", "start_process", "status",
-           "up", "wait_cluster", "wait_in_sync", "wait_ready"]
+__all__ = ["CLUSTER_NAME", "CLUSTER_PORT", "DEFAULT_VERSION", "KAFKA_DEPLOY", "OLDEST_VERSION", "SINGLE_PORT",
+           "SUPPORTED", "BrokerError", "KafkaRelease", "LocalBroker", "LocalCluster", "broker_features",
+           "broker_version", "cluster_down", "cluster_status", "cluster_up", "data_version", "default_broker", "down",
+           "fetch_jars", "is_ready", "live_brokers", "local_cluster", "release", "render_config", "running_jar_version",
+           "running_pid", "start_node", "start_process", "status", "up", "wait_cluster", "wait_in_sync", "wait_ready"]

@@ -9,8 +9,8 @@ import json
 import time
 
 from slipstream.streams.broker.layout import BrokerError, LocalCluster
-from slipstream.streams.broker.probe import _out_of_sync, is_ready, live_brokers
-from slipstream.streams.broker.process import _cluster_id, _stop_pids, running_pid, start_process
+from slipstream.streams.broker.probe import _out_of_sync, broker_version, is_ready, live_brokers
+from slipstream.streams.broker.process import _cluster_id, _stop_pids, running_jar_version, running_pid, start_process
 
 
 def cluster_up(c: LocalCluster, timeout_s: float = 180.0, progress=print) -> list[int]:
@@ -99,7 +99,11 @@ def cluster_down(c: LocalCluster, grace_s: float = 30.0, progress=print) -> bool
 
 
 def cluster_status(c: LocalCluster) -> dict:
-    nodes = [{"node": b.node_id, "pid": running_pid(b), "bootstrap": b.bootstrap} for b in c.nodes]
+    """Each node's process and jar release, how many brokers the metadata lists, and what the brokers
+    report of their version (``probe.broker_version``, per running node)."""
+    nodes = [{"node": b.node_id, "pid": (pid := running_pid(b)), "bootstrap": b.bootstrap,
+              "kafka_version": running_jar_version(b), "broker": broker_version(b.bootstrap, 2.0) if pid else None}
+             for b in c.nodes]
     running = sum(1 for n in nodes if n["pid"])
     listed = live_brokers(c.bootstrap, 2.0) if running else 0
     return {"name": c.name, "bootstrap": c.bootstrap, "brokers": c.brokers, "running": running,

@@ -1,5 +1,6 @@
-"""A node's JVM: the jars (Maven), its ``server.properties``, storage formatting, start, the PID file
-and stop by PID (SIGTERM, then SIGKILL). Nothing here asks the broker anything (``probe`` does).
+"""A node's JVM: the jars of its Kafka release (Maven, one build folder per release), its
+``server.properties``, storage formatting, start, the PID file and stop by PID (SIGTERM, then SIGKILL).
+Nothing here asks the broker anything (``probe`` does).
 """
 from __future__ import annotations
 
@@ -25,13 +26,17 @@ def _need(tool: str, hint: str) -> str:
 
 
 def fetch_jars(b: LocalBroker, quiet: bool = True) -> Path:
-    """Download the broker jars with Maven unless they are already there."""
-    if b.libs.is_dir() and any(b.libs.glob("kafka_2.13-*.jar")):
+    """Download the jars of the node's Kafka release with Maven unless they are already there."""
+    pom = staged(KAFKA_DEPLOY, b.build_dir) / "pom.xml"
+    if pom.read_bytes() != (KAFKA_DEPLOY / "pom.xml").read_bytes():  # a stale copy: build again
+        shutil.rmtree(b.build_dir)
+        pom = staged(KAFKA_DEPLOY, b.build_dir) / "pom.xml"
+    if (b.libs / f"kafka_2.13-{b.kafka_version}.jar").is_file():
         return b.libs
     mvn = _need("mvn", "install Maven (Debian: apt-get install maven) to fetch the Kafka jars")
     _need("java", "install a Java 17+ runtime (Debian: apt-get install openjdk-17-jre-headless)")
-    pom = staged(KAFKA_DEPLOY, b.build_dir) / "pom.xml"
-    cmd = [mvn, "-B", "-f", str(pom), "package"] + (["-q"] if quiet else [])
+    cmd = [mvn, "-B", "-f", str(pom), f"-Dkafka.version={b.kafka_version}", "-P", b.release.maven_profile,
+           "package"] + (["-q"] if quiet else [])
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise BrokerError(f"mvn could not fetch the Kafka jars (exit {proc.returncode}):\n"
@@ -43,12 +48,15 @@ def _java_opts(b: LocalBroker) -> list[str]:
     return [f"-Xms{b.heap}", f"-Xmx{b.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
             "-XX:+ExplicitGCInvokesConcurrent", "-Djava.awt.headless=true",
             f"-Dkafka.logs.dir={b.state_dir / 'logs'}",
-            f"-Dlog4j.configuration=file:{KAFKA_DEPLOY / 'log4j.properties'}"]
+            f"-D{b.release.log_config_property}=file:{KAFKA_DEPLOY / b.release.log_config}"]
 
 
 def render_config(b: LocalBroker) -> str:
-    """deploy/kafka/server.properties with this node's placeholders filled."""
+    """deploy/kafka/server.properties, plus the release's own settings, with this node's placeholders filled."""
     text = (KAFKA_DEPLOY / "server.properties").read_text()
+    if b.release.extra_properties:
+        text += f"# Kafka {b.release.major}.x (streams/broker/versions.py)\n" + "".join(
+            f"{line}\n" for line in b.release.extra_properties)
     for key, value in {"DATA_DIR": b.state_dir / "data", "PORT": b.port, "CONTROLLER_PORT": b.controller_port,
                        "ADVERTISED_PORT": b.advertised_port or b.port,
                        "NODE_ID": b.node_id, "VOTERS": b.quorum_voters, "RF": b.replication,
@@ -86,9 +94,49 @@ def running_pid(b: LocalBroker) -> int | None:
     return pid if b"kafka.Kafka" in cmdline else None
 
 
+def running_jar_version(b: LocalBroker) -> str | None:
+    """The Kafka release of the jars the running broker process loaded (its ``-cp`` folder), not the
+    one this LocalBroker would start."""
+    pid = running_pid(b)
+    if pid is None:
+        return None
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except FileNotFoundError:
+        return None
+    cp = args[args.index("-cp") + 1] if "-cp" in args else ""
+    jars = sorted(Path(cp.rstrip("*")).glob("kafka_2.13-*.jar")) if cp else []
+    return jars[0].name.removeprefix("kafka_2.13-").removesuffix(".jar") if jars else None
+
+
+def data_version(b: LocalBroker) -> str | None:
+    """The Kafka release that formatted (and last ran) the node's data; None when it is not formatted.
+    Data formatted before releases were recorded was formatted by 3.9.1, the only release then."""
+    if not (b.state_dir / "data" / "meta.properties").exists():
+        return None
+    try:
+        return b.version_file.read_text().strip()
+    except FileNotFoundError:
+        return "3.9.1"  # the release every local broker ran before kafka.version was written
+
+
+def check_data_version(b: LocalBroker) -> None:
+    """Refuse to start an older release on data a newer one wrote (its metadata version is too new for
+    it); a newer release upgrades older data in place (KRaft keeps the finalized metadata.version)."""
+    was = data_version(b)
+    if was is not None and _key(was) > b.release.key:
+        raise BrokerError(f"the data in {b.state_dir} was written by Kafka {was}, which Kafka {b.kafka_version} "
+                          f"cannot read: use another --state, or stop the broker and remove that folder")
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
 def start_process(b: LocalBroker, cluster_id: str | None = None, progress=print) -> int:
     """Format the node's storage (first start only) and start its JVM; returns the PID (not ready yet)."""
     java = _need("java", "install a Java 17+ runtime (Debian: apt-get install openjdk-17-jre-headless)")
+    check_data_version(b)
     progress("fetching Kafka jars (Maven Central) ..." if not b.libs.is_dir() else "kafka jars present")
     fetch_jars(b)
     (b.state_dir / "data").mkdir(parents=True, exist_ok=True)
@@ -101,6 +149,7 @@ def start_process(b: LocalBroker, cluster_id: str | None = None, progress=print)
                              capture_output=True, text=True)
         if fmt.returncode != 0:
             raise BrokerError(f"kafka storage format failed:\n{(fmt.stdout + fmt.stderr)[-2000:]}")
+    b.version_file.write_text(b.kafka_version)
     with open(b.stdout_file, "ab") as out:
         proc = subprocess.Popen([java, *_java_opts(b), "-cp", cp, "kafka.Kafka", str(cfg)],
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

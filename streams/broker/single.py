@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 from slipstream.streams.broker.layout import BrokerError, LocalBroker
-from slipstream.streams.broker.probe import is_ready
-from slipstream.streams.broker.process import _alive, _died, _stop_pids, running_pid, start_process
+from slipstream.streams.broker.probe import broker_version, is_ready
+from slipstream.streams.broker.process import _alive, _died, _stop_pids, running_jar_version, running_pid, start_process
 
 
 def up(b: LocalBroker, timeout_s: float = 120.0, progress=print) -> int:
@@ -54,6 +54,10 @@ def down(b: LocalBroker, grace_s: float = 30.0, progress=print) -> bool:
 
 
 def status(b: LocalBroker) -> dict:
+    """The process, whether it answers, the release of its jars and what the broker itself reports of
+    its version (``probe.broker_version``)."""
     pid = running_pid(b)
-    return {"pid": pid, "bootstrap": b.bootstrap, "process": "running" if pid else "stopped",
-            "ready": bool(pid) and is_ready(b.bootstrap, 2.0), "state_dir": str(b.state_dir)}
+    ready = bool(pid) and is_ready(b.bootstrap, 2.0)
+    return {"pid": pid, "bootstrap": b.bootstrap, "process": "running" if pid else "stopped", "ready": ready,
+            "kafka_version": running_jar_version(b), "broker": broker_version(b.bootstrap) if ready else None,
+            "state_dir": str(b.state_dir)}
