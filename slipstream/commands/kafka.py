@@ -25,12 +25,17 @@ brokers_opt = click.option("--brokers", type=click.IntRange(1, 9), default=None,
                            help="Run a replicated cluster of this many brokers (3: replication 3, min ISR 2) "
                                 "[default: the single broker; for --name, what the cluster was made with].")
 name_opt = click.option("--name", default=None, help=f"Cluster name [default: {broker.CLUSTER_NAME}].")
+host_opt = click.option("--host", envvar="SLIPSTREAM_KAFKA_HOST", default=broker.LOOPBACK, show_default=True,
+                        help="The single broker's client address, listened on and advertised (Kubernetes "
+                             "pods on a bridge: its address; deploy/k8s/local-cluster.sh).")
 
 
-def _target(state, port, brokers, name):
+def _target(state, port, brokers, name, host=broker.LOOPBACK):
     """The single broker, or the cluster that --brokers/--name name."""
     if (brokers is None or brokers == 1) and name is None:
-        return broker.default_broker(state, port or broker.SINGLE_PORT, root=state_dir())
+        return broker.default_broker(state, port or broker.SINGLE_PORT, root=state_dir(), host=host)
+    if host != broker.LOOPBACK:
+        raise click.BadParameter("only the single broker takes another address", param_hint="--host")
     return broker.local_cluster(brokers, name, port, state, root=state_dir())
 
 
@@ -49,10 +54,11 @@ def kafka() -> None:
 @port_opt
 @brokers_opt
 @name_opt
+@host_opt
 @click.option("--timeout", default=180.0, show_default=True, help="Seconds to wait for readiness.")
-def up(state, port, brokers, name, timeout) -> None:
+def up(state, port, brokers, name, host, timeout) -> None:
     """Start the broker or cluster (idempotent) and wait for a metadata round trip listing every broker."""
-    target = _target(state, port, brokers, name)
+    target = _target(state, port, brokers, name, host)
     try:
         if isinstance(target, broker.LocalCluster):
             broker.cluster_up(target, timeout_s=timeout, progress=click.echo)
@@ -68,9 +74,10 @@ def up(state, port, brokers, name, timeout) -> None:
 @port_opt
 @brokers_opt
 @name_opt
-def down(state, port, brokers, name) -> None:
+@host_opt
+def down(state, port, brokers, name, host) -> None:
     """Stop the broker or cluster that `up` started, by its PIDs."""
-    target = _target(state, port, brokers, name)
+    target = _target(state, port, brokers, name, host)
     if isinstance(target, broker.LocalCluster):
         broker.cluster_down(target, progress=click.echo)
     else:
@@ -82,10 +89,11 @@ def down(state, port, brokers, name) -> None:
 @port_opt
 @brokers_opt
 @name_opt
+@host_opt
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def status(state, port, brokers, name, as_json) -> None:
+def status(state, port, brokers, name, host, as_json) -> None:
     """Say whether the broker (every broker of the cluster) runs and answers; exit 1 when not."""
-    target = _target(state, port, brokers, name)
+    target = _target(state, port, brokers, name, host)
     if isinstance(target, broker.LocalCluster):
         st = broker.cluster_status(target)
         line = (f"kafka cluster {st['name']!r}: {st['running']}/{st['brokers']} running, {st['listed']} listed "
@@ -103,11 +111,12 @@ def status(state, port, brokers, name, as_json) -> None:
 @port_opt
 @brokers_opt
 @name_opt
+@host_opt
 @click.option("--node", default=1, show_default=True, help="Which node's log, for a cluster.")
 @click.option("-n", "--lines", default=50, show_default=True)
-def logs(state, port, brokers, name, node, lines) -> None:
+def logs(state, port, brokers, name, host, node, lines) -> None:
     """Print the end of the broker's server.log."""
-    target = _target(state, port, brokers, name)
+    target = _target(state, port, brokers, name, host)
     b = target.nodes[node - 1] if isinstance(target, broker.LocalCluster) else target
     if not b.log_file.exists():
         _fail(broker.BrokerError(f"no log yet at {b.log_file}"))

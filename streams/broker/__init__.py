@@ -20,13 +20,13 @@ running broker), ``single`` and ``cluster`` (the two shapes' up, wait, down and 
 below are the package's interface; each is defined once, in its part.
 """
 from streams.broker.cluster import cluster_down, cluster_status, cluster_up, start_node, wait_cluster, wait_in_sync
-from streams.broker.layout import (CLUSTER_NAME, CLUSTER_PORT, SINGLE_PORT, BrokerError, LocalBroker, LocalCluster,
-                                   default_broker, local_cluster)
+from streams.broker.layout import (CLUSTER_NAME, CLUSTER_PORT, LOOPBACK, SINGLE_PORT, BrokerError, LocalBroker,
+                                   LocalCluster, default_broker, local_cluster)
 from streams.broker.probe import is_ready, live_brokers
 from streams.broker.process import KAFKA_DEPLOY, fetch_jars, render_config, running_pid, start_process
 from streams.broker.single import down, status, up, wait_ready
 
-__all__ = ["CLUSTER_NAME", "CLUSTER_PORT", "KAFKA_DEPLOY", "SINGLE_PORT", "BrokerError", "LocalBroker", "LocalCluster",
+__all__ = ["CLUSTER_NAME", "CLUSTER_PORT", "KAFKA_DEPLOY", "LOOPBACK", "SINGLE_PORT", "BrokerError", "LocalBroker", "LocalCluster",
            "cluster_down", "cluster_status", "cluster_up", "default_broker", "down", "fetch_jars", "is_ready",
            "live_brokers", "local_cluster", "render_config", "running_pid", "start_node", "start_process", "status",
            "up", "wait_cluster", "wait_in_sync", "wait_ready"]

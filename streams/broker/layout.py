@@ -14,6 +14,7 @@ from streams.assets import DEFAULT_STATE_DIR
 SINGLE_PORT = 19092
 CLUSTER_PORT = 19094
 CLUSTER_NAME = "cluster"
+LOOPBACK = "127.0.0.1"  # every listener's address unless the single broker is given another
 
 
 class BrokerError(RuntimeError):
@@ -34,10 +35,11 @@ class LocalBroker:
     min_isr: int = 1
     build_dir: Path = DEFAULT_STATE_DIR / "build" / "kafka"  # the jars' Maven build
     advertised_port: int | None = None  # the port clients are sent to (a proxy in front); None: port
+    host: str = LOOPBACK  # the client listener's address, listened on and advertised (pods: a bridge's)
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def quorum_voters(self) -> str:
@@ -94,9 +96,11 @@ class LocalCluster:
 
 
 def default_broker(state: str | os.PathLike | None = None, port: int = SINGLE_PORT, *,
-                   root: Path = DEFAULT_STATE_DIR) -> LocalBroker:
-    """The single broker; its state in ``state`` (default ``root/kafka``), its jars under ``root/build``."""
-    return LocalBroker(Path(state) if state else root / "kafka", port, port + 1, build_dir=root / "build" / "kafka")
+                   root: Path = DEFAULT_STATE_DIR, host: str = LOOPBACK) -> LocalBroker:
+    """The single broker; its state in ``state`` (default ``root/kafka``), its jars under ``root/build``;
+    its clients' listener on ``host`` (the controller's stays on the loopback)."""
+    return LocalBroker(Path(state) if state else root / "kafka", port, port + 1, build_dir=root / "build" / "kafka",
+                       host=host)
 
 
 def local_cluster(brokers: int | None = None, name: str | None = None, port: int | None = None,
