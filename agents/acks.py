@@ -1,5 +1,5 @@
 """In-order acks per partition: an input offset is acked only when it and every earlier offset of its
-partition read by this worker are done. faust commits exactly that done prefix (``agents.intake``
+partition read by this worker are done. faust commits exactly that done prefix (``slipstream.agents.intake``
 asks :meth:`AckTracker.committable`), not its own record of per-message acks, whose gap check lets a
 commit pass a single unacked offset at the head of a partition (faust-streaming #606/#707), so a
 rebalance cannot skip a request.
@@ -9,7 +9,7 @@ its own record of acked offsets of revoked partitions *before* telling the app a
 so the worker commits these itself at revocation, or a rebalance would redeliver every request done
 since the last periodic commit.
 
-Exactly-once (``agents.transactions``) needs one more thing: a committed offset must cover exactly the
+Exactly-once (``slipstream.agents.transactions``) needs one more thing: a committed offset must cover exactly the
 inputs whose outputs are committed, so an output may only become visible together with the offset
 that passes its input. Outputs are therefore attached to their input's offset (:meth:`AckTracker.attach`)
 and handed out with the done prefix that passes them (:meth:`AckTracker.release`): a window that

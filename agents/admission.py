@@ -1,5 +1,5 @@
 """Admission: the records a stage worker read, decoded and checked against the data contract
-(``streams.contract``) before any of them enters a window.
+(``slipstream.streams.contract``) before any of them enters a window.
 
 Each record ends in one of three lists:
 
@@ -8,9 +8,9 @@ Each record ends in one of three lists:
   its ``error`` result naming every broken field and its value, delivered and acked as a window is;
 - ``dead``: records that cannot be answered (undecodable, oversize, another pipeline's, no usable
   id): to the dead-letter topic with the reason;
-- ``dropped``: requests that ``judge`` (``streams.shedding``: expired, or shed at the source stage)
+- ``dropped``: requests that ``judge`` (``slipstream.streams.shedding``: expired, or shed at the source stage)
   refuses by their deadline, each with its reason, answered ``dropped``. A record whose expiry header
-  (``streams.expiry``) and key (its request id) say enough is judged before it is decoded, and a
+  (``slipstream.streams.expiry``) and key (its request id) say enough is judged before it is decoded, and a
   refused one is never decoded: its answer is built from the key and the header.
 
 So a bad value never reaches the window code, where it used to raise (issue 23: a ``fragment`` of
@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, NamedTuple
 
-from agents import routing
-from agents.window import Item
-from streams import codec, contract, expiry
-from streams.codec import CodecError
-from streams.spec import Pipeline
+from slipstream.agents import routing
+from slipstream.agents.window import Item
+from slipstream.streams import codec, contract, expiry
+from slipstream.streams.codec import CodecError
+from slipstream.streams.spec import Pipeline
 
 
 class Admitted(NamedTuple):

@@ -4,7 +4,7 @@ Run it either way:
 
     slipstream worker --pipeline deploy/pipelines/image-classify.yaml --stage classify
     SLIPSTREAM_PIPELINE=deploy/pipelines/image-classify.yaml SLIPSTREAM_STAGE=classify \\
-        faust -A agents.app worker --without-web
+        faust -A slipstream.agents.app worker --without-web
 
 Each stage is its own consumer group (app id ``slipstream-<pipeline>-<stage>``) reading the stage's
 input topic with ``concurrency=1`` (faust issue #606); parallelism comes from partitions x workers.
@@ -21,19 +21,19 @@ import sys
 import faust
 from aiokafka import TopicPartition
 
-from agents.intake import use_bulk_intake
-from agents.join_worker import JOIN, build_join_app
-from agents.metrics import StageMetrics
-from agents.ready import serve_worker
-from streams.timeline import mark
-from agents.worker import ExecutorFactory, StageWorker
-from streams import codec, control_io, kafka as kclient, topics
-from streams.app import AppSettings, make_app, rejoin_group
-from streams.config import KafkaSettings, prefixes_from_env, schema_registry_from_env
-from streams.control_rules import InvalidControl, check_key
-from streams.metrics_http import LOCAL, MetricsAddr
-from streams.profile_store import ProfileStore
-from streams.spec import Pipeline, load_pipeline
+from slipstream.agents.intake import use_bulk_intake
+from slipstream.agents.join_worker import JOIN, build_join_app
+from slipstream.agents.metrics import StageMetrics
+from slipstream.agents.ready import serve_worker
+from slipstream.streams.timeline import mark
+from slipstream.agents.worker import ExecutorFactory, StageWorker
+from slipstream.streams import codec, control_io, kafka as kclient, topics
+from slipstream.streams.app import AppSettings, make_app, rejoin_group
+from slipstream.streams.config import KafkaSettings, prefixes_from_env, schema_registry_from_env
+from slipstream.streams.control_rules import InvalidControl, check_key
+from slipstream.streams.metrics_http import LOCAL, MetricsAddr
+from slipstream.streams.profile_store import ProfileStore
+from slipstream.streams.spec import Pipeline, load_pipeline
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +47,11 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
     metrics = StageMetrics.create(pipe.name, stage, pipe.slo_ms)
     worker = StageWorker(pipe, stage, kafka, factory, metrics, max_instances=max_instances, profiles=profiles)
     # faust's consumer hands each fetch of the source to the worker in one call and commits the
-    # worker's done prefix (agents.intake; exactly-once: none, the worker's transactions commit), so
+    # worker's done prefix (slipstream.agents.intake; exactly-once: none, the worker's transactions commit), so
     # faust records no per-message acks of the source (acks=False)
     source_name = topics.stage_input(pipe.name, stage)
     use_bulk_intake(app, {source_name: worker})
-    if worker.txns is not None:  # a partition whose transaction failed is read again (agents.transactions)
+    if worker.txns is not None:  # a partition whose transaction failed is read again (slipstream.agents.transactions)
         worker.txns.on_reread = lambda tp: rejoin_group(app)
         worker.txns.on_stuck = worker.heartbeat.fail  # not live: restarted, the partition read again
     source = app.topic(source_name, value_serializer="raw", key_serializer="raw", acks=False)
@@ -95,9 +95,9 @@ class ControlFeed:
     """This stage's StageConfigs on the compacted control topic, read from the start. :meth:`held`
     reads to the end the topic had when the worker started and returns them (the worker loads only
     the newest it accepts, ``StageWorker.start``); :meth:`follow` then offers each later one to the
-    worker, forever. An invalid record (``streams.control_rules``) is logged, counted and skipped;
+    worker, forever. An invalid record (``slipstream.streams.control_rules``) is logged, counted and skipped;
     nothing a record holds is raised into these loops. With ``on_plan`` (the source stage's worker:
-    its admission needs the plan's capacity, ``streams.shedding``) every stage's StageConfigs and the
+    its admission needs the plan's capacity, ``slipstream.streams.shedding``) every stage's StageConfigs and the
     TunerHandoffs are handed to it as well."""
 
     def __init__(self, pipe: Pipeline, stage: str, kafka: KafkaSettings, count_invalid, on_plan=None) -> None:
@@ -110,7 +110,7 @@ class ControlFeed:
 
     async def held(self) -> list[dict]:
         # the offsets first, then the partition: asked while its fetch long-polls, they would wait
-        # behind it (``streams.kafka.consumer``)
+        # behind it (``slipstream.streams.kafka.consumer``)
         end = (await self.cons.end_offsets([self.tp]))[self.tp]
         begin = (await self.cons.beginning_offsets([self.tp]))[self.tp]
         self.cons.assign([self.tp])
@@ -156,8 +156,8 @@ class ControlFeed:
 
 
 def app_from_env() -> faust.App:
-    """For `faust -A agents.app worker`: the stage named by SLIPSTREAM_PIPELINE / SLIPSTREAM_STAGE."""
-    from agents.zoo import load_executor
+    """For `faust -A slipstream.agents.app worker`: the stage named by SLIPSTREAM_PIPELINE / SLIPSTREAM_STAGE."""
+    from slipstream.agents.zoo import load_executor
 
     pipe_file, stage = os.environ.get("SLIPSTREAM_PIPELINE"), os.environ.get("SLIPSTREAM_STAGE")
     if not pipe_file or not stage:
@@ -174,7 +174,7 @@ def app_from_env() -> faust.App:
     return build_stage_app(pipe, stage, kafka, factory, metrics_addr=addr)[0]
 
 
-def __getattr__(name: str):  # `faust -A agents.app` looks up `app` lazily, so importing is free
+def __getattr__(name: str):  # `faust -A slipstream.agents.app` looks up `app` lazily, so importing is free
     if name == "app":
         return app_from_env()
     raise AttributeError(name)

@@ -1,8 +1,8 @@
 """The bound on outputs awaiting delivery: a worker frees a model instance before its window's outputs
-are in Kafka (``agents.worker``), so while a produce cannot complete (a broker away, too few in-sync
+are in Kafka (``slipstream.agents.worker``), so while a produce cannot complete (a broker away, too few in-sync
 replicas) finished windows, each holding its outputs and their inputs' payloads, would pile up for as
 long as it lasts. :class:`Backlog` counts them (windows, and their outputs' payload bytes); while it
-is full the worker takes no new window and its consumer fetches no more (``agents.intake``'s
+is full the worker takes no new window and its consumer fetches no more (``slipstream.agents.intake``'s
 back-pressure), so memory stays bounded and the unread records wait in Kafka, not in the worker.
 
 Pure bookkeeping (no clock, no I/O): the worker calls :meth:`Backlog.add` before a delivery and
@@ -17,7 +17,7 @@ MAX_BYTES = 64 * 1024 * 1024
 
 
 def out_bytes(outs: Iterable[Any]) -> int:
-    """The payload bytes ``agents.routing.Out`` records hold (what dominates their memory)."""
+    """The payload bytes ``slipstream.agents.routing.Out`` records hold (what dominates their memory)."""
     n = 0
     for o in outs:
         v = o.value

@@ -1,11 +1,11 @@
 """Stage configuration from the control topic: what a worker accepts, and which variant a request gets.
 
 A ``StageConfig`` is accepted only if it is for this pipeline and stage, passes the control topic's
-rules (``streams.control_rules``: variants and hardware the pipeline spec knows, bounded numbers) and
+rules (``slipstream.streams.control_rules``: variants and hardware the pipeline spec knows, bounded numbers) and
 has a higher epoch (a later offset on the control topic) than the config in force.
 Anything else is rejected with a reason (logged and counted by the worker) and the last good config
 stays; so is a config whose ``digests`` pin a model other than the one a variant loads (checked by the
-worker as it loads, ``agents.executors.pinned``). Pure functions: the worker applies an accepted config
+worker as it loads, ``slipstream.agents.executors.pinned``). Pure functions: the worker applies an accepted config
 at the next batch boundary.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from streams import shares
-from streams.control_rules import InvalidControl, check
-from streams.spec import Pipeline
+from slipstream.streams import shares
+from slipstream.streams.control_rules import InvalidControl, check
+from slipstream.streams.spec import Pipeline
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def defaults(pipe: Pipeline, stage: str) -> ActiveConfig:
 def accept(pipe: Pipeline, stage: str, rec: Mapping[str, Any], current: ActiveConfig
            ) -> tuple[ActiveConfig | None, str]:
     """(new config, "") when ``rec`` should replace ``current``; (None, reason) otherwise. The fields
-    are checked by the control topic's one rule set (``streams.control_rules``)."""
+    are checked by the control topic's one rule set (``slipstream.streams.control_rules``)."""
     if rec.get("pipeline") != pipe.name or rec.get("stage") != stage:
         return None, f"for {rec.get('pipeline')}/{rec.get('stage')}, not {pipe.name}/{stage}"
     try:
@@ -67,7 +67,7 @@ def accept(pipe: Pipeline, stage: str, rec: Mapping[str, Any], current: ActiveCo
 
 def choose_variant(request_id: str, accuracy_floor: float | None, cfg: ActiveConfig,
                    accuracy: Mapping[str, float]) -> tuple[str | None, str]:
-    """The variant a request runs on: ``streams.shares.choose`` over the config's routing (the rule the
+    """The variant a request runs on: ``slipstream.streams.shares.choose`` over the config's routing (the rule the
     estimator runs too), restricted to variants meeting the request's accuracy floor (INFaaS).
     (None, reason) when no loaded variant meets the floor."""
     in_use = shares.in_service(cfg.routing, cfg.variant)

@@ -6,12 +6,12 @@ keeps running either way.
   the metadata does not show yet; a timeout, a lost connection) sends the same record again, backing
   off up to ``max_backoff_s``, for at most ``retry_for_s`` (Kafka's ``delivery.timeout.ms``, 120 s);
   nothing is acked before, so nothing is lost. Past that bound it is handled as a permanent one.
-- A permanent one (the record over its topic's limit, ``streams.limits``; a value the schema refuses;
+- A permanent one (the record over its topic's limit, ``slipstream.streams.limits``; a value the schema refuses;
   no authorization) replaces the output by an ``error`` result for the request it belonged to; if even
   that cannot be written, the input is dead-lettered (its original bytes, cut to fit the dead-letter
   topic with the whole input's size and sha256 named, topic, partition, offset and the reason).
 - If the dead letter cannot be written either, the input is *given up*: :meth:`Delivery.settle` names
-  it, the worker does not ack it and reports itself not live (``streams.heartbeat``), so it is
+  it, the worker does not ack it and reports itself not live (``slipstream.streams.heartbeat``), so it is
   restarted and the input read again.
 - Every wait on the producer has the same bound: a delivery future still unanswered ``retry_for_s``
   after the record was first sent (an idempotent producer retries a batch for ever, e.g. towards a
@@ -19,7 +19,7 @@ keeps running either way.
   took the batch without the answer arriving means a second answer for that request, as after a
   crash under at-least-once.
 - A producer the broker refused a batch of (or whose batch outlived the bound) is replaced when the
-  Delivery owns it (``renew``, at least once; under exactly-once ``agents.transactions`` replaces
+  Delivery owns it (``renew``, at least once; under exactly-once ``slipstream.agents.transactions`` replaces
   it): an idempotent producer keeps a refused batch's sequence numbers, so every later batch of the
   partition would be refused (``OutOfOrderSequenceNumber``, which also stops aiokafka's sender and
   fails all it holds). A record refused for its sequence number is sent again on the new producer.
@@ -34,18 +34,18 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, NamedTuple
 
-from agents import routing
-from streams import kafka as kclient
-from streams.config import KafkaSettings
-from streams.limits import MAX_ERROR_CHARS, Limits
-from streams.spec import Pipeline
+from slipstream.agents import routing
+from slipstream.streams import kafka as kclient
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.limits import MAX_ERROR_CHARS, Limits
+from slipstream.streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
 
 
 class Sent(NamedTuple):  # one per output: a tuple is the cheapest record to make
     out: routing.Out
-    item: Any  # the queued input it answers (``.req``, ``.record``: ``agents.window.Item``); None: nothing to answer
+    item: Any  # the queued input it answers (``.req``, ``.record``: ``slipstream.agents.window.Item``); None: nothing to answer
     fut: Any = None  # the producer's delivery future
     error: BaseException | None = None  # raised before a future existed (encode, record too large)
     prod: Any = None  # the producer it went to
@@ -61,7 +61,7 @@ class Delivery:
         self.producer, self.pipe, self.stage = producer, pipe, stage
         self.on_failure = on_failure  # a metric: "retried", "replaced", "given-up" or "producer-replaced"
         self.max_backoff_s, self.retry_for_s = max_backoff_s, retry_for_s
-        self.limits = limits  # the topics' record limits (``streams.limits``); None: the producer's only
+        self.limits = limits  # the topics' record limits (``slipstream.streams.limits``); None: the producer's only
         self.renew = renew  # a new started producer; None: the producer is not this Delivery's to replace
         self._renewing = asyncio.Lock()
         self._retired: set[asyncio.Future] = set()  # replaced producers stopping
@@ -71,7 +71,7 @@ class Delivery:
     @classmethod
     async def started(cls, kafka: KafkaSettings, pipe: Pipeline, stage: str, on_failure=lambda kind: None,
                       limits: Limits | None = None, **overrides: Any) -> "Delivery":
-        """A Delivery owning its producer (``streams.kafka.producer`` with ``overrides``), started, and
+        """A Delivery owning its producer (``slipstream.streams.kafka.producer`` with ``overrides``), started, and
         replacing it with a new one like it after a refused batch; :meth:`close` stops it."""
         async def start():
             return await kclient.start_producer(kclient.producer(kafka, **overrides), STOP_S)
@@ -85,7 +85,7 @@ class Delivery:
 
     async def send_all(self, pairs: list[tuple[routing.Out, Any]]) -> list[Sent]:
         """Send a window's records, each with the input it answers, as one producer batch per
-        partition (``streams.kafka.send_window``); a record's future is its batch's. Windows that
+        partition (``slipstream.streams.kafka.send_window``); a record's future is its batch's. Windows that
         come while the previous send waits for the producer (its last batch of a partition not yet
         taken by the sender) go out together in the next, so batches grow with the broker's round
         trip, as the producer's own batches do."""
@@ -203,7 +203,7 @@ class Delivery:
 def dead_letter(pipe: Pipeline, stage: str, limits: Limits | None, original: bytes | None, topic: str,
                 partition: int, offset: int, reason: str) -> routing.Out:
     """The dead letter of an input, its bytes cut to fit the dead-letter topic when they do not
-    (``streams.limits``: the whole input's size and sha256 go into the reason)."""
+    (``slipstream.streams.limits``: the whole input's size and sha256 go into the reason)."""
     reason = reason[:MAX_ERROR_CHARS]
     out = routing.dead_letter(pipe, stage, original, topic, partition, offset, reason, time.time_ns())
     if limits is not None and original:

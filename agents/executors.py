@@ -2,7 +2,7 @@
 
 An executor is a *codec* (payload bytes -> model input, model output -> ``Emit`` items) around a
 *backend* (onnxruntime or torch) or, for model-free stages (noop, resize, tokenise), a per-item
-function. Everything here implements ``streams.executor.Executor``; ``agents.zoo`` picks the parts
+function. Everything here implements ``slipstream.streams.executor.Executor``; ``slipstream.agents.zoo`` picks the parts
 from a pipeline ``Variant`` and ``Hardware``.
 
 Devices are checked, not assumed: onnxruntime silently falls back to the CPU when the CUDA provider
@@ -32,9 +32,9 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from agents.preprocess import BatchBuffer
-from streams.executor import Emit, ItemOutput
-from streams.spec import Hardware
+from slipstream.agents.preprocess import BatchBuffer
+from slipstream.streams.executor import Emit, ItemOutput
+from slipstream.streams.spec import Hardware
 
 log = logging.getLogger(__name__)
 

@@ -17,18 +17,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from streams.executor import Executor
-from streams.heartbeat import Heartbeat
-from streams.latency import LatencyCurve, RecentLatency
-from streams.spec import Hardware, Variant
+from slipstream.streams.executor import Executor
+from slipstream.streams.heartbeat import Heartbeat
+from slipstream.streams.latency import LatencyCurve, RecentLatency
+from slipstream.streams.spec import Hardware, Variant
 
 ExecutorFactory = Callable[[Variant, Hardware], Executor]
 
 # A model run's deadline: RUN_DEADLINE_SLOS times the pipeline's SLO, at least RUN_DEADLINE_FLOOR_S
 # (a batch that takes ten SLOs answers nothing in time; the floor keeps a tight SLO on a loaded
 # machine from calling a slow run hung). Past it the run's requests get error results and the
-# instance is replaced (``agents.worker``); its thread cannot be stopped, so liveness fails until a
-# restart frees it (``streams.heartbeat``).
+# instance is replaced (``slipstream.agents.worker``); its thread cannot be stopped, so liveness fails until a
+# restart frees it (``slipstream.streams.heartbeat``).
 RUN_DEADLINE_SLOS, RUN_DEADLINE_FLOOR_S = 10, 5.0
 
 

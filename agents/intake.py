@@ -14,7 +14,7 @@ seeks, flow control and commit timer, and changes two things for topics that hav
   once ``reader.room`` is set (back-pressure); records of other topics keep faust's per-message path
   to their agents;
 - **committing**: the offset faust commits for such a partition is ``reader.committable(tp)`` (one past
-  the worker's done prefix, ``agents.acks``: in offset order, after the outputs are in Kafka), not one
+  the worker's done prefix, ``slipstream.agents.acks``: in offset order, after the outputs are in Kafka), not one
   derived from per-message acks, so the worker acks nothing through faust (the topic has acks off).
   ``committable`` returns None when the worker commits in its own transactions (exactly-once).
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, Hashable, Iterable, Protocol
 
-from streams.app import ReadCommittedTransport, _ReadCommittedConsumer
+from slipstream.streams.app import ReadCommittedTransport, _ReadCommittedConsumer
 
 
 class BulkReader(Protocol):
@@ -130,5 +130,5 @@ class BulkTransport(ReadCommittedTransport):
 
 
 def use_bulk_intake(app, readers: dict[str, BulkReader]) -> None:
-    """Give ``app`` (``streams.app.make_app``'s, not started yet) the bulk-reading consumer."""
+    """Give ``app`` (``slipstream.streams.app.make_app``'s, not started yet) the bulk-reading consumer."""
     app.transport = BulkTransport(app.conf.broker_consumer, app, readers=readers)

@@ -1,28 +1,28 @@
 """The join worker of a fan-out pipeline: fragments from the join topic, whole results to the results
-topic (``agents.join`` does the joining). Run it as ``slipstream worker --pipeline F --stage join``.
+topic (``slipstream.agents.join`` does the joining). Run it as ``slipstream worker --pipeline F --stage join``.
 
-Fragments are acked in offset order per partition (``agents.acks``), each once its request is closed
+Fragments are acked in offset order per partition (``slipstream.agents.acks``), each once its request is closed
 (joined, in error, timed out, or already closed), so a committed offset never passes a fragment of an
 open request and a restarted join rebuilds its state from Kafka. When partitions are revoked it
 commits what it finished and forgets the open requests of those partitions (fragments are keyed by
 request id, so a request lives on one partition), exactly as the stage worker does. A record that does
 not decode, or a fragment whose share is not a fraction, goes to the dead-letter topic with its
-request id logged; so does a fragment that breaks the data contract (``streams.contract``), with the
-fields it breaks; the join keeps running. Closed requests are remembered (``agents.join``), and that
+request id logged; so does a fragment that breaks the data contract (``slipstream.streams.contract``), with the
+fields it breaks; the join keeps running. Closed requests are remembered (``slipstream.agents.join``), and that
 memory is refilled from the results topic on every assignment, so a fragment that comes late, or again
 after a restart, never opens a second result (docs/guarantees.md, "The join"); a refill that fails
 (past ``REFILL_S``, the broker away) leaves the worker not ready (``/readyz`` says why) until one
 succeeds at a later assignment.
 
 At least once, results and dead letters go through the stage workers' delivery path
-(``agents.delivery``: sent again, then replaced by an error result, then by a dead letter; the producer
+(``slipstream.agents.delivery``: sent again, then replaced by an error result, then by a dead letter; the producer
 replaced after the broker refused a batch). A result that not even that could write reopens its
 request and leaves its fragments unacked; the worker reports itself not live, and its restart reads
 them again, so the request is answered, never dropped.
 
 With ``processing: exactly-once`` a result (or dead letter) is attached to the offset of the fragment
 that closed its request, and it commits in one transaction with the offset that passes that fragment
-(``agents.transactions``, one transactional producer per join partition): results of a partition become
+(``slipstream.agents.transactions``, one transactional producer per join partition): results of a partition become
 visible in offset order, so a request closed after an earlier one of its partition that is still open
 waits for it (at most the join timeout), and a restarted join never emits a result twice.
 """
@@ -35,20 +35,20 @@ from typing import Any, NamedTuple
 
 import faust
 
-from agents import routing
-from agents.acks import AckTracker, Release
-from agents.delivery import Delivery, dead_letter
-from agents.join import MAX_CLOSED, Joiner
-from agents.metrics import StageMetrics
-from agents.ready import serve_worker
-from agents.transactions import PartitionTransactions
-from streams import codec, contract, kafka as kclient, procs, topics
-from streams.app import AppSettings, make_app, rejoin_group
-from streams.config import KafkaSettings
-from streams.heartbeat import Heartbeat
-from streams.limits import MAX_ERROR_CHARS, Limits, RecordTooLarge, read_limits
-from streams.metrics_http import LOCAL, MetricsAddr
-from streams.spec import Pipeline
+from slipstream.agents import routing
+from slipstream.agents.acks import AckTracker, Release
+from slipstream.agents.delivery import Delivery, dead_letter
+from slipstream.agents.join import MAX_CLOSED, Joiner
+from slipstream.agents.metrics import StageMetrics
+from slipstream.agents.ready import serve_worker
+from slipstream.agents.transactions import PartitionTransactions
+from slipstream.streams import codec, contract, kafka as kclient, procs, topics
+from slipstream.streams.app import AppSettings, make_app, rejoin_group
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.heartbeat import Heartbeat
+from slipstream.streams.limits import MAX_ERROR_CHARS, Limits, RecordTooLarge, read_limits
+from slipstream.streams.metrics_http import LOCAL, MetricsAddr
+from slipstream.streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
 JOIN = "join"
@@ -73,7 +73,7 @@ class JoinWorker:
         self._acking: set[asyncio.Future] = set()  # exactly-once: transactions whose events to ack after
         self._uncommitted: dict[str, Any] = {}  # exactly-once: request id -> tp, result not committed yet
         self.limits = Limits()  # the broker default until read from the cluster (:meth:`start`)
-        self.bounds = contract.Bounds.of(pipe, JOIN, self.limits.of(topics.join(pipe.name)))  # streams.contract
+        self.bounds = contract.Bounds.of(pipe, JOIN, self.limits.of(topics.join(pipe.name)))  # slipstream.streams.contract
 
     async def start(self) -> None:
         self.limits = await read_limits(self.kafka, [topics.results(self.pipe.name), topics.join(self.pipe.name),
@@ -180,7 +180,7 @@ class JoinWorker:
 
     async def _answer(self, res: dict, at: tuple[Any, int], original: bytes | None) -> None:
         """Write a closed request's result, then ack its fragments. A result neither written nor
-        replaced (``agents.delivery``: retried, then an error result, then a dead letter) reopens its
+        replaced (``slipstream.agents.delivery``: retried, then an error result, then a dead letter) reopens its
         request and leaves its fragments unacked: the worker reports itself not live, and its restart
         reads them again and joins them again."""
         rid = res["request_id"]
@@ -229,7 +229,7 @@ class JoinWorker:
                 await self.stream.ack(event)
 
     async def _write(self, out: routing.Out, at: tuple[Any, int], answers: "_Answer | None") -> bool:
-        """At least once: through the stage workers' delivery path (``agents.delivery``), False when
+        """At least once: through the stage workers' delivery path (``slipstream.agents.delivery``), False when
         given up. Exactly-once: attached to ``at``, to commit in its transaction (which decides)."""
         if self.txns is None:
             return not await self.delivery.settle(await self.delivery.send_all([(out, answers)]))
@@ -251,20 +251,20 @@ class JoinWorker:
         return False
 
 
-class _Read(NamedTuple):  # the fragment a result answers, as ``agents.delivery`` dead-letters it
+class _Read(NamedTuple):  # the fragment a result answers, as ``slipstream.agents.delivery`` dead-letters it
     topic: str
     partition: int
     offset: int
     value: bytes | None
 
 
-class _Answer(NamedTuple):  # what a joined result answers (``agents.delivery.Sent.item``)
+class _Answer(NamedTuple):  # what a joined result answers (``slipstream.agents.delivery.Sent.item``)
     req: dict
     record: _Read
 
 
 def fit_result(limits: Limits, topic: str, res: dict) -> dict:
-    """``res``, or, when it would not fit ``topic`` (``streams.limits``), an error result for its
+    """``res``, or, when it would not fit ``topic`` (``slipstream.streams.limits``), an error result for its
     request naming its size and the topic's limit."""
     try:
         # single-object framing: its header is the longer, so the size is an upper bound whatever the
@@ -289,7 +289,7 @@ def build_join_app(pipe: Pipeline, kafka: KafkaSettings, timeout_ms: float | Non
     joiner = Joiner(int((timeout_ms if timeout_ms is not None else pipe.slo_ms) * 1e6),
                     worker=procs.join_id(), max_closed=max_closed)
     worker = JoinWorker(pipe, kafka, joiner, metrics)
-    if worker.txns is not None:  # a partition whose transaction failed is read again (agents.transactions)
+    if worker.txns is not None:  # a partition whose transaction failed is read again (slipstream.agents.transactions)
         worker.txns.on_reread = lambda tp: rejoin_group(app)
         worker.txns.on_stuck = worker.heartbeat.fail  # not live: restarted, the partition read again
     started = asyncio.Event()

@@ -1,6 +1,6 @@
 """Prometheus metrics of one stage worker or join worker (``slipstream_*``, all labelled ``pipeline``,
 ``stage``), on a registry of its own so several workers can share a process in tests. Served with
-``/healthz`` and ``/readyz`` by ``streams.metrics_http`` (see ``agents.ready``); the names and what
+``/healthz`` and ``/readyz`` by ``slipstream.streams.metrics_http`` (see ``slipstream.agents.ready``); the names and what
 they count are listed in docs/observability.md.
 
 Every result a worker produces to the pipeline's results topic (a sink's result, a request dropped
@@ -17,8 +17,8 @@ from typing import Any, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from streams import topics
-from streams.metrics_http import Endpoint, MetricsAddr, Ready, serve, standard_collectors
+from slipstream.streams import topics
+from slipstream.streams.metrics_http import Endpoint, MetricsAddr, Ready, serve, standard_collectors
 
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 E2E_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
@@ -108,12 +108,12 @@ class StageMetrics:
             config_rejected=Counter("slipstream_config_rejected", "Control records rejected", L(),
                                     registry=reg),
             control_invalid=Counter("slipstream_control_invalid", "Control records skipped as invalid "
-                                    "(streams.control_rules: key, fields, bounds)", L(), registry=reg),
+                                    "(slipstream.streams.control_rules: key, fields, bounds)", L(), registry=reg),
             queue_depth=Gauge("slipstream_queued_requests", "Requests waiting in this worker", L(), registry=reg),
             instances=Gauge("slipstream_instances", "Model instances serving in this worker", L(),
                             registry=reg),
             backlog=Gauge("slipstream_delivery_backlog_windows", "Windows (and dead letters) whose outputs "
-                          "await delivery; bounded (agents.backlog)", L(), registry=reg),
+                          "await delivery; bounded (slipstream.agents.backlog)", L(), registry=reg),
             delivery_failures=Counter("slipstream_delivery_failures", "Outputs not delivered at first, by what "
                                       "followed: retried, replaced (error result or dead letter), given-up",
                                       L("outcome"), registry=reg),
@@ -149,7 +149,7 @@ class StageMetrics:
         return child
 
     def observe_outputs(self, outs: Iterable[Any]) -> None:
-        """Observe the results among a worker's outputs (``agents.routing.Out``), as
+        """Observe the results among a worker's outputs (``slipstream.agents.routing.Out``), as
         :meth:`observe_result` would one by one, with one update per series."""
         results = topics.results(self.pipeline)
         self.observe_results([o.value for o in outs if o.topic == results and o.record == "InferenceResult"])
@@ -177,7 +177,7 @@ class StageMetrics:
             self.lab(self.slo_missed, status=status).inc(n)
 
     def observe_fleet(self, fleet: Any) -> None:
-        """The worker's model instances (``agents.instances.Fleet``): their count, and one info series
+        """The worker's model instances (``slipstream.agents.instances.Fleet``): their count, and one info series
         per (variant, digest) loaded."""
         self.lab(self.instances).set(len(fleet.instances))
         now = {(v, getattr(ex, "digest", "")) for inst in fleet.instances for v, ex in inst.executors.items()}

@@ -5,7 +5,7 @@ Ready = the model is loaded and warm (``started``), nothing the worker reports s
 partitions. It shows twice:
 
 - ``/readyz`` on the metrics address answers 200, else 503 with the reason (``model not warm``, the
-  worker's own reason, ``no partitions assigned``); ``/healthz`` answers 200 while the worker's heartbeat (``streams.heartbeat``:
+  worker's own reason, ``no partitions assigned``); ``/healthz`` answers 200 while the worker's heartbeat (``slipstream.streams.heartbeat``:
   the event loop ticks, no model run is past its deadline) says it is live, else 503 with the reason;
 - a line on stdout after each rebalance, once warm: ``slipstream-worker ready stage=<s>
   partitions=<n> metrics=<host:port> at_ns=<t>``. The supervisor, the tests and the activation-time
@@ -31,10 +31,10 @@ from typing import Callable
 
 import faust
 
-from agents.acks import AckTracker
-from agents.metrics import StageMetrics
-from streams.heartbeat import Heartbeat
-from streams.metrics_http import MetricsAddr
+from slipstream.agents.acks import AckTracker
+from slipstream.agents.metrics import StageMetrics
+from slipstream.streams.heartbeat import Heartbeat
+from slipstream.streams.metrics_http import MetricsAddr
 
 LAG_INTERVAL_S = 1.0
 GC_THRESHOLDS = (20_000, 20, 20)  # after settle_gc (CPython's defaults: 700, 10, 10)

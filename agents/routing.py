@@ -7,7 +7,7 @@
 - A conditional branch (``Emit.to``) sends the item to the one child named.
 - At a sink, or when a fragment ends early (dropped, error, k = 0), the fragment becomes an
   ``InferenceResult``: on the results topic when it is the whole request (fragment 1), else on the
-  join topic, where ``agents.join`` sums fragments back to 1.
+  join topic, where ``slipstream.agents.join`` sums fragments back to 1.
 
 Every record carries the hops so far plus this stage's own ``HopTiming``.
 """
@@ -17,9 +17,9 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Mapping, NamedTuple
 
-from streams import topics
-from streams.executor import ItemOutput
-from streams.spec import Pipeline
+from slipstream.streams import topics
+from slipstream.streams.executor import ItemOutput
+from slipstream.streams.spec import Pipeline
 
 
 class Out(NamedTuple):

@@ -12,13 +12,13 @@ session timeout that wakes up) can never commit again, and aborts the transactio
 was already committing is completed first), so the committed offset read next is final.
 
 **Order.** A committed offset covers exactly the inputs whose outputs are committed, so outputs wait
-for the done prefix of their partition (``agents.acks.AckTracker.release``), and a partition's
+for the done prefix of their partition (``slipstream.agents.acks.AckTracker.release``), and a partition's
 transactions commit in offset order: one runner per partition takes everything released so far into
 one transaction (begin, send, add offsets, commit); what is released meanwhile goes into the next.
 
 **Failures** (:func:`decide`, a pure function of what failed). A record refused before it is sent
 (too large, unencodable) is replaced at once, as in at-least-once delivery
-(``agents.delivery.Delivery.replacement``: an error result, then a dead letter). Every other failure
+(``slipstream.agents.delivery.Delivery.replacement``: an error result, then a dead letter). Every other failure
 ends the attempt, and what comes next depends on whether the commit was asked for:
 
 - **fenced** (``ProducerFenced``/``InvalidProducerEpoch``: a newer producer holds the transactional id,
@@ -52,11 +52,11 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Callable, Hashable, Iterable, NamedTuple
 
-from agents.acks import Release
-from agents.delivery import Delivery, Sent
-from streams import kafka as kclient
-from streams.config import KafkaSettings
-from streams.spec import Pipeline
+from slipstream.agents.acks import Release
+from slipstream.agents.delivery import Delivery, Sent
+from slipstream.streams import kafka as kclient
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
 
@@ -114,10 +114,10 @@ class PartitionTransactions:
         self.kafka, self.group_id, self.pipe, self.stage = kafka, group_id, pipe, stage
         self.on_failure, self.max_backoff_s = on_failure, max_backoff_s
         # REREAD: make the worker's consumer read the partition again from its committed offset (the
-        # app sets it: ``streams.app.rejoin_group``)
+        # app sets it: ``slipstream.streams.app.rejoin_group``)
         self.on_reread: Callable[[Hashable], Awaitable[None]] = _no_reread
         self.overrides = producer_overrides
-        self.limits = None  # the topics' record limits (``streams.limits``), set by the worker at start
+        self.limits = None  # the topics' record limits (``slipstream.streams.limits``), set by the worker at start
         self._producers: dict[Hashable, Any] = {}
         self._queue: dict[Hashable, list[tuple[Release, asyncio.Future]]] = {}
         self._runners: dict[Hashable, asyncio.Task] = {}

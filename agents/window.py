@@ -1,20 +1,20 @@
 """The window planner: a stage worker's decisions, pure, with the clock passed in (``now_ns``).
 
-``agents.worker`` (the faust shell, its parts in ``agents.stage``) reads records, runs models and
+``slipstream.agents.worker`` (the faust shell, its parts in ``slipstream.agents.stage``) reads records, runs models and
 talks to Kafka; everything it *decides* is here, so it is tested without a broker, an event loop or a real clock:
 
 - :class:`WindowPlanner` holds the worker's FIFO queue and says when to take a window and which items
-  (:meth:`WindowPlanner.poll`), through ``streams.batching`` (``ready``, ``flush_due_ns``,
-  ``window_size``): the same code the estimator (``planner.sim``) runs, not a copy of it;
+  (:meth:`WindowPlanner.poll`), through ``slipstream.streams.batching`` (``ready``, ``flush_due_ns``,
+  ``window_size``): the same code the estimator (``slipstream.planner.sim``) runs, not a copy of it;
 - :func:`split_variants` sends each item of a window to a variant (Loki routing, INFaaS accuracy floor)
   or to an ``accuracy-floor`` drop;
-- :func:`sub_batch` is one step of working a variant's items off: ``streams.batching.decide`` at
+- :func:`sub_batch` is one step of working a variant's items off: ``slipstream.streams.batching.decide`` at
   ``now_ns``, with the drop reasons;
-- :func:`batch_outputs` turns a batch's model outputs into the records to produce (``agents.routing``),
+- :func:`batch_outputs` turns a batch's model outputs into the records to produce (``slipstream.agents.routing``),
   one list per input item.
 
 A window's records are produced together and its input offsets acked together, after delivery
-(``agents.stage.commit.Commit._finish``: the one place that would become a Kafka transaction).
+(``slipstream.agents.stage.commit.Commit._finish``: the one place that would become a Kafka transaction).
 """
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable, Mapping, NamedTuple, Sequence
 
-from agents import routing
-from agents.control import ActiveConfig, choose_variant
-from streams import batching, shares
-from streams.spec import Pipeline
+from slipstream.agents import routing
+from slipstream.agents.control import ActiveConfig, choose_variant
+from slipstream.streams import batching, shares
+from slipstream.streams.spec import Pipeline
 
 
 @dataclass(slots=True)
@@ -101,7 +101,7 @@ class SubBatch(NamedTuple):
 
 def sub_batch(pending: Sequence[Item], now_ns: int, predict_ns: Callable[[int], int],
               s: batching.BatchSettings) -> SubBatch:
-    """One step of working a variant's items off at ``now_ns`` (``streams.batching.decide``)."""
+    """One step of working a variant's items off at ``now_ns`` (``slipstream.streams.batching.decide``)."""
     d = batching.decide([it.req["deadline_ns"] for it in pending], now_ns, predict_ns, s)
     alone = predict_ns(1) if d.drop else 0
     return SubBatch([pending[i] for i in d.run],

@@ -8,7 +8,7 @@ Synthetic entries have no accuracy of their own (``accuracy=None``): the pipelin
 ``Variant.accuracy`` is the only number the planner sees for them. For the real models the spec
 should carry the published number listed here (see docs/models.md).
 
-Beyond the zoo: ``model: onnx`` serves your own ONNX file (``agents.models.onnx_file``), and a
+Beyond the zoo: ``model: onnx`` serves your own ONNX file (``slipstream.agents.models.onnx_file``), and a
 third-party package registers more model kinds as Python entry points in the group
 ``slipstream.executors``: the entry point's name is the ``model:`` it serves, its object a loader
 ``(variant, hardware, params, cache_dir) -> Executor`` given the variant's params as written (it
@@ -16,7 +16,7 @@ validates them itself). A built-in name cannot be taken by a plugin.
 
 Every executor carries ``digest`` (the short sha256 of its ONNX file or weights). ``params.digest``,
 accepted by every kind (plugins too, which never see it), pins it: a variant whose model has another
-digest is not loaded (``agents.executors.DigestMismatch``).
+digest is not loaded (``slipstream.agents.executors.DigestMismatch``).
 
 The model cache directory is a parameter: only the CLI reads ``SLIPSTREAM_CACHE``.
 """
@@ -30,15 +30,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from agents.executors import (DigestMismatch, FunctionExecutor, ModelExecutor, OrtBackend, TorchBackend,
+from slipstream.agents.executors import (DigestMismatch, FunctionExecutor, ModelExecutor, OrtBackend, TorchBackend,
                              check_digest)
-from agents.models import efficientnet, minilm, onnx_file, synthetic
-from agents.models.export import DEFAULT_CACHE_DIR, cache_key, cached_onnx, torch_zeros
-from agents.preprocess import (RAW_IMAGE_TYPE, TEXT_TYPE, TOKEN_IDS_TYPE, ImageResize, Tokenize,
+from slipstream.agents.models import efficientnet, minilm, onnx_file, synthetic
+from slipstream.agents.models.export import DEFAULT_CACHE_DIR, cache_key, cached_onnx, torch_zeros
+from slipstream.agents.preprocess import (RAW_IMAGE_TYPE, TEXT_TYPE, TOKEN_IDS_TYPE, ImageResize, Tokenize,
                                decode_image, decode_text)
-from streams.docmodel import did_you_mean
-from streams.executor import Emit, Executor
-from streams.spec import Hardware, Variant
+from slipstream.streams.docmodel import did_you_mean
+from slipstream.streams.executor import Emit, Executor
+from slipstream.streams.spec import Hardware, Variant
 
 IMAGE_TYPES = "image/png | image/jpeg | image/x-raw-uint8;shape=S,S,3"
 ANY_TYPE = "*/*"
@@ -129,7 +129,7 @@ def _load_plugin(variant: Variant, hardware: Hardware, cache: Path) -> Executor 
                if not hasattr(ex, a)]
     if missing:
         raise TypeError(f"{where} returned {type(ex).__name__}, which lacks {missing} of the "
-                        f"Executor protocol (streams.executor)")
+                        f"Executor protocol (slipstream.streams.executor)")
     return ex
 
 

@@ -1,8 +1,8 @@
-"""A Python client of the gateway with the surface of ``streams.client.PipelineClient`` (``submit``,
+"""A Python client of the gateway with the surface of ``slipstream.streams.client.PipelineClient`` (``submit``,
 ``result``, ``async with``), so a caller chooses the path with one argument (:func:`connect`): Kafka
 (the default) or a gateway's URL. ``slipstream submit --gateway URL`` uses it.
 
-The HTTP mapping is pure and sits beside the server's (``gateway.oip``): :func:`infer_body` builds the
+The HTTP mapping is pure and sits beside the server's (``slipstream.gateway.oip``): :func:`infer_body` builds the
 Open Inference Protocol request (the payload as binary data, Slipstream's parameters), and
 :func:`answer_result` turns an answer back into a result dict shaped as ``InferenceResult`` (200:
 done; 504 with a result: dropped; 400 or 500 with a result: error, ``oip.result_code``), or raises: :class:`Shed` for 429 (with its
@@ -17,9 +17,9 @@ import struct
 import uuid
 from typing import Any, Mapping
 
-from streams.client import PipelineClient
+from slipstream.streams.client import PipelineClient
 
-from gateway import oip
+from slipstream.gateway import oip
 
 
 class GatewayError(RuntimeError):

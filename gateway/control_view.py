@@ -1,7 +1,7 @@
 """The gateway's view of the plan: it follows the pipeline's control topic (compacted; read from the
 beginning, no consumer group) and keeps the StageConfig in force per stage (highest epoch) and the
-newest TunerHandoff (``streams.control_io.PlanInForce``), from which it reads the capacity. Each record
-goes through the control topic's rules (``streams.control_io.read_record``, with the pipeline's spec):
+newest TunerHandoff (``slipstream.streams.control_io.PlanInForce``), from which it reads the capacity. Each record
+goes through the control topic's rules (``slipstream.streams.control_io.read_record``, with the pipeline's spec):
 one that breaks them (a hand-off whose rates would overflow the shedding rule's arithmetic, say) is
 logged, counted (``on_invalid``: ``slipstream_gateway_control_invalid``) and skipped."""
 from __future__ import annotations
@@ -10,10 +10,10 @@ import asyncio
 import logging
 from typing import Callable
 
-from streams import codec, control_io, kafka as kclient, topics
-from streams.config import KafkaSettings
-from streams.control_rules import InvalidControl
-from streams.spec import Pipeline
+from slipstream.streams import codec, control_io, kafka as kclient, topics
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.control_rules import InvalidControl
+from slipstream.streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
-"""The gateway's request path, whatever the transport (REST: ``gateway.server``; gRPC:
-``gateway.grpc_server``): readiness, the latency budget, the shedding decision, producing the request
+"""The gateway's request path, whatever the transport (REST: ``slipstream.gateway.server``; gRPC:
+``slipstream.gateway.grpc_server``): readiness, the latency budget, the shedding decision, producing the request
 and waiting for its result, the metrics. Each transport decodes its own request into an
 :class:`oip.InferCall` and encodes the :class:`Answer`; nothing of admission, deadlines or shedding is
 written twice.
 
-One :class:`streams.client.PipelineClient` per process produces every request and reads the results
+One :class:`slipstream.streams.client.PipelineClient` per process produces every request and reads the results
 topic: it is assigned every partition of the topic (no consumer group, so gateways never split the
 partitions between them and each sees every result), seeks to the topic's end and resolves those
 offsets at start-up, *before* a transport accepts a request; results are matched to waiting requests by
@@ -18,15 +18,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from streams.client import PipelineClient, make_request
-from streams.config import KafkaSettings
-from streams.limits import MAX_REQUEST_BYTES, RecordTooLarge
-from streams.spec import Pipeline
+from slipstream.streams.client import PipelineClient, make_request
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.limits import MAX_REQUEST_BYTES, RecordTooLarge
+from slipstream.streams.spec import Pipeline
 
-from gateway import oip
-from gateway.control_view import ControlView
-from gateway.metrics import GatewayMetrics
-from gateway.shedding import Outcomes, decide
+from slipstream.gateway import oip
+from slipstream.gateway.control_view import ControlView
+from slipstream.gateway.metrics import GatewayMetrics
+from slipstream.gateway.shedding import Outcomes, decide
 
 log = logging.getLogger(__name__)
 RETRY_UNAVAILABLE_S = 1  # Retry-After of a 503: Kafka away or not confirming (probed every second)

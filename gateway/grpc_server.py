@@ -1,9 +1,9 @@
 """The Open Inference Protocol's gRPC service (``inference.GRPCInferenceService``: ServerLive,
 ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer) on grpcio's asyncio server, in the
-gateway process beside the REST API and through the same request path (``gateway.core.Gateway``):
+gateway process beside the REST API and through the same request path (``slipstream.gateway.core.Gateway``):
 admission, deadlines, shedding and metrics are the REST ones.
 
-ModelInfer takes one input tensor named ``input`` as REST does (``gateway.oip``; requested outputs
+ModelInfer takes one input tensor named ``input`` as REST does (``slipstream.gateway.oip``; requested outputs
 name ``output``; ``model_version`` is empty or ``1``, as in ModelReady and ModelMetadata): raw
 contents (``raw_input_contents``: a ``UINT8`` tensor is a file's bytes as they are, ``BYTES`` one 4-byte little-endian length-prefixed
 element, as ``tritonclient`` sends it) or typed contents (``bytes_contents``, ``fp32_contents``...).
@@ -26,10 +26,10 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from gateway import oip
-from gateway.core import Answer, Gateway
-from gateway.grpc_v2 import grpc_predict_v2_pb2 as pb  # noqa: I001 - generated
-from gateway.grpc_v2 import grpc_predict_v2_pb2_grpc as pb_grpc
+from slipstream.gateway import oip
+from slipstream.gateway.core import Answer, Gateway
+from slipstream.gateway.grpc_v2 import grpc_predict_v2_pb2 as pb  # noqa: I001 - generated
+from slipstream.gateway.grpc_v2 import grpc_predict_v2_pb2_grpc as pb_grpc
 
 GRPC_CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND,
               413: grpc.StatusCode.RESOURCE_EXHAUSTED, 429: grpc.StatusCode.RESOURCE_EXHAUSTED,

@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from streams import contract
+from slipstream.streams import contract
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 VERSION = "1"  # the one version of the pipeline as a model (``versions`` in its metadata)

@@ -1,6 +1,6 @@
 """The gateway process: an aiohttp server in front of one pipeline (Open Inference Protocol V2, REST),
-and with ``grpc_port`` the same protocol's gRPC service beside it (``gateway.grpc_server``); both go
-through one request path (``gateway.core.Gateway``).
+and with ``grpc_port`` the same protocol's gRPC service beside it (``slipstream.gateway.grpc_server``); both go
+through one request path (``slipstream.gateway.core.Gateway``).
 
 REST answers: 200 done (output, status, per-hop timings in ``parameters``); 504 dropped (the drop
 reason), or no result by the deadline + ``grace_ms`` (status ``pending``); 400 an error result the
@@ -27,11 +27,11 @@ import time
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from streams.config import KafkaSettings
-from streams.spec import Pipeline
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.spec import Pipeline
 
-from gateway import oip
-from gateway.core import RETRY_UNAVAILABLE_S, Answer, Gateway, GatewayConfig
+from slipstream.gateway import oip
+from slipstream.gateway.core import RETRY_UNAVAILABLE_S, Answer, Gateway, GatewayConfig
 
 __all__ = ["GRPC_READY", "READY", "READY_LINE", "GatewayConfig", "RestApi", "oip_errors", "serve"]
 log = logging.getLogger(__name__)
@@ -193,7 +193,7 @@ async def serve(pipe: Pipeline, kafka: KafkaSettings, cfg: GatewayConfig, stop: 
         host, port = runner.addresses[0][:2]
         grpc_addr = None
         if cfg.grpc_port is not None:
-            from gateway import grpc_server
+            from slipstream.gateway import grpc_server
 
             grpc, grpc_addr = await grpc_server.start(gw, cfg.host, cfg.grpc_port)
         on_ready(f"{host}:{port}", grpc_addr)

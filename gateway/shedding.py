@@ -18,7 +18,7 @@ request is admitted and the pipeline drops it with its reason, answered 504).
 Extreme but valid inputs stay numbers: a rate so low that the wait overflows a double predicts
 ``None`` (past any budget: shed, the reason says so), ``Retry-After`` is capped at
 :data:`MAX_RETRY_S`, and a rate that is not a finite positive number is no evidence (ignored).
-The control rules bound the planned rate's inputs besides (``streams.control_rules``).
+The control rules bound the planned rate's inputs besides (``slipstream.streams.control_rules``).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ A case is one open-loop replay with at most one fault, injected ``fault_at_s`` i
 record of the replay read back from the results topic (duplicates included) and the send times:
 
 - requests, missing, duplicates (records beyond a request's first) and conflicting (requests whose
-  results disagree on status): :func:`loadgen.collect.check_exactly_once`;
+  results disagree on status): :func:`slipstream.loadgen.collect.check_exactly_once`;
 - attainment (done within the SLO, of every request sent) and its worst window after the fault;
 - recovery time (:func:`recovery_time_s`): from the fault until the results have caught up with
   the offered load again, and stay caught up.
@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from loadgen.collect import check_exactly_once
+from slipstream.loadgen.collect import check_exactly_once
 
 NS_PER_S = 1_000_000_000
 NONE, KILL, FREEZE, BROKER, NODE = "none", "kill", "freeze", "broker", "node"

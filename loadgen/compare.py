@@ -1,7 +1,7 @@
 """Planner modes side by side on one trace: cost and SLO attainment, with cost relative to cg-peak.
 
 ``compare_runs`` takes the mode specs (``MODE`` or ``MODE+tuner``) and a runner that produces each
-mode's :class:`~loadgen.report.Summary` (the CLI's simulated run). A mode that does not apply (the
+mode's :class:`~slipstream.loadgen.report.Summary` (the CLI's simulated run). A mode that does not apply (the
 runner raises :class:`ModeNotApplicable`, e.g. no feasible plan) becomes an "unavailable" row; any
 other exception is a failure: its row says FAILED with the reason, the other modes still run, and the
 commands exit non-zero (:func:`failures`).
@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from loadgen.report import LATE, Summary
-from streams.calibration import pace_note
+from slipstream.loadgen.report import LATE, Summary
+from slipstream.streams.calibration import pace_note
 
 BASELINE = "cg-peak"
 P99_HEAD = f"p99 ms ({LATE})"
@@ -42,8 +42,8 @@ class ComparisonRow:
     predicted_seeds_ms: tuple[float, ...] = ()  # its p99 with each seed (the median is predicted_p99_ms)
     drawn_p99_ms: float = math.nan  # the same with the machine's pace drawn from the calibration, not the run's
     forward_p99_ms: float = math.nan  # the forward prediction: the plan, the tuner policy on the arrivals that
-    forward_attainment: float = math.nan  # came, no re-plan, pace drawn (loadgen.replay_estimate.forward_estimate)
-    forward_shed: float = math.nan  # the share its source gate shed (planner.sim.gate)
+    forward_attainment: float = math.nan  # came, no re-plan, pace drawn (slipstream.loadgen.replay_estimate.forward_estimate)
+    forward_shed: float = math.nan  # the share its source gate shed (slipstream.planner.sim.gate)
     unmeasured_pace: tuple[str, ...] = ()  # its variants whose drawn pace the calibration did not measure
     error: str = ""
     failed: bool = False  # the error is a failure, not ModeNotApplicable
@@ -62,7 +62,7 @@ def parse_mode(spec: str) -> tuple[str, bool]:
 def compare_runs(specs: Sequence[str], runner: Callable[[str, bool], Summary | tuple[Summary, Any]]
                  ) -> list[ComparisonRow]:
     """``runner(mode, tuned)`` returns the run's Summary, or for real runs (Summary, the estimator on
-    that run: ``loadgen.replay_estimate.LikeForLike``)."""
+    that run: ``slipstream.loadgen.replay_estimate.LikeForLike``)."""
     rows = []
     for spec in specs:
         mode, tuned = parse_mode(spec)

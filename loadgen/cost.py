@@ -2,7 +2,7 @@
 
 A stage's cost per hour is the record's ``cost_per_hour`` when the producer filled it in (the planner
 writes ``replicas x hardware price`` for the stage), else ``replicas x`` the pipeline's hardware price.
-Per stage the highest StageConfig ``epoch`` wins (``streams.control_rules.current_records``), so a stale
+Per stage the highest StageConfig ``epoch`` wins (``slipstream.streams.control_rules.current_records``), so a stale
 record read late does not roll the cost back; a ScalingAction changes only the replica count and cost.
 The timeline is a step function per stage; its total is integrated exactly over the run.
 """
@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from streams.control_rules import current_records
+from slipstream.streams.control_rules import current_records
 
 NS_PER_S = 1_000_000_000
 

@@ -8,7 +8,7 @@ keeps its last sample: at most ``period_s`` of its CPU is missed). :func:`kind_o
 its command line: ``worker <stage>``, ``join``, ``gateway``, ``broker``; this process is ``load
 generator + control plane`` (the replay, and the tuner and planner when the run hosts them), and so
 is a ``slipstream compare-live`` or ``demo`` process when the sampler runs beside it
-(``python -m loadgen.cpu SECONDS``).
+(``python -m slipstream.loadgen.cpu SECONDS``).
 """
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ class CpuSampler:
         return dict(sorted(out.items()))
 
 
-if __name__ == "__main__":  # python -m loadgen.cpu SECONDS: CPU seconds per kind over the next SECONDS
+if __name__ == "__main__":  # python -m slipstream.loadgen.cpu SECONDS: CPU seconds per kind over the next SECONDS
     import sys
     import time
 

@@ -1,4 +1,4 @@
-"""PNG plots of a run, drawn from the :class:`~loadgen.report.Summary` alone (matplotlib, Agg backend).
+"""PNG plots of a run, drawn from the :class:`~slipstream.loadgen.report.Summary` alone (matplotlib, Agg backend).
 
 - ``latency.png``  p50/p99 latency per window against the SLO, with SLO attainment per window
   (requests not done count as infinitely late; a window whose p99 is such a request gets a marker
@@ -20,7 +20,7 @@ matplotlib.use("Agg")  # no display on servers; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from loadgen.report import LATE, Summary, scale_events  # noqa: E402
+from slipstream.loadgen.report import LATE, Summary, scale_events  # noqa: E402
 
 
 def _title(summary: Summary, what: str) -> str:
@@ -175,4 +175,4 @@ def plot_modes(summaries: dict[str, Summary], path: Path, what: str = "") -> Pat
     return _save(fig, path)
 
 
-save = _save  # the reproductions' figures (loadgen.reproduce) are laid out and saved the same way
+save = _save  # the reproductions' figures (slipstream.loadgen.reproduce) are laid out and saved the same way

@@ -1,13 +1,13 @@
 """Open-loop trace replay into a pipeline's input topic, and collection of its results.
 
-The sender follows the :class:`~loadgen.schedule.Schedule` and never waits for results: every request
+The sender follows the :class:`~slipstream.loadgen.schedule.Schedule` and never waits for results: every request
 whose send time has come is produced at once (a burst stays a burst), delivery is confirmed in the
 background, and the actual send time of each request is recorded next to its scheduled time so the
 report can say how far behind the generator fell. ``created_ns`` is the actual send time (the clock the
 pipeline's deadlines use), so generator lag is reported, not charged to the pipeline.
 
 Alongside, three consumers read (no consumer group, nothing committed):
-- the results topic from its end as of the start, feeding a :class:`~loadgen.collect.Collector`;
+- the results topic from its end as of the start, feeding a :class:`~slipstream.loadgen.collect.Collector`;
 - the control topic (compacted StageConfig) from the beginning, for the cost timeline;
 - the scaling topic (tuner ScalingActions) from the beginning.
 
@@ -31,13 +31,13 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from aiokafka.errors import KafkaError
 
-from loadgen.collect import Collector
-from loadgen.cost import events_from_records
-from loadgen.report import summarize
-from loadgen.schedule import DEFAULT_LAG_BUDGET_MS, Schedule, lag_stats
-from streams import codec, control_io, kafka, topics
-from streams.client import request_record
-from streams.config import KafkaSettings
+from slipstream.loadgen.collect import Collector
+from slipstream.loadgen.cost import events_from_records
+from slipstream.loadgen.report import summarize
+from slipstream.loadgen.schedule import DEFAULT_LAG_BUDGET_MS, Schedule, lag_stats
+from slipstream.streams import codec, control_io, kafka, topics
+from slipstream.streams.client import request_record
+from slipstream.streams.config import KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ def _kafka_sender(target: ReplayTarget, producer) -> Sender:
 
 
 def _http_sender(target: ReplayTarget, http, collector: Collector) -> Sender:
-    from gateway.client import infer_body
+    from slipstream.gateway.client import infer_body
 
     url = f"{target.gateway_url.rstrip('/')}/v2/models/{target.pipeline}/infer"
 
@@ -192,7 +192,7 @@ def http_result(request_id: str, created_ns: int, slo_ms: float, finished_ns: in
                 headers: Mapping[str, str]) -> dict[str, Any]:
     """A gateway's answer as the result of the request the client sent at ``created_ns`` (pure): times
     are the client's, the rest is the pipeline's result when the answer carries one."""
-    from gateway.client import GatewayError, Shed, answer_result
+    from slipstream.gateway.client import GatewayError, Shed, answer_result
 
     res: dict[str, Any] = {"hops": [], "accuracy": 1.0}
     try:
@@ -287,7 +287,7 @@ async def _read_results(consumer, collector: Collector, stop: asyncio.Event) -> 
 
 async def _follow_control(consumer, out: list[tuple[int, Mapping[str, Any]]], stop: asyncio.Event,
                         control_topic: str, pipeline: str) -> None:
-    """StageConfigs of the control topic (``streams.control_io.read_record``: checked, epoch = offset;
+    """StageConfigs of the control topic (``slipstream.streams.control_io.read_record``: checked, epoch = offset;
     invalid ones logged and skipped) and ScalingActions of the scaling topic, with their timestamps."""
     while not stop.is_set():
         batches = await consumer.getmany(timeout_ms=200)
@@ -313,7 +313,7 @@ def summarize_outcome(outcome: ReplayOutcome, *, slo_ms: float, pipeline: str,
                       prices: Mapping[str, float], label: str = "", envelope=None,
                       lag_budget_ms: float = DEFAULT_LAG_BUDGET_MS,
                       default_configs: Sequence[Mapping[str, Any]] = ()):
-    """The run's :class:`~loadgen.report.Summary` (pure: everything comes from the outcome).
+    """The run's :class:`~slipstream.loadgen.report.Summary` (pure: everything comes from the outcome).
 
     ``default_configs`` (StageConfig-like dicts, e.g. the spec's stage defaults) stand for what runs
     before any record on the control topic: they get epoch -1, so any published config wins."""

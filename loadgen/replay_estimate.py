@@ -2,13 +2,13 @@
 
 The planner's "predicted p99" is the estimator on the planning sample at the planning rate. A live
 run differs: its own arrivals, and the replica changes the tuner made. This module replays exactly
-those through the plan (``planner.estimator.simulate``) and sets the figures side by side, end to end
+those through the plan (``slipstream.planner.estimator.simulate``) and sets the figures side by side, end to end
 and per stage (the same definition on both sides: drops count as infinitely late, nearest rank).
 
 - seeds: the estimate is the median p99 of :data:`SEEDS` simulations (each draws its own service
   times and transits), printed beside every seed's p99;
 - the machine's pace: each variant's own, second by second, as the run measured it
-  (``planner.calibrate.run_pace``: its batches' service against the calibrated profile and the
+  (``slipstream.planner.calibrate.run_pace``: its batches' service against the calibrated profile and the
   modelled core sharing), so a second in which another process took the cores is as slow in the
   replay as it was in the run. That is an input of the run like its arrivals; the estimate with
   the pace drawn from the calibration instead, as the planner must predict, is kept beside it
@@ -39,14 +39,14 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from loadgen.report import Summary
-from planner.estimator import (BatchingChange, ReplicaChange, ShareChange, SimOptions, SimResult, network_for,
+from slipstream.loadgen.report import Summary
+from slipstream.planner.estimator import (BatchingChange, ReplicaChange, ShareChange, SimOptions, SimResult, network_for,
                                simulate)
-from planner.sim.params import Network, ServiceTime
-from planner.plan import Plan
-from planner.problem import Problem
-from planner.results import nearest_rank
-from streams.calibration import key, pace_note
+from slipstream.planner.sim.params import Network, ServiceTime
+from slipstream.planner.plan import Plan
+from slipstream.planner.problem import Problem
+from slipstream.planner.results import nearest_rank
+from slipstream.streams.calibration import key, pace_note
 
 NS = 1_000_000_000
 SEEDS = 5  # simulations per like-for-like estimate
@@ -86,7 +86,7 @@ class LikeForLike:
     forward_shed: float = math.nan  # share of the requests the forward prediction's source gate shed
     served_ms: tuple[float, float] = (math.nan, math.nan)  # p99 of the served requests: measured, estimated
     # the plan's variants whose drawn pace the calibration's own runs did not measure, and where it came
-    # from instead (streams.calibration.pace_sources): the drawn and forward predictions trust it less
+    # from instead (slipstream.streams.calibration.pace_sources): the drawn and forward predictions trust it less
     unmeasured_pace: tuple[str, ...] = ()
 
     @property
@@ -102,7 +102,7 @@ class LikeForLike:
 
 def run_arrivals(results: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, list[str]]:
     """Arrival times (s from the first) and the request ids in that order: a mixed stage routes the
-    same requests to the same variants as the run did (``streams.shares.choose``)."""
+    same requests to the same variants as the run did (``slipstream.streams.shares.choose``)."""
     order = sorted(results, key=lambda r: r["created_ns"])
     created = np.array([r["created_ns"] for r in order], dtype=np.int64)
     return ((created - created[0]) / NS if created.size else np.empty(0)), [r["request_id"] for r in order]
@@ -112,7 +112,7 @@ def run_changes(control: Sequence[tuple[int, Mapping[str, Any]]], plan: Plan, st
     """The run's replica changes at their StageConfig's time on the control topic (``control`` as in
     :func:`batching_changes`; what was in force at the start, ``start_ns``, is a change at 0 s where it
     differs from ``plan``), on each stage's primary assignment (other assignments keep theirs)."""
-    from planner.calibrate import configs_in_force
+    from slipstream.planner.calibrate import configs_in_force
 
     current = {sp.stage: sp.replicas for sp in plan.stages}
     out = []
@@ -130,10 +130,10 @@ def run_changes(control: Sequence[tuple[int, Mapping[str, Any]]], plan: Plan, st
 def share_changes(control: Sequence[tuple[int, Mapping[str, Any]]], plan: Plan, start_ns: int) -> list[ShareChange]:
     """The run's routing shares (the tuner's accuracy scaling, a re-plan's mix) at their StageConfig's
     time on the control topic (``control`` as in :func:`batching_changes`), where the shares in
-    service change (``streams.shares.in_service``); what was in force at ``start_ns`` is a change at 0 s
+    service change (``slipstream.streams.shares.in_service``); what was in force at ``start_ns`` is a change at 0 s
     where it differs from ``plan``."""
-    from planner.calibrate import configs_in_force
-    from streams.shares import in_service
+    from slipstream.planner.calibrate import configs_in_force
+    from slipstream.streams.shares import in_service
 
     current = {sp.stage: in_service(sp.routing, sp.primary.variant) for sp in plan.stages}
     out = []
@@ -153,7 +153,7 @@ def batching_changes(control: Sequence[tuple[int, Mapping[str, Any]]], plan: Pla
     control topic; the newest epoch per stage wins; what was in force when the run started (``start_ns``,
     its first arrival) is a change at 0 s where it differs from ``plan``; a later change that brings a
     new variant or hardware takes effect a model load (``activation_s``) after its record."""
-    from planner.calibrate import configs_in_force
+    from slipstream.planner.calibrate import configs_in_force
 
     current = {sp.stage: _batching(sp.primary) for sp in plan.stages}
     configs = [((at_ns - start_ns) / NS, rec["stage"],
@@ -197,7 +197,7 @@ def components(problem: Problem, plan: Plan, results: Sequence[Mapping[str, Any]
                service: ServiceTime, seed: int = 0) -> tuple[Component, ...]:
     """Per stage, each hop component measured, beside the estimator's input for it (see the module
     docstring); hops without ``received_ns`` (older records) give no components."""
-    from planner.calibrate import components as hop_parts
+    from slipstream.planner.calibrate import components as hop_parts
 
     rng = np.random.default_rng(seed)
     by_stage: dict[str, list[tuple]] = {}
@@ -250,10 +250,10 @@ def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequen
     transits vary). ``drawn_p99_ms`` is the same with the pace drawn from the calibration. The
     problem's activation time, network and service spread are the simulation's, and an added model
     instance serves ``instance_activation_s`` after its change (default: the activation time). ``forward`` (the
-    replica changes the tuner policy makes on these arrivals, ``loadgen.simulate.tuner_changes``;
+    replica changes the tuner policy makes on these arrivals, ``slipstream.loadgen.simulate.tuner_changes``;
     empty for an untuned mode) adds the forward prediction (:func:`forward_estimate`). ``handoff``
-    (the TunerHandoff record published for the plan, ``loadgen.simulate.published_handoff``) makes
-    every simulation's source stage shed as the workers' does (``planner.sim.gate``)."""
+    (the TunerHandoff record published for the plan, ``slipstream.loadgen.simulate.published_handoff``) makes
+    every simulation's source stage shed as the workers' does (``slipstream.planner.sim.gate``)."""
     arrivals, ids = run_arrivals(results)
     start_ns = min((r["created_ns"] for r in results), default=0)
     changes = (*run_changes(control, plan, start_ns), *batching_changes(control, plan, start_ns, problem.activation_s),
@@ -305,7 +305,7 @@ def run_service(problem: Problem, plan: Plan, results: Sequence[Mapping[str, Any
     """``service`` with each variant's pace as this run measured it (``ServiceTime.timelines``, one
     window per ``service.slowdown_window_s``); ``service`` itself when no batch of the run has a
     profile in ``problem``."""
-    from planner.calibrate import RunHops, configs_in_force, run_pace
+    from slipstream.planner.calibrate import RunHops, configs_in_force, run_pace
 
     hardware_of = plan.hardware_of()
     for _at, rec in configs_in_force(control, start_ns):  # a re-plan may have run a variant on other hardware

@@ -7,7 +7,7 @@ Definitions (docs/loadgen.md repeats them):
 - latency = ``finished_ns - created_ns`` of ``done`` results (one producer-timestamp clock); the
   end-to-end percentiles (``Summary.latency``, the CDF, the per-window p50/p99) are over every request
   sent, and a request that did not end ``done`` (dropped, error or missing) counts as infinitely late:
-  the estimator's definition (``planner.results``), so a p99 within the SLO means 99% answered in
+  the estimator's definition (``slipstream.planner.results``), so a p99 within the SLO means 99% answered in
   time. Tables say so with :data:`LATE` in their header. Percentiles are nearest-rank, so infinities
   stay infinite;
 - a request *attains* the SLO when it is ``done`` by its ``deadline_ns``; attainment divides by every
@@ -25,9 +25,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from loadgen.cost import ConfigEvent, step_values, total_cost_usd
-from loadgen.schedule import LagStats
-from planner.results import LATE, nearest_rank
+from slipstream.loadgen.cost import ConfigEvent, step_values, total_cost_usd
+from slipstream.loadgen.schedule import LagStats
+from slipstream.planner.results import LATE, nearest_rank
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000

@@ -6,10 +6,10 @@
   its Kafka timestamp, ``{"at_ns": ..., "record": {...}}`` a line; a report older than this file has
   none (the estimator then replays replica changes only);
 - ``plan.json``: the plan the run started from (``Plan.to_dict``);
-- ``summary.json`` (with ``summary.txt`` and the plots): ``loadgen.render.write_report``.
+- ``summary.json`` (with ``summary.txt`` and the plots): ``slipstream.loadgen.render.write_report``.
 
 Which StageConfigs were in force is read with the control topic's one epoch rule
-(``planner.calibrate.configs_in_force``, on ``streams.control_rules.current_records``).
+(``slipstream.planner.calibrate.configs_in_force``, on ``slipstream.streams.control_rules.current_records``).
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ class RunRecord:
 
     def configs_in_force(self) -> list[tuple[int, Mapping[str, Any]]]:
         """The StageConfigs in force at some time of the run (from its first request on)."""
-        from planner.calibrate import configs_in_force
+        from slipstream.planner.calibrate import configs_in_force
 
         return configs_in_force(self.control(), self.start_ns())
 
@@ -82,11 +82,11 @@ class RunRecord:
         return json.loads(path.read_text()) if path.exists() else None
 
     def plan(self):
-        from planner.plan import Plan
+        from slipstream.planner.plan import Plan
 
         return Plan.from_dict(json.loads((self.folder / PLAN).read_text()))
 
     def summary(self):
-        from loadgen.render import read_summary
+        from slipstream.loadgen.render import read_summary
 
         return read_summary(self.folder / SUMMARY)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loadgen.workloads import scale_rate
+from slipstream.loadgen.workloads import scale_rate
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
@@ -40,7 +40,7 @@ class Schedule:
 
 def build_schedule(arrivals_s: np.ndarray, *, seed: int, rate_scale: float = 1.0) -> Schedule:
     """Send offsets for a trace, its rate multiplied by ``rate_scale`` on the same timeline
-    (:func:`loadgen.workloads.scale_rate`, with its own generator seeded by ``seed``)."""
+    (:func:`slipstream.loadgen.workloads.scale_rate`, with its own generator seeded by ``seed``)."""
     a = np.asarray(arrivals_s, dtype=float)
     if a.ndim != 1 or (len(a) and (a.min() < 0 or not np.all(np.isfinite(a)))):
         raise ValueError("arrivals must be a 1-D array of finite seconds >= 0")

@@ -1,12 +1,12 @@
-"""Simulated runs: a plan replayed through the estimator (``planner.estimator``) instead of Kafka,
-turned into the same result dicts and the same :class:`~loadgen.report.Summary` as a real replay.
+"""Simulated runs: a plan replayed through the estimator (``slipstream.planner.estimator``) instead of Kafka,
+turned into the same result dicts and the same :class:`~slipstream.loadgen.report.Summary` as a real replay.
 
 How estimator output maps onto InferenceResult fields (documented limits of a simulation):
 
 - ``created_ns`` = start + arrival, ``deadline_ns`` = created + SLO; a done request's
   ``finished_ns`` = created + latency; a dropped one's is the simulated time of the drop decision,
   and its reason is the estimator's (``stage X: deadline: ...``, or ``stage X: shed: ...`` for the
-  source gate's, ``planner.sim.gate``).
+  source gate's, ``slipstream.planner.sim.gate``).
 - ``hops``: one per stage the request visited, with the stage's longest item residence as
   ``finished_ns - enqueued_ns`` (``enqueued_ns = 0``) and ``started_ns = None``: the estimator reports
   queueing + batch time together, so the report shows residence, not a queue/service split.
@@ -23,12 +23,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from loadgen.cost import ConfigEvent
-from loadgen.report import Envelope, Summary, summarize
-from planner.estimator import ReplicaChange, ShareChange, SimOptions, SimResult, simulate
-from planner.plan import Plan
-from planner.problem import Problem
-from streams.contract import deadline_ns
+from slipstream.loadgen.cost import ConfigEvent
+from slipstream.loadgen.report import Envelope, Summary, summarize
+from slipstream.planner.estimator import ReplicaChange, ShareChange, SimOptions, SimResult, simulate
+from slipstream.planner.plan import Plan
+from slipstream.planner.problem import Problem
+from slipstream.streams.contract import deadline_ns
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
@@ -71,7 +71,7 @@ def results_from_sim(problem: Problem, plan: Plan, sim: SimResult, *, start_ns: 
 def config_events(problem: Problem, plan: Plan, changes: Sequence[ReplicaChange | ShareChange] = (), *,
                   start_ns: int = 0) -> list[ConfigEvent]:
     """Replicas and cost per stage over time: the plan at ``start_ns``, then each replica change. A
-    stage runs as deployed (``planner.service.stage_configs``): all its replicas on the primary
+    stage runs as deployed (``slipstream.planner.service.stage_configs``): all its replicas on the primary
     assignment's hardware, priced at that hardware's rate."""
     price = {h: o.cost_per_hour for h, o in problem.hardware.items()}
     groups = {sp.stage: [[a.replicas, price[sp.primary.hardware], sp.primary.hardware, sp.primary.variant]
@@ -117,24 +117,24 @@ def simulate_run(problem: Problem, plan: Plan, arrivals_s: np.ndarray, *,
 
 
 def published_handoff(problem: Problem, plan: Plan) -> dict[str, Any]:
-    """The TunerHandoff record the planner publishes for ``plan`` (``planner.run.publish_plan``): what
+    """The TunerHandoff record the planner publishes for ``plan`` (``slipstream.planner.run.publish_plan``): what
     the live tuner steps from and what the source stage's gate reads its capacity from, so the
     estimator's tuner and gate read the same one."""
-    from planner.service import handoff, handoff_record
-    from tuner.envelope import envelope
+    from slipstream.planner.service import handoff, handoff_record
+    from slipstream.tuner.envelope import envelope
 
     return handoff_record(handoff(problem, plan, envelope), problem.name, 0)
 
 
 def tuner_changes(problem: Problem, plan: Plan, arrivals_s: np.ndarray, *, tick_s: float,
                   config: Any) -> list[ReplicaChange | ShareChange]:
-    """Step the tuner policy (``config``: ``tuner.policy.TunerConfig``) over ``arrivals_s`` (seconds)
+    """Step the tuner policy (``config``: ``slipstream.tuner.policy.TunerConfig``) over ``arrivals_s`` (seconds)
     one decision every ``tick_s``, as the tuner service steps it, from the hand-off the planner
     publishes for ``plan``; the estimator's replica changes and (a loki plan's ladder) share changes.
-    The live runs' forward prediction steps the same (``loadgen.live.run.like_for_like``)."""
-    from tuner import planfile
-    from tuner.envelope import EnvelopeTracker
-    from tuner.policy import TunerState, decide, observe, tracker_windows
+    The live runs' forward prediction steps the same (``slipstream.loadgen.live.run.like_for_like``)."""
+    from slipstream.tuner import planfile
+    from slipstream.tuner.envelope import EnvelopeTracker
+    from slipstream.tuner.policy import TunerState, decide, observe, tracker_windows
 
     tplan = planfile.from_dict(published_handoff(problem, plan))
     tracker = EnvelopeTracker(tracker_windows(tplan, config))

@@ -9,7 +9,7 @@ Grammar (documented with examples in docs/loadgen.md)::
     poisson:rate=Q,duration=S
     gamma:rate=Q,cv2=C,duration=S
     step:rates=Q1/Q2[/..],at=T1[/..],duration=S[,cv2=C|C1/C2..][,transition=S][,shape=sigmoid|linear]
-    file:PATH                 arrival times in seconds (streams.arrivals.read_arrivals: .npy, or numbers
+    file:PATH                 arrival times in seconds (slipstream.streams.arrivals.read_arrivals: .npy, or numbers
                               per line; '#' comments and blank lines skipped)
     twitter:PATH              IPA's per-second counts: the .tbz2 (bzip2 tar holding workload.txt) or
                               the text file itself, space-separated integers
@@ -42,8 +42,8 @@ from typing import Mapping
 
 import numpy as np
 
-from loadgen import workloads as w
-from streams.arrivals import ArrivalsError, gamma_arrivals, poisson_arrivals, read_arrivals
+from slipstream.loadgen import workloads as w
+from slipstream.streams.arrivals import ArrivalsError, gamma_arrivals, poisson_arrivals, read_arrivals
 
 SYNTHETIC = ("poisson", "gamma", "step")
 COUNT_KINDS = {"twitter": 1.0, "azure": 60.0}  # kind -> seconds per bin in the source
@@ -136,7 +136,7 @@ def first_step_s(text: str) -> float | None:
 
 
 def read_arrival_file(path: str | Path) -> np.ndarray:
-    """The arrival times of ``path`` (``streams.arrivals.read_arrivals``), sorted; a bad file is a
+    """The arrival times of ``path`` (``slipstream.streams.arrivals.read_arrivals``), sorted; a bad file is a
     :class:`TraceSpecError` naming the line."""
     try:
         return read_arrivals(path)

@@ -4,7 +4,7 @@ Every function returns (or takes) a sorted float64 array of arrival times in sec
 random choice comes from the ``numpy.random.Generator`` passed in, so a seed fixes a trace.
 
 - the stationary generators (gamma, Poisson), the rate curve and the peak rates are
-  ``streams.arrivals`` (the planner uses them too).
+  ``slipstream.streams.arrivals`` (the planner uses them too).
 - :func:`varying_arrivals` — a gamma process whose rate and CV^2 move between phases, each change
   spread over a transition time along a sigmoid or a line (InferLine's time-varying workloads).
 - :func:`counts_to_arrivals` — per-bin request counts (a per-second or per-minute trace) spread into
@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from streams.arrivals import check_positive, peak_rate_binned
+from slipstream.streams.arrivals import check_positive, peak_rate_binned
 
 SPREADS = ("uniform", "poisson", "even")
 SHAPES = ("sigmoid", "linear")

@@ -3,10 +3,10 @@ arrivals within that window they serve within the stage's share of the SLO (docs
 plan can serve").
 
 The tuner scales on these numbers (the planner hands them over in the ``TunerHandoff`` record), and
-a plan that meets no SLO is described by them (``capacity_qps``, ``planner.fallback``). They come
-from the model the estimator runs: the stage's latency curve (``streams.latency``) at the deployed
-batch size and the batching rule's service curve (``streams.batching.served_within``). A stage runs
-as deployed (``planner.service.stage_configs``): all its replicas with the primary assignment's
+a plan that meets no SLO is described by them (``capacity_qps``, ``slipstream.planner.fallback``). They come
+from the model the estimator runs: the stage's latency curve (``slipstream.streams.latency``) at the deployed
+batch size and the batching rule's service curve (``slipstream.streams.batching.served_within``). A stage runs
+as deployed (``slipstream.planner.service.stage_configs``): all its replicas with the primary assignment's
 variant, hardware, max batch and batch timeout.
 
 A loki plan's stage also keeps its *ladder* loaded (:func:`ladders`): every variant of the stage
@@ -21,10 +21,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from planner.plan import Assignment, Plan, config_of
-from planner.problem import Problem
-from planner.sim.params import Network, Transit
-from streams.batching import served_within
+from slipstream.planner.plan import Assignment, Plan, config_of
+from slipstream.planner.problem import Problem
+from slipstream.planner.sim.params import Network, Transit
+from slipstream.streams.batching import served_within
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import math
 
-from planner.capacity import capacity_qps, item_cpu_ms
-from planner.plan import Plan, config_of
-from planner.problem import Problem
+from slipstream.planner.capacity import capacity_qps, item_cpu_ms
+from slipstream.planner.plan import Plan, config_of
+from slipstream.planner.problem import Problem
 
 
 def cpu_ms_per_request(problem: Problem, plan: Plan) -> float:

@@ -1,10 +1,10 @@
 """The estimator: a discrete-event simulator of exactly what the stage agents do.
 
 ``simulate`` replays an arrival trace through a plan and returns per-request results
-(:class:`~planner.results.SimResult`). The agent algorithm is the one documented at the top of
+(:class:`~slipstream.planner.results.SimResult`). The agent algorithm is the one documented at the top of
 ``streams/batching.py``; the simulator calls its functions (``ready``, ``window_size``, ``decide``,
 ``flush_due_ns``), it does not re-implement them. The parts, each in its own module of
-``planner.sim``:
+``slipstream.planner.sim``:
 
 - ``engine``: the event loop, simpy's core shape: a heap keyed ``(time_ns, priority, seq)`` in integer
   nanoseconds (the producers' clock);
@@ -13,11 +13,11 @@
 - ``groups``: a stage's replica group, in ``instances`` mode (one queue, c servers; scaling never
   pauses) or ``rebalance`` mode (a queue per replica by Kafka's range assignor; scaling pauses all); a
   mixed stage's is the pool it is deployed as (the primary's hardware and batching, windows split by
-  variant with the workers' rule, ``streams.shares``);
+  variant with the workers' rule, ``slipstream.streams.shares``);
 - ``host``: where batches run: at full speed, or processor-shared over a host's free cores;
 - ``stages``: fan-out and branches; ``world``: the shared context and the builder;
 - ``record``: the log of the run and the ``SimResult`` computed from it (join, residence, drops);
-- ``gate``: the source stage's admission, the workers' own (``streams.shedding``): expired and shed
+- ``gate``: the source stage's admission, the workers' own (``slipstream.streams.shedding``): expired and shed
   arrivals never enter the source's queue;
 - ``params``: the frozen, validated parameters (``ReplicaChange``, ``Transit``, ``Network``,
   ``HostModel``, ``ServiceTime``).
@@ -31,17 +31,17 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from planner.plan import Plan
-from planner.problem import Problem
-from planner.results import QueryResult, SimResult, nearest_rank  # noqa: F401  (re-exported)
-from planner.sim.engine import CHANGE
-from planner.sim.groups import range_assign  # noqa: F401  (re-exported)
-from planner.sim.params import (BatchingChange, HostModel, Network, ReplicaChange, ServiceTime,  # noqa: F401
+from slipstream.planner.plan import Plan
+from slipstream.planner.problem import Problem
+from slipstream.planner.results import QueryResult, SimResult, nearest_rank  # noqa: F401  (re-exported)
+from slipstream.planner.sim.engine import CHANGE
+from slipstream.planner.sim.groups import range_assign  # noqa: F401  (re-exported)
+from slipstream.planner.sim.params import (BatchingChange, HostModel, Network, ReplicaChange, ServiceTime,  # noqa: F401
                                 ShareChange, Transit, scaling_modes)
-from planner.sim.record import after_hop, finish_ns, to_result
-from planner.sim import gate, stagewise
-from planner.sim.world import Unprofiled, World, build  # noqa: F401  (Unprofiled re-exported)
-from streams.contract import deadline_ns as request_deadline
+from slipstream.planner.sim.record import after_hop, finish_ns, to_result
+from slipstream.planner.sim import gate, stagewise
+from slipstream.planner.sim.world import Unprofiled, World, build  # noqa: F401  (Unprofiled re-exported)
+from slipstream.streams.contract import deadline_ns as request_deadline
 
 NS_PER_S = 1_000_000_000
 FANOUT_DISTS = ("round", "poisson")
@@ -61,22 +61,22 @@ def network_for(problem: Problem, network: Network | None = None, hop_ms: float 
 @dataclass(frozen=True)
 class SimOptions:
     """How to run one simulation. What is simulated (the pipeline, its arrivals, seed, activation time,
-    Kafka transits, service spread and host) is the :class:`~planner.problem.Problem`'s: to change it,
+    Kafka transits, service spread and host) is the :class:`~slipstream.planner.problem.Problem`'s: to change it,
     ``dataclasses.replace`` the problem.
 
     ``schedule`` is the tuner's replica and share changes and the re-plans' batching changes; ``scaling`` is
     ``instances`` or ``rebalance``, for all stages or per stage; ``pause_s`` the rebalance pause
     (default: the problem's ``activation_s``); ``instance_activation_s`` how long after its change an
     added model instance serves (``instances``; default: the problem's ``activation_s``, a model load;
-    a worker holding loaded spares, ``agents.stage.fleet.Spares``, serves it once the control record is
+    a worker holding loaded spares, ``slipstream.agents.stage.fleet.Spares``, serves it once the control record is
     in); ``fanout_dist`` how many children a request has
     (``round``: the fan-out rounded, ``poisson``); ``drop_late`` whether the workers drop requests past
     their deadline; ``method`` ``auto`` runs stage by stage when nothing couples the stages in time
-    (``planner.sim.stagewise``, same result, faster), ``events`` always runs the event loop;
+    (``slipstream.planner.sim.stagewise``, same result, faster), ``events`` always runs the event loop;
     ``request_ids`` (default ``"0"``, ``"1"``, ... in arrival order) are what a mixed stage routes by;
     ``handoff`` is the TunerHandoff record the planner publishes for the plan
-    (``planner.service.handoff_record``): with it the source stage sheds as its workers do
-    (``planner.sim.gate``), at the capacity that record and the replicas in force give; without it
+    (``slipstream.planner.service.handoff_record``): with it the source stage sheds as its workers do
+    (``slipstream.planner.sim.gate``), at the capacity that record and the replicas in force give; without it
     nothing is shed at the source (a worker that has read no hand-off sheds nothing either).
     """
 
@@ -142,7 +142,7 @@ def simulate(problem: Problem, plan: Plan, options: SimOptions = SimOptions()) -
 
 
 def _admitted(world: World, source, plan: Plan, o: SimOptions, vis: np.ndarray, deadline_ns: np.ndarray) -> np.ndarray:
-    """Which arrivals the source stage's gate lets through (``planner.sim.gate``; all without a
+    """Which arrivals the source stage's gate lets through (``slipstream.planner.sim.gate``; all without a
     hand-off or with late requests kept); the others are logged as dropped there."""
     keep = np.ones(vis.size, dtype=bool)
     if o.handoff is None or not o.drop_late:

@@ -1,8 +1,8 @@
 """When no plan meets the SLO, no mode refuses: it deploys the highest-capacity plan its rules allow,
 flagged infeasible with its capacity, and says so (docs/planner.md, "Infeasible plans").
 
-One function for every mode (:func:`serve_anyway`, applied by ``planner.modes.make_planner``). The
-workers then drop early, with a reason, what cannot meet its deadline (``streams.batching.decide``),
+One function for every mode (:func:`serve_anyway`, applied by ``slipstream.planner.modes.make_planner``). The
+workers then drop early, with a reason, what cannot meet its deadline (``slipstream.streams.batching.decide``),
 as Clockwork and Loki do under overload.
 
 The highest-capacity plan (:func:`highest_capacity`), per stage, from the variants the mode may use
@@ -12,13 +12,13 @@ the cg baselines: the most accurate one) on any hardware of the problem:
 - the stage's share of the SLO: the SLO less the path's transits, split over the path's stages in
   proportion to their fastest config's batch-1 latency (the smallest share over its paths);
 - the config: the highest single-replica throughput b / l(b) whose no-queue latency l(b) + timeout
-  fits that share (timeout = ``planner.plan``'s rule), else the fastest batch of 1;
+  fits that share (timeout = ``slipstream.planner.plan``'s rule), else the fastest batch of 1;
 - replicas: enough to keep up with the rate (ceil(lambda_s / mu)); beyond the cluster cap, the cap
   filled one replica at a time to the stage with the least capacity (requests/s = n mu / s_m).
 
 On a host (``Problem.host``) only hardware that fits it (``Problem.fits_host``), no stage with more
 replicas than its whole cores run at once, and what a plan serves is what the host's cores give too
-(``planner.cores.served_qps``): when they bind, the configs that spend the least CPU per item
+(``slipstream.planner.cores.served_qps``): when they bind, the configs that spend the least CPU per item
 (``Config.cpu_ms_per_item``) serve the most, so of the two choices per stage (the fastest replica,
 the least CPU an item) the plan that serves more is taken.
 
@@ -38,10 +38,10 @@ import logging
 import math
 from dataclasses import replace
 
-from planner.capacity import path_transit_ms
-from planner.cores import served_qps
-from planner.plan import Assignment, Plan, evaluate, formation_ms
-from planner.problem import Problem
+from slipstream.planner.capacity import path_transit_ms
+from slipstream.planner.cores import served_qps
+from slipstream.planner.plan import Assignment, Plan, evaluate, formation_ms
+from slipstream.planner.problem import Problem
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ batch, replicas), with the stage's most accurate variant (InferLine does not cho
   RemoveReplica and DowngradeHW (re-initialise the stage on the next cheaper hardware, then a local
   batch/replica search on that stage alone; accepted only if cheaper), until none is feasible.
 
-Feasible = within the host's cores (``planner.cores.host_excess``, checked first) and the estimator's
+Feasible = within the host's cores (``slipstream.planner.cores.host_excess``, checked first) and the estimator's
 attainment on the sample trace >= 99 % (p99 <= SLO, drops count as misses).
 """
 from __future__ import annotations
@@ -21,10 +21,10 @@ import math
 import time
 from dataclasses import dataclass
 
-from planner.cores import host_excess
-from planner.estimator import simulate
-from planner.plan import Assignment, Plan, evaluate, formation_ms, infeasible
-from planner.problem import Problem
+from slipstream.planner.cores import host_excess
+from slipstream.planner.estimator import simulate
+from slipstream.planner.plan import Assignment, Plan, evaluate, formation_ms, infeasible
+from slipstream.planner.problem import Problem
 
 Cfg = tuple[tuple[str, str, int, int], ...]  # per stage in topo order: (variant, hw, batch, replicas)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from planner.service import ReplanOutput
+from slipstream.planner.service import ReplanOutput
 
 
 class PlannerMetrics:
@@ -22,12 +22,12 @@ class PlannerMetrics:
         self.replicas = Gauge("slipstream_planner_replicas", "Replicas of the latest plan per stage",
                               ["pipeline", "stage"], **kw)
         self.infeasible = Gauge("slipstream_planner_infeasible", "1 while no plan meets the SLO and the "
-                                "highest-capacity plan is deployed instead (planner.fallback), else 0",
+                                "highest-capacity plan is deployed instead (slipstream.planner.fallback), else 0",
                                 ["pipeline"], **kw)
         self.shortfall = Gauge("slipstream_planner_shortfall_requests_per_second", "Forecast rate the latest "
                                "plan cannot serve (0 when it has the capacity)", ["pipeline"], **kw)
         self.control_invalid = Counter("slipstream_planner_control_invalid", "Control records skipped as "
-                                       "invalid (streams.control_rules)", ["pipeline"], **kw)
+                                       "invalid (slipstream.streams.control_rules)", ["pipeline"], **kw)
         for outcome in ("changed", "unchanged", "infeasible"):
             self.replans.labels(pipeline, outcome)
         self.infeasible.labels(pipeline).set(0)

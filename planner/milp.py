@@ -12,7 +12,7 @@ examples do; no ``mip`` object leaves this module. One binary ``use`` and one in
 - cluster cap ``sum rep <= max_replicas``; accuracy floor on every path
   ``sum_s minlog[s] >= log(floor)`` with ``minlog[s] <= log a_c + M (1 - use[c])`` (the worst
   variant a request can be routed to; logs make the product of accuracies linear)
-- host (``planner.cores``): the replicas' busy cores ``sum_s lambda_s x cpu_c / 1000`` (CPU ms per
+- host (``slipstream.planner.cores``): the replicas' busy cores ``sum_s lambda_s x cpu_c / 1000`` (CPU ms per
   item, at the stage's used config; its ``flow`` share with traffic shares) within the cores the
   co-located processes leave, both at the problem's rate: a tightening round's higher planning rate
   buys capacity, not arrivals
@@ -41,8 +41,8 @@ try:
 except ImportError as exc:  # the extra `planner`: worker installs leave the solver out
     raise ImportError("the MILP planner needs python-mip: pip install 'slipstream[planner]'") from exc
 
-from planner.plan import Assignment, Config, Plan, assignment_for, evaluate, infeasible, stage_configs
-from planner.problem import Problem
+from slipstream.planner.plan import Assignment, Config, Plan, assignment_for, evaluate, infeasible, stage_configs
+from slipstream.planner.problem import Problem
 
 
 def _bind_destructors() -> None:

@@ -2,20 +2,20 @@
 
 ``Planner`` is a protocol: ``name`` and ``plan(problem) -> Plan``. Modes:
 
-- ``milp``: ``planner.milp`` (IPA/INFaaS). Checked by the estimator; when the simulated p99 misses
+- ``milp``: ``slipstream.planner.milp`` (IPA/INFaaS). Checked by the estimator; when the simulated p99 misses
   the SLO the plan is re-solved with the latency budget shrunk by ``shrink`` (10 %) and the planning
   rate raised by ``grow`` (10 %), up to ``max_rounds``; every round is reported.
 - ``loki``: step 1 hardware scaling (most accurate variants only, min cost, SLO halved as in the
   paper); if that is infeasible (the cluster cap), step 2 accuracy scaling (all variants, max expected
   log accuracy, several variants per stage with routing weights). Same check and tightening.
-- ``inferline``: ``planner.inferline`` (the estimator is inside the search).
+- ``inferline``: ``slipstream.planner.inferline`` (the estimator is inside the search).
 - ``cg-mean`` / ``cg-peak``: InferLine's coarse-grained baselines: the whole pipeline is one unit
   (each stage's most accurate variant on its fastest hardware, one common max batch: the largest
   whose analytical path latency fits the SLO), replicated to the trace's mean rate, or its peak rate
   over a sliding window as long as the SLO. Checked, never tightened (they are baselines).
 
 No mode refuses: ``make_planner`` wraps each in :class:`NeverRefuses`, which turns an infeasible
-result into the highest-capacity plan the mode's rules allow (``planner.fallback``).
+result into the highest-capacity plan the mode's rules allow (``slipstream.planner.fallback``).
 """
 from __future__ import annotations
 
@@ -24,13 +24,13 @@ import time
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from planner.cores import host_excess
-from planner.estimator import Unprofiled, simulate
-from planner.fallback import serve_anyway
-from planner.inferline import InferLineOptions, plan_inferline, top_variant
-from planner.plan import Assignment, Plan, Round, evaluate, formation_ms, infeasible
-from planner.problem import Problem
-from streams.arrivals import mean_rate, peak_rate_sliding
+from slipstream.planner.cores import host_excess
+from slipstream.planner.estimator import Unprofiled, simulate
+from slipstream.planner.fallback import serve_anyway
+from slipstream.planner.inferline import InferLineOptions, plan_inferline, top_variant
+from slipstream.planner.plan import Assignment, Plan, Round, evaluate, formation_ms, infeasible
+from slipstream.planner.problem import Problem
+from slipstream.streams.arrivals import mean_rate, peak_rate_sliding
 
 MODES = ("milp", "inferline", "loki", "cg-mean", "cg-peak")  # the one list: CLI choices read it too
 
@@ -43,7 +43,7 @@ class Planner(Protocol):
 
 def check(problem: Problem, plan: Plan, percentile: float = 99.0) -> Plan:
     """Attach the estimator's p99 and attainment on the problem's sample trace; a plan that
-    oversubscribes the host's cores at the problem's rate (``planner.cores.host_excess``) fails
+    oversubscribes the host's cores at the problem's rate (``slipstream.planner.cores.host_excess``) fails
     before it."""
     if not plan.feasible:
         return plan
@@ -98,7 +98,7 @@ class MilpPlanner:
     name: str = "milp"
 
     def plan(self, problem: Problem, warm: Plan | None = None) -> Plan:
-        from planner import milp  # the solver (extra `planner`) loads with the first MILP plan
+        from slipstream.planner import milp  # the solver (extra `planner`) loads with the first MILP plan
 
         def one(budget: float, rate: float, prev: Plan | None) -> Plan:
             return milp.solve(problem, milp.MilpOptions(self.solver, self.time_limit_s, budget, rate,
@@ -114,7 +114,7 @@ class LokiPlanner:
     name: str = "loki"
 
     def plan(self, problem: Problem) -> Plan:
-        from planner import milp
+        from slipstream.planner import milp
 
         top = {s.name: frozenset({top_variant(problem, s.name)}) for s in problem.stages}
 
@@ -200,7 +200,7 @@ class CoarsePlanner:
 @dataclass(frozen=True)
 class NeverRefuses:
     """A mode that, when no plan meets the SLO, returns the highest-capacity plan its rules allow,
-    flagged infeasible (``planner.fallback.serve_anyway``); ``top_only``: the mode keeps each stage's
+    flagged infeasible (``slipstream.planner.fallback.serve_anyway``); ``top_only``: the mode keeps each stage's
     most accurate variant (inferline, the cg baselines)."""
 
     inner: Planner

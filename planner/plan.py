@@ -5,9 +5,9 @@ replicas, routing weight, batch timeout). One assignment per stage is the usual 
 mixed MILP plans (INFaaS's "2B + 1C") have several, each solved as a separate replica group that gets
 its ``weight`` share of the stage's items. Deployed, a mixed stage is one pool instead: the stage's
 total replicas on the primary assignment's hardware and batching, every variant of ``routing``
-loaded in each (``planner.service.stage_configs``); the estimator simulates that pool.
+loaded in each (``slipstream.planner.service.stage_configs``); the estimator simulates that pool.
 
-The analytical model (IPA's, stated in docs/planner.md and used exactly by ``planner.milp``):
+The analytical model (IPA's, stated in docs/planner.md and used exactly by ``slipstream.planner.milp``):
 
 - stage rate  lambda_s = lambda x visit_ratio(s)  (product of fanout x probability along paths)
 - config latency  l(b) + (b - 1) / lambda_s   (batch execution + IPA's batch-formation time)
@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from planner.problem import Problem
+from slipstream.planner.problem import Problem
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class Plan:
     rounds: tuple[Round, ...] = ()
     notes: tuple[str, ...] = ()  # binding constraints, runner-up, solver status
     rate_qps: float = 0.0  # the planning rate this plan was sized for
-    capacity_qps: float | None = None  # an infeasible plan deployed anyway: what it serves (planner.fallback)
+    capacity_qps: float | None = None  # an infeasible plan deployed anyway: what it serves (slipstream.planner.fallback)
 
     def stage(self, name: str) -> StagePlan:
         for s in self.stages:

@@ -1,9 +1,9 @@
 """The planning problem: a self-contained description of what to plan for, as frozen dataclasses.
 
 A problem is loaded from a JSON file (:func:`load_problem`, format in ``docs/planner.md``) or built
-from a pipeline spec plus a profile store (:func:`planner.profiles.problem_from_pipeline`). Every
+from a pipeline spec plus a profile store (:func:`slipstream.planner.profiles.problem_from_pipeline`). Every
 planner mode and the estimator read only this. Validation errors name the path of the bad field
-(``stages[1].variants[0].latency_ms.cpu``), the way ``streams.spec`` does.
+(``stages[1].variants[0].latency_ms.cpu``), the way ``slipstream.streams.spec`` does.
 
 Rates: ``rate_qps`` is the *planning rate* (the analytical models size capacity for it);
 ``arrivals_s`` is the sample trace the estimator replays to check a plan. When the file gives only a
@@ -12,8 +12,8 @@ planning rate is the peak of the trace's sliding ``rate_window_s`` mean (documen
 
 Host: ``host`` is the machine the stages run on, its cores and what the co-located processes take
 of them (declared: the file's ``host``, :func:`declared_host`; measured: :func:`fit_colocated`, or a
-calibration's fitted free cores). The planner plans within it (``planner.cores``), on hardware that
-fits it (:meth:`Problem.fits_host`), and the estimator shares its cores (``planner.sim.host``).
+calibration's fitted free cores). The planner plans within it (``slipstream.planner.cores``), on hardware that
+fits it (:meth:`Problem.fits_host`), and the estimator shares its cores (``slipstream.planner.sim.host``).
 """
 from __future__ import annotations
 
@@ -26,13 +26,13 @@ from typing import Annotated, Any, Literal, Mapping, Optional, Union
 import numpy as np
 from pydantic import Field
 
-from planner.sim.params import HostModel, Network, ServiceTime
-from streams.arrivals import peak_rate_sliding, poisson_arrivals, read_arrivals
-from streams.docmodel import Doc, load_document, read
-from streams.graph import StageGraph, reference_error
-from streams.latency import LatencyCurve
-from streams.placement import cgroup_cpu_limit, cores_left
-from streams.spec import EdgeDoc
+from slipstream.planner.sim.params import HostModel, Network, ServiceTime
+from slipstream.streams.arrivals import peak_rate_sliding, poisson_arrivals, read_arrivals
+from slipstream.streams.docmodel import Doc, load_document, read
+from slipstream.streams.graph import StageGraph, reference_error
+from slipstream.streams.latency import LatencyCurve
+from slipstream.streams.placement import cgroup_cpu_limit, cores_left
+from slipstream.streams.spec import EdgeDoc
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 OBJECTIVES = ("cost", "accuracy")
@@ -124,7 +124,7 @@ class Problem(StageGraph):
     def fits_host(self, hardware: str) -> bool:
         """Whether a replica on ``hardware`` fits the host (always, without one): no more threads than
         its whole cores (a cgroup limit rounded down) that its background load does not wholly take
-        (``streams.placement.cores_left``)."""
+        (``slipstream.streams.placement.cores_left``)."""
         if self.host is None:
             return True
         whole = max(1, math.floor(self.host.cores + 1e-9))
@@ -174,17 +174,17 @@ def fit_colocated(rates_qps, busy_cores) -> tuple[float, float]:
 
 
 # ----------------------------------------------------------------------------------------------
-# Arrivals (generators, the file reader and the rates: streams.arrivals)
+# Arrivals (generators, the file reader and the rates: slipstream.streams.arrivals)
 
 
 def read_sample(path: str | Path) -> np.ndarray:
-    """A planning sample from an arrival file (``streams.arrivals.read_arrivals``), shifted to start at 0."""
+    """A planning sample from an arrival file (``slipstream.streams.arrivals.read_arrivals``), shifted to start at 0."""
     a = read_arrivals(path)
     return a - a[0] if a.size else a
 
 
 # ----------------------------------------------------------------------------------------------
-# JSON loading: the document models (on streams.docmodel, like the pipeline spec's), then the problem
+# JSON loading: the document models (on slipstream.streams.docmodel, like the pipeline spec's), then the problem
 
 Points = dict[str, Annotated[float, Field(gt=0)]]  # batch size (a JSON key) -> latency in ms
 

@@ -1,7 +1,7 @@
 """The profiler: batch latency of each (variant, hardware, batch size) this machine can run.
 
-It only sees ``streams.executor.Executor`` through a factory ``(Variant, Hardware) -> Executor``
-(the CLI passes ``agents.zoo.load_executor``, which also sets the intra-op thread count from
+It only sees ``slipstream.streams.executor.Executor`` through a factory ``(Variant, Hardware) -> Executor``
+(the CLI passes ``slipstream.agents.zoo.load_executor``, which also sets the intra-op thread count from
 ``Hardware.threads``), so the control plane never imports the data plane. Per batch size: ``warmup``
 untimed runs, then ``reps`` timed runs (``time.perf_counter_ns`` around ``Executor.run``), keeping p50
 and p99; a batch size whose p50 exceeds ``max_ms`` ends the sweep (larger ones are only slower).
@@ -15,9 +15,9 @@ from typing import Callable
 
 import numpy as np
 
-from planner.profiles import BatchPoint, Profile, machine_info, now_iso
-from streams.executor import Executor
-from streams.spec import Hardware, Pipeline, Variant
+from slipstream.planner.profiles import BatchPoint, Profile, machine_info, now_iso
+from slipstream.streams.executor import Executor
+from slipstream.streams.spec import Hardware, Pipeline, Variant
 
 ExecutorFactory = Callable[[Variant, Hardware], Executor]
 

@@ -1,8 +1,8 @@
-"""What the planner builds from the profile store (``streams.profile_store``: the file format, shared
+"""What the planner builds from the profile store (``slipstream.streams.profile_store``: the file format, shared
 with the stage workers, which seed their latency predictors from it): the planning problem of a
 pipeline, and imports of published tables.
 
-The planner fits ``streams.latency.LatencyCurve`` to the ``percentile`` column of the points (IPA:
+The planner fits ``slipstream.streams.latency.LatencyCurve`` to the ``percentile`` column of the points (IPA:
 quadratic, linear fallback). ``import_csv`` reads the published table layout of
 ``UMass-LIDS/Loki aggregate_profiled.csv`` (columns Model, Accel, Trials, batchsize, 50th_pct,
 90th_pct, avg_latency(ms), Min, Max, Accuracy, Normalized_Accuracy); it has no p99, so imported
@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from planner import calibrate
-from planner.problem import EdgeOption, HardwareOption, Problem, StageOption, VariantOption
-from streams.arrivals import peak_rate_sliding, poisson_arrivals
-from streams.profile_store import (FORMAT_VERSION, BatchPoint, Profile, ProfileError, ProfileStore,  # noqa: F401
+from slipstream.planner import calibrate
+from slipstream.planner.problem import EdgeOption, HardwareOption, Problem, StageOption, VariantOption
+from slipstream.streams.arrivals import peak_rate_sliding, poisson_arrivals
+from slipstream.streams.profile_store import (FORMAT_VERSION, BatchPoint, Profile, ProfileError, ProfileStore,  # noqa: F401
                                    lookup, machine_info, now_iso, slug)
-from streams.spec import Pipeline
+from slipstream.streams.spec import Pipeline
 
 
 def import_csv(path: str | Path, store: ProfileStore, *, models: set[str] | None = None) -> list[Profile]:
@@ -41,7 +41,7 @@ def import_csv(path: str | Path, store: ProfileStore, *, models: set[str] | None
                 key = (slug(row["Model"]), slug(row["Accel"]))
                 b = int(float(row["batchsize"]))
                 avg = row.get("avg_latency(ms)") or ""
-                # some published rows have no 90th percentile: fall back to the mean, as loadgen.published does
+                # some published rows have no 90th percentile: fall back to the mean, as slipstream.loadgen.published does
                 p90 = float(row["90th_pct"] or avg)
                 p50 = float(row["50th_pct"] or avg)
             except (TypeError, ValueError) as exc:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streams.batching import drop_reason
+from slipstream.streams.batching import drop_reason
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class SimResult:
     stage_ms: np.ndarray  # [requests, stages] longest residence; NaN where not visited
     batches: int
     events: int
-    shed: np.ndarray | None = None  # bool: shed by the source's gate (``planner.sim.gate``); None: none
+    shed: np.ndarray | None = None  # bool: shed by the source's gate (``slipstream.planner.sim.gate``); None: none
 
     @property
     def requests(self) -> int:

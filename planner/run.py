@@ -1,9 +1,9 @@
 """The planner service on Kafka (`slipstream planner`): every interval, re-plan from the recent arrival
-timestamps of the pipeline's input topic (``planner.service.Replanner``: a forecast of the next
+timestamps of the pipeline's input topic (``slipstream.planner.service.Replanner``: a forecast of the next
 interval's peak, the chosen mode, the estimator's check) and publish one ``StageConfig`` per stage to
 the control topic, only when the plan changed. A control record's epoch is its offset on the control
-topic (``streams.control_io.read_record``), so no restart or other writer can make a plan stale; the
-written field continues from the highest epoch read (``streams.control_rules.next_epoch``).
+topic (``slipstream.streams.control_io.read_record``), so no restart or other writer can make a plan stale; the
+written field continues from the highest epoch read (``slipstream.streams.control_rules.next_epoch``).
 """
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from typing import Callable
 
 import numpy as np
 
-from planner.results import nearest_rank
-from planner.service import ReplanOutput, Replanner, ReplanState, TunerHandoff, handoff_record
-from streams import codec, kafka as kclient, topics
-from streams.config import KafkaSettings
-from streams.control_io import KafkaArrivals, KafkaPublisher
-from streams.loops import periodically
-from streams.spec import Pipeline
+from slipstream.planner.results import nearest_rank
+from slipstream.planner.service import ReplanOutput, Replanner, ReplanState, TunerHandoff, handoff_record
+from slipstream.streams import codec, kafka as kclient, topics
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.control_io import KafkaArrivals, KafkaPublisher
+from slipstream.streams.loops import periodically
+from slipstream.streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class ArrivalWindow:
 class MeasuredLatency:
     """The end-to-end p99 of the requests that ended on the results topic in the last ``horizon_s``
     (for the planner's predicted-vs-measured p99): a result not ``done`` counts as infinitely late,
-    nearest rank (``planner.results``: the estimator's and the run report's definition, ``LATE``)."""
+    nearest rank (``slipstream.planner.results``: the estimator's and the run report's definition, ``LATE``)."""
 
     def __init__(self, settings: KafkaSettings, pipeline: str, horizon_s: float, keep_s: float = 120.0) -> None:
         self.settings, self.topic, self.horizon_ns = settings, topics.results(pipeline), int(horizon_s * 1e9)

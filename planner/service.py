@@ -1,13 +1,13 @@
 """The planner service's pure step: forecast, build the problem, plan, decide whether to publish.
 
-The Kafka loop (``planner.run``) calls :meth:`Replanner.step` with the recent arrival timestamps
-(epoch seconds, from the input topic's offsets by ``streams.control_io.KafkaArrivals``: payloads are
+The Kafka loop (``slipstream.planner.run``) calls :meth:`Replanner.step` with the recent arrival timestamps
+(epoch seconds, from the input topic's offsets by ``slipstream.streams.control_io.KafkaArrivals``: payloads are
 never fetched) and ``now_ns``, publishes
 ``output.configs`` (StageConfig dicts, schemas/StageConfig.avsc) when ``output.changed``, and hands
 ``output.handoff`` to the tuner. Nothing here touches Kafka or a clock.
 
 Tuner hand-off (InferLine section 2.4): the sample envelope over windows T_s, 2T_s, ... <= 60 s
-(T_s = the plan's analytical service time; computed by the injected ``tuner.envelope.envelope``), per stage the single-replica throughput mu_m of its
+(T_s = the plan's analytical service time; computed by the injected ``slipstream.tuner.envelope.envelope``), per stage the single-replica throughput mu_m of its
 config, the visit ratio s_m, the planned replicas and rho_m = (lambda x s_m) / (replicas_m x mu_m),
 the form that makes the tuner's k_m = r x s_m / (mu_m x rho_m) reproduce the planned replica count
 at the planned rate r = lambda.
@@ -21,15 +21,15 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from planner import calibrate, fallback, milp
-from planner.capacity import StageCapacity, capacity_qps, ladders, stage_capacity
-from planner.forecast import ForecastSettings, forecast_peak
-from planner.modes import check, make_planner
-from planner.plan import Plan, config_of, evaluate
-from planner.problem import Problem
-from streams.arrivals import peak_rate_sliding
-from planner.results import LATE
-from streams.control_rules import next_epoch
+from slipstream.planner import calibrate, fallback, milp
+from slipstream.planner.capacity import StageCapacity, capacity_qps, ladders, stage_capacity
+from slipstream.planner.forecast import ForecastSettings, forecast_peak
+from slipstream.planner.modes import check, make_planner
+from slipstream.planner.plan import Plan, config_of, evaluate
+from slipstream.planner.problem import Problem
+from slipstream.streams.arrivals import peak_rate_sliding
+from slipstream.planner.results import LATE
+from slipstream.streams.control_rules import next_epoch
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class ReplanState:
 class TunerHandoff:
     planned_rate_qps: float
     windows_s: tuple[float, ...]
-    sample_rates: tuple[float, ...] | None  # None until tuner.envelope exists (lead wires it)
+    sample_rates: tuple[float, ...] | None  # None until slipstream.tuner.envelope exists (lead wires it)
     mu_qps: Mapping[str, float]
     rho: Mapping[str, float]
     visit_ratio: Mapping[str, float]
@@ -104,7 +104,7 @@ EnvelopeFn = Callable[[np.ndarray, Sequence[float]], np.ndarray]
 
 
 def handoff(problem: Problem, plan: Plan, envelope: EnvelopeFn | None = None) -> TunerHandoff:
-    """``envelope`` is ``tuner.envelope.envelope``, passed in by the caller: planner must not
+    """``envelope`` is ``slipstream.tuner.envelope.envelope``, passed in by the caller: planner must not
     import tuner (tests/unit/test_layers.py); without it ``sample_rates`` is None."""
     # no window longer than the sample: a sample of D seconds says nothing about the most arrivals
     # in a longer window, and dividing its count by the longer window would understate the plan
@@ -127,7 +127,7 @@ def handoff(problem: Problem, plan: Plan, envelope: EnvelopeFn | None = None) ->
 
 def handoff_record(h: TunerHandoff, pipeline: str, epoch: int, at_ns: int = 0) -> dict[str, Any]:
     """The hand-off as the TunerHandoff record (schemas/TunerHandoff.avsc), the one form the tuner
-    reads, from the control topic or a file (``tuner.planfile.from_dict``)."""
+    reads, from the control topic or a file (``slipstream.tuner.planfile.from_dict``)."""
     if h.sample_rates is None:
         raise ValueError("the hand-off has no sample envelope: build it with an envelope function")
     return {"pipeline": pipeline, "epoch": int(epoch), "mean_rate_qps": float(h.planned_rate_qps),
@@ -149,7 +149,7 @@ def handoff_record(h: TunerHandoff, pipeline: str, epoch: int, at_ns: int = 0) -
 
 def _finite(ms: float | None) -> float | None:
     """A p99 the record can carry: an infeasible plan's is infinite (more than 1 % late), which the
-    control rules refuse (``streams.control_rules``), so it is written as unknown (null)."""
+    control rules refuse (``slipstream.streams.control_rules``), so it is written as unknown (null)."""
     return ms if ms is not None and math.isfinite(ms) else None
 
 
@@ -159,7 +159,7 @@ def stage_configs(pipeline: str, plan: Plan, problem: Problem, epoch: int) -> tu
     (share of items per variant, ``StagePlan.routing``): every replica on the primary's hardware, so
     ``cost_per_hour`` is that pool's price, which differs from the plan's for a stage whose
     assignments the solver put on different hardware. A loki plan's ``routing`` names its stage's
-    whole ladder (``planner.capacity.ladders``; share 0: loaded, serving nothing)."""
+    whole ladder (``slipstream.planner.capacity.ladders``; share 0: loaded, serving nothing)."""
     out = []
     named = ladders(problem, plan)
     for sp in plan.stages:
@@ -190,7 +190,7 @@ def judged(problem: Problem, plan: Plan) -> Plan:
 
 def named_variants(problem: Problem, plan: Plan) -> dict[str, tuple[str, frozenset[str]]]:
     """Per stage, what its workers keep loaded under ``plan``'s StageConfig: (hardware, the variants
-    its routing names; ``agents.control.ActiveConfig.loaded``)."""
+    its routing names; ``slipstream.agents.control.ActiveConfig.loaded``)."""
     named = ladders(problem, plan)
     return {sp.stage: (sp.primary.hardware, frozenset(named.get(sp.stage) or sp.routing or {sp.primary.variant}))
             for sp in plan.stages}
@@ -215,7 +215,7 @@ def defers(problem: Problem, new: Plan, serving: Plan | None, serving_now: Plan 
     do not keep up with it: a burst, not a latency miss the tuner cannot mend) and the tuner keeps up
     with the forecast on its ladder (:func:`ladder_keeps_up`), so redeploying would load models in
     the middle of the burst the ladder is serving. Once the burst is over the plan in place holds
-    again and the re-plan goes ahead (``planner.fallback.replaces``)."""
+    again and the re-plan goes ahead (``slipstream.planner.fallback.replaces``)."""
     if serving is None or not ladders(problem, serving) or (serving_now is not None and serving_now.feasible) \
             or capacity_qps(problem, serving)[0] >= problem.rate_qps:
         return ""
@@ -236,7 +236,7 @@ class Replanner:
     base: Problem
     pipeline: str
     settings: ReplanSettings = ReplanSettings()
-    envelope: EnvelopeFn | None = None  # tuner.envelope.envelope, injected by the CLI
+    envelope: EnvelopeFn | None = None  # slipstream.tuner.envelope.envelope, injected by the CLI
     calibration: Mapping[str, Any] | None = None  # the one ``base`` is scaled by (None: as profiled)
 
     def refit(self, results: Sequence[Mapping[str, Any]], plan: Plan | None) -> "Replanner":

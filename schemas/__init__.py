@@ -1,7 +1,7 @@
 """schemas: the Avro schemas (.avsc) of every message on every Slipstream topic.
 
 This package owns the wire format and nothing else. The data plane and the control plane talk only
-through these records. Load a parsed schema with :func:`load`; the codec lives in ``streams.codec``.
+through these records. Load a parsed schema with :func:`load`; the codec lives in ``slipstream.streams.codec``.
 
 A record that nests another (``InferenceRequest`` and ``InferenceResult`` hold ``HopTiming``s) names it
 in its ``.avsc``; :func:`expanded` inlines the definition at its first use, as the Avro specification's

@@ -22,9 +22,9 @@ def main(verbose: int, state_dir: str) -> None:
     """Slipstream: multi-model inference pipelines over Kafka, inside a tail-latency SLO."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from streams.codec import use_registry
-    from streams.config import prefixes_from_env, schema_registry_from_env
-    from streams.topics import use_prefixes
+    from slipstream.streams.codec import use_registry
+    from slipstream.streams.config import prefixes_from_env, schema_registry_from_env
+    from slipstream.streams.topics import use_prefixes
 
     try:
         use_prefixes(*prefixes_from_env())  # every process this CLI starts names topics and groups alike

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from streams.spec import Pipeline
+from slipstream.streams.spec import Pipeline
 from slipstream.k8s_pods import CONTAINER_SECURITY, LABEL, SPEC_PATH, deployment, object_meta, plain, pod_env, spec_mounts
-from tuner.k8s import deployment_name
+from slipstream.tuner.k8s import deployment_name
 
 GATEWAY_PORT = 8080
 GRPC_PORT = 8081  # the protocol's GRPCInferenceService (slipstream gateway --grpc-port)

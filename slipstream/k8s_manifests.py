@@ -2,7 +2,7 @@
 
 ``pipeline_manifests`` (``slipstream k8s-manifests`` prints it, or writes it as a kustomization with
 ``slipstream.kustomize``) is the one source of every object; nothing under ``deploy/k8s`` repeats it.
-The tuner's actuator that scales the worker Deployments is ``tuner.k8s``. It returns plain dicts:
+The tuner's actuator that scales the worker Deployments is ``slipstream.tuner.k8s``. It returns plain dicts:
 
 - ConfigMaps, all generated: the pipeline spec (every pod mounts it), the broker address
   (``SLIPSTREAM_BOOTSTRAP``) and the planner's profile store (``slipstream profile --out``);
@@ -13,11 +13,11 @@ The tuner's actuator that scales the worker Deployments is ``tuner.k8s``. It ret
   file, else the spec's default): CPU = ``k`` times the hardware's ``threads``, memory = ``k`` times
   its ``memory_gib``, requests = limits; ``cuda`` hardware adds one ``nvidia.com/gpu``, a GPU node
   selector and toleration, and the CUDA image. A stage's Deployment has no ``spec.replicas``: the
-  tuner owns it (``tuner.k8s``) and sets ``layout(n, k).workers`` pods for ``n`` replicas;
+  tuner owns it (``slipstream.tuner.k8s``) and sets ``layout(n, k).workers`` pods for ``n`` replicas;
 - the planner service, pinned to those hardware choices (``--hardware STAGE=HW``: a pod cannot change
   its hardware, so live re-plans choose variants, batches and replicas only);
 - the tuner service (``--pod-instances STAGE=k`` for each stage), whose Role may only get and patch
-  the ``scale`` subresource of this pipeline's stage Deployments (what ``tuner.k8s`` calls).
+  the ``scale`` subresource of this pipeline's stage Deployments (what ``slipstream.tuner.k8s`` calls).
 
 Every pod runs as the image's non-root user (``RUN_AS``), with a read-only root filesystem (emptyDirs for
 ``/tmp`` and the model cache), no privilege escalation, no capabilities and the RuntimeDefault seccomp
@@ -36,8 +36,8 @@ from slipstream.k8s_gateway import gateway_manifests
 from slipstream.k8s_pods import (CONTAINER_SECURITY, LABEL, SMALL, SPEC_PATH, container, deployment,
                                  kafka_configmap_name, object_meta, spec_mounts, plain, spec_configmap_name)
 from slipstream.model_fetch import fetched_models
-from streams.spec import Hardware, Pipeline
-from tuner.k8s import SCALE_RULE, deployment_name
+from slipstream.streams.spec import Hardware, Pipeline
+from slipstream.tuner.k8s import SCALE_RULE, deployment_name
 
 PROFILES_DIR = "/var/lib/slipstream/profiles"
 GPU_RESOURCE = "nvidia.com/gpu"

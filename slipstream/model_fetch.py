@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Mapping
 
-from agents.executors import is_sha256
+from slipstream.agents.executors import is_sha256
 
 
 def check_sha256(actual: str, expected: str, what: str) -> None:

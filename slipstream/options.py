@@ -24,7 +24,7 @@ class MetricsAddrType(click.ParamType):
     name = "HOST:PORT"
 
     def convert(self, value, param, ctx):
-        from streams.metrics_http import MetricsAddr
+        from slipstream.streams.metrics_http import MetricsAddr
 
         if isinstance(value, MetricsAddr):
             return value
@@ -46,7 +46,7 @@ def metrics_addr_option():
 def state_dir() -> Path:
     """The state directory (``slipstream --state-dir``, env SLIPSTREAM_STATE_DIR, default ``./.state``):
     broker and registry data, builds, profiles, worker logs. Read once, by the root command."""
-    from streams.assets import DEFAULT_STATE_DIR
+    from slipstream.streams.assets import DEFAULT_STATE_DIR
 
     ctx = click.get_current_context(silent=True)
     root = ctx.find_root().params.get("state_dir") if ctx else None

@@ -1,17 +1,17 @@
 """Loading a pipeline spec at the CLI's edge with every offline check: the document's structure
-(``streams.spec``) and, where the zoo is visible, its models, params and ONNX files
-(``agents.spec_check``). Commands that start workers load through here, so a mistake is a usage error
+(``slipstream.streams.spec``) and, where the zoo is visible, its models, params and ONNX files
+(``slipstream.agents.spec_check``). Commands that start workers load through here, so a mistake is a usage error
 before any process starts."""
 from __future__ import annotations
 
 import click
 
-from streams.spec import Pipeline, SpecError, load_pipeline
+from slipstream.streams.spec import Pipeline, SpecError, load_pipeline
 
 
 def load_checked(path: str) -> Pipeline:
     """The pipeline at ``path``; :class:`SpecError` listing every problem found."""
-    from agents.spec_check import check_models
+    from slipstream.agents.spec_check import check_models
 
     pipe = load_pipeline(path)
     problems = check_models(pipe)

@@ -11,13 +11,13 @@ import numpy as np
 
 from slipstream.options import metrics_addr_option
 from slipstream.specs import load_or_fail
-from streams.arrivals import read_arrivals
-from streams.config import KafkaSettings
-from streams.spec import Pipeline
-from tuner import planfile
-from tuner.policy import TunerConfig, TunerPlan
-from tuner.run import run_tuner
-from tuner.service import ServiceSettings
+from slipstream.streams.arrivals import read_arrivals
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.spec import Pipeline
+from slipstream.tuner import planfile
+from slipstream.tuner.policy import TunerConfig, TunerPlan
+from slipstream.tuner.run import run_tuner
+from slipstream.tuner.service import ServiceSettings
 
 
 def pipeline_of(path: str) -> Pipeline:
@@ -67,7 +67,7 @@ def tuner_options(fn):
 
 def run_local(pipe, pipeline_file, replicas, log_dir, reserve_cores: float, control, profiles: str | None = None) -> None:
     """Run the workers as local processes with ``control(actuator, max_instances)(stop)`` on top."""
-    from tuner.supervisor import LocalCapacity, local_supervisor
+    from slipstream.tuner.supervisor import LocalCapacity, local_supervisor
 
     capacity = LocalCapacity(reserve_cores)
     supervisor = local_supervisor(pipe, pipeline_file, replicas, capacity,
@@ -84,7 +84,7 @@ def run_local(pipe, pipeline_file, replicas, log_dir, reserve_cores: float, cont
 
 def plan_from_topic(pipe: Pipeline, settings: KafkaSettings, wait_s: float) -> tuple[TunerPlan, int]:
     """The planner's latest hand-off on the control topic and its epoch, waiting up to ``wait_s``."""
-    from streams.control_io import latest_handoff
+    from slipstream.streams.control_io import latest_handoff
 
     def waiting(topic: str, w: float) -> None:
         click.echo(f"tuner: no planner hand-off on {topic} yet; waiting up to {w:g} s (--wait-plan-s)", err=True)
@@ -114,7 +114,7 @@ def tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_add
 
 
 def read_sample(path: str) -> np.ndarray:
-    """The arrival times of ``--sample`` (``streams.arrivals.read_arrivals``); a bad file is a usage error."""
+    """The arrival times of ``--sample`` (``slipstream.streams.arrivals.read_arrivals``); a bad file is a usage error."""
     try:
         return read_arrivals(path)
     except (OSError, ValueError) as exc:

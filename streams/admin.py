@@ -2,7 +2,7 @@
 
 Topics are created with a replication factor and ``min.insync.replicas`` from :func:`replication`:
 the settings' values, or min(3, brokers the cluster lists) and min(2, replication factor). With
-producers on acks=all (``streams.kafka``) a write then survives the loss of any one broker of three.
+producers on acks=all (``slipstream.streams.kafka``) a write then survives the loss of any one broker of three.
 
 Partitions only grow (Kafka cannot shrink a topic). Growing changes key->partition hashing, which is
 fine for Slipstream's stateless stages.
@@ -19,8 +19,8 @@ from typing import AsyncIterator, Iterable
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
-from streams.config import KafkaSettings
-from streams.topics import TopicSpec
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.topics import TopicSpec
 
 log = logging.getLogger(__name__)
 

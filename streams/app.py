@@ -1,7 +1,7 @@
 """The Faust app factory: the only call to ``faust.App(...)``. It settles the known faust traps once
 (see ../shared/research/kafka-and-faust.md):
 
-- an explicit value serializer everywhere (``raw`` by default: stages decode with ``streams.codec``
+- an explicit value serializer everywhere (``raw`` by default: stages decode with ``slipstream.streams.codec``
   themselves so an undecodable record reaches the dead-letter topic instead of faust's silent skip);
 - agents are declared with ``concurrency=1`` by their callers (issue #606 loses messages otherwise);
 - the web server is off unless a port is given (several workers share one host);
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from streams import codec
-from streams.config import KafkaSettings
+from slipstream.streams import codec
+from slipstream.streams.config import KafkaSettings
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def make_app(s: AppSettings) -> faust.App:
         value_serializer="raw",
         key_serializer="raw",
         store="memory://",
-        topic_allow_declare=False,  # topics are created by streams.admin with their partition counts
+        topic_allow_declare=False,  # topics are created by slipstream.streams.admin with their partition counts
         topic_disable_leader=True,
         consumer_auto_offset_reset="earliest",
         consumer_metadata_max_age_ms=s.metadata_max_age_ms,
@@ -105,7 +105,7 @@ def make_app(s: AppSettings) -> faust.App:
 async def rejoin_group(app: faust.App) -> None:
     """Make ``app``'s consumer rejoin its group at once: every member's partitions are revoked
     (``on_partitions_revoked``: the worker forgets what it read and did not commit), assigned again
-    and read again from their committed offsets. What ``agents.transactions`` asks for when a
+    and read again from their committed offsets. What ``slipstream.agents.transactions`` asks for when a
     partition must be read again (aiokafka's coordinator, on the consumer's own thread: private)."""
     thread = app.consumer._thread
     consumer = thread._ensure_consumer()

@@ -1,6 +1,6 @@
 """The batching and early-drop policy: one pure module run by both the stage agents and the estimator.
 
-What a stage worker does, exactly (the simulator in ``planner.estimator`` replays the same steps):
+What a stage worker does, exactly (the simulator in ``slipstream.planner.estimator`` replays the same steps):
 
 1. Arrivals join the worker's FIFO queue (its assigned partitions, in fetch order).
 2. A window is taken when :func:`ready` says so: the queue holds ``max_batch`` items, or the oldest
@@ -82,7 +82,7 @@ def decide(deadlines_ns: Sequence[int], now_ns: int, predict_ns: Callable[[int],
     """Split a FIFO window into (run, drop, defer) given each item's deadline and a latency predictor.
 
     ``predict_ns(b)`` is the predicted latency of a batch of ``b`` (a high percentile, see
-    ``streams.latency``) and must be non-decreasing in ``b``.
+    ``slipstream.streams.latency``) and must be non-decreasing in ``b``.
     """
     n = len(deadlines_ns)
     if n == 0:

@@ -14,7 +14,7 @@ Layout: ``<profiles>/calibration/v<NNNN>.json``, one file per fit, never rewritt
 
 ``transit_ms`` holds quantiles of produce -> worker receipt per kind of hop (the consumer's fetch
 wait included). Which calibration is in force: the newest, unless ``SLIPSTREAM_CALIBRATION`` says
-``off`` or a version number. Fitting lives in ``planner.calibrate``; this module only stores.
+``off`` or a version number. Fitting lives in ``slipstream.planner.calibrate``; this module only stores.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Mapping
 
-from streams.jsonfile import read_versioned, write_atomic
+from slipstream.streams.jsonfile import read_versioned, write_atomic
 
 FORMAT_VERSION = 1
 ENV = "SLIPSTREAM_CALIBRATION"

@@ -24,12 +24,12 @@ import time
 import uuid
 from typing import Any
 
-from streams import codec, kafka as kclient, topics
-from streams.contract import deadline_ns
-from streams.config import KafkaSettings
-from streams.keeper import ProducerKeeper
-from streams.limits import Limits, read_limits
-from streams.spec import Pipeline
+from slipstream.streams import codec, kafka as kclient, topics
+from slipstream.streams.contract import deadline_ns
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.keeper import ProducerKeeper
+from slipstream.streams.limits import Limits, read_limits
+from slipstream.streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def make_request(pipe: Pipeline, payload: bytes, content_type: str | None = None
 
 
 class PipelineClient:
-    """``linger_ms``: the producer's wait for more records to batch (default: ``streams.kafka.producer``'s,
+    """``linger_ms``: the producer's wait for more records to batch (default: ``slipstream.streams.kafka.producer``'s,
     1 ms); 0 sends each request as it comes, what accumulates while a produce is in flight still going
     in one batch (the gateway, which produces one request per HTTP call, uses 0)."""
 
@@ -112,7 +112,7 @@ class PipelineClient:
 
     async def send(self, request: dict, wait: bool = True, timeout_s: float | None = None):
         """Produce a prepared request (see :func:`make_request`); returns the delivery future when
-        ``wait`` is False, so open-loop senders can keep going. Raises ``streams.limits.RecordTooLarge``
+        ``wait`` is False, so open-loop senders can keep going. Raises ``slipstream.streams.limits.RecordTooLarge``
         for a request over the input topic's limit (nothing sent), and ``TimeoutError`` when Kafka has
         not confirmed it within ``timeout_s`` (it may still be written later)."""
         async with asyncio.timeout(timeout_s):
@@ -203,7 +203,7 @@ def _reader_error(task: asyncio.Task) -> BaseException | None:
 
 class SyncClient:
     """The same client for blocking code: an event loop on a background thread. ``client``: another
-    client with the same calls (``gateway.client.GatewayClient``) instead of a PipelineClient."""
+    client with the same calls (``slipstream.gateway.client.GatewayClient``) instead of a PipelineClient."""
 
     def __init__(self, pipe: Pipeline, kafka: KafkaSettings, client: Any = None) -> None:
         self._loop = asyncio.new_event_loop()

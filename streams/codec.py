@@ -9,16 +9,16 @@ Apache's ``avro``). Records written before the codec followed the specification 
 of ``schemas.LEGACY_FINGERPRINTS``; they are still read, never written.
 
 **Confluent wire format** (optional): with a schema registry set (:func:`use_registry`; the CLI does,
-from ``SLIPSTREAM_SCHEMA_REGISTRY_URL``), records sent to a topic (``streams.kafka.send``) are written as
+from ``SLIPSTREAM_SCHEMA_REGISTRY_URL``), records sent to a topic (``slipstream.streams.kafka.send``) are written as
 Kafka tooling expects them: ``00``, the 4-byte big-endian schema id of the writer schema registered under
-the subject ``<topic>-value`` (``streams.schema_registry``), then the same Avro body. Readers take both
+the subject ``<topic>-value`` (``slipstream.streams.schema_registry``), then the same Avro body. Readers take both
 framings whatever the switch says; a Confluent record needs the registry to read (its writer schema is
 fetched by id, then cached, failures too for ``SchemaRegistry.negative_ttl_s``). Async readers call
 :func:`prefetch` on what they fetched before decoding it (or :func:`decode_fetched`), so the look-up
 runs in a thread with a bounded timeout, never on the event loop: decoding on an event loop never
 calls the registry, and a record whose id was not prefetched is refused (:class:`CodecError`, so a
 dead letter or a skipped record naming it) instead of stalling the loop. Writers the same:
-``streams.kafka`` registers a topic's schema with :func:`preregister` (in a thread) before encoding,
+``slipstream.streams.kafka`` registers a topic's schema with :func:`preregister` (in a thread) before encoding,
 and :func:`encode` on an event loop refuses a schema not registered yet instead of calling.
 
 Decoding is strict: a missing header, an unknown record type, a truncated body or trailing bytes raise
@@ -50,8 +50,8 @@ import fastavro
 from fastavro.read import SchemaResolutionError
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-import schemas
-from streams.schema_registry import RegistryError, SchemaRegistry
+from slipstream import schemas
+from slipstream.streams.schema_registry import RegistryError, SchemaRegistry
 
 
 MAGIC = b"\xc3\x01"
@@ -153,7 +153,7 @@ class RecordCodec:
         if writer is None:
             if not _REGISTRY.cached(schema_id) and _on_event_loop():
                 raise CodecError(f"{self.record}: writer schema id {schema_id} not looked up: on the event loop "
-                                 f"a record is read only with schemas prefetched off it (streams.codec.prefetch), "
+                                 f"a record is read only with schemas prefetched off it (slipstream.streams.codec.prefetch), "
                                  f"never with a blocking registry call")
             try:
                 registered = _REGISTRY.schema(schema_id)  # cached, failures too; prefetch() fetched it
@@ -213,7 +213,7 @@ def encode(record: str, value: Mapping[str, Any], topic: str | None = None) -> b
         return c.encode(value)
     if not _REGISTRY.registered(f"{topic}-value", schema_json(record)) and _on_event_loop():
         raise CodecError(f"cannot encode {record} for {topic}: its schema is not registered yet: on the event "
-                         f"loop a record is written only with a schema registered off it (streams.codec."
+                         f"loop a record is written only with a schema registered off it (slipstream.streams.codec."
                          f"preregister), never with a blocking registry call")
     try:
         schema_id = _REGISTRY.register(f"{topic}-value", schema_json(record))

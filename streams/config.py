@@ -7,15 +7,15 @@ the cluster. For a secured cluster set ``SLIPSTREAM_SECURITY_PROTOCOL`` (SASL_SS
 
 Topics Slipstream creates get ``SLIPSTREAM_REPLICATION_FACTOR`` replicas (default: min(3, brokers the
 cluster lists)) and ``min.insync.replicas`` ``SLIPSTREAM_MIN_INSYNC_REPLICAS`` (default: min(2, the
-replication factor)); see ``streams.admin.replication``. Topic and consumer-group names start with
+replication factor)); see ``slipstream.streams.admin.replication``. Topic and consumer-group names start with
 ``SLIPSTREAM_TOPIC_PREFIX`` and ``SLIPSTREAM_GROUP_PREFIX`` (both ``slipstream`` by default;
-:func:`prefixes_from_env`, applied once per process by the CLI through ``streams.topics.use_prefixes``).
+:func:`prefixes_from_env`, applied once per process by the CLI through ``slipstream.streams.topics.use_prefixes``).
 
 ``SLIPSTREAM_SESSION_TIMEOUT_S`` (default 2) is the workers' consumer-group session timeout: how long
 after a worker dies its partitions move to the others.
 
 ``SLIPSTREAM_PROCESSING`` picks the delivery guarantee of the stage and join workers (:data:`PROCESSING`):
-``exactly-once`` (each window's outputs and input offsets in one Kafka transaction; ``agents.transactions``)
+``exactly-once`` (each window's outputs and input offsets in one Kafka transaction; ``slipstream.agents.transactions``)
 or ``at-least-once`` (outputs delivered, then offsets committed; a crash can repeat a window).
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ DEFAULT_PROCESSING = AT_LEAST_ONCE
 # A worker killed or frozen loses its partitions this long after its last heartbeat (Kafka's consumer
 # session timeout; heartbeats every quarter of it). Clusters refuse one below their
 # group.min.session.timeout.ms (6 s by default; the local broker's is 1 s): a worker raises its own
-# to that (streams.admin.fit_session_timeout).
+# to that (slipstream.streams.admin.fit_session_timeout).
 DEFAULT_SESSION_TIMEOUT_S = 2.0
 
 
@@ -126,7 +126,7 @@ def _number(env: Mapping[str, str], name: str, kind: type, what: str):
 
 def schema_registry_from_env(env: Mapping[str, str] | None = None) -> str | None:
     """``SLIPSTREAM_SCHEMA_REGISTRY_URL``: a Confluent-compatible registry, which switches writers to the
-    Confluent wire format (``streams.codec.use_registry``); unset or empty: single-object encoding."""
+    Confluent wire format (``slipstream.streams.codec.use_registry``); unset or empty: single-object encoding."""
     return (os.environ if env is None else env).get("SLIPSTREAM_SCHEMA_REGISTRY_URL") or None
 
 

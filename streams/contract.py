@@ -31,8 +31,7 @@ from fractions import Fraction
 from functools import cache
 from typing import Any, Callable, Mapping, NamedTuple
 
-import schemas
-
+from slipstream import schemas
 MAX_ID_CHARS = 256
 MAX_NAME_CHARS = 256  # content types, stage/variant/worker names in hops, path entries
 MAX_REASON_CHARS = 16_384
@@ -64,7 +63,7 @@ class Bounds:
 
     @classmethod
     def of(cls, pipe: Any, stage: str, max_payload_bytes: int) -> "Bounds":
-        """The bounds of ``stage`` of ``pipe`` (a ``streams.spec.Pipeline``; ``join`` for the join)."""
+        """The bounds of ``stage`` of ``pipe`` (a ``slipstream.streams.spec.Pipeline``; ``join`` for the join)."""
         return cls(pipe.name, pipe.slo_ms, len(pipe.stages), max_payload_bytes, stage == pipe.source)
 
 
@@ -216,7 +215,7 @@ def answerable(violations: list[Violation]) -> bool:
 
 
 REASON_PREFIX = "contract: "  # an error result's reason for a request that broke the contract
-BAD_INPUT_PREFIX = "bad input: "  # ... for a payload a stage's model refused (agents.stage.serve)
+BAD_INPUT_PREFIX = "bad input: "  # ... for a payload a stage's model refused (slipstream.agents.stage.serve)
 _FIELD = re.compile(r"(?:^contract: |; )([A-Za-z_][\w.\[\]]*)=")
 
 

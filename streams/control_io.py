@@ -13,12 +13,12 @@ topic's egress. :class:`KafkaArrivals` is the one place that turns offsets into 
 
 The arrivals of a step are spread evenly over it (:func:`spread`), so timestamps are exact to one step
 (``poll_ms``, 20 ms by default) and the bytes read per arrival do not grow with the payload (``python -m
-loadgen.bench.arrivals``). Two clients, neither in a group (they must not steal partitions from the
+slipstream.loadgen.bench.arrivals``). Two clients, neither in a group (they must not steal partitions from the
 source stage's workers): one follows the control topic from the beginning (compacted: the latest
 StageConfig per stage, so a scaling action republishes the stage's current variant/batch with only
 the replicas changed), the other asks the offsets and never fetches. A broker answers a connection's
 requests in order, so offsets asked on the follower's connection wait behind its long-polling fetch
-(``streams.kafka.consumer``): one client, they came every fetch wait, not every ``poll_ms``. Partitions
+(``slipstream.streams.kafka.consumer``): one client, they came every fetch wait, not every ``poll_ms``. Partitions
 added to the input topic are picked up within ``metadata_refresh_s``.
 """
 from __future__ import annotations
@@ -32,10 +32,10 @@ from typing import AsyncIterator, Callable, Mapping
 import numpy as np
 from aiokafka import TopicPartition
 
-from streams import admin, codec, kafka as kclient, topics
-from streams.config import KafkaSettings
-from streams.control_rules import InvalidControl, check, check_key
-from streams.spec import Pipeline
+from slipstream.streams import admin, codec, kafka as kclient, topics
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.control_rules import InvalidControl, check, check_key
+from slipstream.streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
 NS_PER_MS = 1_000_000
@@ -171,7 +171,7 @@ class KafkaArrivals:
 
 class KafkaResults:
     """Decoded InferenceResults of a pipeline's results topic from its end when started: the tuner
-    reads their hop timings for the workers' pace (``tuner.pace``). No consumer group (it takes no
+    reads their hop timings for the workers' pace (``slipstream.tuner.pace``). No consumer group (it takes no
     partitions from the results' readers) and no commits; an undecodable record is logged and skipped."""
 
     def __init__(self, settings: KafkaSettings, pipeline: str, *, poll_ms: int = 200, max_records: int = 500) -> None:
@@ -232,7 +232,7 @@ def record_type(r) -> str:
 
 
 def read_record(r, pipeline: str, spec: Pipeline | None = None) -> tuple[str, dict]:
-    """(record type, value) of a control-topic record, checked by ``streams.control_rules`` (key,
+    """(record type, value) of a control-topic record, checked by ``slipstream.streams.control_rules`` (key,
     type, body, fields; ``spec``: the reader's pipeline, for its stages and variants). The value's
     ``epoch`` is the record's offset: the order of the control topic (one partition), which no writer
     can repeat or overflow. Raises :class:`InvalidControl` naming the problem."""
@@ -258,7 +258,7 @@ def skipped(r, exc: InvalidControl, count: Callable[[], None] | None = None) -> 
 
 
 def grower(settings: KafkaSettings):
-    """``grow(topic, n)`` for the service, through ``streams.admin.grow_partitions``."""
+    """``grow(topic, n)`` for the service, through ``slipstream.streams.admin.grow_partitions``."""
 
     async def grow(topic: str, count: int) -> int:
         return await admin.grow_partitions(settings, topic, count)
@@ -372,7 +372,7 @@ def _shares(routing: Mapping[str, Mapping[str, float]] | None, stage: str) -> di
 
 
 def host_capacity_qps(handoff: Mapping, routing: Mapping[str, Mapping[str, float]] | None = None) -> float:
-    """What the hand-off's host serves whatever the replicas (``planner.cores.host_qps``): its free
+    """What the hand-off's host serves whatever the replicas (``slipstream.planner.cores.host_qps``): its free
     cores over the CPU one request takes, the co-located processes' plus each stage's visits times
     its CPU per item (a loki stage's at its ``routing`` shares in force); inf without a host."""
     host = handoff.get("host")

@@ -1,7 +1,7 @@
 """The one rule set of the control topic: what a record must be before anyone applies it.
 
 Every reader of the control topic (stage workers, planner, tuner, tools) takes its records through
-``streams.control_io.read_record``, which runs :func:`check_key` and :func:`check` here. A record that
+``slipstream.streams.control_io.read_record``, which runs :func:`check_key` and :func:`check` here. A record that
 breaks a rule raises :class:`InvalidControl` naming the field and the value; the reader logs it with
 its topic/partition/offset, counts it (``slipstream_control_invalid``) and skips it. Nothing here
 touches Kafka: the rules are pure functions of (key, record type, decoded value, pipeline spec).
@@ -25,11 +25,11 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Iterator, Mapping
 
-from streams import topics
-from streams.spec import Pipeline
+from slipstream.streams import topics
+from slipstream.streams.spec import Pipeline
 
 EPOCH_MAX = 2**53  # exact in a double (JSON readers, Prometheus gauges); offsets stay far below it
-MAX_BATCH = 4096  # the spec's bounds (streams.spec)
+MAX_BATCH = 4096  # the spec's bounds (slipstream.streams.spec)
 MAX_TIMEOUT_MS = 60_000.0
 MAX_REPLICAS = 1024
 MAX_PARTITIONS = 4096

@@ -1,5 +1,5 @@
-"""The Executor protocol: what a stage runs on a batch. Implementations live in ``agents.executors``
-(onnxruntime, torch) and ``agents.zoo`` builds them from a pipeline ``Variant``; the profiler in
+"""The Executor protocol: what a stage runs on a batch. Implementations live in ``slipstream.agents.executors``
+(onnxruntime, torch) and ``slipstream.agents.zoo`` builds them from a pipeline ``Variant``; the profiler in
 ``planner`` only sees this protocol, so the control plane never imports the data plane.
 """
 from __future__ import annotations
@@ -44,4 +44,4 @@ class Executor(Protocol):
     # Optional: ``check(payload) -> str | None``, the reason a payload is refused (None: fine), and
     # ``run_checked(payloads) -> (reasons, outputs)``, ``check`` and ``run`` in one pass (each payload
     # decoded once; outputs for the payloads not refused). The agents call ``run_checked`` when an
-    # executor has it, else ``check`` then ``run`` (``agents.stage.serve.checked_run``).
+    # executor has it, else ``check`` then ``run`` (``slipstream.agents.stage.serve.checked_run``).

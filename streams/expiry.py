@@ -4,10 +4,10 @@ backlog of stale requests must cost little to drop, or dropping it is all a work
 
 Every ``InferenceRequest`` that carries a whole request (``fragment`` "1", no fan-out ``path``) is
 written with the header ``slipstream-expiry``: 16 bytes, the request's ``created_ns`` and
-``deadline_ns`` as big-endian signed 64-bit integers (``streams.kafka.headers_for`` adds it, so
+``deadline_ns`` as big-endian signed 64-bit integers (``slipstream.streams.kafka.headers_for`` adds it, so
 every producer of the project writes it). Its record key is the request id (every producer keys by
 it). A stage worker that reads such a record past the point where it could still be served answers
-it ``dropped`` from the key and this header (``agents.admission``); everything else is decoded and
+it ``dropped`` from the key and this header (``slipstream.agents.admission``); everything else is decoded and
 checked as before. Records without the header (other producers, fan-out fragments, older writers)
 take the decoding path; a header that does not hold two times in order is ignored the same way.
 

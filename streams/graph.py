@@ -1,12 +1,12 @@
-"""Pipeline graph queries, shared by the pipeline spec (``streams.spec.Pipeline``) and the planning
-problem (``planner.problem.Problem``): both hold ``stages`` (with ``name``) and ``edges`` (with
+"""Pipeline graph queries, shared by the pipeline spec (``slipstream.streams.spec.Pipeline``) and the planning
+problem (``slipstream.planner.problem.Problem``): both hold ``stages`` (with ``name``) and ``edges`` (with
 ``src``, ``dst``, ``fanout``, ``probability``), so one set of definitions serves both and the planner
 cannot drift from the data plane's idea of the graph."""
 from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from streams.docmodel import did_you_mean
+from slipstream.streams.docmodel import did_you_mean
 
 
 def reference_error(names: Sequence[str], edges: Iterable[Any]) -> tuple[str, str, object] | None:

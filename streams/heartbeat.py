@@ -1,6 +1,6 @@
 """Liveness from heartbeats: is this process still doing its work, or only still running?
 
-``/healthz`` (``streams.metrics_http``) is answered by the HTTP thread, which runs as long as the
+``/healthz`` (``slipstream.streams.metrics_http``) is answered by the HTTP thread, which runs as long as the
 process does; a hung event loop or a hung model thread would not show there. :class:`Heartbeat`
 collects what does show it, and :meth:`Heartbeat.problem` (called from the HTTP thread) names the
 first thing wrong, so ``/healthz`` answers 503 with it and Kubernetes restarts the process:

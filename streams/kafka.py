@@ -10,9 +10,9 @@ from typing import Any, Mapping, Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from streams import codec, expiry
-from streams.config import KafkaSettings
-from streams.limits import MAX_REQUEST_BYTES, Limits
+from slipstream.streams import codec, expiry
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.limits import MAX_REQUEST_BYTES, Limits
 
 SCHEMA_HEADER = "slipstream-schema"
 FETCH_MAX_WAIT_MS = 500  # a consumer's long poll (aiokafka's default); see consumer()
@@ -41,7 +41,7 @@ TXN_CONCURRENT_BACKOFF_MS, TXN_RETRY_BACKOFF_MS = 2, 20
 
 
 def transactional_producer(settings: KafkaSettings, transactional_id: str, **overrides: Any) -> AIOKafkaProducer:
-    """A producer whose sends and offset commits go in transactions (``agents.transactions``). Starting
+    """A producer whose sends and offset commits go in transactions (``slipstream.agents.transactions``). Starting
     it registers ``transactional_id`` with its coordinator: the previous producer of that id is fenced
     and its open transaction aborted (a committing one is completed first)."""
     from aiokafka.producer import sender
@@ -65,7 +65,7 @@ def is_fenced(exc: BaseException) -> bool:
     """Has another producer taken this one's transactional id (so it may never commit again)? Only
     the broker's answer says so (``ProducerFenced``; ``InvalidProducerEpoch``, which aiokafka turns
     into it): a producer in aiokafka's fatal state for another reason (its sender stopped on an
-    unexpected error) is not fenced, and what follows is not a stop (``agents.transactions.decide``)."""
+    unexpected error) is not fenced, and what follows is not a stop (``slipstream.agents.transactions.decide``)."""
     from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
     return isinstance(exc, (ProducerFenced, InvalidProducerEpoch))
@@ -133,7 +133,7 @@ def consumer(settings: KafkaSettings, *topics: str, group_id: str | None = None,
     so the wait costs a follower no latency, only wake-ups when nothing comes (at 50 ms resting workers
     took 1.4-1.7x the CPU and the broker 1.6x: docs/results.md, runs s18). The broker
     answers a connection's requests in order, so offsets or metadata asked on a client that is
-    fetching wait behind the fetch: ask them on a client of their own (``streams.control_io``)."""
+    fetching wait behind the fetch: ask them on a client of their own (``slipstream.streams.control_io``)."""
     kw = dict(group_id=group_id, auto_offset_reset="earliest", enable_auto_commit=group_id is not None,
               metadata_max_age_ms=5000, fetch_max_wait_ms=FETCH_MAX_WAIT_MS, isolation_level="read_committed")
     kw.update(overrides)
@@ -172,7 +172,7 @@ async def keys_since(settings: KafkaSettings, topic: str, since_ms: int, timeout
 
 def headers_for(record: str, value: Mapping[str, Any] | None = None) -> list[tuple[str, bytes]]:
     """A record's headers: its type, and for a whole ``InferenceRequest`` its expiry
-    (``streams.expiry``: a worker drops it expired without decoding it)."""
+    (``slipstream.streams.expiry``: a worker drops it expired without decoding it)."""
     out = [(SCHEMA_HEADER, record.encode())]
     if record == "InferenceRequest" and value is not None and (e := expiry.header(value)) is not None:
         out.append(e)
@@ -181,7 +181,7 @@ def headers_for(record: str, value: Mapping[str, Any] | None = None) -> list[tup
 
 async def send(prod: AIOKafkaProducer, topic: str, record: str, value: Mapping[str, Any],
                key: str | bytes | None = None, timestamp_ns: int | None = None, limits: Limits | None = None):
-    """Encode ``value`` as ``record`` for ``topic`` (``streams.codec.encode``: the Confluent wire format
+    """Encode ``value`` as ``record`` for ``topic`` (``slipstream.streams.codec.encode``: the Confluent wire format
     when a schema registry is set) and send it; returns the delivery future (await it to confirm). With
     ``limits`` a record over its topic's limit raises ``RecordTooLarge`` before the producer sees it."""
     if isinstance(key, str):
@@ -199,13 +199,13 @@ async def send(prod: AIOKafkaProducer, topic: str, record: str, value: Mapping[s
 # here; tests/integration/test_delivery.py holds the partitions equal to ``send``'s.
 async def send_window(prod: AIOKafkaProducer, records: Sequence[tuple[str, str | bytes | None, str, Mapping[str, Any]]],
                       limits: Limits | None = None) -> list:
-    """Encode and send many records ((topic, key, record type, value), as ``agents.routing.Out``) with
+    """Encode and send many records ((topic, key, record type, value), as ``slipstream.agents.routing.Out``) with
     aiokafka's batch API: one producer batch per partition, in record order (another when one fills),
     each record on the partition ``send`` would choose (:func:`_partition_of`). Returns, per record,
     its batch's delivery future (a failed batch fails each of its records) or the exception that
     refused it before sending (encode error, over ``max_request_size``, unknown topic). Inside a
     transaction as ``send`` is (``send_batch`` adds the partition to it). With ``limits``
-    (``streams.limits``) a record over its topic's limit is refused here (``RecordTooLarge``) and a
+    (``slipstream.streams.limits``) a record over its topic's limit is refused here (``RecordTooLarge``) and a
     batch grows only as far as its topic takes."""
     ts_ms = time.time_ns() // 1_000_000
     await codec.preregister({(record, topic) for topic, _, record, _ in records})  # off the event loop
@@ -295,7 +295,7 @@ def is_transient(exc: BaseException) -> bool:
     protocol defines it: a leader moving, not enough in-sync replicas, a topic or partition the
     metadata does not show yet, a lost connection), and a client-side timeout; everything else is
     permanent (a record over its topic's limit, an encode error, no authorization, a fenced or
-    out-of-sequence producer). Transient is not endless: ``agents.delivery`` bounds the retries in time."""
+    out-of-sequence producer). Transient is not endless: ``slipstream.agents.delivery`` bounds the retries in time."""
     from aiokafka.errors import KafkaTimeoutError
 
     return bool(getattr(exc, "retriable", False)) or isinstance(exc, KafkaTimeoutError)

@@ -10,7 +10,7 @@ API) needs to fail fast and heal without a restart.
   ``unreachable`` names why after ``misses`` failures in a row (a paused broker holds a request without
   an answer; a stopped one refuses the connection), and clears on the next answer.
 
-A record refused before it is sent (over its topic's limit, ``streams.limits``) never reaches the
+A record refused before it is sent (over its topic's limit, ``slipstream.streams.limits``) never reaches the
 producer, so it breaks nothing.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import asyncio
 import logging
 from typing import Any, Callable
 
-from streams.limits import RecordTooLarge
+from slipstream.streams.limits import RecordTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class ProducerKeeper:
         self._task = asyncio.create_task(self._keep())
 
     async def stop(self, timeout_s: float = 5.0) -> None:
-        from streams.kafka import stop_producer
+        from slipstream.streams.kafka import stop_producer
 
         if self._task is not None:
             self._task.cancel()
@@ -70,7 +70,7 @@ class ProducerKeeper:
         return fut
 
     async def _started(self) -> Any:
-        from streams.kafka import start_producer
+        from slipstream.streams.kafka import start_producer
 
         prod = await start_producer(self.make(), max(5.0, 5 * self.probe_s))
         self.generation += 1
@@ -102,7 +102,7 @@ class ProducerKeeper:
         return True
 
     async def _replace(self) -> None:
-        from streams.kafka import retire_producer
+        from slipstream.streams.kafka import retire_producer
 
         try:
             new = await self._started()

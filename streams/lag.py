@@ -2,14 +2,14 @@
 the group's committed offsets (the admin API), so a stage's lag is known even while it has no worker
 (scaled to zero, crash-looping, not yet scheduled). The tuner exports it
 (``slipstream_group_lag_records``); ``slipstream soak`` samples it. A worker's own view of its
-assigned partitions is ``slipstream_consumer_lag_records`` (agents.ready)."""
+assigned partitions is ``slipstream_consumer_lag_records`` (slipstream.agents.ready)."""
 from __future__ import annotations
 
 from typing import Mapping
 
-from streams import kafka as kclient, topics
-from streams.config import KafkaSettings
-from streams.spec import Pipeline
+from slipstream.streams import kafka as kclient, topics
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.spec import Pipeline
 
 
 def group_lag(ends: Mapping, committed: Mapping, starts: Mapping | None = None) -> int:
@@ -35,7 +35,7 @@ class LagReader:
         self.settings, self.groups = settings, dict(groups)
 
     async def start(self) -> None:
-        from streams.admin import admin_client
+        from slipstream.streams.admin import admin_client
 
         self._admin_cm = admin_client(self.settings)
         self.admin = await self._admin_cm.__aenter__()

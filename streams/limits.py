@@ -6,7 +6,7 @@ writes and reads once at start (:func:`read_limits`, one DescribeConfigs request
 record against its topic's limit before it is sent (:meth:`Limits.check`), so an output the broker
 would refuse never reaches the broker (a refused batch of an idempotent producer fails every later
 batch of its partition); it becomes an ``error`` result naming the size and the limit instead
-(``agents.delivery``). A dead letter must always be writable: :meth:`Limits.fit_original` cuts an
+(``slipstream.agents.delivery``). A dead letter must always be writable: :meth:`Limits.fit_original` cuts an
 input that does not fit the dead-letter topic to what does and names the whole input's size and
 sha256 in the reason.
 
@@ -21,12 +21,12 @@ from typing import Iterable, Mapping, Sequence
 
 from aiokafka.errors import MessageSizeTooLargeError
 
-from streams.config import KafkaSettings
+from slipstream.streams.config import KafkaSettings
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024  # the producers' max_request_size: no topic of a spec takes more
 BROKER_DEFAULT = 1_048_588  # Kafka's message.max.bytes default: what a topic without its own takes
 BATCH_OVERHEAD = 61 + 21  # v2 record batch header, and one record's varint framing at most
-MAX_ERROR_CHARS = 2000  # a reason is cut here (``agents.routing``'s results and dead letters)
+MAX_ERROR_CHARS = 2000  # a reason is cut here (``slipstream.agents.routing``'s results and dead letters)
 
 
 class RecordTooLarge(MessageSizeTooLargeError):
@@ -93,7 +93,7 @@ async def read_limits(settings: KafkaSettings, topic_names: Iterable[str]) -> Li
     yet takes the broker default)."""
     from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-    from streams.admin import admin_client
+    from slipstream.streams.admin import admin_client
 
     names = sorted(set(topic_names))
     async with admin_client(settings) as admin:

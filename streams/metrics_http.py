@@ -3,7 +3,7 @@ service), on one address ``HOST:PORT`` (``--metrics-addr`` / ``SLIPSTREAM_METRIC
 
 - ``/metrics``: the process's own Prometheus registry (text format; OpenMetrics when asked);
 - ``/healthz``: 200 while the process is live, else 503 with the reason as the body: the process's
-  ``alive`` check (``streams.heartbeat``: a stalled event loop, a model run past its deadline), or
+  ``alive`` check (``slipstream.streams.heartbeat``: a stalled event loop, a model run past its deadline), or
   200 whenever the HTTP thread answers for a process without one;
 - ``/readyz``: 200 once the process says it is ready, else 503 with the reason as the body.
 

@@ -9,9 +9,9 @@ Layout: ``<dir>/<variant>@<hardware>.json``::
      "percentile": "p99",                 # which column the curve fits (p90 for imported tables)
      "points": {"1": {"p50_ms": 4.1, "p99_ms": 5.0, "reps": 200}, ...}}
 
-``Profile.curve()`` fits ``streams.latency.LatencyCurve`` to the ``percentile`` column (IPA:
+``Profile.curve()`` fits ``slipstream.streams.latency.LatencyCurve`` to the ``percentile`` column (IPA:
 quadratic, linear fallback), times the service ``scale`` of the calibration in force
-(``streams.calibration``: what a live run measured against the profile; 1 without one).
+(``slipstream.streams.calibration``: what a live run measured against the profile; 1 without one).
 :func:`lookup` finds a variant's profile by its name, then by its model.
 """
 from __future__ import annotations
@@ -25,10 +25,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping
 
-from streams.calibration import CalibrationStore, batch_scale, key, service_scale
-from streams.jsonfile import read_versioned, write_atomic
-from streams.latency import LatencyCurve
-from streams.spec import Variant
+from slipstream.streams.calibration import CalibrationStore, batch_scale, key, service_scale
+from slipstream.streams.jsonfile import read_versioned, write_atomic
+from slipstream.streams.latency import LatencyCurve
+from slipstream.streams.spec import Variant
 
 FORMAT_VERSION = 1
 
@@ -126,7 +126,7 @@ class ProfileStore:
 def lookup(store: ProfileStore, variant: Variant, hardware: str) -> Profile | None:
     """A variant's profile on ``hardware`` (by its name, else by its model's name), scaled by the
     store's calibration for this variant (calibrations key by the pipeline's variant names; a
-    variant it did not measure gets the machine's scale, ``streams.calibration.unmeasured_scale``)."""
+    variant it did not measure gets the machine's scale, ``slipstream.streams.calibration.unmeasured_scale``)."""
     prof = store.get(variant.name, hardware) or store.get(slug(variant.model), hardware)
     if prof is None or not store.calibration:
         return prof

@@ -9,7 +9,7 @@ The first call per (subject, schema) and per id blocks on one HTTP round trip (a
 every later one is a dict lookup. Failures raise :class:`RegistryError` naming the URL and the
 registry's answer; a failed id look-up is remembered for ``negative_ttl_s`` (the same error again,
 without a call), so records naming an id the registry does not have cost one call, not one each. Safe
-from several threads (``streams.codec.prefetch`` runs look-ups in threads, off the event loop); one call
+from several threads (``slipstream.streams.codec.prefetch`` runs look-ups in threads, off the event loop); one call
 per id at a time.
 """
 from __future__ import annotations

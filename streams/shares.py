@@ -1,5 +1,5 @@
 """Which variant of a mixed (Loki-style) stage serves a request: one rule, run by the stage workers
-(``agents.control.choose_variant``) and by the estimator (``planner.sim``), so they agree item by item.
+(``slipstream.agents.control.choose_variant``) and by the estimator (``slipstream.planner.sim``), so they agree item by item.
 
 A stage's config routes shares of its items to variants (``StageConfig.routing``, variant -> weight).
 :func:`in_service` says which variants that means; :func:`choose` picks one for a request id: a

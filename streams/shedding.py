@@ -1,6 +1,6 @@
 """Admission by deadline, decided before a record is decoded (issue 40: past capacity). Shared:
-the stage workers judge each record they read with it (``agents.stage.intake``), and the estimator
-judges each simulated arrival with the same code and the same capacity (``planner.sim.gate``).
+the stage workers judge each record they read with it (``slipstream.agents.stage.intake``), and the estimator
+judges each simulated arrival with the same code and the same capacity (``slipstream.planner.sim.gate``).
 
 A Kafka topic is a FIFO queue: past capacity every request waits behind older ones and expires, and
 a pipeline that spends its CPU decoding and dropping that backlog, or running its first stage for
@@ -8,14 +8,14 @@ requests a later stage will drop, serves nothing in time. Two rules, pure, with 
 
 - **expired** (:func:`expired`): a request that cannot finish here by its deadline even served at
   once, alone (``serve_ns``: this stage's batch-1 latency), is dropped with reason ``deadline``.
-  Read from the record's expiry header (``streams.expiry``), so it is answered without decoding.
+  Read from the record's expiry header (``slipstream.streams.expiry``), so it is answered without decoding.
 - **shed** (:class:`SourceGate`, source stage only): the requests admitted so far drain at the
   bottleneck's rate (the slowest stage's capacity in pipeline requests/s, from the planner's hand-off
-  and the replicas in force: ``streams.control_io.planned_capacity_qps``, times this worker's share of
+  and the replicas in force: ``slipstream.streams.control_io.planned_capacity_qps``, times this worker's share of
   the input partitions). A new request is predicted to finish after its own service plus the time the
   admitted requests ahead of it need at that rate; past its deadline it is dropped with reason
   ``shed`` before this stage spends anything on it, and is not counted as ahead of later ones.
-  The same rule as the gateway's 429 (``gateway.shedding``), fed by what a worker sees: the plan's
+  The same rule as the gateway's 429 (``slipstream.gateway.shedding``), fed by what a worker sees: the plan's
   capacity in force instead of answers, the requests it let through instead of those in flight.
   With no capacity known (no hand-off yet) nothing is shed: the workers' deadline drops are the backstop.
 """

@@ -20,7 +20,7 @@ the field path and what was expected; the JSON Schema: ``slipstream validate --s
 The source is the one stage with no incoming edge, the sinks are stages with no outgoing edge.
 ``fanout`` is the mean number of child items per input item and ``probability`` the chance an item
 takes this edge (a conditional branch); the planner uses both, the data plane follows what the
-variant's output actually says (see ``agents.routing``).
+variant's output actually says (see ``slipstream.agents.routing``).
 """
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ from typing import Annotated, Any, Literal, Mapping, Optional
 
 from pydantic import ConfigDict, Field, StringConstraints
 
-from streams.docmodel import Doc, did_you_mean, load_document, read
-from streams.graph import StageGraph, reference_error
-from streams.limits import MAX_REQUEST_BYTES
+from slipstream.streams.docmodel import Doc, did_you_mean, load_document, read
+from slipstream.streams.graph import StageGraph, reference_error
+from slipstream.streams.limits import MAX_REQUEST_BYTES
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
@@ -54,7 +54,7 @@ class Hardware:
 @dataclass(frozen=True)
 class Variant:
     name: str
-    model: str  # key into the model zoo (agents.zoo)
+    model: str  # key into the model zoo (slipstream.agents.zoo)
     accuracy: float
     params: Mapping[str, Any] = field(default_factory=dict)
 

@@ -7,7 +7,7 @@ A case is one record to produce on a pipeline topic, with what the pipeline must
   whose reason names the broken field;
 - ``dead``: a record that cannot be answered (undecodable, no usable id, another pipeline's, a join
   fragment that breaks the contract): a dead letter of it, naming the problem;
-- ``skipped``: a control record that breaks the control topic's rules (``streams.control_rules``):
+- ``skipped``: a control record that breaks the control topic's rules (``slipstream.streams.control_rules``):
   skipped by every worker, which keeps serving.
 
 Every case starts from a valid record; a mutated one has one field replaced by a value of the
@@ -25,9 +25,9 @@ from typing import Any, Callable
 
 from hypothesis import HealthCheck, Phase, given, seed as hseed, settings, strategies as st
 
-import schemas
-from streams import codec, contract
-from streams.control_rules import InvalidControl, check as check_control, check_key
+from slipstream import schemas
+from slipstream.streams import codec, contract
+from slipstream.streams.control_rules import InvalidControl, check as check_control, check_key
 
 LONG = (-(2**63), 2**63 - 1)
 INT = (-(2**31), 2**31 - 1)

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner.problem import Problem, parse_problem
+from slipstream.planner.problem import Problem, parse_problem
 
 CURVES = {"resize-260": {"cpu-1": {"1": 4, "2": 7, "4": 13}},
           "lite0": {"cpu-1": {"1": 15, "2": 27, "4": 52}},

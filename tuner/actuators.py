@@ -2,14 +2,14 @@
 
 - :class:`LocalProcessActuator` runs stage workers as child processes of this host. With
   ``max_instances`` (what ``slipstream up`` and the demo use) a stage's replicas are model instances
-  inside ``streams.placement.layout(n, max_instances).workers`` processes: the replica count itself
+  inside ``slipstream.streams.placement.layout(n, max_instances).workers`` processes: the replica count itself
   reaches the workers through the StageConfig the tuner publishes, and a process starts or stops only
   when the instances no longer fit (no consumer-group rebalance otherwise). Without it every replica is
   a process of its own. Scale-up starts new processes; scale-down stops the *newest* first (the oldest have warm caches and settled partition
   assignments) with SIGTERM, then SIGKILL after ``grace_s``. Exited workers are reaped on every call
   and :meth:`reconcile` replaces them, so a crashed worker comes back.
 - :class:`DryRunActuator` only remembers the counts (``slipstream tuner --dry-run``).
-- ``tuner.k8s.KubernetesActuator`` applies a Deployment's scale subresource (pods of k instances).
+- ``slipstream.tuner.k8s.KubernetesActuator`` applies a Deployment's scale subresource (pods of k instances).
 
 The worker command is a parameter (``argv_for(stage) -> argv``); production passes
 ``slipstream worker --pipeline FILE --stage NAME``.
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence
 
-from streams.placement import layout
-from streams.procs import lifeline
+from slipstream.streams.placement import layout
+from slipstream.streams.procs import lifeline
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class LocalProcessActuator:
         self.grace_s = grace_s
         self._log_dir = log_dir
         # ``env`` adds to this process's environment (prefixes, SLIPSTREAM_PROCESSING, calibration...);
-        # the lifeline stops the workers if this process dies without stopping them (streams.procs)
+        # the lifeline stops the workers if this process dies without stopping them (slipstream.streams.procs)
         self._env, self._pass_fds = lifeline({**os.environ, **(env or {})})
         self.started: list[tuple[str, int]] = []  # (stage, pid) of every worker started, for reports
         self._workers: dict[str, list[Worker]] = {}

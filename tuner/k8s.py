@@ -3,7 +3,7 @@
 A pod is one worker process holding up to ``k`` model instances (``--max-instances k`` in its args,
 its CPU and memory limits ``k`` times the hardware's; ``slipstream.k8s_manifests`` writes both). A
 stage's replica count means the same number of model copies here as with the local actuator: ``n``
-replicas run in ``streams.placement.layout(n, k).workers`` pods, and each pod's worker loads
+replicas run in ``slipstream.streams.placement.layout(n, k).workers`` pods, and each pod's worker loads
 ``layout(n, k).instances`` of them, reading ``n`` from the StageConfig on the control topic.
 
 The tuner alone owns ``spec.replicas`` of the worker Deployments: the generated manifests leave it
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from streams.placement import layout
+from slipstream.streams.placement import layout
 
 FIELD_MANAGER = "slipstream-tuner"
 # The tuner's Role: exactly what KubernetesActuator calls (read and apply the scale subresource).

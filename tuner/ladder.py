@@ -1,9 +1,9 @@
 """Accuracy scaling's arithmetic (Loki): a stage's ladder of variants and the routing shares that give
-up the least accuracy while covering a load. Pure functions; ``tuner.policy.stage_shares`` decides
+up the least accuracy while covering a load. Pure functions; ``slipstream.tuner.policy.stage_shares`` decides
 when to move (at once down the ladder, back up only once quiet).
 
 A loki plan's stage keeps every variant of its ladder loaded in each replica of its pool
-(``planner.capacity.ladders``), so a share change is a routing change (``streams.shares``), not a
+(``slipstream.planner.capacity.ladders``), so a share change is a routing change (``slipstream.streams.shares``), not a
 model load. With shares f_v of the stage's items on n replicas, a replica spends f_v / c_v(i) of a
 second per request/s on variant v at window i (c_v(i): what one replica serves on v there, the
 hand-off's ``window_qps`` per rung), so a mix covers a live envelope r_i when

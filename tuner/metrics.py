@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from tuner.policy import LiveTraffic, ScaleDecision, TunerPlan
+from slipstream.tuner.policy import LiveTraffic, ScaleDecision, TunerPlan
 
 
 class TunerMetrics:
@@ -21,13 +21,13 @@ class TunerMetrics:
         self.down_rate = Gauge("slipstream_tuner_down_rate_requests_per_second", "Peak 5 s rate over the last 30 s",
                                ["pipeline"], **kw)
         self.pace = Gauge("slipstream_tuner_pace", "Each stage's batch service time against the plan's "
-                          "(tuner.pace): its capacity is divided by it", ["pipeline", "stage"], **kw)
+                          "(slipstream.tuner.pace): its capacity is divided by it", ["pipeline", "stage"], **kw)
         self.replicas = Gauge("slipstream_tuner_replicas", "Replicas the tuner wants per stage",
                               ["pipeline", "stage"], **kw)
         self.short = Gauge("slipstream_tuner_replicas_short", "Replicas the live envelope asks beyond the "
                            "most the tuner may run (max_replicas; 0: none short)", ["pipeline", "stage"], **kw)
         self.share = Gauge("slipstream_tuner_routing_share", "Share of a stage's items routed to a variant "
-                           "(stages with a ladder: the tuner's accuracy scaling, tuner.ladder)",
+                           "(stages with a ladder: the tuner's accuracy scaling, slipstream.tuner.ladder)",
                            ["pipeline", "stage", "variant"], **kw)
         self.partitions = Gauge("slipstream_tuner_partitions", "Partitions of the stage input topic",
                                 ["pipeline", "stage"], **kw)
@@ -36,7 +36,7 @@ class TunerMetrics:
         self.cost = Gauge("slipstream_tuner_cost_dollars_per_hour", "Cost per hour of each stage's replicas "
                           "(the latest StageConfig on the control topic)", ["pipeline", "stage"], **kw)
         self.control_invalid = Counter("slipstream_tuner_control_invalid", "Control records skipped as "
-                                       "invalid (streams.control_rules)", ["pipeline"], **kw)
+                                       "invalid (slipstream.streams.control_rules)", ["pipeline"], **kw)
         self.group_lag = Gauge("slipstream_group_lag_records", "Records of a worker role's input topic its "
                                "consumer group has not committed, read from the broker by the tuner "
                                "(known while the role has no pods)", ["pipeline", "stage"], **kw)

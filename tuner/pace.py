@@ -1,6 +1,6 @@
 """How fast the workers run against what the plan assumed: each stage's *pace*.
 
-The plan's capacity (``planner.capacity``, handed over in the ``TunerHandoff``) assumes each batch
+The plan's capacity (``slipstream.planner.capacity``, handed over in the ``TunerHandoff``) assumes each batch
 takes ``service_ms[b - 1]``, the calibrated latency curve at its size ``b``. On a machine that runs
 slower than the hour it was calibrated in (other processes, a slower CPU, cores shared in a burst),
 the replicas serve less than that, and a tuner that believes the plan's numbers scales up late. The
@@ -9,7 +9,7 @@ pace of a stage is the mean, over its batches that finished in the last ``window
     measured service (HopTiming ``finished - started``) / service_ms[b - 1]
 
 (each hop weighs 1 / b, so a batch counts once however many results carry it), read from the
-results topic. ``tuner.policy`` divides the stage's capacity by it (:meth:`TunerPlan.at_pace`).
+results topic. ``slipstream.tuner.policy`` divides the stage's capacity by it (:meth:`TunerPlan.at_pace`).
 It is held to ``[floor, ceiling]``: at 1 by default, a fast hour never makes the tuner trust the
 replicas beyond what the plan was sized for (going below the plan's cost is the planner's call), and
 a ceiling bounds what a wrong measurement can add. Fewer than ``min_batches`` batches say nothing:

@@ -10,13 +10,13 @@
                               {"variant": "yolo-n", "accuracy": 0.55, "share": 0.0, ...}]}, ...]}
 
 It is the TunerHandoff record's shape (``schemas/TunerHandoff.avsc``, which adds ``epoch`` and
-``at_ns``): the planner builds it (``planner.service.handoff_record``) and publishes it on the control
-topic, where the tuner follows it; a file holds the same document. ``windows_s``/``rates_qps`` are the sample trace's envelope (``tuner.envelope.envelope``),
+``at_ns``): the planner builds it (``slipstream.planner.service.handoff_record``) and publishes it on the control
+topic, where the tuner follows it; a file holds the same document. ``windows_s``/``rates_qps`` are the sample trace's envelope (``slipstream.tuner.envelope.envelope``),
 ``mu_qps`` the single-replica throughput at the planned (variant, hardware, batch) and ``visit_ratio``
-the stage's s_m, ``capacity`` what the planned replicas serve (``planner.capacity``; optional) and
+the stage's s_m, ``capacity`` what the planned replicas serve (``slipstream.planner.capacity``; optional) and
 the batch service times that assumes (``service_ms`` by batch size, for ``variant``; the tuner's pace);
 a loki plan's ``ladder`` (optional): the variants the stage's pool keeps loaded, with the plan's
-share and what one replica serves on each (``tuner.ladder``; the tuner's accuracy scaling).
+share and what one replica serves on each (``slipstream.tuner.ladder``; the tuner's accuracy scaling).
 :func:`plan_for_pipeline` builds one from a sample trace and per-stage numbers.
 """
 from __future__ import annotations
@@ -27,10 +27,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from streams.spec import Pipeline
-from tuner.envelope import EnvelopeSnapshot, doubling_windows
-from tuner.ladder import Rung
-from tuner.policy import StagePlan, TunerPlan
+from slipstream.streams.spec import Pipeline
+from slipstream.tuner.envelope import EnvelopeSnapshot, doubling_windows
+from slipstream.tuner.ladder import Rung
+from slipstream.tuner.policy import StagePlan, TunerPlan
 
 
 class PlanFileError(ValueError):

@@ -25,7 +25,7 @@ envelope and lambda = the planned rate):
   replicas to steady traffic); the target is ``max(n_m, max_i k_{m,i})`` over triggering windows.
   At ``n_m = R_m`` and zero slack this is InferLine's Algorithm 3; scaling ``c`` by ``n_m / R_m``
   lets traffic that returns after a scale-down scale back up, which the paper's fixed test misses.
-- **pace**: each stage's capacity is divided by its pace p_m (``tuner.pace``: the workers' batches
+- **pace**: each stage's capacity is divided by its pace p_m (``slipstream.tuner.pace``: the workers' batches
   against the service times the capacity assumed, at least 1), so on a machine running p_m times
   slower than calibrated r_i^plan and lambda are what the replicas serve there (:meth:`TunerPlan.at_pace`).
 - **scale down** (slowly): only after ``quiet_factor x activation_s`` since the last change (up or
@@ -40,7 +40,7 @@ envelope and lambda = the planned rate):
   ``max_replicas`` is reported (``ScaleDecision.short``: the service logs it and sets a gauge), since
   requests past that capacity end as early drops.
 - **accuracy scaling** (Loki: hardware first, then accuracy), for a stage whose hand-off has a ladder
-  (``tuner.ladder``): after the replicas, :func:`stage_shares` moves routing shares to cheaper
+  (``slipstream.tuner.ladder``): after the replicas, :func:`stage_shares` moves routing shares to cheaper
   variants at once when the shares in force do not cover the live envelope on the target replicas,
   the least accuracy that covers it; and back towards the plan's only after the quiet period, as far
   as the envelope of the last ``down_horizon_s`` allows (so the next tick does not move them down
@@ -55,8 +55,8 @@ from typing import Mapping
 
 import numpy as np
 
-from tuner.envelope import EnvelopeSnapshot, EnvelopeTracker, envelope
-from tuner.ladder import Rung, accuracy, covering_shares, mix_load
+from slipstream.tuner.envelope import EnvelopeSnapshot, EnvelopeTracker, envelope
+from slipstream.tuner.ladder import Rung, accuracy, covering_shares, mix_load
 
 NS_PER_S = 1_000_000_000
 _EPS = 1e-9  # ceil(R * (1 + rounding)) must stay R
@@ -146,12 +146,12 @@ class TunerPlan:
 
     def sized_index(self) -> tuple[int, ...]:
         """Per plan window w_i, the plan window whose capacity sizes it: the first >= 2 w_i (the last
-        beyond the grid); :meth:`sized_envelope`, and the ladder's rungs (``tuner.ladder``)."""
+        beyond the grid); :meth:`sized_envelope`, and the ladder's rungs (``slipstream.tuner.ladder``)."""
         ws = self.envelope.windows_s
         return tuple(min(bisect.bisect_left(ws, 2 * w * (1 - _EPS)), len(ws) - 1) for w in ws)
 
     def at_pace(self, pace: Mapping[str, float]) -> "TunerPlan":
-        """This plan with each stage's capacity divided by its pace (``tuner.pace``: how much longer
+        """This plan with each stage's capacity divided by its pace (``slipstream.tuner.pace``: how much longer
         its batches take than the capacity assumed); stages without a capacity, or not in ``pace``,
         as they are."""
         if not pace:
@@ -180,7 +180,7 @@ class TunerConfig:
     rho_mode: str = "per-window"  # per-window | mean
     min_replicas: int = 1
     max_replicas: int = 64
-    share_step: float = 0.05  # routing shares move in multiples of this (tuner.ladder)
+    share_step: float = 0.05  # routing shares move in multiples of this (slipstream.tuner.ladder)
     share_headroom: float = 0.1  # shares that move cover the envelope times 1 + this (stage_shares)
 
     def __post_init__(self) -> None:
@@ -208,7 +208,7 @@ class LiveTraffic:
     envelope: EnvelopeSnapshot  # maxima over windows ending in the last up_horizon_s (plan's windows)
     recent: EnvelopeSnapshot  # the same over the last down_horizon_s
     down_rate_qps: float  # peak down_window_s rate over the last down_horizon_s
-    pace: Mapping[str, float] = field(default_factory=dict)  # per stage (tuner.pace); absent: 1
+    pace: Mapping[str, float] = field(default_factory=dict)  # per stage (slipstream.tuner.pace); absent: 1
 
 
 @dataclass(frozen=True)
@@ -241,7 +241,7 @@ class ShareChange:
     previous: Mapping[str, float]
     shares: Mapping[str, float]
     reason: str  # accuracy-down (the live envelope exceeds the shares in force) | accuracy-up (it subsided)
-    load: float  # the previous shares' load (tuner.ladder.mix_load) against the envelope that moved them
+    load: float  # the previous shares' load (slipstream.tuner.ladder.mix_load) against the envelope that moved them
     accuracy: tuple[float, float]  # the stage's mean accuracy before and after
 
 
@@ -270,7 +270,7 @@ def tracker_windows(plan: TunerPlan, config: "TunerConfig") -> tuple[float, ...]
 def observe(tracker: EnvelopeTracker, plan: TunerPlan, now_ns: int, config: "TunerConfig",
             pace: Mapping[str, float] | None = None) -> LiveTraffic:
     """Read what the policy needs out of a live tracker built with :func:`tracker_windows` (and the
-    workers' ``pace``, ``tuner.pace``)."""
+    workers' ``pace``, ``slipstream.tuner.pace``)."""
     ws = plan.envelope.windows_s
     up = tracker.recent(now_ns, config.up_horizon_s)
     down = tracker.recent(now_ns, config.down_horizon_s)
@@ -346,9 +346,9 @@ def _changes(before: Mapping[str, int], after: Mapping[str, int], reason: str,
 def stage_shares(plan: TunerPlan, stage: StagePlan, shares: Mapping[str, float], replicas: int,
                  live: LiveTraffic, quiet: bool, config: TunerConfig) -> ShareChange | None:
     """Loki's accuracy scaling in the fast loop, for a stage with a ladder running ``shares`` on
-    ``replicas`` replicas: when the shares do not cover the live envelope (``tuner.ladder.mix_load``
+    ``replicas`` replicas: when the shares do not cover the live envelope (``slipstream.tuner.ladder.mix_load``
     > 1), at once the shares that give up the least accuracy below the plan's and cover it
-    (``tuner.ladder.covering_shares``); else, once ``quiet``, those that cover the envelope of the
+    (``slipstream.tuner.ladder.covering_shares``); else, once ``quiet``, those that cover the envelope of the
     last ``down_horizon_s`` when they are more accurate than ``shares`` (back towards the plan's as
     the burst ages out of it). Shares that move cover the envelope times ``1 + share_headroom``: at
     a step the envelope's longer windows fill over seconds, and the queue built meanwhile drains in

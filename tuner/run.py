@@ -4,15 +4,15 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from streams import topics
-from streams.config import KafkaSettings
-from streams.lag import LagReader, stage_groups
-from streams.loops import periodically
-from streams.metrics_http import MetricsAddr
-from streams.spec import Pipeline
-from tuner.pace import PaceConfig
-from tuner.policy import TunerConfig, TunerPlan
-from tuner.service import ServiceSettings, TunerService
+from slipstream.streams import topics
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.lag import LagReader, stage_groups
+from slipstream.streams.loops import periodically
+from slipstream.streams.metrics_http import MetricsAddr
+from slipstream.streams.spec import Pipeline
+from slipstream.tuner.pace import PaceConfig
+from slipstream.tuner.policy import TunerConfig, TunerPlan
+from slipstream.tuner.service import ServiceSettings, TunerService
 
 log = logging.getLogger(__name__)
 
@@ -26,14 +26,14 @@ async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuat
     from the control topic, decisions applied through ``actuator`` and published (unless dry-run).
     ``plan_epoch``: ``plan`` is the planner's hand-off of that epoch (read from the control topic), so
     only later hand-offs replace it. The results topic's hop timings give the workers' pace
-    (``tuner.pace``). Every ``lag_interval_s`` each worker role's consumer lag is read
-    from the broker (``streams.lag``) into ``slipstream_group_lag_records``."""
-    from streams import control_io as kafka_io
-    from tuner.metrics import TunerMetrics
+    (``slipstream.tuner.pace``). Every ``lag_interval_s`` each worker role's consumer lag is read
+    from the broker (``slipstream.streams.lag``) into ``slipstream_group_lag_records``."""
+    from slipstream.streams import control_io as kafka_io
+    from slipstream.tuner.metrics import TunerMetrics
 
     from prometheus_client import CollectorRegistry
 
-    from streams.metrics_http import serve, standard_collectors
+    from slipstream.streams.metrics_http import serve, standard_collectors
 
     registry = CollectorRegistry()  # one per service run: several runs may share a process
     running, endpoint = asyncio.Event(), None

@@ -1,23 +1,23 @@
 """The tuner as a service: feed arrival timestamps to the tracker, decide every ``interval_s``, actuate,
-publish. The arithmetic lives in ``tuner.policy``/``tuner.partitions``; this shell only moves data.
+publish. The arithmetic lives in ``slipstream.tuner.policy``/``slipstream.tuner.partitions``; this shell only moves data.
 
 Order of one scaling action (per changed stage):
 
 1. Scale-up past the topic's partitions: grow the stage input topic first (``target_partitions``),
    so the new consumers have partitions to take. Consumers are worker processes: with
-   ``max_instances`` set, replicas are instances inside ``streams.placement.layout`` workers and the
+   ``max_instances`` set, replicas are instances inside ``slipstream.streams.placement.layout`` workers and the
    topic grows only when the worker count does (growing it is itself a rebalance).
 2. Ask the actuator for the new count (in a thread: stopping a worker may wait its grace period).
 3. Publish a ``StageConfig`` (the stage's latest config with the new replicas/partitions, ``reason``;
-   its epoch is its offset on the control topic, the written field ``streams.control_rules.next_epoch``) to the control topic and a ``ScalingAction`` to the scaling topic.
+   its epoch is its offset on the control topic, the written field ``slipstream.streams.control_rules.next_epoch``) to the control topic and a ``ScalingAction`` to the scaling topic.
 
-A share change (``tuner.policy.stage_shares``, a stage with a ladder) is the same ``StageConfig``
+A share change (``slipstream.tuner.policy.stage_shares``, a stage with a ladder) is the same ``StageConfig``
 with the new ``routing`` (every variant of the latest config's routing still named, so the workers
 keep them loaded and apply the shares at a window boundary with no model load), published in the
 tick that decided it, with the tick's replica change when there is one; it grows no partition and
 has no ``ScalingAction`` (its record is the StageConfig).
 
-The workers' pace (``tuner.pace``) comes from the results topic's hop timings (:meth:`on_result`)
+The workers' pace (``slipstream.tuner.pace``) comes from the results topic's hop timings (:meth:`on_result`)
 and scales the plan's capacity at every decision. Kafka I/O (where timestamps and results come from,
 where records go) is injected: ``tuner.control_io`` binds it to
 the broker, tests bind it to lists.
@@ -32,18 +32,18 @@ from typing import AsyncIterator, Awaitable, Callable, Mapping
 
 import numpy as np
 
-from streams import topics
-from streams.control_rules import next_epoch
-from streams.placement import layout
-from streams.loops import periodically
-from streams.spec import Pipeline
-from tuner import planfile
-from tuner.actuators import Actuator
-from tuner.envelope import EnvelopeTracker
-from tuner.metrics import TunerMetrics
-from tuner.pace import PaceConfig, PaceTracker, expected_service
-from tuner.partitions import target_partitions
-from tuner.policy import (ScaleDecision, ShareChange, StageChange, TunerConfig, TunerPlan, TunerState, decide,
+from slipstream.streams import topics
+from slipstream.streams.control_rules import next_epoch
+from slipstream.streams.placement import layout
+from slipstream.streams.loops import periodically
+from slipstream.streams.spec import Pipeline
+from slipstream.tuner import planfile
+from slipstream.tuner.actuators import Actuator
+from slipstream.tuner.envelope import EnvelopeTracker
+from slipstream.tuner.metrics import TunerMetrics
+from slipstream.tuner.pace import PaceConfig, PaceTracker, expected_service
+from slipstream.tuner.partitions import target_partitions
+from slipstream.tuner.policy import (ScaleDecision, ShareChange, StageChange, TunerConfig, TunerPlan, TunerState, decide,
                           observe, tracker_windows)
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ GrowPartitions = Callable[[str, int], Awaitable[int]]  # (topic, count) -> count
 class ServiceSettings:
     # a burst is seen (and answered) within one interval: deciding costs well under a millisecond
     interval_s: float = 0.1
-    # hold-back for out-of-order timestamps; none for ``streams.control_io.KafkaArrivals``, whose
+    # hold-back for out-of-order timestamps; none for ``slipstream.streams.control_io.KafkaArrivals``, whose
     # timestamps come from successive offset snapshots and are in order by construction
     reorder_s: float = 0.0
     partition_headroom: float = 1.5

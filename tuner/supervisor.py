@@ -1,7 +1,7 @@
 """`slipstream up`: run a pipeline's initial plan as local worker processes and the tuner on top.
 
 The supervisor starts the planned replica count of every stage through a
-:class:`~tuner.actuators.LocalProcessActuator`, then runs the tuner service (which resizes through the
+:class:`~slipstream.tuner.actuators.LocalProcessActuator`, then runs the tuner service (which resizes through the
 same actuator) and, every ``reconcile_s``, replaces workers that died on their own. On stop (signal
 or a failed tuner) it stops every worker it started: SIGTERM, then SIGKILL after the grace period.
 The initial counts come from the caller (the planner's plan; the CLI falls back to the spec defaults).
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable, Mapping, Sequence
 
-from streams.placement import cores_left
-from streams.procs import worker_argv
-from tuner.actuators import LocalProcessActuator
+from slipstream.streams.placement import cores_left
+from slipstream.streams.procs import worker_argv
+from slipstream.tuner.actuators import LocalProcessActuator
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from agents.models.efficientnet import JSON_TYPE, top_k_json
-from agents.preprocess import decode_image, encode_png, synthetic_image
-from streams.executor import Emit, ItemOutput
+from slipstream.agents.models.efficientnet import JSON_TYPE, top_k_json
+from slipstream.agents.preprocess import decode_image, encode_png, synthetic_image
+from slipstream.streams.executor import Emit, ItemOutput
 
 NPY_TYPE = "application/x-npy"
 RAW_TYPE = "application/octet-stream"

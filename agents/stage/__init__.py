@@ -1,4 +1,4 @@
-"""The parts of one stage worker (``agents.worker.StageWorker``), one concern each.
+"""The parts of one stage worker (``slipstream.agents.worker.StageWorker``), one concern each.
 
 - ``intake``: records handed over by faust's consumer, admitted onto the window planner's queue; the
   bound on what is held (back-pressure);
@@ -10,10 +10,10 @@
 - ``fleet``: the model instances a config needs, loaded and warmed beside serving, hung ones replaced;
 - ``rebalance``: partitions revoked or assigned.
 
-Each part is a mixin of :class:`~agents.worker.StageWorker`: it holds no state of its own beyond what
+Each part is a mixin of :class:`~slipstream.agents.worker.StageWorker`: it holds no state of its own beyond what
 ``StageWorker.__init__`` sets, and its docstring names the attributes it owns and those it reads.
 """
 import logging
 
 # one logger for the whole worker, whichever part speaks (the name it has always had)
-log = logging.getLogger("agents.worker")
+log = logging.getLogger("slipstream.agents.worker")

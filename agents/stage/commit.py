@@ -1,6 +1,6 @@
 """Commit: a window's outputs produced together, their delivery awaited, then its inputs acked (faust
 commits one past the done prefix) or, with exactly-once, outputs and offsets committed in one Kafka
-transaction per input partition (``agents.transactions``).
+transaction per input partition (``slipstream.agents.transactions``).
 
 Owns the producer settings of a window's burst, ``delivery`` (at least once) and the use of ``txns``
 (exactly-once), ``acks`` (what is done, in offset order per partition) and ``backlog`` (windows
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents import routing
-from agents.acks import AckTracker
-from agents.backlog import Backlog, out_bytes
-from agents.transactions import PartitionTransactions
-from agents.window import Item
+from slipstream.agents import routing
+from slipstream.agents.acks import AckTracker
+from slipstream.agents.backlog import Backlog, out_bytes
+from slipstream.agents.transactions import PartitionTransactions
+from slipstream.agents.window import Item
 
 # A window's outputs are sent in one burst; the linger only has to cover the burst, and a producer
 # batch (per partition) holds a whole window of small records, so a window is one produce request per
@@ -29,7 +29,7 @@ class Commit:
     txns: PartitionTransactions | None
 
     def committable(self, tp: Any) -> int | None:
-        """The offset faust commits for ``tp`` (``agents.intake``): one past the done prefix; None
+        """The offset faust commits for ``tp`` (``slipstream.agents.intake``): one past the done prefix; None
         with exactly-once, where each window's transaction commits its offsets."""
         return None if self.txns is not None else self.acks.committable({tp}).get(tp)
 
@@ -46,7 +46,7 @@ class Commit:
     async def _deliver(self, entries: list[tuple[Any, int, list]]) -> None:
         """Deliver each input's outputs ((out, item) pairs) and ack the inputs: at least once (every
         output in Kafka, then the acks), or exactly once (outputs and offsets in one transaction per
-        partition, in offset order; ``agents.transactions``), counted in the backlog meanwhile."""
+        partition, in offset order; ``slipstream.agents.transactions``), counted in the backlog meanwhile."""
         held = self.backlog.add(out_bytes(o for _, _, rs in entries for o, _ in rs))
         self.metrics.lab(self.metrics.backlog).set(self.backlog.windows)
         self._update_room()
@@ -59,7 +59,7 @@ class Commit:
             self._wake.set()
 
     async def _deliver_and_ack(self, entries: list[tuple[Any, int, list]]) -> None:
-        if self.txns is None:  # faust commits the done prefix (``agents.intake``, :meth:`committable`)
+        if self.txns is None:  # faust commits the done prefix (``slipstream.agents.intake``, :meth:`committable`)
             owner = [k for k, (_, _, rs) in enumerate(entries) for _ in rs]
             lost = {owner[i] for i in await self.delivery.settle(
                 await self.delivery.send_all([r for _, _, rs in entries for r in rs]))}

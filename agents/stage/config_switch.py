@@ -2,7 +2,7 @@
 in force only at a window boundary (the batch loop calls :meth:`ConfigSwitch._apply_pending_config`).
 
 At start (:meth:`ConfigSwitch._initial_config`) the worker takes the newest config of its stage the
-control topic held (``agents.app.ControlFeed`` reads it to its end first) and loads only that one:
+control topic held (``slipstream.agents.app.ControlFeed`` reads it to its end first) and loads only that one:
 compaction keeps the latest record per stage only eventually, and a worker that walked the older ones
 loaded model after model while it already counted as ready.
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from agents.control import ActiveConfig, accept
-from agents.instances import Fleet
-from agents.stage import log
-from streams.timeline import mark
+from slipstream.agents.control import ActiveConfig, accept
+from slipstream.agents.instances import Fleet
+from slipstream.agents.stage import log
+from slipstream.streams.timeline import mark
 
 
 class ConfigSwitch:

@@ -1,4 +1,4 @@
-"""Fleet: the model instances a config needs (``agents.instances``, ``streams.placement``), each with an
+"""Fleet: the model instances a config needs (``slipstream.agents.instances``, ``slipstream.streams.placement``), each with an
 executor per variant the config names (``ActiveConfig.loaded``: a loki stage's ladder too).
 
 Owns ``fleet`` (the instances serving now and each variant's accuracy and latency predictor), the
@@ -18,14 +18,14 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from agents.control import ActiveConfig
-from agents.executors import check_digest, pinned
-from agents.instances import Fleet, Instance, VariantState, new_instance, warmup_curve
-from agents.stage import log
-from streams import placement
-from streams.latency import LatencyCurve, RecentLatency
-from streams.profile_store import lookup
-from streams.timeline import mark
+from slipstream.agents.control import ActiveConfig
+from slipstream.agents.executors import check_digest, pinned
+from slipstream.agents.instances import Fleet, Instance, VariantState, new_instance, warmup_curve
+from slipstream.agents.stage import log
+from slipstream.streams import placement
+from slipstream.streams.latency import LatencyCurve, RecentLatency
+from slipstream.streams.profile_store import lookup
+from slipstream.streams.timeline import mark
 
 
 class FleetKeeper:

@@ -1,7 +1,7 @@
-"""Intake: the records faust's consumer hands over (``agents.intake``), admitted in one go.
+"""Intake: the records faust's consumer hands over (``slipstream.agents.intake``), admitted in one go.
 
 Owns ``_intake`` (the fetches not yet looked at), ``_intake_n``, ``room`` (set while the worker
-takes more records) and ``gate`` (``streams.shedding``: what is dropped by its deadline before it is
+takes more records) and ``gate`` (``slipstream.streams.shedding``: what is dropped by its deadline before it is
 decoded, and at the source stage what the bottleneck cannot serve in time). Reads the planner's queue,
 the backlog and the fleet's pace (they bound what is held); sends refused requests, drops and dead
 letters through ``commit``.
@@ -16,30 +16,30 @@ import asyncio
 import time
 from typing import Any
 
-from agents import routing
-from agents.admission import admit
-from agents.delivery import dead_letter
-from streams.shedding import SourceGate
-from agents.stage import log
-from streams import control_io
-from streams.batching import NS_PER_MS
+from slipstream.agents import routing
+from slipstream.agents.admission import admit
+from slipstream.agents.delivery import dead_letter
+from slipstream.streams.shedding import SourceGate
+from slipstream.agents.stage import log
+from slipstream.streams import control_io
+from slipstream.streams.batching import NS_PER_MS
 
 # Records read but not yet in a window (intake and queue): above this, the consumer waits before it
-# hands over the next fetch (``agents.intake``), as faust's stream buffer (4,096) made it wait.
+# hands over the next fetch (``slipstream.agents.intake``), as faust's stream buffer (4,096) made it wait.
 MAX_QUEUED = 4096
 
 
 class Intake:
     _intake: list  # (tp, records, received_ns) per fetch since the batch loop last looked
     _intake_n: int  # records on it
-    room: asyncio.Event  # set while fewer than MAX_QUEUED records wait (agents.intake)
+    room: asyncio.Event  # set while fewer than MAX_QUEUED records wait (slipstream.agents.intake)
     gate: SourceGate
     plan_in_force: control_io.PlanInForce  # the source stage's: the capacity its gate drains at
     input_share: float  # of the input topic's partitions, assigned to this worker
     _pace_ns: int  # predicted time a queued item takes, one instance serving full batches (0: unknown)
 
     def on_records(self, tp: Any, records: list) -> None:
-        """One partition's records of one fetch (``agents.intake``: faust's consumer hands them over
+        """One partition's records of one fetch (``slipstream.agents.intake``: faust's consumer hands them over
         in one call): only put them on the intake list. Decoding, checks, metrics and the ack tracker
         work on everything read so far at once (:meth:`_read_intake`)."""
         self._intake.append((tp, records, time.time_ns()))
@@ -72,7 +72,7 @@ class Intake:
         return min(v.predictor.predict_ns(1) for v in vs)
 
     def _read_intake(self) -> None:
-        """Admit every record read since the last call (``agents.admission``): valid requests onto the
+        """Admit every record read since the last call (``slipstream.agents.admission``): valid requests onto the
         window planner's queue; requests that break the contract answered with an error result;
         undecodable or oversize records, and those that cannot be answered, to the dead-letter topic."""
         if not self._intake:
@@ -97,7 +97,7 @@ class Intake:
             self._drop_unserved(got.dropped, now)
 
     def on_plan(self, kind: str, rec: dict) -> None:
-        """A checked control record (the source stage's ``agents.app.ControlFeed``): the plan in force."""
+        """A checked control record (the source stage's ``slipstream.agents.app.ControlFeed``): the plan in force."""
         self.plan_in_force.add(kind, rec)
         self._set_gate_rate()
 

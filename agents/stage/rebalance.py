@@ -6,9 +6,9 @@ what they finished; on assignment it opens the partitions' transactional produce
 """
 from __future__ import annotations
 
-from streams.timeline import mark
+from slipstream.streams.timeline import mark
 
-from agents.stage import log
+from slipstream.agents.stage import log
 
 
 class Rebalance:
@@ -16,7 +16,7 @@ class Rebalance:
         """Before partitions move: forget read and queued (unprocessed, unacked) items of the revoked
         ones (Kafka redelivers them to their new owner), let the windows in progress finish, wait until
         every processed window is delivered and acked, and commit their offsets, so the new owner starts
-        right after the work done here (see ``agents.acks`` for why faust's own commit cannot)."""
+        right after the work done here (see ``slipstream.agents.acks`` for why faust's own commit cannot)."""
         mark("revoked", partitions=len(revoked))
         self._intake = [f for f in self._intake if f[0] not in revoked]
         self._intake_n = sum(len(f[1]) for f in self._intake)

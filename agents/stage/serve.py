@@ -1,21 +1,21 @@
-"""Serve: one window worked off on one model instance, as ``streams.batching`` describes.
+"""Serve: one window worked off on one model instance, as ``slipstream.streams.batching`` describes.
 
 Owns the model runs: the split by variant and accuracy floor, sub-batches and deadline drops
-(``agents.window``), each run's hand-off to the instance's thread under its deadline
-(``agents.instances.run_bounded``; a run past it hands the instance to ``fleet``), the executor's
+(``slipstream.agents.window``), each run's hand-off to the instance's thread under its deadline
+(``slipstream.agents.instances.run_bounded``; a run past it hands the instance to ``fleet``), the executor's
 input checks, and the run's metrics and predictor update. Owns nothing between windows.
 """
 from __future__ import annotations
 
 import time
 
-from agents import routing
-from agents.instances import Instance, RunPastDeadline, VariantState, run_bounded
-from agents.metrics import observe_many
-from agents.stage import log
-from agents.window import Item, batch_outputs, split_variants, sub_batch
-from streams import batching, contract
-from streams.executor import Executor
+from slipstream.agents import routing
+from slipstream.agents.instances import Instance, RunPastDeadline, VariantState, run_bounded
+from slipstream.agents.metrics import observe_many
+from slipstream.agents.stage import log
+from slipstream.agents.window import Item, batch_outputs, split_variants, sub_batch
+from slipstream.streams import batching, contract
+from slipstream.streams.executor import Executor
 
 
 class Serve:

@@ -1,4 +1,4 @@
-"""Windows: the batch loop around :class:`agents.window.WindowPlanner`, and the windows in flight.
+"""Windows: the batch loop around :class:`slipstream.agents.window.WindowPlanner`, and the windows in flight.
 
 Owns ``planner`` (the queue and the decision when to take a window), ``_wake`` (an arrival, a free
 instance or a new config) and ``_inflight`` (windows and dead letters being delivered and acked). A
@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from agents import routing
-from agents.instances import Instance
-from agents.stage import log
-from agents.window import Item, Take, WindowPlanner, failed
-from streams import batching, codec
+from slipstream.agents import routing
+from slipstream.agents.instances import Instance
+from slipstream.agents.stage import log
+from slipstream.agents.window import Item, Take, WindowPlanner, failed
+from slipstream.streams import batching, codec
 
 
 class Windows:
@@ -22,7 +22,7 @@ class Windows:
     _inflight: set[asyncio.Future]
 
     async def run_batches(self) -> None:
-        """The shell around :class:`agents.window.WindowPlanner`: read what arrived, apply a pending
+        """The shell around :class:`slipstream.agents.window.WindowPlanner`: read what arrived, apply a pending
         config (a window boundary), take a window when the planner says so, else sleep until it is due
         or something changes (an arrival, a free instance, a config)."""
         while True:
@@ -73,7 +73,7 @@ class Windows:
     async def answer(self, inst: Instance, window: list[Item], s: batching.BatchSettings) -> list:
         """(records, item) for every item of ``window``. A window that fails (a bug: model errors
         and contract breaches are error results already) keeps what it answered; the rest are served
-        again one by one, so only the item that fails alone ends as an error (``agents.window.failed``)."""
+        again one by one, so only the item that fails alone ends as an error (``slipstream.agents.window.failed``)."""
         answers: list[tuple[list[routing.Out], Item]] = []
         try:
             await self.work_off(inst, self.fleet.variants, window, s, answers)

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from gateway.grpc_v2 import grpc_predict_v2_pb2 as gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2
+from slipstream.gateway.grpc_v2 import grpc_predict_v2_pb2 as slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in gateway/grpc_v2/grpc_predict_v2_pb2_grpc.py depends on'
+        + ' but the generated code in slipstream/gateway/grpc_v2/grpc_predict_v2_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,33 +36,33 @@ class GRPCInferenceServiceStub:
         """
         self.ServerLive = channel.unary_unary(
                 '/inference.GRPCInferenceService/ServerLive',
-                request_serializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerLiveRequest.SerializeToString,
-                response_deserializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerLiveResponse.FromString,
+                request_serializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerLiveRequest.SerializeToString,
+                response_deserializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerLiveResponse.FromString,
                 _registered_method=True)
         self.ServerReady = channel.unary_unary(
                 '/inference.GRPCInferenceService/ServerReady',
-                request_serializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerReadyRequest.SerializeToString,
-                response_deserializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerReadyResponse.FromString,
+                request_serializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerReadyRequest.SerializeToString,
+                response_deserializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerReadyResponse.FromString,
                 _registered_method=True)
         self.ModelReady = channel.unary_unary(
                 '/inference.GRPCInferenceService/ModelReady',
-                request_serializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelReadyRequest.SerializeToString,
-                response_deserializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelReadyResponse.FromString,
+                request_serializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelReadyRequest.SerializeToString,
+                response_deserializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelReadyResponse.FromString,
                 _registered_method=True)
         self.ServerMetadata = channel.unary_unary(
                 '/inference.GRPCInferenceService/ServerMetadata',
-                request_serializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerMetadataRequest.SerializeToString,
-                response_deserializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerMetadataResponse.FromString,
+                request_serializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerMetadataRequest.SerializeToString,
+                response_deserializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerMetadataResponse.FromString,
                 _registered_method=True)
         self.ModelMetadata = channel.unary_unary(
                 '/inference.GRPCInferenceService/ModelMetadata',
-                request_serializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelMetadataRequest.SerializeToString,
-                response_deserializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelMetadataResponse.FromString,
+                request_serializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelMetadataRequest.SerializeToString,
+                response_deserializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelMetadataResponse.FromString,
                 _registered_method=True)
         self.ModelInfer = channel.unary_unary(
                 '/inference.GRPCInferenceService/ModelInfer',
-                request_serializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferRequest.SerializeToString,
-                response_deserializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferResponse.FromString,
+                request_serializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferRequest.SerializeToString,
+                response_deserializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferResponse.FromString,
                 _registered_method=True)
 
 
@@ -110,33 +110,33 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'ServerLive': grpc.unary_unary_rpc_method_handler(
                     servicer.ServerLive,
-                    request_deserializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerLiveRequest.FromString,
-                    response_serializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerLiveResponse.SerializeToString,
+                    request_deserializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerLiveRequest.FromString,
+                    response_serializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerLiveResponse.SerializeToString,
             ),
             'ServerReady': grpc.unary_unary_rpc_method_handler(
                     servicer.ServerReady,
-                    request_deserializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerReadyRequest.FromString,
-                    response_serializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerReadyResponse.SerializeToString,
+                    request_deserializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerReadyRequest.FromString,
+                    response_serializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerReadyResponse.SerializeToString,
             ),
             'ModelReady': grpc.unary_unary_rpc_method_handler(
                     servicer.ModelReady,
-                    request_deserializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelReadyRequest.FromString,
-                    response_serializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelReadyResponse.SerializeToString,
+                    request_deserializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelReadyRequest.FromString,
+                    response_serializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelReadyResponse.SerializeToString,
             ),
             'ServerMetadata': grpc.unary_unary_rpc_method_handler(
                     servicer.ServerMetadata,
-                    request_deserializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerMetadataRequest.FromString,
-                    response_serializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerMetadataResponse.SerializeToString,
+                    request_deserializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerMetadataRequest.FromString,
+                    response_serializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerMetadataResponse.SerializeToString,
             ),
             'ModelMetadata': grpc.unary_unary_rpc_method_handler(
                     servicer.ModelMetadata,
-                    request_deserializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelMetadataRequest.FromString,
-                    response_serializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelMetadataResponse.SerializeToString,
+                    request_deserializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelMetadataRequest.FromString,
+                    response_serializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelMetadataResponse.SerializeToString,
             ),
             'ModelInfer': grpc.unary_unary_rpc_method_handler(
                     servicer.ModelInfer,
-                    request_deserializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferRequest.FromString,
-                    response_serializer=gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferResponse.SerializeToString,
+                    request_deserializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferRequest.FromString,
+                    response_serializer=slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -164,8 +164,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/ServerLive',
-            gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerLiveRequest.SerializeToString,
-            gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerLiveResponse.FromString,
+            slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerLiveRequest.SerializeToString,
+            slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerLiveResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -191,8 +191,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/ServerReady',
-            gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerReadyRequest.SerializeToString,
-            gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerReadyResponse.FromString,
+            slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerReadyRequest.SerializeToString,
+            slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerReadyResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -218,8 +218,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/ModelReady',
-            gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelReadyRequest.SerializeToString,
-            gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelReadyResponse.FromString,
+            slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelReadyRequest.SerializeToString,
+            slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelReadyResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -245,8 +245,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/ServerMetadata',
-            gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerMetadataRequest.SerializeToString,
-            gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerMetadataResponse.FromString,
+            slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerMetadataRequest.SerializeToString,
+            slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ServerMetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -272,8 +272,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/ModelMetadata',
-            gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelMetadataRequest.SerializeToString,
-            gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelMetadataResponse.FromString,
+            slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelMetadataRequest.SerializeToString,
+            slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelMetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -299,8 +299,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/ModelInfer',
-            gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferRequest.SerializeToString,
-            gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferResponse.FromString,
+            slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferRequest.SerializeToString,
+            slipstream_dot_gateway_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,10 +1,10 @@
-"""Bytes the tuner and the planner service read per arrival (``python -m loadgen.bench.arrivals``).
+"""Bytes the tuner and the planner service read per arrival (``python -m slipstream.loadgen.bench.arrivals``).
 
 For each payload size, ``n`` requests are produced at ``rate_qps`` to a fresh input topic while a reader
 follows it; the figure is the bytes the reader's Kafka connections received, divided by the arrivals
 it reported. Two readers, each alone in its run:
 
-- ``offsets``: ``streams.control_io.KafkaArrivals``, what the tuner and the planner service use
+- ``offsets``: ``slipstream.streams.control_io.KafkaArrivals``, what the tuner and the planner service use
   (end offsets every ``poll_ms``, plus the control topic);
 - ``records``: the previous way, a group-less consumer fetching the input topic's records to read
   their timestamps.
@@ -20,10 +20,10 @@ import time
 import uuid
 from contextlib import contextmanager
 
-from streams import admin, client, kafka as kclient, topics
-from streams.config import KafkaSettings
-from streams.control_io import KafkaArrivals
-from streams.topics import TopicSpec
+from slipstream.streams import admin, client, kafka as kclient, topics
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.control_io import KafkaArrivals
+from slipstream.streams.topics import TopicSpec
 
 MAX_MESSAGE = str(4 * 1024 * 1024)
 
@@ -125,7 +125,7 @@ def format_rows(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # python -m loadgen.bench.arrivals [N] [RATE]
+if __name__ == "__main__":  # python -m slipstream.loadgen.bench.arrivals [N] [RATE]
     a = sys.argv[1:]
     print(format_rows(run(KafkaSettings.from_env(), int(a[0]) if a else 100,
                           float(a[1]) if len(a) > 1 else 50.0)))

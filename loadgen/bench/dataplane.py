@@ -1,7 +1,7 @@
 """Data-plane benchmark (`slipstream bench dataplane`), against the real broker, in one run:
 
 1. added latency per hop of a 3-stage no-op pipeline (stage workers) against a plain aiokafka
-   consume -> produce relay chain of the same length (``loadgen.bench.relay``), p50/p99, same open-loop
+   consume -> produce relay chain of the same length (``slipstream.loadgen.bench.relay``), p50/p99, same open-loop
    request stream (Poisson, fixed seed). Measured per hop, not divided: a hop is from the moment the
    previous hop produced (the client's send for the first) to the moment this one produces, i.e. one
    Kafka transit plus the worker's time; stage workers report these in their ``HopTiming``s
@@ -9,9 +9,9 @@
    transits: the 4th, from the last hop to the client's consumer, is reported on its own
    (``delivery``), as is the end-to-end time;
 2. msgs/s of one no-op stage worker against one relay, draining the same backlog;
-3. the executor's throughput against onnxruntime called directly (``loadgen.bench.executor``).
+3. the executor's throughput against onnxruntime called directly (``slipstream.loadgen.bench.executor``).
 
-Stage workers run in both processing modes (``streams.config``) in the same run, the rounds
+Stage workers run in both processing modes (``slipstream.streams.config``) in the same run, the rounds
 interleaved: at-least-once (the ``stage`` figures) and exactly-once (``eos``: each window's outputs
 and offsets in one transaction; its readers, the next stage and the client's consumer, read committed
 only, so a hop's figure includes waiting for the previous hop's commit).
@@ -35,13 +35,13 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from loadgen.bench.relay import RELAY_HEADER
-from streams import admin, codec, kafka as kclient, topics
-from streams.client import make_request
-from streams.config import AT_LEAST_ONCE, EXACTLY_ONCE, KafkaSettings
-from streams.procs import ReadyProcess, worker_argv
-from streams.spec import load_pipeline
-from streams.topics import TopicSpec
+from slipstream.loadgen.bench.relay import RELAY_HEADER
+from slipstream.streams import admin, codec, kafka as kclient, topics
+from slipstream.streams.client import make_request
+from slipstream.streams.config import AT_LEAST_ONCE, EXACTLY_ONCE, KafkaSettings
+from slipstream.streams.procs import ReadyProcess, worker_argv
+from slipstream.streams.spec import load_pipeline
+from slipstream.streams.topics import TopicSpec
 
 RELAY_READY = re.compile(r"relay ready")
 MODES = {"stage": AT_LEAST_ONCE, "eos": EXACTLY_ONCE}  # figure prefix -> SLIPSTREAM_PROCESSING
@@ -87,7 +87,7 @@ def stage_hop_ends(msg) -> tuple[str, int, list[int]]:
 
 
 def relay_hop_ends(msg) -> tuple[str, int, list[int]]:
-    """The same for a request relayed by ``loadgen.bench.relay``: the produce times in its headers."""
+    """The same for a request relayed by ``slipstream.loadgen.bench.relay``: the produce times in its headers."""
     req = codec.decode("InferenceRequest", msg.value)
     ends = [int(v) for k, v in (msg.headers or ()) if k == RELAY_HEADER]
     return req["request_id"], req["created_ns"], ends
@@ -201,7 +201,7 @@ def run(settings: KafkaSettings, n_latency: int = 400, rate_qps: float = 100.0, 
         workers = [ReadyProcess(worker_argv(Path(tmp) / f"{pipes[who].name}.yaml", f"s{i}", "warn"),
                                 env={**env, "SLIPSTREAM_PROCESSING": mode}, name=f"{who}-s{i}")
                    for who, mode in MODES.items() for i in range(3)]
-        relays = [ReadyProcess([sys.executable, "-m", "loadgen.bench.relay", relay_topics[i],
+        relays = [ReadyProcess([sys.executable, "-m", "slipstream.loadgen.bench.relay", relay_topics[i],
                                 relay_topics[i + 1], f"relay-{tag}-{i}"], RELAY_READY, env, f"relay{i}")
                   for i in range(3)]
         try:
@@ -242,7 +242,7 @@ def run(settings: KafkaSettings, n_latency: int = 400, rate_qps: float = 100.0, 
             src, dst = f"tput-{tag}-{r}-a", f"tput-{tag}-{r}-b"
             asyncio.run(admin.ensure_topics(settings, [TopicSpec(src, 1), TopicSpec(dst, 1)]))
             tput_r.append(_throughput(settings, p1, src, dst, n_throughput, lambda: ReadyProcess(
-                [sys.executable, "-m", "loadgen.bench.relay", src, dst, f"relay-t-{tag}-{r}"],
+                [sys.executable, "-m", "slipstream.loadgen.bench.relay", src, dst, f"relay-t-{tag}-{r}"],
                 RELAY_READY, env, "relay")))
         out["throughput"] = {f"{who}_msgs_per_s": statistics.median(v) for who, v in tput.items()}
         out["throughput"]["relay_msgs_per_s"] = statistics.median(tput_r)
@@ -307,9 +307,9 @@ def profile(settings: KafkaSettings, out: str, n: int = 30000, max_batch: int = 
             worker.stop()
 
 
-if __name__ == "__main__":  # python -m loadgen.bench.dataplane profile OUT [N] [PY_SPY]
+if __name__ == "__main__":  # python -m slipstream.loadgen.bench.dataplane profile OUT [N] [PY_SPY]
     if sys.argv[1:2] != ["profile"] or len(sys.argv) < 3:
-        sys.exit("usage: python -m loadgen.bench.dataplane profile OUT [N] [PY_SPY]")
+        sys.exit("usage: python -m slipstream.loadgen.bench.dataplane profile OUT [N] [PY_SPY]")
     a = sys.argv[2:]
     r = profile(KafkaSettings.from_env(), a[0], int(a[1]) if len(a) > 1 else 30000,
                 py_spy=a[2] if len(a) > 2 else "py-spy")

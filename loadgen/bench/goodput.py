@@ -3,11 +3,11 @@
 Clockwork and its successors show one figure for overload: goodput (requests answered within the
 SLO, per second) against offered load. A system that holds its goodput past the knee refuses the
 excess fast; one that collapses spends its CPU on requests that expire anyway. Each point here is a
-live run (``loadgen.live.run.live_run``: plan from the trace's first ``plan_s`` seconds, the planned
+live run (``slipstream.loadgen.live.run.live_run``: plan from the trace's first ``plan_s`` seconds, the planned
 workers, an open-loop replay to the input topic, or through a gateway process, where the excess is
 answered 429) at ``factor x knee`` requests/s, Poisson arrivals, or a
 step from half the knee to that rate. Every run reports what the processes on the host spent
-(``loadgen.cpu``): the load generator shares the host with the pipeline.
+(``slipstream.loadgen.cpu``): the load generator shares the host with the pipeline.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from loadgen.live.run import LiveOptions, live_run
+from slipstream.loadgen.live.run import LiveOptions, live_run
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def sweep(pipe, pipeline_file: str, store, *, knee_qps: float, factors: Sequence
     """One live run per (factor, path, mode), modes named as compare-live names them (``milp+tuner``)."""
     from dataclasses import replace
 
-    from loadgen.traces import trace_arrivals
+    from slipstream.loadgen.traces import trace_arrivals
 
     rows = []
     for f in factors:

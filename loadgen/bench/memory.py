@@ -1,6 +1,6 @@
 """Memory per worker kind (`slipstream bench memory`): the resident set of a ready worker process.
 
-Each worker is started as `slipstream worker` starts it (``streams.procs.worker_argv``), against the
+Each worker is started as `slipstream worker` starts it (``slipstream.streams.procs.worker_argv``), against the
 real broker, and measured once it prints its ready line: its model loaded and warmed at batch 1 and
 its max batch. Read from ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``: the peak, loading included)
 and ``/proc/<pid>/maps`` (whether ``libtorch`` is mapped into the process: an ONNX worker must not
@@ -12,11 +12,11 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from streams import admin, topics
-from streams.assets import deploy_dir
-from streams.config import KafkaSettings
-from streams.procs import ReadyProcess, worker_argv
-from streams.spec import load_pipeline
+from slipstream.streams import admin, topics
+from slipstream.streams.assets import deploy_dir
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.procs import ReadyProcess, worker_argv
+from slipstream.streams.spec import load_pipeline
 
 PIPELINES = deploy_dir() / "pipelines"
 # (pipeline file, stage, what it serves): one worker of each kind the repo ships

@@ -6,7 +6,7 @@ Three measurements, each printed with the machine and commit:
    (2,100 configs), median of ``repeats`` solves per solver (HiGHS, CBC).
 2. Estimator speed: ``sim_seconds`` of Poisson arrivals at ``sim_rate`` qps through a 4-stage chain
    under the plan milp makes for it; simulated requests (and request-stage visits) per wall second,
-   as ``simulate`` runs it by default (stage by stage, ``planner.sim.stagewise``) and, on the same
+   as ``simulate`` runs it by default (stage by stage, ``slipstream.planner.sim.stagewise``) and, on the same
    trace, through the event loop (``method="events"``, what a tuner schedule or a shared host needs).
 3. Cost and estimator attainment of milp, loki, inferline, cg-peak and cg-mean on one 4-stage problem:
    ``milp-top`` is milp restricted to each stage's most accurate variant (the variant inferline and
@@ -23,12 +23,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from planner import milp
-from planner.estimator import SimOptions, simulate
-from planner.modes import make_planner
-from planner.problem import Problem
-from streams.arrivals import gamma_arrivals, peak_rate_sliding, poisson_arrivals
-from loadgen.synthetic import random_problem
+from slipstream.planner import milp
+from slipstream.planner.estimator import SimOptions, simulate
+from slipstream.planner.modes import make_planner
+from slipstream.planner.problem import Problem
+from slipstream.streams.arrivals import gamma_arrivals, peak_rate_sliding, poisson_arrivals
+from slipstream.loadgen.synthetic import random_problem
 
 
 @dataclass(frozen=True)

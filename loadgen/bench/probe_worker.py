@@ -1,4 +1,4 @@
-"""A bare consumer-group member that prints the worker ready line: ``python -m loadgen.bench.probe_worker``.
+"""A bare consumer-group member that prints the worker ready line: ``python -m slipstream.loadgen.bench.probe_worker``.
 
 ``slipstream bench tuner --probe`` times it to measure the Kafka part of a replica's activation (process
 start, group join, rebalance of the members already there) without a model: a lower bound of what
@@ -13,8 +13,8 @@ import asyncio
 import signal
 
 
-from streams import kafka as kclient
-from streams.config import KafkaSettings
+from slipstream.streams import kafka as kclient
+from slipstream.streams.config import KafkaSettings
 
 
 def main() -> None:

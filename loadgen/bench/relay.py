@@ -1,9 +1,9 @@
 """The baseline of the data-plane benchmark: a plain consume -> produce relay with aiokafka (through
-``streams.kafka``'s thin wrappers), committing after the produce is delivered, as a stage worker does.
+``slipstream.streams.kafka``'s thin wrappers), committing after the produce is delivered, as a stage worker does.
 It says it is ready once it holds its partitions. Each relay appends its produce time (epoch ns) as a
 ``RELAY_HEADER`` header, so the benchmark can time every hop as a stage worker's ``HopTiming`` does.
 
-    python -m loadgen.bench.relay SRC DST GROUP
+    python -m slipstream.loadgen.bench.relay SRC DST GROUP
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import time
 
 from aiokafka import ConsumerRebalanceListener
 
-from streams import kafka as kclient
-from streams.config import KafkaSettings
+from slipstream.streams import kafka as kclient
+from slipstream.streams.config import KafkaSettings
 
 RELAY_HEADER = "relay-produced-ns"
 

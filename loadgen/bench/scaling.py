@@ -2,14 +2,14 @@
 
 One round: a one-stage pipeline (a synthetic MLP, two variants) under steady open-loop Poisson load
 is taken through the replica steps 1 -> 2 -> 4 -> 2 -> 1 and a variant switch, ``step_s`` apart, by
-publishing StageConfigs and resizing through :class:`~tuner.actuators.LocalProcessActuator`, as the
+publishing StageConfigs and resizing through :class:`~slipstream.tuner.actuators.LocalProcessActuator`, as the
 tuner does. Two deployments are measured in the same run, in alternating rounds:
 
 - ``instances`` (Slipstream's): replicas are model instances inside one worker (``max_instances``);
 - ``processes`` (the baseline it replaces): one worker process per replica, so every replica change
   is a consumer-group rebalance.
 
-Per event, ``loadgen.bench.scaling_stats`` reads the results and the workers' timeline marks.
+Per event, ``slipstream.loadgen.bench.scaling_stats`` reads the results and the workers' timeline marks.
 """
 from __future__ import annotations
 
@@ -22,16 +22,16 @@ from typing import Callable
 import numpy as np
 import yaml
 
-from streams import admin, topics
-from streams.client import PipelineClient, make_request
-from streams.config import KafkaSettings
-from streams.control_io import KafkaPublisher
-from streams.procs import worker_argv
-from streams.spec import load_pipeline
-from streams.timeline import parse
-from tuner.actuators import LocalProcessActuator
-from loadgen.bench.scaling_stats import EventCost, Mark, Served, event_cost
-from tuner.service import stage_config_record
+from slipstream.streams import admin, topics
+from slipstream.streams.client import PipelineClient, make_request
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.control_io import KafkaPublisher
+from slipstream.streams.procs import worker_argv
+from slipstream.streams.spec import load_pipeline
+from slipstream.streams.timeline import parse
+from slipstream.tuner.actuators import LocalProcessActuator
+from slipstream.loadgen.bench.scaling_stats import EventCost, Mark, Served, event_cost
+from slipstream.tuner.service import stage_config_record
 
 STAGE = "model"
 MODES = {"instances": 4, "processes": 1}  # mode -> instances one worker may hold

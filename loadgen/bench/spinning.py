@@ -1,8 +1,8 @@
 """Two model copies sharing the host's cores, with onnxruntime's thread spinning on and off:
-``python -m loadgen.bench.spinning [SECONDS]``. Each of two processes runs EfficientNet-Lite0 (the
+``python -m slipstream.loadgen.bench.spinning [SECONDS]``. Each of two processes runs EfficientNet-Lite0 (the
 image-classify pipeline's lite0, 2 intra-op threads) one batch of 1 at a time with a random 0-30 ms
 gap, as stage workers do between batches; the runs alternate on, off, on, off and print the batch
-latency of both processes. ``agents.executors.OrtBackend`` turns spinning off (docs/results.md)."""
+latency of both processes. ``slipstream.agents.executors.OrtBackend`` turns spinning off (docs/results.md)."""
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -17,9 +17,9 @@ SPINNING = "session.intra_op.allow_spinning"
 def copy(spin: str, out: mp.Queue, seconds: float) -> None:
     import onnxruntime as ort
 
-    from agents.zoo import load_executor
-    from streams.assets import deploy_dir
-    from streams.spec import load_pipeline
+    from slipstream.agents.zoo import load_executor
+    from slipstream.streams.assets import deploy_dir
+    from slipstream.streams.spec import load_pipeline
 
     set_entry = ort.SessionOptions.add_session_config_entry
     ort.SessionOptions.add_session_config_entry = (  # the backend's own setting, overridden here only

@@ -1,11 +1,11 @@
-"""`slipstream chaos`: the fault suite on a running pipeline (the arithmetic is ``loadgen.chaos``).
+"""`slipstream chaos`: the fault suite on a running pipeline (the arithmetic is ``slipstream.loadgen.chaos``).
 
 One :class:`Stack` serves every case: a fresh copy of the pipeline (its own topics and groups, made
 with the cluster's replication), its plan published, and the local supervisor
-(``tuner.supervisor``) running the stage workers, the join, the tuner (publishing its decisions as
+(``slipstream.tuner.supervisor``) running the stage workers, the join, the tuner (publishing its decisions as
 StageConfigs; it starts no process) and the planner service, each a process of its own that the
 supervisor restarts when it dies. Then, per case: wait until every role runs and every worker is
-ready, replay the trace open-loop (``loadgen.replay``), inject the case's fault ``fault_at_s`` after the
+ready, replay the trace open-loop (``slipstream.loadgen.replay``), inject the case's fault ``fault_at_s`` after the
 first send, read every result record of the replay back from the results topic, and score it.
 
 Broker faults need a broker this command can restart: the single local broker (``kafka up``) or the
@@ -27,11 +27,11 @@ import click
 import numpy as np
 import yaml
 
-from loadgen import chaos
-from streams import broker, codec, kafka as kclient, topics
-from loadgen.faults.cluster import Cluster, use_cluster
-from loadgen.live.run import READY  # one parser of the worker's ready line
-from streams.config import KafkaSettings
+from slipstream.loadgen import chaos
+from slipstream.streams import broker, codec, kafka as kclient, topics
+from slipstream.loadgen.faults.cluster import Cluster, use_cluster
+from slipstream.loadgen.live.run import READY  # one parser of the worker's ready line
+from slipstream.streams.config import KafkaSettings
 
 FREEZE_S = KafkaSettings().session_timeout_s + 5.0  # past the worker's consumer-group session timeout
 
@@ -57,9 +57,9 @@ class Stack:
     def __init__(self, pipe, pipeline_file: Path, store, settings: KafkaSettings, log_dir: Path, *,
                  mode: str = "milp", sample: np.ndarray, replan_s: float = 30.0, activation_s: float = 1.0,
                  reserve_cores: float = 0.5) -> None:
-        from loadgen.live.run import LiveOptions, plan_and_publish
-        from streams import admin
-        from tuner.supervisor import LocalCapacity, local_supervisor
+        from slipstream.loadgen.live.run import LiveOptions, plan_and_publish
+        from slipstream.streams import admin
+        from slipstream.tuner.supervisor import LocalCapacity, local_supervisor
 
         self.pipe, self.settings, self.log_dir = pipe, settings, log_dir
         asyncio.run(admin.ensure_topics(settings, topics.all_topics(pipe)))
@@ -184,7 +184,7 @@ async def read_results(settings: KafkaSettings, topic: str, since: dict[int, int
 
 async def busiest_node(settings: KafkaSettings, names: list[str]) -> int:
     """The broker that leads the most partitions of ``names``."""
-    from streams.admin import admin_client
+    from slipstream.streams.admin import admin_client
 
     async with admin_client(settings) as admin:
         meta = await admin.describe_topics(names)
@@ -194,7 +194,7 @@ async def busiest_node(settings: KafkaSettings, names: list[str]) -> int:
 
 def drop_topics(settings: KafkaSettings, pipe) -> None:
     """Delete the run's pipeline copy's topics (its results are in the report)."""
-    from streams import admin
+    from slipstream.streams import admin
 
     try:
         asyncio.run(admin.delete_topics(settings, [t.name for t in topics.all_topics(pipe)]))
@@ -282,8 +282,8 @@ async def inject(case: chaos.FaultCase, stack: Stack, cluster: Cluster, first_se
 async def run_case(case: chaos.FaultCase, stack: Stack, cluster: Cluster, arrivals: np.ndarray, payload: bytes,
                    run_id: str, fault_at_s: float, drain_s: float):
     """One case: replay with the fault injected; (outcome, sent id -> ns, result records, what was done)."""
-    from loadgen.replay import ReplayOptions, ReplayTarget, replay
-    from loadgen.schedule import build_schedule
+    from slipstream.loadgen.replay import ReplayOptions, ReplayTarget, replay
+    from slipstream.loadgen.schedule import build_schedule
 
     pipe, settings = stack.pipe, stack.settings
     since = await results_end(settings, topics.results(pipe.name))
@@ -328,11 +328,11 @@ class ChaosOptions:
 
 def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
     """Start (or find) the Kafka, run every selected case on one stack, write the report."""
-    from planner.profiles import ProfileStore
-    from loadgen.live.replay_report import payload_factory
-    from loadgen.traces import trace_arrivals
-    from loadgen.live.run import profile_missing
-    from streams.spec import load_pipeline
+    from slipstream.planner.profiles import ProfileStore
+    from slipstream.loadgen.live.replay_report import payload_factory
+    from slipstream.loadgen.traces import trace_arrivals
+    from slipstream.loadgen.live.run import profile_missing
+    from slipstream.streams.spec import load_pipeline
 
     interrupt_on_sigterm()
     report = Path(opts.report_dir)

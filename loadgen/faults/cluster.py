@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import click
 
-from streams import broker
+from slipstream.streams import broker
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """`slipstream soak`: a long open-loop replay on the chaos stack, sampling memory and lag as it runs.
 
-The stack is ``loadgen.faults.chaos_run.Stack`` (workers, join, tuner and planner service under the local
+The stack is ``slipstream.loadgen.faults.chaos_run.Stack`` (workers, join, tuner and planner service under the local
 supervisor). Every ``sample_s`` it records each process's RSS (``/proc/<pid>/status`` VmRSS: the
 workers and services by role, the broker JVM(s), this load generator) and each consumer group's lag
 (end offset minus committed offset, summed over the partitions of the group's input topic). After the
-replay: attainment per window from the results. The verdicts and plots are ``loadgen.soak``'s.
+replay: attainment per window from the results. The verdicts and plots are ``slipstream.loadgen.soak``'s.
 """
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ from pathlib import Path
 import click
 import numpy as np
 
-from loadgen import soak
-from loadgen.chaos import window_attainment
-from loadgen.faults.chaos_run import Stack, fresh_pipeline, interrupt_on_sigterm, tear_down
-from loadgen.faults.cluster import use_cluster
-from streams import broker, topics
-from streams.config import KafkaSettings
-from streams.lag import LagReader, stage_groups
+from slipstream.loadgen import soak
+from slipstream.loadgen.chaos import window_attainment
+from slipstream.loadgen.faults.chaos_run import Stack, fresh_pipeline, interrupt_on_sigterm, tear_down
+from slipstream.loadgen.faults.cluster import use_cluster
+from slipstream.streams import broker, topics
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.lag import LagReader, stage_groups
 
 
 def rss_mb(pid: int) -> float:
@@ -65,13 +65,13 @@ class SoakOptions:
 
 
 def run_soak(opts: SoakOptions) -> str:
-    from loadgen.replay import ReplayOptions, ReplayTarget, replay
-    from loadgen.schedule import build_schedule
-    from planner.profiles import ProfileStore
-    from loadgen.live.replay_report import payload_factory
-    from loadgen.traces import trace_arrivals
-    from loadgen.live.run import profile_missing
-    from streams.spec import load_pipeline
+    from slipstream.loadgen.replay import ReplayOptions, ReplayTarget, replay
+    from slipstream.loadgen.schedule import build_schedule
+    from slipstream.planner.profiles import ProfileStore
+    from slipstream.loadgen.live.replay_report import payload_factory
+    from slipstream.loadgen.traces import trace_arrivals
+    from slipstream.loadgen.live.run import profile_missing
+    from slipstream.streams.spec import load_pipeline
 
     interrupt_on_sigterm()
     report = Path(opts.report_dir)

@@ -1,8 +1,8 @@
 """A replay into a live pipeline as the CLI and the live runs do it: the trace from its spec, the
-payload from the source stage's executor (``agents.zoo``), the open-loop replay with progress, the
+payload from the source stage's executor (``slipstream.agents.zoo``), the open-loop replay with progress, the
 table, and the report folder (``summary.*``, ``results.jsonl``, ``control.jsonl``, plots).
 
-Used by ``slipstream loadgen replay``, the live runs (``loadgen.live.run``), the fault suite and the
+Used by ``slipstream loadgen replay``, the live runs (``slipstream.loadgen.live.run``), the fault suite and the
 soak run."""
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from pathlib import Path
 import click
 import numpy as np
 
-from loadgen.run_record import RunRecord
+from slipstream.loadgen.run_record import RunRecord
 
 ENVELOPE_WINDOWS_S = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 51.2)
 
 
 def envelope_rates(arrivals_s: np.ndarray, windows_s=ENVELOPE_WINDOWS_S) -> tuple[float, ...]:
-    from tuner.envelope import envelope
+    from slipstream.tuner.envelope import envelope
 
     if len(arrivals_s) == 0:
         return tuple(0.0 for _ in windows_s)
@@ -31,7 +31,7 @@ def payload_factory(pipe, payload_file: str | None):
     if payload_file:
         data = Path(payload_file).read_bytes()
         return lambda i: data
-    from agents.zoo import load_executor
+    from slipstream.agents.zoo import load_executor
 
     stage = pipe.stage(pipe.source)
     variant = stage.variant(stage.defaults.variant)
@@ -50,11 +50,11 @@ def replay_report(pipe, arrivals_s, payloads, *, seed: int = 0, rate_scale: floa
                   label: str = "", gateway_url: str | None = None):
     """Replay ``arrivals_s`` open-loop into ``pipe`` with progress, print the table, write the report
     (also used by `slipstream demo`); returns the Summary."""
-    from loadgen.render import format_table, write_report
-    from loadgen.replay import ReplayOptions, ReplayTarget, replay as run_replay, summarize_outcome
-    from loadgen.report import Envelope
-    from loadgen.schedule import build_schedule
-    from streams.config import KafkaSettings
+    from slipstream.loadgen.render import format_table, write_report
+    from slipstream.loadgen.replay import ReplayOptions, ReplayTarget, replay as run_replay, summarize_outcome
+    from slipstream.loadgen.report import Envelope
+    from slipstream.loadgen.schedule import build_schedule
+    from slipstream.streams.config import KafkaSettings
 
     schedule = build_schedule(arrivals_s, seed=seed, rate_scale=rate_scale)
     if len(schedule) == 0:

@@ -14,12 +14,12 @@ from pathlib import Path
 import click
 import numpy as np
 
-from loadgen.compare import ModeNotApplicable
-from loadgen.cpu import CpuSampler
-from loadgen.run_record import RunRecord
-from streams import broker
-from streams.config import KafkaSettings
-from tuner.service import ServiceSettings
+from slipstream.loadgen.compare import ModeNotApplicable
+from slipstream.loadgen.cpu import CpuSampler
+from slipstream.loadgen.run_record import RunRecord
+from slipstream.streams import broker
+from slipstream.streams.config import KafkaSettings
+from slipstream.tuner.service import ServiceSettings
 
 READY = re.compile(rb"slipstream-worker ready stage=\S+ partitions=[1-9]\d* .*?at_ns=(\d+)")
 
@@ -30,7 +30,7 @@ class LiveOptions:
     tune: bool = True
     activation_s: float = 5.0
     # a worker's added instance serves this long after the tuner's StageConfig (it takes a loaded spare,
-    # agents.stage.fleet.Spares): record to the worker's config-in-force event, 5-45 ms, median 14 ms
+    # slipstream.agents.stage.fleet.Spares): record to the worker's config-in-force event, 5-45 ms, median 14 ms
     # over the 23 changes of runs s11 (docs/results.md)
     instance_activation_s: float = 0.02
     max_replicas: int = 2
@@ -40,8 +40,8 @@ class LiveOptions:
     # host CPU per request the profiles and the calibration's host fit leave out (HostModel.request_cpu_ms)
     request_cpu_ms: float = 0.0
     replan_s: float = 30.0  # the planner service's interval during the run (0: plan once, at start)
-    pace_ceiling: float = 3.0  # tuner.pace.PaceConfig.ceiling; 1: the tuner ignores the workers' pace
-    sample_cpu: bool = False  # CPU seconds per kind of process during the replay (loadgen.cpu)
+    pace_ceiling: float = 3.0  # slipstream.tuner.pace.PaceConfig.ceiling; 1: the tuner ignores the workers' pace
+    sample_cpu: bool = False  # CPU seconds per kind of process during the replay (slipstream.loadgen.cpu)
     via_gateway: bool = False  # replay through a gateway process (HTTP) started for the run, not to Kafka
 
 
@@ -69,8 +69,8 @@ def ensure_broker(state_dir: Path) -> bool:
 
 def profile_missing(pipe, store, batch_sizes=(1, 2, 4, 8), reps: int = 20) -> None:
     """Measure what the store lacks for this pipeline on this machine's hardware (with progress)."""
-    from agents.zoo import load_executor
-    from planner.profiler import ProfilerSettings, has_cuda, profile_into, runnable_hardware
+    from slipstream.agents.zoo import load_executor
+    from slipstream.planner.profiler import ProfilerSettings, has_cuda, profile_into, runnable_hardware
 
     todo = [(v, h) for st in pipe.stages for v in st.variants
             for h in runnable_hardware(pipe, has_cuda()) if store.get(v.name, h.name) is None]
@@ -82,12 +82,12 @@ def profile_missing(pipe, store, batch_sizes=(1, 2, 4, 8), reps: int = 20) -> No
 
 def local_problem(pipe, store, opts: LiveOptions, **kw):
     """The planning problem of a run on this host: no stage above the instances one worker process runs
-    here (``tuner.supervisor.LocalCapacity``), no more than that per stage in all, no CPU hardware
+    here (``slipstream.tuner.supervisor.LocalCapacity``), no more than that per stage in all, no CPU hardware
     with more threads than the host's cores (its cgroup's limit when one is set; ``cores=None``: every
     entry, for a run recorded elsewhere), and the host's co-located work (:func:`colocated_host`)."""
-    from planner.profiles import problem_from_pipeline
-    from streams.placement import available_cpus
-    from tuner.supervisor import LocalCapacity
+    from slipstream.planner.profiles import problem_from_pipeline
+    from slipstream.streams.placement import available_cpus
+    from slipstream.tuner.supervisor import LocalCapacity
 
     cap = LocalCapacity(opts.reserve_cores).max_instances
     kw.setdefault("cores", available_cpus())
@@ -101,7 +101,7 @@ def colocated_host(host, request_cpu_ms: float, cores: float | None):
     its batches could not use, which holds the flat load of the broker, the load generator and the
     control plane) with ``request_cpu_ms`` per request on top; without a calibration, this host's
     ``cores`` with that per-request load alone (None: no host model)."""
-    from planner.sim.params import HostModel
+    from slipstream.planner.sim.params import HostModel
 
     if request_cpu_ms <= 0:
         return host
@@ -113,16 +113,16 @@ def colocated_host(host, request_cpu_ms: float, cores: float | None):
 def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, settings: KafkaSettings) -> Published:
     """Plan from the sample, publish the StageConfigs and the tuner's hand-off (epochs after any on
     the control topic)."""
-    from planner.modes import make_planner
-    from planner.run import publish_plan
-    from planner.service import handoff, stage_configs
-    from streams.control_io import KafkaPublisher, latest_epoch
-    from streams.control_rules import next_epoch
-    from tuner import planfile
-    from tuner.envelope import envelope
+    from slipstream.planner.modes import make_planner
+    from slipstream.planner.run import publish_plan
+    from slipstream.planner.service import handoff, stage_configs
+    from slipstream.streams.control_io import KafkaPublisher, latest_epoch
+    from slipstream.streams.control_rules import next_epoch
+    from slipstream.tuner import planfile
+    from slipstream.tuner.envelope import envelope
 
     problem = local_problem(pipe, store, opts, arrivals_s=sample)
-    plan = make_planner(opts.mode).plan(problem)  # infeasible: the highest-capacity plan (planner.fallback)
+    plan = make_planner(opts.mode).plan(problem)  # infeasible: the highest-capacity plan (slipstream.planner.fallback)
     if not plan.stages:
         raise ModeNotApplicable(f"no {opts.mode} plan: {plan.reason}")
     if not plan.feasible:
@@ -151,9 +151,9 @@ TUNER_TICK_S = ServiceSettings.interval_s  # the live tuner's decision period
 
 
 def tuner_config(opts: LiveOptions, max_instances: int):
-    """The live tuner's ``tuner.policy.TunerConfig``: replicas capped by ``--max-replicas`` and what
+    """The live tuner's ``slipstream.tuner.policy.TunerConfig``: replicas capped by ``--max-replicas`` and what
     one worker process holds (``max_instances``)."""
-    from tuner.policy import TunerConfig
+    from slipstream.tuner.policy import TunerConfig
 
     return TunerConfig(activation_s=opts.activation_s, max_replicas=min(opts.max_replicas, max_instances))
 
@@ -163,11 +163,11 @@ def control_plane(pipe, published: Published, store, opts: LiveOptions, settings
     """``control(stop)``: the tuner on ``actuator`` and, with ``opts.replan_s``, the planner service
     re-planning from live arrivals every ``replan_s`` (its plans reach the tuner as hand-offs on the
     control topic); both until ``stop``."""
-    from planner.run import run_planner
-    from planner.service import ReplanSettings, Replanner, ReplanState
-    from tuner.envelope import envelope
-    from tuner.pace import PaceConfig
-    from tuner.run import run_tuner
+    from slipstream.planner.run import run_planner
+    from slipstream.planner.service import ReplanSettings, Replanner, ReplanState
+    from slipstream.tuner.envelope import envelope
+    from slipstream.tuner.pace import PaceConfig
+    from slipstream.tuner.run import run_tuner
 
     config = tuner_config(opts, max_instances)
     replanner = Replanner(local_problem(pipe, store, opts, rate_qps=1.0), pipe.name,
@@ -199,8 +199,8 @@ class Workers:
 
     def __init__(self, pipe, pipeline_file: str, published: Published, store, settings: KafkaSettings,
                  log_dir: Path, opts: LiveOptions) -> None:
-        from tuner.service import describe, describe_shares
-        from tuner.supervisor import LocalCapacity, local_supervisor
+        from slipstream.tuner.service import describe, describe_shares
+        from slipstream.tuner.supervisor import LocalCapacity, local_supervisor
 
         self.log_dir = log_dir
         self.started_ns = time.time_ns()  # the logs may hold ready lines of an earlier run: not these
@@ -258,7 +258,7 @@ class Workers:
 def started_ids(started) -> set[str]:
     """The ``worker`` ids (``HopTiming.worker`` less its instance) of the workers ``started`` ((role,
     pid) pairs): a stage worker's, or for the ``join`` role the join worker's."""
-    from streams.procs import join_id, worker_id
+    from slipstream.streams.procs import join_id, worker_id
 
     return {join_id(pid) if role == "join" else worker_id(pid) for role, pid in started}
 
@@ -301,15 +301,15 @@ def ready_since(log_dir: Path, stage: str, since_ns: int) -> bool:
 class LiveResult:
     plan: object
     summary: object
-    estimate: object  # loadgen.replay_estimate.LikeForLike: the estimator on this run's own arrivals
+    estimate: object  # slipstream.loadgen.replay_estimate.LikeForLike: the estimator on this run's own arrivals
     cpu_s: dict | None = None  # kind of process -> CPU seconds during the replay (opts.sample_cpu)
 
 
 def live_run(pipe, pipeline_file: str, arrivals: np.ndarray, sample: np.ndarray, store, report_dir: Path,
              opts: LiveOptions, label: str) -> LiveResult:
     """Plan, publish, run the workers, replay, report, and replay the run through the estimator."""
-    from loadgen.live.replay_report import payload_factory, replay_report
-    from streams import admin, topics
+    from slipstream.loadgen.live.replay_report import payload_factory, replay_report
+    from slipstream.streams import admin, topics
 
     settings = KafkaSettings.from_env()
     asyncio.run(admin.ensure_topics(settings, topics.all_topics(pipe)))
@@ -345,15 +345,15 @@ def start_gateway(pipeline_file: str):
     """A gateway process for the pipeline on a free loopback port (``gateway_url`` once ready)."""
     import sys
 
-    from streams.procs import ReadyProcess
-    from gateway.server import READY as GATEWAY_READY
+    from slipstream.streams.procs import ReadyProcess
+    from slipstream.gateway.server import READY as GATEWAY_READY
 
     return ReadyProcess([sys.executable, "-m", "slipstream.cli", "gateway", "--pipeline", str(pipeline_file),
                          "--addr", "127.0.0.1:0"], ready=GATEWAY_READY, name="gateway")
 
 
 def gateway_url(gw, timeout_s: float = 90.0) -> str:
-    from gateway.server import READY as GATEWAY_READY
+    from slipstream.gateway.server import READY as GATEWAY_READY
 
     gw.wait_ready(timeout_s)
     return "http://" + next(m.group(1) for m in map(GATEWAY_READY.search, list(gw.lines)) if m)
@@ -362,7 +362,7 @@ def gateway_url(gw, timeout_s: float = 90.0) -> str:
 def estimate_live(problem, plan, summary, report_dir: Path, opts: LiveOptions, calibration=None):
     """The estimator on the run's own arrivals and replica changes (:func:`like_for_like`), written
     next to the report as ``estimate.txt``."""
-    from loadgen.replay_estimate import format_like_for_like
+    from slipstream.loadgen.replay_estimate import format_like_for_like
 
     est = like_for_like(problem, plan, summary, report_dir, opts, calibration=calibration)
     (report_dir / "estimate.txt").write_text(format_like_for_like(est) + "\n")
@@ -371,16 +371,16 @@ def estimate_live(problem, plan, summary, report_dir: Path, opts: LiveOptions, c
 
 def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions, forward: bool = True,
                   calibration=None):
-    """``loadgen.replay_estimate.estimate_run`` on a live run's report (its ``results.jsonl``), with
+    """``slipstream.loadgen.replay_estimate.estimate_run`` on a live run's report (its ``results.jsonl``), with
     the forward prediction when ``forward``: the tuner policy (when the run was tuned) stepped over the
     run's arrivals with the live tuner's config and period, from the hand-off of ``problem`` (whose
     arrivals are the planning sample); the plan's variants whose pace ``calibration`` (the one the
     planner used) did not measure are named."""
-    from loadgen.replay_estimate import estimate_run, run_arrivals
-    from planner.estimator import Transit, network_for
-    from loadgen.simulate import published_handoff, tuner_changes
-    from streams.calibration import pace_sources
-    from tuner.supervisor import LocalCapacity
+    from slipstream.loadgen.replay_estimate import estimate_run, run_arrivals
+    from slipstream.planner.estimator import Transit, network_for
+    from slipstream.loadgen.simulate import published_handoff, tuner_changes
+    from slipstream.streams.calibration import pace_sources
+    from slipstream.tuner.supervisor import LocalCapacity
 
     run = RunRecord(report_dir)
     results, control = run.results(), run.control()

@@ -60,6 +60,6 @@ def reproduce(paper: str, data_dir: Path | None, out_dir: Path, progress=print) 
     if paper not in PAPERS:
         raise ValueError(f"unknown paper {paper!r}; one of {', '.join(PAPERS)}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = importlib.import_module(f"loadgen.reproduce.{paper}").run(data_dir, out_dir, progress)
+    result = importlib.import_module(f"slipstream.loadgen.reproduce.{paper}").run(data_dir, out_dir, progress)
     (out_dir / f"{paper}.md").write_text(result.markdown())
     return result

@@ -2,10 +2,10 @@
 (10-500 ms) for 15 copies of ResNet50 on one GPU, with and without early drops.
 
 The GPU is one replica of a mixed stage whose variants are the copies (``copy00`` .. ``copy14``),
-each request routed to a copy by its id (``streams.shares``, the workers' rule) in equal shares: a
+each request routed to a copy by its id (``slipstream.streams.shares``, the workers' rule) in equal shares: a
 window is split by copy and each copy's items run as their own batches, one after the other, as
 Clockwork runs one model's batch at a time with no batching across copies. The batching and drop
-decisions are the agents' own (``streams.batching``: a window is taken as soon as the replica is idle,
+decisions are the agents' own (``slipstream.streams.batching``: a window is taken as soon as the replica is idle,
 ``decide`` drops what cannot meet its deadline even alone and runs the largest prefix that meets the
 earliest deadline); "without early drops" is the estimator's ``drop_late=False`` (every item runs,
 late or not), what a system without Clockwork's early rejection does.
@@ -25,13 +25,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from loadgen.reproduce import Reproduction, Row
-from loadgen.reproduce.paper_vs_ours import note_if_apart, pct
-from streams.arrivals import poisson_arrivals
-from planner.estimator import SimOptions, simulate
-from planner.plan import Assignment, Plan, StagePlan
-from planner.problem import HardwareOption, Problem, StageOption, VariantOption
-from streams.latency import LatencyCurve
+from slipstream.loadgen.reproduce import Reproduction, Row
+from slipstream.loadgen.reproduce.paper_vs_ours import note_if_apart, pct
+from slipstream.streams.arrivals import poisson_arrivals
+from slipstream.planner.estimator import SimOptions, simulate
+from slipstream.planner.plan import Assignment, Plan, StagePlan
+from slipstream.planner.problem import HardwareOption, Problem, StageOption, VariantOption
+from slipstream.streams.latency import LatencyCurve
 
 RESNET50_V100_MS = {1: 2.61, 2: 3.78, 4: 5.61, 8: 9.13, 16: 15.67}  # Clockwork Table 1
 V100_PER_HOUR = 3.06  # a p3.2xlarge on demand; the cost does not enter this experiment
@@ -114,7 +114,7 @@ def rows(points: Sequence[Point]) -> list[Row]:
 
 
 def plot(points: Sequence[Point], path: Path) -> Path:
-    from loadgen.plots import plt, save
+    from slipstream.loadgen.plots import plt, save
 
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     for drops, label in ((True, "early drops (Clockwork)"), (False, "no early drops")):

@@ -2,12 +2,12 @@
 a fixed variant under flat and fluctuating load, for one ResNet50-class query.
 
 The query asks for an accuracy floor (ResNet50's, 77.36 % top-1) and a latency SLO (300 ms, the SLO of
-the paper's Tables 2/3); the published profile table (``loadgen.published``) offers the ResNet family
+the paper's Tables 2/3); the published profile table (``slipstream.loadgen.published``) offers the ResNet family
 (18 .. 152, below and above the floor) on cpu / pascal / ampere. Modes, each re-planned every
 :data:`WINDOW_S` seconds on that window's arrivals (INFaaS's autoscaler reacts within seconds; the
 window is the granularity of its cost):
 
-- ``model-less``: the project's planner (``planner.modes.make_planner("milp")``) with the accuracy
+- ``model-less``: the project's planner (``slipstream.planner.modes.make_planner("milp")``) with the accuracy
   floor: the cheapest (variant, hardware, batch, replicas) meeting floor and SLO;
 - ``fixed-gpu-scaled`` (SM+_GPU): ResNet50 on the pascal GPU only, replicas re-planned per window;
 - ``fixed-cpu-scaled`` (SM+_CPU): ResNet50 on the CPU only, replicas re-planned per window;
@@ -27,12 +27,12 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from loadgen.reproduce import PROFILES, TWITTER, Reproduction, Row, missing
-from loadgen.reproduce.paper_vs_ours import note_if_apart, pct, times
-from streams.arrivals import poisson_arrivals
-from planner.estimator import simulate
-from planner.problem import Problem
-from streams.arrivals import peak_rate_sliding
+from slipstream.loadgen.reproduce import PROFILES, TWITTER, Reproduction, Row, missing
+from slipstream.loadgen.reproduce.paper_vs_ours import note_if_apart, pct, times
+from slipstream.streams.arrivals import poisson_arrivals
+from slipstream.planner.estimator import simulate
+from slipstream.planner.problem import Problem
+from slipstream.streams.arrivals import peak_rate_sliding
 
 FAMILY = ("resnet18_v1", "resnet34_v1", "resnet50_v1", "resnet101_v1", "resnet152_v1")
 FIXED = "resnet50_v1"
@@ -63,7 +63,7 @@ ProblemFor = Callable[[np.ndarray, Sequence[str], Sequence[str] | None], Problem
 def problem_from(data_dir: Path) -> ProblemFor:
     """(arrivals, variants, hardware or None for all) -> the single-stage problem on the published
     profiles, with ResNet50's accuracy as the floor and the window's peak 1 s rate as its rate."""
-    from loadgen.published import build_problem, read_profiles
+    from slipstream.loadgen.published import build_problem, read_profiles
 
     profiles = read_profiles(data_dir / PROFILES)
     floor = profiles[FIXED].accuracy
@@ -82,7 +82,7 @@ def mode_choice(mode: str) -> tuple[Sequence[str], Sequence[str] | None, bool]:
 
 def windowed(problem_for: ProblemFor, load: str, arrivals: np.ndarray, modes: Sequence[str] = MODES, *,
              window_s: float = WINDOW_S, progress: Callable[[str], None] = print) -> list[Window]:
-    from planner.modes import make_planner
+    from slipstream.planner.modes import make_planner
 
     planner = make_planner("milp")
     end = max(float(arrivals[-1]) if arrivals.size else 0.0, window_s)
@@ -154,7 +154,7 @@ def rows(ws: Sequence[Window], floor: float) -> list[Row]:
 
 
 def plot(ws: Sequence[Window], rates: Mapping[str, np.ndarray], path: Path) -> Path:
-    from loadgen.plots import plt, save
+    from slipstream.loadgen.plots import plt, save
 
     loads = list(rates)
     fig, axes = plt.subplots(2, len(loads), figsize=(6 * len(loads), 6), sharex="col", squeeze=False)
@@ -183,8 +183,8 @@ def run(data_dir: Path | None, out_dir: Path, progress: Callable[[str], None]) -
     why = missing(data_dir, PROFILES, TWITTER)
     if why:
         return Reproduction("INFaaS", skipped=why)
-    from loadgen.traces import load_trace
-    from streams.arrivals import rate_series
+    from slipstream.loadgen.traces import load_trace
+    from slipstream.streams.arrivals import rate_series
 
     problem_for = problem_from(data_dir)
     loads = {"flat": poisson_arrivals(FLAT_QPS, FLAT_S, np.random.default_rng(0)),

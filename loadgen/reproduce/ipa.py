@@ -3,7 +3,7 @@ planner and estimator.
 
 The experiment: IPA's video pipeline (YOLOv5 detection -> ResNet classification, five variants each,
 CPU only as in the paper) over a bursty slice of the Twitter trace IPA replays. Every ``epoch_s`` the
-project's replanner (``planner.service.Replanner``: a forecast of the next interval's peak from the
+project's replanner (``slipstream.planner.service.Replanner``: a forecast of the next interval's peak from the
 recent arrivals, the milp mode, the estimator's check on the recent sample) plans the next epoch,
 and the estimator replays that epoch's arrivals through the plan. Runs:
 
@@ -19,7 +19,7 @@ weighted by its requests) and SLO attainment (late or dropped = missed). Each ep
 an empty queue (the estimator cannot change a stage's variant mid-run).
 
 Data (read where they lie): ``aggregate_profiled.csv`` (``onnxruntime_cpu`` rows, the 90th
-percentile, ``loadgen.published.read_profiles``), IPA's ``accuracies.yaml`` (the video pipeline's
+percentile, ``slipstream.loadgen.published.read_profiles``), IPA's ``accuracies.yaml`` (the video pipeline's
 mAP and top-1) and ``twitter_workload_per_second.tbz2``. The SLO follows IPA's rule: per stage
 5 x the mean batch-1 latency of its variants, summed over the stages.
 """
@@ -32,12 +32,12 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from loadgen import published
-from loadgen.reproduce import PROFILES, TWITTER, Reproduction, Row, missing
-from planner.estimator import simulate
-from planner.forecast import ForecastSettings
-from planner.problem import EdgeOption, Problem, StageOption
-from planner.service import ReplanSettings, ReplanState, Replanner
+from slipstream.loadgen import published
+from slipstream.loadgen.reproduce import PROFILES, TWITTER, Reproduction, Row, missing
+from slipstream.planner.estimator import simulate
+from slipstream.planner.forecast import ForecastSettings
+from slipstream.planner.problem import EdgeOption, Problem, StageOption
+from slipstream.planner.service import ReplanSettings, ReplanState, Replanner
 
 IPA_DIR = "reconfigurable-ml-pipeline+ipa"
 TRACE = TWITTER
@@ -192,7 +192,7 @@ def video_base(root: Path) -> Problem:
 
 
 def twitter_slice(root: Path, settings: Settings) -> np.ndarray:
-    from loadgen.traces import load_trace
+    from slipstream.loadgen.traces import load_trace
 
     s = settings
     return load_trace(f"twitter:{root / TRACE},start={s.start_s - s.warm_s},duration={s.duration_s + s.warm_s}",
@@ -213,7 +213,7 @@ def run(data_dir: Path | None, out_dir: Path, progress: Callable[[str], None] = 
     progress(f"video pipeline on CPU, SLO {base.slo_ms:.0f} ms (IPA's rule), Twitter slice "
              f"{settings.start_s}+{settings.duration_s} s: {arrivals.size} requests")
     ipa, fixed = trade_off(base, arrivals, settings, progress)
-    from loadgen.reproduce import ipa_plots
+    from slipstream.loadgen.reproduce import ipa_plots
 
     plots = [ipa_plots.frontier(ipa, fixed, base.slo_ms, out_dir / "ipa_frontier.png")]
     return Reproduction("IPA", rows=rows_for(ipa, fixed), plots=plots)

@@ -2,7 +2,7 @@
 
 The experiment: Loki's traffic-analysis chain (YOLOv5 detector -> EfficientNet car classifier) on a
 fixed cluster of 20 GPU servers at a 250 ms SLO. Two planners, both the project's ``loki`` mode
-(``planner.modes``: hardware scaling with the most accurate variants, then accuracy scaling):
+(``slipstream.planner.modes``: hardware scaling with the most accurate variants, then accuracy scaling):
 
 - ``accuracy scaling``: every variant of both tasks (Loki);
 - ``hardware only``: the problem restricted to each task's most accurate variant (InferLine's rule:
@@ -26,7 +26,7 @@ as the paper counts them. Three parts:
 
 Data (read where they lie, in ``research-data/UMass-LIDS+Loki``): ``runtimes_all.csv`` (the authors'
 profiles on a GTX 1080 Ti, the paper's GPU; the ``90th_pct_runtime`` column, as
-``loadgen.published`` takes the 90th), the per-family normalised accuracies of
+``slipstream.loadgen.published`` takes the 90th), the per-family normalised accuracies of
 ``variants_traffic_analysis_*.csv`` and the fan-out of ``branching.csv`` (``published.read_branching``,
 averaged over the detectors as ``published.traffic_problem`` does: the estimator's edge has one
 fan-out).
@@ -41,13 +41,13 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from loadgen import published
-from loadgen.reproduce import Reproduction, Row, missing
-from planner.estimator import simulate
-from planner.inferline import top_variant
-from planner.modes import make_planner
-from planner.problem import EdgeOption, Problem, StageOption
-from streams.arrivals import poisson_arrivals
+from slipstream.loadgen import published
+from slipstream.loadgen.reproduce import Reproduction, Row, missing
+from slipstream.planner.estimator import simulate
+from slipstream.planner.inferline import top_variant
+from slipstream.planner.modes import make_planner
+from slipstream.planner.problem import EdgeOption, Problem, StageOption
+from slipstream.streams.arrivals import poisson_arrivals
 
 LOKI = "UMass-LIDS+Loki"
 AZURE = "vhive-serverless+invitro/azure2019_top10_invocations.csv"
@@ -198,7 +198,7 @@ def traffic_base(data: Path, settings: Settings) -> Problem:
 
 
 def azure_shape(root: Path) -> tuple[np.ndarray, str]:
-    from loadgen.traces import read_azure_counts
+    from slipstream.loadgen.traces import read_azure_counts
 
     path = root / AZURE
     if path.exists():
@@ -234,7 +234,7 @@ def run(data_dir: Path | None, out_dir: Path, progress: Callable[[str], None] = 
     sweep[f"{MODES[1]}, {peak:g} qps"] = [exp.point(MODES[1], peak, slo) for slo in s.slos]
     progress(f"SLO sweep at {mid:g} and {peak:g} qps done; {len(exp.cache)} points planned and measured")
 
-    from loadgen.reproduce import loki_plots
+    from slipstream.loadgen.reproduce import loki_plots
 
     plots = [loki_plots.capacity(exp, cap, TARGET, out_dir / "loki_capacity.png"),
              loki_plots.day(demand, day, shape_name, out_dir / "loki_day.png"),

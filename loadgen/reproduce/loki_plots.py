@@ -1,4 +1,4 @@
-"""The Loki reproduction's PNG plots (matplotlib, Agg through ``loadgen.plots``): capacity, the day
+"""The Loki reproduction's PNG plots (matplotlib, Agg through ``slipstream.loadgen.plots``): capacity, the day
 of demand (Fig. 5's panels) and the SLO sweep (Fig. 8's)."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
-from loadgen.plots import _save, plt
+from slipstream.loadgen.plots import _save, plt
 
 if TYPE_CHECKING:  # for annotations only: loki.py imports this module
-    from loadgen.reproduce.loki import Experiment, Point
+    from slipstream.loadgen.reproduce.loki import Experiment, Point
 
 PALETTE = ("tab:blue", "tab:red")
 

@@ -1,12 +1,12 @@
 """What the reproductions share: the ">2x apart" test on a paper's number and ours, number formats,
-and a Problem written back as the problem JSON the CLI reads (``planner.problem.parse_problem``), for
+and a Problem written back as the problem JSON the CLI reads (``slipstream.planner.problem.parse_problem``), for
 the experiments that run a CLI command (the tuner lives in a layer ``loadgen`` does not import)."""
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from planner.problem import Problem
+from slipstream.planner.problem import Problem
 
 APART = 2.0  # a row whose paper and ours differ by more than this factor carries a note saying why
 

@@ -1,5 +1,5 @@
 """The fit: what the profiles do not say, from live runs' hop timings (read by ``hops``), as one
-calibration document (stored by ``streams.calibration``; merged with the version before by ``store``;
+calibration document (stored by ``slipstream.streams.calibration``; merged with the version before by ``store``;
 turned into simulator parameters by ``apply``).
 
 From every hop of every result (``HopTiming``: enqueued, received, started, finished):
@@ -48,11 +48,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from planner.calibrate.hops import RunHops, _run_batches, components, dispatch_ms
-from planner.sim.params import HostModel
-from streams.calibration import batch_scale
-from streams.latency import LatencyCurve
-from streams.profile_store import machine_info, now_iso
+from slipstream.planner.calibrate.hops import RunHops, _run_batches, components, dispatch_ms
+from slipstream.planner.sim.params import HostModel
+from slipstream.streams.calibration import batch_scale
+from slipstream.streams.latency import LatencyCurve
+from slipstream.streams.profile_store import machine_info, now_iso
 
 # every half percent to the 99th, then finer into the tail: a draw interpolates between stored
 # quantiles, so the top segment's share must be small (one in 10,000) for a run's one outlier

@@ -1,7 +1,7 @@
 """The calibration document across versions, and as a person reads it: a new fit keeps what the
 version before measured where its runs measured nothing (service scales of variants it did not run,
 scales at batch sizes and spreads at batch lengths it did not see), and :func:`summary_lines` prints it.
-Storing and numbering versions is ``streams.calibration``'s.
+Storing and numbering versions is ``slipstream.streams.calibration``'s.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from streams.calibration import unmeasured_scale
+from slipstream.streams.calibration import unmeasured_scale
 
 
 def carried_forward(doc: dict, previous: Mapping[str, Any] | None) -> dict:

@@ -1,4 +1,4 @@
-"""The estimator's discrete-event simulator, one concern per module (``planner.estimator.simulate`` is
+"""The estimator's discrete-event simulator, one concern per module (``slipstream.planner.estimator.simulate`` is
 the entry point): ``params`` (validated parameters), ``engine`` (the event heap), ``servers`` (queues
 and model threads), ``groups`` (instances and rebalance scaling), ``host`` (processor sharing),
 ``stages`` (routing and fan-out), ``world`` (shared context, building), ``record`` (the log and the

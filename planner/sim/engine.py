@@ -4,7 +4,7 @@ A heap of ``(time_ns, priority, key, seq, target, token)``; :meth:`Engine.run` p
 calls ``target.fire(time_ns, token)``. At equal times a batch completion (:data:`DONE`) comes before a
 replica change (:data:`CHANGE`), which comes before a wake-up (:data:`WAKE`): everything that happens
 at an instant has happened before a queue looks at it. Completions at one instant go in the order of
-their ``key`` (``planner.sim.servers``), anything else in the order of scheduling (``seq``), so a run
+their ``key`` (``slipstream.planner.sim.servers``), anything else in the order of scheduling (``seq``), so a run
 is a pure function of its inputs. A wake-up for the current instant skips the heap: it waits in
 ``soon`` until the instant's completions and changes have fired.
 

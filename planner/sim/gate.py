@@ -1,4 +1,4 @@
-"""The source stage's admission in the estimator: the workers' own rules (``streams.shedding``) on
+"""The source stage's admission in the estimator: the workers' own rules (``slipstream.streams.shedding``) on
 the simulated arrivals, with the capacity the workers read.
 
 A source worker judges each request when it reads it: expired (it cannot finish at the stage even
@@ -6,7 +6,7 @@ served at once, alone) or shed (the leaky bucket of the requests let through, dr
 capacity in force, would make it wait past its deadline). Here the same :class:`SourceGate` judges
 each arrival at the time it is fetchable at the source, in that order, with
 
-- the capacity in force: ``streams.control_io.planned_capacity_qps`` of the hand-off record the
+- the capacity in force: ``slipstream.streams.control_io.planned_capacity_qps`` of the hand-off record the
   planner publishes for the plan (``handoff``), with each stage's replicas and routing shares in force
   (the plan's, then the schedule's ``ReplicaChange`` and ``ShareChange`` at their times); one gate for
   the stage, at the whole input's rate (one source worker, as the live runs deploy it);
@@ -23,9 +23,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from planner.sim.params import ReplicaChange, ShareChange
-from streams.control_io import planned_capacity_qps
-from streams.shedding import SourceGate
+from slipstream.planner.sim.params import ReplicaChange, ShareChange
+from slipstream.streams.control_io import planned_capacity_qps
+from slipstream.streams.shedding import SourceGate
 
 NS_PER_S = 1_000_000_000
 

@@ -1,9 +1,9 @@
 """Replica groups: one per stage, in one of the two scaling modes.
 
 A stage's group is its assignment; for a mixed stage (several assignments) it is the pool the stage
-is deployed as (``planner.sim.world.build``): the stage's total replicas with the primary
+is deployed as (``slipstream.planner.sim.world.build``): the stage's total replicas with the primary
 assignment's batching, each window split by variant (:class:`Mix`) and the variants' items worked
-off one variant after the other (``planner.sim.servers``). A replica change names an assignment
+off one variant after the other (``slipstream.planner.sim.servers``). A replica change names an assignment
 (``ReplicaChange.index``) and sets its count; the pool runs the sum of the counts.
 
 - :class:`InstanceGroup` (``scaling="instances"``, the data plane's model instances): one worker
@@ -11,7 +11,7 @@ off one variant after the other (``planner.sim.servers``). A replica change name
   taking windows from it: a central queue with c servers. A replica change is an instance change:
   running instances never pause; an added one serves from ``instance activation`` after the change
   (a model load and warm-up, or a loaded spare taken once the control record is in); a removed one
-  finishes the window it is on (``agents.instances``) and stops.
+  finishes the window it is on (``slipstream.agents.instances``) and stops.
 - :class:`PartitionGroup` (``scaling="rebalance"``, a process per replica): items go round-robin over
   ``partitions``, partitions go to replicas by Kafka's range assignor, and each replica keeps one FIFO
   of its partitions (not a central queue). A replica change is a consumer rebalance: unconsumed items
@@ -29,14 +29,14 @@ from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from planner.sim.params import BatchingChange, ReplicaChange, ServiceTime, ShareChange
-from planner.sim.servers import Queue, Server
-from streams.batching import BatchSettings
-from streams.latency import PREDICT_PERCENTILE, PREDICT_WINDOW, LatencyCurve, RecentLatency
+from slipstream.planner.sim.params import BatchingChange, ReplicaChange, ServiceTime, ShareChange
+from slipstream.planner.sim.servers import Queue, Server
+from slipstream.streams.batching import BatchSettings
+from slipstream.streams.latency import PREDICT_PERCENTILE, PREDICT_WINDOW, LatencyCurve, RecentLatency
 
 if TYPE_CHECKING:
-    from planner.sim.stages import Stage
-    from planner.sim.world import World
+    from slipstream.planner.sim.stages import Stage
+    from slipstream.planner.sim.world import World
 
 
 def range_assign(partitions: int, consumers: int) -> list[int]:
@@ -54,7 +54,7 @@ class Latency(NamedTuple):
     decide with; ``spread``, the variant's service time (``ServiceTime.for_variant``), whose spread
     its runs are drawn with; ``observe(b, ns)``, told every batch's run (None: nothing to learn).
 
-    When runs vary, ``predict`` is the worker's own predictor (``streams.latency.RecentLatency``,
+    When runs vary, ``predict`` is the worker's own predictor (``slipstream.streams.latency.RecentLatency``,
     seeded with the same curve) learning from the simulated runs as the worker's learns from its
     real ones: after a slow second it predicts longer and runs smaller batches or drops, as the worker
     does. When runs are exactly ``base`` (``learn`` False: deterministic service on dedicated cores)
@@ -78,7 +78,7 @@ class Latency(NamedTuple):
 
 
 class Mix:
-    """A mixed stage's variants: which one serves each request (``streams.shares.choose``, computed by
+    """A mixed stage's variants: which one serves each request (``slipstream.streams.shares.choose``, computed by
     ``world.build``) and each one's batch latency on the pool's hardware."""
 
     __slots__ = ("of", "latencies")
@@ -89,7 +89,7 @@ class Mix:
 
     def split(self, reqs: Sequence[int]) -> list[tuple[Latency, list[int]]]:
         """A window's items (indices into ``reqs``) per variant, FIFO, variants in the order of their
-        first item (``agents.window.split_variants``), each with its latency."""
+        first item (``slipstream.agents.window.split_variants``), each with its latency."""
         of, parts = self.of, {}
         for i, r in enumerate(reqs):
             v = of[r]

@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from streams.batching import NS_PER_MS
+from slipstream.streams.batching import NS_PER_MS
 
 SCALING_MODES = ("instances", "rebalance")
 TRANSIT_KINDS = ("constant", "shifted-exponential", "lognormal", "empirical", "quantiles")
@@ -52,8 +52,8 @@ class ReplicaChange:
 @dataclass(frozen=True)
 class ShareChange:
     """At ``time_s`` the stage's pool routes its items by ``shares`` (variant -> weight; a tuner's
-    accuracy scaling, ``tuner.ladder``): windows taken from then on split by them, each variant at its
-    own latency on the pool's hardware, each request on the variant ``streams.shares.choose`` gives it."""
+    accuracy scaling, ``slipstream.tuner.ladder``): windows taken from then on split by them, each variant at its
+    own latency on the pool's hardware, each request on the variant ``slipstream.streams.shares.choose`` gives it."""
 
     time_s: float
     stage: str
@@ -288,7 +288,7 @@ class ServiceTime:
     batch runs, interpolated in log-log between the points and flat beyond them (a calibration
     measures them: a 4 ms batch varies far more, relatively, than a 100 ms one). Drop and batch decisions
     predict with the worker's own predictor, which learns from the runs drawn
-    (``planner.sim.groups.Latency``); they cannot know the draw.
+    (``slipstream.planner.sim.groups.Latency``); they cannot know the draw.
 
     ``slowdown`` (mean 1): the machine's pace over time, one factor per ``slowdown_window_s``. Every
     batch that starts in a window is multiplied by that window's factor, drawn at random from

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.results import SimResult
-from planner.sim.params import Network, Transit, next_fetch
-from streams.batching import NS_PER_MS
+from slipstream.planner.results import SimResult
+from slipstream.planner.sim.params import Network, Transit, next_fetch
+from slipstream.streams.batching import NS_PER_MS
 
 
 
@@ -43,7 +43,7 @@ class Log:
         self.drop_stage: list[int] = []
         self.drop_now: list[int] = []
         self.drop_pred: list[int] = []
-        self.shed: list[int] = []  # requests the source's gate shed (``planner.sim.gate``)
+        self.shed: list[int] = []  # requests the source's gate shed (``slipstream.planner.sim.gate``)
         self.visit_chunks: list[tuple] = []  # (stage, ends, requests, produce times)
         self.end_chunks: list[tuple[np.ndarray, np.ndarray]] = []
         self.chunk_batches = 0
@@ -88,7 +88,7 @@ class Log:
             self.drop_pred.append(pred1)
 
     def refuse(self, req: int, stage: int, now: int, pred1: int, shed: bool) -> None:
-        """A request the source's gate refused (``planner.sim.gate``): expired, or ``shed``."""
+        """A request the source's gate refused (``slipstream.planner.sim.gate``): expired, or ``shed``."""
         self.drops([req], stage, now, pred1)
         if shed:
             self.shed.append(req)

@@ -5,20 +5,20 @@ visible to it. Items are three parallel lists (visible time, request, produce ti
 ``head`` index, and may hold items that become visible later (the arrivals already known), so the
 queue can say when the next window will be ready without an event per arrival.
 
-:class:`Server` is one model thread. The agent loop of ``streams.batching`` is split between them:
+:class:`Server` is one model thread. The agent loop of ``slipstream.streams.batching`` is split between them:
 the queue decides when a window is taken (:func:`next_window`: ``ready``, ``window_size``) and hands
 it to the free server that has waited longest; the server works it off in sub-batches (``whole_ns``,
 else ``decide``), one batch at a time on the group's host. A mixed stage's server first splits the
 window by variant (``groups.Mix``) and works the variants off one after the other, each with its
 own latency, as the worker's ``work_off`` does. In ``instances`` mode c servers share one queue; in
-``rebalance`` mode each server has its own (``planner.sim.groups``).
+``rebalance`` mode each server has its own (``slipstream.planner.sim.groups``).
 
 Same-instant rule: a queue never takes a window in the middle of an instant. Arrivals and freed
 servers only *poke* it (a wake-up at the next time a window can be ready, with the lowest priority),
 so a window taken at t sees every item visible at t, whatever the order of the events at t.
 
 Every batch completion carries a key, ``(stage, queue, window offset, sub-batch)``, that orders
-completions at the same instant the same way in the event loop and in ``planner.sim.stagewise``.
+completions at the same instant the same way in the event loop and in ``slipstream.planner.sim.stagewise``.
 """
 from __future__ import annotations
 
@@ -26,12 +26,12 @@ from bisect import bisect_right
 from collections import deque
 from typing import TYPE_CHECKING
 
-from planner.sim.engine import DONE, WAKE
-from planner.sim.params import next_fetch
-from streams.batching import BatchSettings, Decision, decide, flush_due_ns, ready, whole_ns, window_size
+from slipstream.planner.sim.engine import DONE, WAKE
+from slipstream.planner.sim.params import next_fetch
+from slipstream.streams.batching import BatchSettings, Decision, decide, flush_due_ns, ready, whole_ns, window_size
 
 if TYPE_CHECKING:
-    from planner.sim.groups import Group
+    from slipstream.planner.sim.groups import Group
 
 _COMPACT = 1 << 15  # drop consumed items from a queue's lists once this many have piled up
 SUB_BITS = 8  # sub-batches per window < 2**8 (max_batch <= 255)

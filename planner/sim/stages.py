@@ -1,17 +1,17 @@
 """A stage of the pipeline: its items go to its replica group, its outputs to its children.
 
 - :meth:`Stage.receive`: items produced to the stage's topic go to its one replica group (a mixed
-  stage's too: deployed, it is one pool, ``planner.sim.world.build``).
+  stage's too: deployed, it is one pool, ``slipstream.planner.sim.world.build``).
 - :meth:`Stage.done`: a finished batch. Each item goes on along every child edge with the edge's
   probability, as k child items where k has mean ``fanout`` (``round``: floor + Bernoulli(fraction),
   or ``poisson``; drawn from the stage's fan-out generator), each produced at the batch's end and fetchable
   one ``between`` transit later. An item with no children (a sink, or k = 0 on every edge) ends its
   fragment here; one with k > 1 has split its request, which then ends at the join
-  (``planner.sim.record``).
+  (``slipstream.planner.sim.record``).
 
 Each stage has a generator of its own for fan-out, drawn in the order of its batch completions, an
 order that does not depend on how the stages' events interleave, so the event loop and
-``planner.sim.stagewise`` draw the same numbers.
+``slipstream.planner.sim.stagewise`` draw the same numbers.
 
 A stage with an ``inbox`` (a list; ``stagewise`` runs) collects what is produced to it instead of
 putting it in its group's queues at once.
@@ -22,8 +22,8 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from planner.sim.groups import InstanceGroup, PartitionGroup
-    from planner.sim.world import World
+    from slipstream.planner.sim.groups import InstanceGroup, PartitionGroup
+    from slipstream.planner.sim.world import World
 
 
 class Stage:

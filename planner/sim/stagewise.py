@@ -14,7 +14,7 @@ What a stage produces is handed to its children in the order the event loop woul
 (completion time, then completion key), through the same ``Stage.done`` code when fan-out or
 branches draw random numbers, vectorised for a plain chain edge or a sink (no draws). The result is
 the event loop's, exactly (``tests/unit/planner/test_stagewise.py`` compares them on random
-problems); ``planner.estimator.simulate`` picks this path whenever :func:`applies`.
+problems); ``slipstream.planner.estimator.simulate`` picks this path whenever :func:`applies`.
 """
 from __future__ import annotations
 
@@ -24,12 +24,12 @@ from typing import Sequence
 
 import numpy as np
 
-from planner.sim.groups import InstanceGroup, PartitionGroup
-from planner.sim.params import HostModel, Network, ReplicaChange, ServiceTime
-from planner.sim.servers import SUB_BITS, next_window
-from planner.sim.stages import Stage
-from planner.sim.world import World
-from streams.batching import decide, whole_ns
+from slipstream.planner.sim.groups import InstanceGroup, PartitionGroup
+from slipstream.planner.sim.params import HostModel, Network, ReplicaChange, ServiceTime
+from slipstream.planner.sim.servers import SUB_BITS, next_window
+from slipstream.planner.sim.stages import Stage
+from slipstream.planner.sim.world import World
+from slipstream.streams.batching import decide, whole_ns
 
 CLIENT = -1  # the producer of the source stage's items
 

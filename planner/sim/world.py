@@ -3,7 +3,7 @@ the Kafka hops, and how a problem and a plan become stages and replica groups (:
 mixed stage becomes the pool it is deployed as).
 
 Random streams, all children of one ``SeedSequence(seed)``: two per stage (routing, fan-out:
-``planner.sim.stages``), one for transits, one for service-time factors, one for fetch phases. A
+``slipstream.planner.sim.stages``), one for transits, one for service-time factors, one for fetch phases. A
 stream is drawn by one owner in an order that does not depend on how events interleave, so turning
 on one effect leaves the other effects' draws alone.
 """
@@ -14,18 +14,18 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from planner.plan import Plan
-from planner.problem import HardwareOption, Problem
-from planner.sim.engine import Draws, Engine
-from planner.sim.groups import InstanceGroup, Latency, Mix, PartitionGroup
-from planner.sim.host import Colocated, Dedicated, SharedHost
-from planner.sim.params import HostModel, Network, ServiceTime, Transit
-from planner.sim.record import Log
-from planner.sim.servers import Queue
-from planner.sim.stages import Stage
-from streams import shares
-from streams.calibration import key as variant_key
-from streams.batching import NS_PER_MS, BatchSettings
+from slipstream.planner.plan import Plan
+from slipstream.planner.problem import HardwareOption, Problem
+from slipstream.planner.sim.engine import Draws, Engine
+from slipstream.planner.sim.groups import InstanceGroup, Latency, Mix, PartitionGroup
+from slipstream.planner.sim.host import Colocated, Dedicated, SharedHost
+from slipstream.planner.sim.params import HostModel, Network, ServiceTime, Transit
+from slipstream.planner.sim.record import Log
+from slipstream.planner.sim.servers import Queue
+from slipstream.planner.sim.stages import Stage
+from slipstream.streams import shares
+from slipstream.streams.calibration import key as variant_key
+from slipstream.streams.batching import NS_PER_MS, BatchSettings
 
 
 class World:
@@ -131,7 +131,7 @@ class Unprofiled(ValueError):
 def _pool(problem: Problem, stage: str, hardware: str, max_batch: int, use: Mapping[str, float], world: World,
           routed: dict[tuple, list[str]], always: bool = False) -> tuple[list[Latency], Mix | None]:
     """Each variant of ``use`` (variant -> share, sorted) at its latency on ``hardware``, and the split
-    of the stage's requests among them (``streams.shares.choose`` on each id, kept in ``routed`` per
+    of the stage's requests among them (``slipstream.streams.shares.choose`` on each id, kept in ``routed`` per
     shares): None for one variant unless ``always``."""
     variants = sorted(v for v, f in use.items() if f > 0)
     tables = []
@@ -160,10 +160,10 @@ def _shared(problem: Problem, stage: str, hardware: str, group, world: World, ro
 
 def build(problem: Problem, plan: Plan, world: World, scaling: Mapping[str, str], drop_late: bool) -> list[Stage]:
     """One :class:`Stage` per stage in topological order, each with one replica group: its assignment,
-    or for a mixed stage the pool it is deployed as (``planner.service.stage_configs``): the stage's
+    or for a mixed stage the pool it is deployed as (``slipstream.planner.service.stage_configs``): the stage's
     total replicas on the primary assignment's hardware, batch size and timeout, every variant of
     its ``routing`` with its own latency on that hardware, each request on the variant
-    ``streams.shares.choose`` gives its id (the worker's rule)."""
+    ``slipstream.streams.shares.choose`` gives its id (the worker's rule)."""
     names = problem.topo_order
     stages = []
     routed: dict[tuple, list[str]] = {}  # shares -> each request's variant (stages with the same shares share it)

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from streams.config import KafkaSettings
+from slipstream.streams.config import KafkaSettings
 
 
 @click.group("bench")
@@ -18,12 +18,12 @@ def bench() -> None:
 @click.option("--requests", "n_latency", default=400, show_default=True, help="Requests per latency round.")
 @click.option("--rate", default=100.0, show_default=True, help="Open-loop rate of the latency rounds (req/s).")
 @click.option("--backlog", "n_throughput", type=int, default=None,
-              help="Records per throughput round.  [default: loadgen.bench.dataplane.BACKLOG, 30000]")
+              help="Records per throughput round.  [default: slipstream.loadgen.bench.dataplane.BACKLOG, 30000]")
 @click.option("--repeats", default=3, show_default=True, help="Rounds; medians are reported.")
 @click.option("--json", "as_json", is_flag=True)
 def dataplane(n_latency, rate, n_throughput, repeats, as_json) -> None:
     """Stage worker vs a plain aiokafka relay: added latency per hop and msgs/s (needs the broker)."""
-    from loadgen.bench import dataplane as bench_dataplane
+    from slipstream.loadgen.bench import dataplane as bench_dataplane
 
     fig = bench_dataplane.run(KafkaSettings.from_env(), n_latency, rate, n_throughput or bench_dataplane.BACKLOG, repeats,
                               progress=lambda m: click.echo(m, err=True))
@@ -38,7 +38,7 @@ def dataplane(n_latency, rate, n_throughput, repeats, as_json) -> None:
                    "against the run alone and against checking first, image-resize and lite0.")
 def executor(runs, payload, checks) -> None:
     """The ONNX executor vs onnxruntime called directly, EfficientNet-Lite0, batch 1, 8 and 64."""
-    from loadgen.bench import executor as bench_executor
+    from slipstream.loadgen.bench import executor as bench_executor
 
     if checks:
         click.echo(bench_executor.format_checks(bench_executor.bench_checks(runs=max(runs, 30))))
@@ -53,7 +53,7 @@ def executor(runs, payload, checks) -> None:
 def drops(runs, batch) -> None:
     """CPU per dropped request against CPU per served one, image-classify's stages, in the worker's
     own code: dropped after decoding, and from the expiry header without decoding."""
-    from loadgen.bench import drops as bench_drops
+    from slipstream.loadgen.bench import drops as bench_drops
 
     click.echo(bench_drops.format_rows(bench_drops.bench_drops(batch=batch, runs=runs)))
 
@@ -64,7 +64,7 @@ def drops(runs, batch) -> None:
 def memory(timeout_s) -> None:
     """Resident memory of a ready worker of each kind the repo ships, and whether torch is loaded
     (needs the broker)."""
-    from loadgen.bench import memory as bench_memory
+    from slipstream.loadgen.bench import memory as bench_memory
 
     rows = bench_memory.run(KafkaSettings.from_env(), timeout_s=timeout_s,
                             progress=lambda m: click.echo(m, err=True))

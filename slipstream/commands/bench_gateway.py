@@ -6,7 +6,7 @@ import json
 
 import click
 
-from streams.config import KafkaSettings
+from slipstream.streams.config import KafkaSettings
 
 
 @click.command("gateway")
@@ -23,7 +23,7 @@ from streams.config import KafkaSettings
 def gateway_bench(n, rate, repeats, concurrency, seconds, client_linger_ms, interleave, as_json) -> None:
     """Gateway vs Python Kafka client, end to end on a no-op pipeline, and one gateway's requests/s
     (needs the broker)."""
-    from loadgen.bench import gateway as bench
+    from slipstream.loadgen.bench import gateway as bench
 
     fig = bench.run(KafkaSettings.from_env(), n, rate, repeats, concurrency, seconds,
                     progress=lambda m: click.echo(m, err=True), client_linger_ms=client_linger_ms,

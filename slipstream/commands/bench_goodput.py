@@ -24,12 +24,12 @@ def goodput_bench(pipeline_file, plan_seconds, profiles_dir, activation_s, max_r
             pace_ceiling, seed, calibrate, knee_qps, factors, modes, paths, arrivals, duration_s, report_dir) -> None:
     """Sweep the offered rate past capacity, to Kafka or through the gateway: a table and a PNG of goodput, attainment and
     accuracy against offered load, with the CPU each kind of process spent (needs the broker)."""
-    from loadgen.bench import goodput as bench_goodput
-    from loadgen.live.calibration import calibrated
-    from loadgen.live.prepare import prepare
-    from loadgen.live.run import LiveOptions, ensure_broker
+    from slipstream.loadgen.bench import goodput as bench_goodput
+    from slipstream.loadgen.live.calibration import calibrated
+    from slipstream.loadgen.live.prepare import prepare
+    from slipstream.loadgen.live.run import LiveOptions, ensure_broker
     from slipstream.options import state_dir
-    from streams import broker
+    from slipstream.streams import broker
 
     plan_s = plan_seconds or duration_s / 3
     opts = LiveOptions(activation_s=activation_s, max_replicas=max_replicas, hop_ms=hop_ms, seed=seed,

@@ -15,7 +15,7 @@ import click
 @click.option("--json", "as_json", is_flag=True)
 def planner_bench(repeats, sim_seconds, plan_seconds, modes, as_json) -> None:
     """MILP solve time (10x10x7x3), estimator requests/s, cost and attainment per mode."""
-    from loadgen.bench import planner as bench
+    from slipstream.loadgen.bench import planner as bench
 
     s = bench.BenchSettings(repeats=repeats, sim_seconds=sim_seconds, plan_seconds=plan_seconds,
                             modes=tuple(m.strip() for m in modes.split(",") if m.strip()))

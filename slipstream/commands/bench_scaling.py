@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from streams.config import KafkaSettings
+from slipstream.streams.config import KafkaSettings
 
 
 @click.command("scaling")
@@ -26,7 +26,7 @@ from streams.config import KafkaSettings
 def scaling_bench(rounds, rate_qps, step_s, width, modes, out_dir) -> None:
     """Scale a stage 1->2->4->2->1 and switch its variant under load; per event, the extra queue wait
     of the replicas already serving, the new capacity's first request, and where the time went."""
-    from loadgen.bench import scaling as bench_scaling
+    from slipstream.loadgen.bench import scaling as bench_scaling
 
     modes_t = tuple(m.strip() for m in modes.split(",") if m.strip())
     bad = [m for m in modes_t if m not in bench_scaling.MODES]

@@ -9,11 +9,11 @@ import sys
 
 import click
 
-from streams import broker
-from streams.config import KafkaSettings
-from streams.spec import SpecError, load_pipeline
-from loadgen.bench import tuner as tb
-from streams.procs import worker_argv
+from slipstream.streams import broker
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.spec import SpecError, load_pipeline
+from slipstream.loadgen.bench import tuner as tb
+from slipstream.streams.procs import worker_argv
 
 
 @click.command("tuner")
@@ -28,7 +28,7 @@ from streams.procs import worker_argv
 @click.option("--worker-cmd", default=None,
               help="Any command that prints the ready line, instead of `slipstream worker ...`.")
 @click.option("--probe", is_flag=True,
-              help="Time a bare consumer-group member (loadgen.bench.probe_worker) instead of a worker: the Kafka "
+              help="Time a bare consumer-group member (slipstream.loadgen.bench.probe_worker) instead of a worker: the Kafka "
                    "part of activation, a lower bound.")
 @click.option("--existing", default=1, show_default=True,
               help="Workers already running, so the timed one joins with a rebalance.")
@@ -90,14 +90,14 @@ def _probe_argv(settings: KafkaSettings) -> list[str] | None:
     import asyncio
     import uuid
 
-    from streams import admin
-    from streams.topics import TopicSpec
+    from slipstream.streams import admin
+    from slipstream.streams.topics import TopicSpec
 
     if not broker.is_ready(settings.bootstrap):
-        return [sys.executable, "-m", "loadgen.bench.probe_worker"]  # reported as "needs the broker" below
+        return [sys.executable, "-m", "slipstream.loadgen.bench.probe_worker"]  # reported as "needs the broker" below
     topic = "slipstream.bench.probe"
     asyncio.run(admin.ensure_topics(settings, [TopicSpec(topic, 8)]))
-    return [sys.executable, "-m", "loadgen.bench.probe_worker", "--topic", topic, "--group",
+    return [sys.executable, "-m", "slipstream.loadgen.bench.probe_worker", "--topic", topic, "--group",
             f"slipstream-bench-probe-{uuid.uuid4().hex[:8]}", "--bootstrap", settings.bootstrap]
 
 

@@ -1,6 +1,6 @@
 """`slipstream calibrate --report DIR [--report DIR ...]`: fit service scale, service spread and Kafka
-transits from live runs' hop timings (``planner.calibrate``) and store them as the next calibration
-version next to the profiles (``streams.calibration``; the run plumbing: ``loadgen.live.calibration``), where the planner, the planner service and the
+transits from live runs' hop timings (``slipstream.planner.calibrate``) and store them as the next calibration
+version next to the profiles (``slipstream.streams.calibration``; the run plumbing: ``slipstream.loadgen.live.calibration``), where the planner, the planner service and the
 workers read them.
 
 ``DIR`` is a report a live run wrote (``make demo``, ``slipstream compare-live``, ``loadgen replay``):
@@ -26,10 +26,10 @@ from slipstream.options import state_default
 @click.option("--dry-run", is_flag=True, help="Print the fit, store nothing.")
 def calibrate_cmd(report_dirs: tuple[str, ...], pipeline_file: str, profiles_dir: str, dry_run: bool) -> None:
     """Fit the estimator's service, host and transit parameters from a live run and store them, versioned."""
-    from loadgen.live.calibration import fit_report
-    from planner.calibrate import CalibrationFitError, summary_lines
-    from streams.calibration import CalibrationStore
-    from streams.spec import load_pipeline
+    from slipstream.loadgen.live.calibration import fit_report
+    from slipstream.planner.calibrate import CalibrationFitError, summary_lines
+    from slipstream.streams.calibration import CalibrationStore
+    from slipstream.streams.spec import load_pipeline
 
     try:
         doc = fit_report(list(report_dirs), load_pipeline(pipeline_file), profiles_dir, store=not dry_run)

@@ -1,4 +1,4 @@
-"""`slipstream chaos`: the fault suite (``loadgen.faults.chaos_run``)."""
+"""`slipstream chaos`: the fault suite (``slipstream.loadgen.faults.chaos_run``)."""
 from __future__ import annotations
 
 import click
@@ -29,7 +29,7 @@ def chaos(pipeline_file, brokers, profiles_dir, mode, replan_s, trace, fault_at_
     planner service, SIGSTOP a worker past its session timeout, kill the broker (one of three with
     --brokers 3). Per case: requests, missing, duplicates, conflicting statuses, recovery time.
     SLIPSTREAM_PROCESSING=exactly-once runs every process with exactly-once processing."""
-    from loadgen.faults.chaos_run import FREEZE_S, ChaosOptions, run_suite
+    from slipstream.loadgen.faults.chaos_run import FREEZE_S, ChaosOptions, run_suite
 
     run_suite(ChaosOptions(pipeline_file, trace, fault_at_s, brokers, broker_down_s, freeze_s or FREEZE_S,
                            freeze_stage, tuple(only), profiles_dir, report_dir or f"reports/chaos-{brokers}b",

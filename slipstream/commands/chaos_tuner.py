@@ -17,10 +17,10 @@ def chaos_tuner(pipeline_file, activation_s, max_replicas, wait_plan_s) -> None:
     """The tuner on the planner's latest hand-off, publishing its decisions (StageConfig replicas, which
     the workers run as model instances) and starting no process: the supervisor of `chaos`/`soak` owns them."""
     from slipstream.tuner_options import plan_from_topic, pipeline_of, tuner_config
-    from streams.config import KafkaSettings
-    from tuner.actuators import DryRunActuator
-    from tuner.run import run_tuner
-    from tuner.service import ServiceSettings
+    from slipstream.streams.config import KafkaSettings
+    from slipstream.tuner.actuators import DryRunActuator
+    from slipstream.tuner.run import run_tuner
+    from slipstream.tuner.service import ServiceSettings
 
     pipe = pipeline_of(pipeline_file)
     settings = KafkaSettings.from_env()

@@ -5,12 +5,12 @@ from pathlib import Path
 
 import click
 
-from loadgen.live.calibration import calibrated, refit
-from loadgen.live.prepare import prepare
-from loadgen.live.run import LiveOptions, ensure_broker, live_run
+from slipstream.loadgen.live.calibration import calibrated, refit
+from slipstream.loadgen.live.prepare import prepare
+from slipstream.loadgen.live.run import LiveOptions, ensure_broker, live_run
 from slipstream.live_options import live_options
 from slipstream.options import state_dir
-from streams import broker
+from slipstream.streams import broker
 
 COMPARE_TRACE = "step:rates=6/18/6,at=20/50,cv2=4,transition=5,duration=70"
 
@@ -26,8 +26,8 @@ COMPARE_TRACE = "step:rates=6/18/6,at=20/50,cv2=4,transition=5,duration=70"
 def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, reserve_cores, request_cpu_ms, replan_s,
                  hop_ms, pace_ceiling, seed, calibrate, spec, modes, report_dir, refit_after) -> None:
     """Planner modes on the real broker at small scale: cost, attainment, measured vs estimator p99."""
-    from loadgen.compare import compare_runs, failures, format_comparison
-    from loadgen.plots import plot_modes
+    from slipstream.loadgen.compare import compare_runs, failures, format_comparison
+    from slipstream.loadgen.plots import plot_modes
 
     started = ensure_broker(state_dir())
     try:

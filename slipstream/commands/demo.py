@@ -18,15 +18,15 @@ from pathlib import Path
 
 import click
 
-from loadgen.compare import ModeNotApplicable
-from loadgen.live.calibration import calibrated, refit
-from loadgen.live.prepare import prepare
-from loadgen.live.run import LiveOptions, ensure_broker, live_run
-from loadgen.replay_estimate import format_like_for_like
-from planner.modes import MODES
+from slipstream.loadgen.compare import ModeNotApplicable
+from slipstream.loadgen.live.calibration import calibrated, refit
+from slipstream.loadgen.live.prepare import prepare
+from slipstream.loadgen.live.run import LiveOptions, ensure_broker, live_run
+from slipstream.loadgen.replay_estimate import format_like_for_like
+from slipstream.planner.modes import MODES
 from slipstream.live_options import live_options
 from slipstream.options import state_dir
-from streams import broker
+from slipstream.streams import broker
 
 # the planner plans from the quiet phase before the first step (--plan-seconds); the low tail is long
 # enough for the tuner to scale back down: the longest envelope window (the 45 s planning sample)

@@ -1,5 +1,5 @@
 """`slipstream estimate --report DIR [...]`: the estimator on finished live runs, like for like
-(``loadgen.live.run.like_for_like``), with the calibration in force or one fitted on other runs."""
+(``slipstream.loadgen.live.run.like_for_like``), with the calibration in force or one fitted on other runs."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,14 +25,14 @@ def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_
     """The estimator on finished live runs, like for like: each run's own arrivals, replica changes,
     re-plans, plan and each model's measured pace (est. p99; drawn p99: the pace drawn from the
     calibration instead), with the calibration in force ($SLIPSTREAM_CALIBRATION) or one fitted with --fit."""
-    from loadgen.compare import est_ratio
-    from loadgen.live.calibration import fit_report
-    from loadgen.replay_estimate import format_like_for_like
-    from loadgen.run_record import RunRecord
-    from planner.calibrate import recalibrated
-    from loadgen.live.run import LiveOptions, like_for_like, local_problem
-    from streams.profile_store import ProfileStore
-    from streams.spec import load_pipeline
+    from slipstream.loadgen.compare import est_ratio
+    from slipstream.loadgen.live.calibration import fit_report
+    from slipstream.loadgen.replay_estimate import format_like_for_like
+    from slipstream.loadgen.run_record import RunRecord
+    from slipstream.planner.calibrate import recalibrated
+    from slipstream.loadgen.live.run import LiveOptions, like_for_like, local_problem
+    from slipstream.streams.profile_store import ProfileStore
+    from slipstream.streams.spec import load_pipeline
 
     pipe, store = load_pipeline(pipeline_file), ProfileStore(profiles_dir)
     doc = fit_report(list(fit_dirs), pipe, profiles_dir, store=False) if fit_dirs else store.calibration

@@ -8,8 +8,8 @@ import time
 import click
 
 from slipstream.options import MetricsAddrType
-from streams.config import KafkaSettings
-from streams.spec import SpecError, load_pipeline
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.spec import SpecError, load_pipeline
 
 
 @click.command("gateway")
@@ -27,7 +27,7 @@ from streams.spec import SpecError, load_pipeline
               help="Recent outcomes the load-shedding rule reads.")
 def gateway(pipeline_file: str, addr, grace_ms: float, grpc_port: int | None, window_s: float) -> None:
     """Serve a pipeline over HTTP: /v2/models/<pipeline>/infer, /v2/health/*, /metrics (and gRPC)."""
-    from gateway.server import READY_LINE, GatewayConfig, serve
+    from slipstream.gateway.server import READY_LINE, GatewayConfig, serve
 
     try:
         pipe = load_pipeline(pipeline_file)

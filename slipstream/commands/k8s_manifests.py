@@ -7,10 +7,10 @@ import click
 
 from slipstream.k8s_manifests import (DEFAULT_BOOTSTRAP, MAX_POD_CPUS, Placement, default_placements,
                                       pipeline_manifests, read_profiles)
-from planner.modes import MODES
+from slipstream.planner.modes import MODES
 from slipstream.options import key_values
 from slipstream.tuner_options import pipeline_of
-from streams.spec import Pipeline
+from slipstream.streams.spec import Pipeline
 
 
 @click.command("k8s-manifests")
@@ -76,7 +76,7 @@ def _plan_placements(path: str, pipe: Pipeline) -> dict[str, Placement]:
     ``slipstream plan --json`` file."""
     import json
 
-    from planner.plan import Plan
+    from slipstream.planner.plan import Plan
 
     try:
         doc = json.loads(Path(path).read_text())

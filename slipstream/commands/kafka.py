@@ -13,7 +13,7 @@ import sys
 import click
 
 from slipstream.options import state_dir
-from streams import broker
+from slipstream.streams import broker
 
 state_opt = click.option("--state", envvar="SLIPSTREAM_STATE_KAFKA", default=None,
                          help="State folder for data, logs and PID files [default: STATE_DIR/kafka, or "

@@ -12,10 +12,10 @@ from pathlib import Path
 import click
 import numpy as np
 
-from loadgen import workloads
-from streams.arrivals import peak_rate_binned
-from loadgen.live.replay_report import payload_factory, replay_report
-from loadgen.traces import trace_arrivals
+from slipstream.loadgen import workloads
+from slipstream.streams.arrivals import peak_rate_binned
+from slipstream.loadgen.live.replay_report import payload_factory, replay_report
+from slipstream.loadgen.traces import trace_arrivals
 
 
 def trace_stats(arrivals: np.ndarray) -> dict:
@@ -66,7 +66,7 @@ def show(spec: str, seed: int, out: str | None) -> None:
 def replay(pipeline_file, spec, rate_scale, seed, report_dir, run_id, drain_s, accuracy_floor,
            payload_file, planned_trace, lag_budget_ms) -> None:
     """Replay a trace open-loop into a pipeline and report latency, attainment, drops and cost."""
-    from streams.spec import SpecError, load_pipeline
+    from slipstream.streams.spec import SpecError, load_pipeline
 
     try:
         pipe = load_pipeline(pipeline_file)
@@ -91,9 +91,9 @@ def replay(pipeline_file, spec, rate_scale, seed, report_dir, run_id, drain_s, a
 @click.option("--label", default="")
 def report(results_file: str, slo_ms: float, sent: int | None, out_dir: str | None, label: str) -> None:
     """Summarise a results.jsonl (from `loadgen replay --report` or any InferenceResult dump)."""
-    from loadgen.render import format_table, write_report
-    from loadgen.report import summarize
-    from loadgen.run_record import read_results
+    from slipstream.loadgen.render import format_table, write_report
+    from slipstream.loadgen.report import summarize
+    from slipstream.loadgen.run_record import read_results
 
     results = read_results(results_file)
     try:

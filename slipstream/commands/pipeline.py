@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from streams import admin, topics
-from streams.config import KafkaSettings
+from slipstream.streams import admin, topics
+from slipstream.streams.config import KafkaSettings
 from slipstream.specs import load_or_fail
 
 
@@ -49,7 +49,7 @@ def submit(pipeline_file, input_path, content_type, accuracy_floor, slo_ms, time
     Exit 0 done, 2 dropped or error, 1 no result (timeout, refused by the gateway: 429 shed, 400...)."""
     from aiohttp import ClientError
 
-    from gateway.client import GatewayError, connect
+    from slipstream.gateway.client import GatewayError, connect
 
     pipe = load_or_fail(pipeline_file)
     payload = Path(input_path).read_bytes()

@@ -12,13 +12,13 @@ import click
 from slipstream.options import profiles_option
 import numpy as np
 
-from planner.modes import MODES
+from slipstream.planner.modes import MODES
 
 
 def build_problem(problem_file, pipeline_file, profiles_dir, trace, rate):
-    from planner.problem import ProblemError, load_problem, read_sample
-    from planner.profiles import ProfileError, ProfileStore, problem_from_pipeline
-    from streams.spec import SpecError, load_pipeline
+    from slipstream.planner.problem import ProblemError, load_problem, read_sample
+    from slipstream.planner.profiles import ProfileError, ProfileStore, problem_from_pipeline
+    from slipstream.streams.spec import SpecError, load_pipeline
 
     try:
         if problem_file:
@@ -33,11 +33,11 @@ def build_problem(problem_file, pipeline_file, profiles_dir, trace, rate):
 
 
 def with_host(problem, cores: str | None, background_cores: float | None, request_cpu_ms: float | None):
-    """``problem`` on the host the options declare (``planner.problem.declared_host``); unchanged when
+    """``problem`` on the host the options declare (``slipstream.planner.problem.declared_host``); unchanged when
     none is given. ``cores`` "auto": this process's (its cgroup's limit, else the machine's count)."""
     from dataclasses import replace
 
-    from planner.problem import declared_host
+    from slipstream.planner.problem import declared_host
 
     if cores is None and background_cores is None and request_cpu_ms is None:
         return problem
@@ -103,9 +103,9 @@ def plan(problem_file, pipeline_file, profiles_dir, trace, rate, mode, solver, t
          explain, measured_p99, as_json, host_cores, host_background_cores, host_request_cpu_ms) -> None:
     """Plan each stage's variant, hardware, max batch and replicas inside the SLO (and the host's
     cores, with --host-*)."""
-    from planner import milp
-    from planner.modes import make_planner
-    from planner.service import explain as explain_lines
+    from slipstream.planner import milp
+    from slipstream.planner.modes import make_planner
+    from slipstream.planner.service import explain as explain_lines
 
     problem = with_host(build_problem(problem_file, pipeline_file, profiles_dir, trace, rate),
                         host_cores, host_background_cores, host_request_cpu_ms)

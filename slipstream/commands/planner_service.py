@@ -8,9 +8,9 @@ import signal
 import click
 
 from slipstream.options import key_values, metrics_addr_option, profiles_option, renamed_option
-from streams.config import KafkaSettings
+from slipstream.streams.config import KafkaSettings
 
-from planner.modes import MODES
+from slipstream.planner.modes import MODES
 
 
 @click.command("planner")
@@ -31,13 +31,13 @@ from planner.modes import MODES
 def planner_cmd(pipeline_file, profiles_dir, mode, interval_s, lookback_s, once, handoff, explain, pins,
                 metrics_addr) -> None:
     """Re-plan from recent arrivals (forecast peak) and publish one StageConfig per stage on change."""
-    from planner.profiles import ProfileStore, problem_from_pipeline
-    from planner.results import LATE
-    from planner.run import run_planner
-    from planner.service import ReplanSettings, Replanner, explain as explain_lines, handoff_record
-    from streams.spec import load_pipeline
-    from tuner import planfile
-    from tuner.envelope import envelope
+    from slipstream.planner.profiles import ProfileStore, problem_from_pipeline
+    from slipstream.planner.results import LATE
+    from slipstream.planner.run import run_planner
+    from slipstream.planner.service import ReplanSettings, Replanner, explain as explain_lines, handoff_record
+    from slipstream.streams.spec import load_pipeline
+    from slipstream.tuner import planfile
+    from slipstream.tuner.envelope import envelope
 
     pipe = load_pipeline(pipeline_file)
     store = ProfileStore(profiles_dir)
@@ -106,8 +106,8 @@ def pin_hardware(problem, pins):
 def _serve_metrics(pipeline: str, addr, ready):
     from prometheus_client import CollectorRegistry
 
-    from planner.metrics import PlannerMetrics
-    from streams.metrics_http import serve, standard_collectors
+    from slipstream.planner.metrics import PlannerMetrics
+    from slipstream.streams.metrics_http import serve, standard_collectors
 
     registry = CollectorRegistry()
     standard_collectors(registry)

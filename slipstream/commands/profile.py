@@ -23,10 +23,10 @@ def profile(ctx, pipeline_file, out_dir, batch_sizes, warmup, reps, variants, ha
         return
     if not pipeline_file:
         raise click.UsageError("give --pipeline FILE (or use `slipstream profile import --csv PATH`)")
-    from agents.zoo import load_executor  # the data plane's executors, imported only here
-    from planner.profiler import ProfilerSettings, has_cuda, profile_into, runnable_hardware
-    from planner.profiles import ProfileStore
-    from streams.spec import SpecError, load_pipeline
+    from slipstream.agents.zoo import load_executor  # the data plane's executors, imported only here
+    from slipstream.planner.profiler import ProfilerSettings, has_cuda, profile_into, runnable_hardware
+    from slipstream.planner.profiles import ProfileStore
+    from slipstream.streams.spec import SpecError, load_pipeline
 
     try:
         pipe = load_pipeline(pipeline_file)
@@ -52,7 +52,7 @@ def profile(ctx, pipeline_file, out_dir, batch_sizes, warmup, reps, variants, ha
 @click.option("--model", "models", multiple=True, help="Only these models (repeatable).")
 def import_cmd(csv_path, out_dir, models) -> None:
     """Import published profiles (hardware this machine lacks) into the profile store."""
-    from planner.profiles import ProfileError, ProfileStore, import_csv
+    from slipstream.planner.profiles import ProfileError, ProfileStore, import_csv
 
     try:
         profs = import_csv(csv_path, ProfileStore(out_dir), models=set(models) or None)

@@ -9,7 +9,7 @@ import sys
 import click
 
 from slipstream.options import state_dir
-from streams import registry_server as rs
+from slipstream.streams import registry_server as rs
 
 
 def _registry(port: int) -> rs.LocalRegistry:

@@ -17,7 +17,7 @@ RESEARCH_DATA = Path(__file__).resolve().parents[3] / "shared" / "research-data"
               show_default=True, help="Where each paper's table (PAPER.md) and plots go.")
 def reproduce_cmd(paper: str, data_dir: Path, out: Path) -> None:
     """Re-run a paper's headline experiment; print the paper's numbers beside ours."""
-    from loadgen.reproduce import PAPERS, reproduce
+    from slipstream.loadgen.reproduce import PAPERS, reproduce
 
     data = data_dir if data_dir.is_dir() else None
     for name in PAPERS if paper == "all" else (paper,):

@@ -4,9 +4,9 @@ For traces and profiles too large for this machine: the planner plans on a sampl
 ``--sample-share`` of the trace, InferLine's 25 %), the tuner policy is stepped over the rest of the
 trace exactly as the tuner service would step it (its envelope tracker fed with the arrivals, one
 decision every ``--tick-s``), and the estimator replays the live part with the tuner's replica
-changes. The report is the one `loadgen replay` writes (``loadgen.simulate``).
+changes. The report is the one `loadgen replay` writes (``slipstream.loadgen.simulate``).
 
-Planner modes come from ``planner.modes.make_planner``; a plan the estimator rejected on the sample
+Planner modes come from ``slipstream.planner.modes.make_planner``; a plan the estimator rejected on the sample
 is still simulated (with a note), so a comparison shows what each mode would have done.
 """
 from __future__ import annotations
@@ -17,18 +17,18 @@ import click
 
 from slipstream.options import key_values
 
-from loadgen.compare import ModeNotApplicable
-from loadgen.traces import trace_arrivals
-from planner.modes import MODES
+from slipstream.loadgen.compare import ModeNotApplicable
+from slipstream.loadgen.traces import trace_arrivals
+from slipstream.planner.modes import MODES
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "research-data" / "UMass-LIDS+Loki"
 TUNED_MODES = ("milp", "inferline", "loki")
 
 
 def plan_with(mode: str, problem):
-    """The plan of ``mode`` (``planner.modes``). The baselines are not tightened by the estimator: a
+    """The plan of ``mode`` (``slipstream.planner.modes``). The baselines are not tightened by the estimator: a
     comparison wants their plan as InferLine defines it, whatever attainment it gets."""
-    from planner.modes import make_planner
+    from slipstream.planner.modes import make_planner
 
     return make_planner(mode, solver="highs", time_limit_s=20.0,
                         validate=not mode.startswith("cg-")).plan(problem)
@@ -36,8 +36,8 @@ def plan_with(mode: str, problem):
 
 def _run(problem_src, mode: str, trace: str, seed: int, sample_share: float, tune: bool, tick_s: float,
          activation_s: float, label: str | None = None):
-    from loadgen.simulate import simulate_run, tuner_changes
-    from tuner.policy import TunerConfig
+    from slipstream.loadgen.simulate import simulate_run, tuner_changes
+    from slipstream.tuner.policy import TunerConfig
 
     arrivals = trace_arrivals(trace, seed)
     split = float(arrivals[-1]) * sample_share if sample_share > 0 else float(arrivals[-1])
@@ -65,13 +65,13 @@ def _problem_source(problem_file: str | None, preset: str, data_dir: str, slo_ms
     from dataclasses import replace
 
     if problem_file:
-        from planner.problem import load_problem
-        from streams.arrivals import peak_rate_sliding
+        from slipstream.planner.problem import load_problem
+        from slipstream.streams.arrivals import peak_rate_sliding
 
         base = load_problem(problem_file)
         return lambda sample: replace(base, arrivals_s=sample, rate_qps=peak_rate_sliding(sample, 1.0),
                                       **({"slo_ms": slo_ms} if slo_ms else {}))
-    from loadgen import published
+    from slipstream.loadgen import published
 
     pr = {**published.DEFAULT_PRICES, **prices}
     if not (Path(data_dir) / "aggregate_profiled.csv").exists():
@@ -124,8 +124,8 @@ def _with(options):
 def simulate(spec, problem_file, preset, data_dir, slo_ms, price, seed, sample_share, tick_s, activation_s,
              mode, no_tuner, report_dir) -> None:
     """Plan, tune and replay a trace through the estimator; print (and write) the run report."""
-    from loadgen.render import format_table, write_report
-    from loadgen.run_record import RunRecord
+    from slipstream.loadgen.render import format_table, write_report
+    from slipstream.loadgen.run_record import RunRecord
 
     source = _problem_source(problem_file, preset, data_dir, slo_ms, _prices(price))
     try:
@@ -146,7 +146,7 @@ def simulate(spec, problem_file, preset, data_dir, slo_ms, price, seed, sample_s
 def compare(spec, problem_file, preset, data_dir, slo_ms, price, seed, sample_share, tick_s, activation_s,
             modes, out_file) -> None:
     """One trace through several planner modes (simulated): cost and SLO attainment side by side."""
-    from loadgen.compare import compare_runs, failures, format_comparison
+    from slipstream.loadgen.compare import compare_runs, failures, format_comparison
 
     source = _problem_source(problem_file, preset, data_dir, slo_ms, _prices(price))
 

@@ -1,4 +1,4 @@
-"""`slipstream soak`: memory and lag over a long run (``loadgen.faults.soak_run``)."""
+"""`slipstream soak`: memory and lag over a long run (``slipstream.loadgen.faults.soak_run``)."""
 from __future__ import annotations
 
 import click
@@ -19,7 +19,7 @@ from slipstream.fault_options import fault_options
 def soak(pipeline_file, brokers, profiles_dir, mode, replan_s, minutes, rate_qps, trace, sample_s, warmup_s,
          report_dir) -> None:
     """Replay Poisson load for --minutes and plot RSS per process, consumer lag and attainment over time."""
-    from loadgen.faults.soak_run import SoakOptions, run_soak
+    from slipstream.loadgen.faults.soak_run import SoakOptions, run_soak
 
     run_soak(SoakOptions(pipeline_file, minutes, rate_qps, brokers, sample_s, warmup_s, 30.0, profiles_dir,
                          report_dir, mode, replan_s, trace=trace))

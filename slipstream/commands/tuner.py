@@ -8,14 +8,14 @@ import click
 from slipstream.options import key_values
 from slipstream.tuner_options import (plan_from_topic, pipeline_of, plan_of, run_local, stop_on_signals,
                                       tuner_config, tuner_only, tuner_options)
-from streams.config import KafkaSettings
-from tuner.actuators import DryRunActuator
-from tuner.policy import ScaleDecision
-from tuner.run import run_tuner
+from slipstream.streams.config import KafkaSettings
+from slipstream.tuner.actuators import DryRunActuator
+from slipstream.tuner.policy import ScaleDecision
+from slipstream.tuner.run import run_tuner
 
 
 def _print_decision(decision: ScaleDecision) -> None:
-    from tuner.service import describe, describe_shares
+    from slipstream.tuner.service import describe, describe_shares
     for c in decision.changes:
         click.echo(f"{c.stage}: {c.previous} -> {c.replicas}  {describe(c)}")
     for sc in decision.share_changes:
@@ -60,7 +60,7 @@ def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, l
         if dry_run:
             act = DryRunActuator()
         else:
-            from tuner.k8s import KubernetesActuator
+            from slipstream.tuner.k8s import KubernetesActuator
             try:
                 act = KubernetesActuator(pipe.name, namespace, instances=per_pod)
             except RuntimeError as exc:

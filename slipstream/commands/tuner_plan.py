@@ -5,7 +5,7 @@ import click
 
 from slipstream.options import key_values
 from slipstream.tuner_options import pipeline_of, read_sample
-from tuner import planfile
+from slipstream.tuner import planfile
 
 
 @click.command("tuner-plan")

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import click
 
-from planner.modes import MODES
+from slipstream.planner.modes import MODES
 from slipstream.options import key_values, state_default
 from slipstream.tuner_options import (pipeline_of, plan_of, read_sample, run_local, tuner_config, tuner_only,
                                       tuner_options)
-from streams.config import KafkaSettings
-from tuner import planfile
+from slipstream.streams.config import KafkaSettings
+from slipstream.tuner import planfile
 
 
 @click.command("up")
@@ -41,9 +41,9 @@ def up_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, look
     if profiles_dir:
         if not trace_spec:
             raise click.UsageError("--profiles needs --trace: the sample to plan for")
-        from planner.profiles import ProfileStore
-        from loadgen.traces import trace_arrivals
-        from loadgen.live.run import LiveOptions, control_plane, plan_and_publish
+        from slipstream.planner.profiles import ProfileStore
+        from slipstream.loadgen.traces import trace_arrivals
+        from slipstream.loadgen.live.run import LiveOptions, control_plane, plan_and_publish
 
         settings, store = KafkaSettings.from_env(), ProfileStore(profiles_dir)
         opts = LiveOptions(mode=mode, activation_s=activation_s, max_replicas=max_replicas,

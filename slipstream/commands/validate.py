@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from streams.spec import SpecError, json_schema
+from slipstream.streams.spec import SpecError, json_schema
 
 
 @click.command()
@@ -43,7 +43,7 @@ def examples(copy_to: str | None) -> None:
     import shutil
     from pathlib import Path
 
-    from streams.assets import deploy_dir
+    from slipstream.streams.assets import deploy_dir
 
     folder = deploy_dir() / "pipelines"
     files = sorted(folder.glob("*.yaml")) + [folder / "pipeline.schema.json"]

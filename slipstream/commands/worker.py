@@ -6,12 +6,12 @@ import sys
 
 import click
 
-from agents.join import MAX_CLOSED  # standard library only: cheap at the CLI's import
-from streams.app import AppSettings
-from streams.config import KafkaSettings
+from slipstream.agents.join import MAX_CLOSED  # standard library only: cheap at the CLI's import
+from slipstream.streams.app import AppSettings
+from slipstream.streams.config import KafkaSettings
 from slipstream.options import metrics_addr_option
 from slipstream.specs import load_checked
-from streams.spec import SpecError
+from slipstream.streams.spec import SpecError
 
 
 @click.command()
@@ -39,10 +39,10 @@ from streams.spec import SpecError
 def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_addr, max_instances: int | None,
            profiles_dir: str | None, commit_interval_s: float, join_memory: int, loglevel: str) -> None:
     """Run one stage worker: consume the stage's input topic, batch, infer, route."""
-    from agents.app import JOIN, build_join_app, build_stage_app
-    from streams.procs import exit_with_parent
-    from streams.timeline import mark
-    from agents.zoo import load_executor
+    from slipstream.agents.app import JOIN, build_join_app, build_stage_app
+    from slipstream.streams.procs import exit_with_parent
+    from slipstream.streams.timeline import mark
+    from slipstream.agents.zoo import load_executor
 
     exit_with_parent(on_lost=lambda: click.echo("slipstream-worker: the process that started this worker "
                                                 "is gone: stopping", err=True))
@@ -58,7 +58,7 @@ def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_addr, m
         raise click.UsageError(str(exc)) from None
     import asyncio
 
-    from streams import admin
+    from slipstream.streams import admin
 
     kafka = asyncio.run(admin.fit_session_timeout(KafkaSettings.from_env()))
     if stage == JOIN:
@@ -67,7 +67,7 @@ def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_addr, m
     else:
         cache = os.environ.get("SLIPSTREAM_CACHE")
         factory = (lambda v, h: load_executor(v, h, cache_dir=cache)) if cache else load_executor
-        from streams.profile_store import ProfileStore
+        from slipstream.streams.profile_store import ProfileStore
 
         app = build_stage_app(pipe, stage, kafka, factory, web_port=web_port, metrics_addr=metrics_addr,
                               max_instances=max_instances,

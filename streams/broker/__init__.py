@@ -19,12 +19,12 @@ The parts: ``layout`` (where nodes live), ``process`` (a node's JVM, its PID), `
 running broker), ``single`` and ``cluster`` (the two shapes' up, wait, down and status). The names
 below are the package's interface; each is defined once, in its part.
 """
-from streams.broker.cluster import cluster_down, cluster_status, cluster_up, start_node, wait_cluster, wait_in_sync
-from streams.broker.layout import (CLUSTER_NAME, CLUSTER_PORT, LOOPBACK, SINGLE_PORT, BrokerError, LocalBroker,
+from slipstream.streams.broker.cluster import cluster_down, cluster_status, cluster_up, start_node, wait_cluster, wait_in_sync
+from slipstream.streams.broker.layout import (CLUSTER_NAME, CLUSTER_PORT, LOOPBACK, SINGLE_PORT, BrokerError, LocalBroker,
                                    LocalCluster, default_broker, local_cluster)
-from streams.broker.probe import is_ready, live_brokers
-from streams.broker.process import KAFKA_DEPLOY, fetch_jars, render_config, running_pid, start_process
-from streams.broker.single import down, status, up, wait_ready
+from slipstream.streams.broker.probe import is_ready, live_brokers
+from slipstream.streams.broker.process import KAFKA_DEPLOY, fetch_jars, render_config, running_pid, start_process
+from slipstream.streams.broker.single import down, status, up, wait_ready
 
 __all__ = ["CLUSTER_NAME", "CLUSTER_PORT", "KAFKA_DEPLOY", "LOOPBACK", "SINGLE_PORT", "BrokerError", "LocalBroker", "LocalCluster",
            "cluster_down", "cluster_status", "cluster_up", "default_broker", "down", "fetch_jars", "is_ready",

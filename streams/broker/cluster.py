@@ -8,9 +8,9 @@ import asyncio
 import json
 import time
 
-from streams.broker.layout import BrokerError, LocalCluster
-from streams.broker.probe import _out_of_sync, is_ready, live_brokers
-from streams.broker.process import _cluster_id, _stop_pids, running_pid, start_process
+from slipstream.streams.broker.layout import BrokerError, LocalCluster
+from slipstream.streams.broker.probe import _out_of_sync, is_ready, live_brokers
+from slipstream.streams.broker.process import _cluster_id, _stop_pids, running_pid, start_process
 
 
 def cluster_up(c: LocalCluster, timeout_s: float = 180.0, progress=print) -> list[int]:

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from streams.assets import DEFAULT_STATE_DIR
+from slipstream.streams.assets import DEFAULT_STATE_DIR
 
 SINGLE_PORT = 19092
 CLUSTER_PORT = 19094

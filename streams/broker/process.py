@@ -11,8 +11,8 @@ import time
 import uuid
 from pathlib import Path
 
-from streams.assets import deploy_dir, staged
-from streams.broker.layout import BrokerError, LocalBroker
+from slipstream.streams.assets import deploy_dir, staged
+from slipstream.streams.broker.layout import BrokerError, LocalBroker
 
 KAFKA_DEPLOY = deploy_dir() / "kafka"
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from streams import broker
-from streams.config import KafkaSettings
+from slipstream.streams import broker
+from slipstream.streams.config import KafkaSettings
 
 
 

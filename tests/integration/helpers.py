@@ -9,9 +9,9 @@ from typing import Iterable
 
 import numpy as np
 
-from loadgen.collect import Delivery, check_exactly_once
-from streams import codec, kafka as kclient, topics
-from streams.client import make_request
+from slipstream.loadgen.collect import Delivery, check_exactly_once
+from slipstream.streams import codec, kafka as kclient, topics
+from slipstream.streams.client import make_request
 
 
 async def drain(settings, topic: str, n: int, timeout_s: float = 30.0) -> list:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from streams import admin, codec, topics
-from streams.spec import load_pipeline
+from slipstream.streams import admin, codec, topics
+from slipstream.streams.spec import load_pipeline
 
 from .helpers import assert_exactly_once
 from .test_schema_registry import registry  # noqa: F401 - the module's registry fixture

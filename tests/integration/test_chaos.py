@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.faults.chaos_run import ChaosOptions, run_suite
-from streams import broker
-from streams.config import EXACTLY_ONCE
+from slipstream.loadgen.faults.chaos_run import ChaosOptions, run_suite
+from slipstream.streams import broker
+from slipstream.streams.config import EXACTLY_ONCE
 
 PIPELINE = Path(__file__).parent / "pipelines" / "fanout3.yaml"
 OWN_PORT, OWN_CLUSTER_PORT = 19200, 19210  # apart from the shared broker (19092) and `kafka up --brokers 3` (19094..)

@@ -12,9 +12,9 @@ import signal
 import pytest
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from streams import admin, broker, kafka as kclient
-from streams.config import KafkaSettings
-from streams.topics import TopicSpec
+from slipstream.streams import admin, broker, kafka as kclient
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.topics import TopicSpec
 
 from .helpers import drain
 

@@ -26,7 +26,7 @@ def test_compare_live_serves_a_tuned_mode_and_estimates_it(kafka, unique, tmp_pa
     # the whole path a user runs: profile, plan, workers, tuner, replay, report, like-for-like and
     # forward estimates (a tuned mode, so the tuner's options and the forward stepping are built too),
     # and a refit on the run that measures the variant the forward prediction had only as profiled
-    from streams.calibration import CalibrationStore
+    from slipstream.streams.calibration import CalibrationStore
 
     monkeypatch.setenv("SLIPSTREAM_BOOTSTRAP", kafka.bootstrap)
     path = tmp_path / f"{unique}.yaml"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from streams import admin, codec, kafka as kclient, topics
-from streams.client import PipelineClient, make_request
-from streams.spec import load_pipeline
+from slipstream.streams import admin, codec, kafka as kclient, topics
+from slipstream.streams.client import PipelineClient, make_request
+from slipstream.streams.spec import load_pipeline
 
 from .helpers import assert_exactly_once, committed_offsets, read_topic
 from .workers import Workers, unique_pipeline

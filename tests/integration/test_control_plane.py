@@ -11,11 +11,11 @@ from pathlib import Path
 
 import yaml
 
-from streams import admin, kafka as kclient, topics
-from streams.client import PipelineClient, make_request
-from streams.control_io import KafkaPublisher
-from streams.spec import load_pipeline
-from tuner.service import stage_config_record
+from slipstream.streams import admin, kafka as kclient, topics
+from slipstream.streams.client import PipelineClient, make_request
+from slipstream.streams.control_io import KafkaPublisher
+from slipstream.streams.spec import load_pipeline
+from slipstream.tuner.service import stage_config_record
 
 from .helpers import assert_exactly_once
 from .workers import Workers
@@ -71,7 +71,7 @@ async def test_poisoned_control_records_are_skipped_and_every_worker_keeps_servi
     pipe = load_pipeline(path)
     await admin.ensure_topics(kafka, topics.all_topics(pipe))
     control = topics.control(pipe.name)
-    from streams import codec
+    from slipstream.streams import codec
 
     huge = stage_config_record(pipe, None, "s", 2, 2, "poison: the largest epoch") | {"epoch": EPOCH_MAX}
     unknown = stage_config_record(pipe, None, "s", 2, 2, "poison: unknown variant") | {"variant": "zzz"}
@@ -106,11 +106,11 @@ async def test_poisoned_control_records_are_skipped_and_every_worker_keeps_servi
 
 async def test_the_tuner_reads_past_a_poisoned_epoch_and_equal_written_epochs_apply_in_write_order(
         kafka, unique, tmp_path):
-    from streams import codec
-    from streams.control_io import KafkaArrivals
-    from tuner.actuators import DryRunActuator
-    from tuner.policy import StageChange, StagePlan, TunerConfig, TunerPlan
-    from tuner.service import TunerService
+    from slipstream.streams import codec
+    from slipstream.streams.control_io import KafkaArrivals
+    from slipstream.tuner.actuators import DryRunActuator
+    from slipstream.tuner.policy import StageChange, StagePlan, TunerConfig, TunerPlan
+    from slipstream.tuner.service import TunerService
 
     path = two_variant_pipeline(unique, tmp_path)
     pipe = load_pipeline(path)

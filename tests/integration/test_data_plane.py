@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.collect import check_exactly_once
-from streams import admin, codec, kafka as kclient, topics
-from streams.client import PipelineClient, make_request
-from streams.spec import load_pipeline
+from slipstream.loadgen.collect import check_exactly_once
+from slipstream.streams import admin, codec, kafka as kclient, topics
+from slipstream.streams.client import PipelineClient, make_request
+from slipstream.streams.spec import load_pipeline
 
 from .helpers import assert_exactly_once, committed_offsets, read_topic
 from .workers import Workers, unique_pipeline

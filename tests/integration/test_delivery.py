@@ -1,5 +1,5 @@
-"""A window's outputs go out as one producer batch per partition (``streams.kafka.send_window``,
-``agents.delivery.Delivery``), on the real broker: each record lands on the partition ``send`` picks
+"""A window's outputs go out as one producer batch per partition (``slipstream.streams.kafka.send_window``,
+``slipstream.agents.delivery.Delivery``), on the real broker: each record lands on the partition ``send`` picks
 (Kafka's default partitioner: the join relies on all fragments of a request sharing one), in order; a
 record refused before sending comes back as its own error while the rest is delivered; records
 refused for a while (a transient error: Kafka's ``retriable`` flag) are sent again until each is in
@@ -12,13 +12,13 @@ from types import SimpleNamespace
 
 from aiokafka.errors import MessageSizeTooLargeError
 
-from agents.delivery import Delivery
-from agents.routing import Out
-from streams import admin, kafka as kclient, topics
-from streams.client import make_request
-from streams.codec import CodecError
-from streams.spec import parse_pipeline
-from streams.topics import TopicSpec
+from slipstream.agents.delivery import Delivery
+from slipstream.agents.routing import Out
+from slipstream.streams import admin, kafka as kclient, topics
+from slipstream.streams.client import make_request
+from slipstream.streams.codec import CodecError
+from slipstream.streams.spec import parse_pipeline
+from slipstream.streams.topics import TopicSpec
 
 from .helpers import drain, read_topic
 

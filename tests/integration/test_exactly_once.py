@@ -1,4 +1,4 @@
-"""Exactly-once processing on the real broker (``processing: exactly-once``, ``agents.transactions``):
+"""Exactly-once processing on the real broker (``processing: exactly-once``, ``slipstream.agents.transactions``):
 a window's outputs and its input offsets commit in one transaction, readers read committed only.
 
 - stage workers killed with SIGKILL mid-stream under load, and the join, restart, and the results
@@ -15,14 +15,14 @@ import time
 
 import pytest
 
-from agents.acks import Release
-from agents.routing import Out, ended
-from agents.transactions import PartitionTransactions, transactional_id
-from loadgen.collect import check_exactly_once
-from streams import admin, codec, kafka as kclient, topics
-from streams.client import PipelineClient, make_request
-from streams.config import EXACTLY_ONCE, KafkaSettings
-from streams.spec import load_pipeline
+from slipstream.agents.acks import Release
+from slipstream.agents.routing import Out, ended
+from slipstream.agents.transactions import PartitionTransactions, transactional_id
+from slipstream.loadgen.collect import check_exactly_once
+from slipstream.streams import admin, codec, kafka as kclient, topics
+from slipstream.streams.client import PipelineClient, make_request
+from slipstream.streams.config import EXACTLY_ONCE, KafkaSettings
+from slipstream.streams.spec import load_pipeline
 
 from .helpers import assigned, committed_offsets, poisson_open_loop, read_topic
 from .test_data_plane import FANOUT3, collect, fanout3_with_workers, send_all

@@ -10,10 +10,10 @@ import uuid
 import fastavro
 import pytest
 
-import schemas
-from streams import admin, codec, kafka as kclient
-from streams.codec import CodecError, RecordCodec
-from streams.topics import TopicSpec
+from slipstream import schemas
+from slipstream.streams import admin, codec, kafka as kclient
+from slipstream.streams.codec import CodecError, RecordCodec
+from slipstream.streams.topics import TopicSpec
 
 from .helpers import drain
 

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from streams import admin, contract, kafka as kclient, topics
-from streams.client import request_record
-from streams.limits import read_limits
-from streams.spec import load_pipeline
+from slipstream.streams import admin, contract, kafka as kclient, topics
+from slipstream.streams.client import request_record
+from slipstream.streams.limits import read_limits
+from slipstream.streams.spec import load_pipeline
 from tests import fuzzing
 
 from .helpers import committed_offsets, read_topic

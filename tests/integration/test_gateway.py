@@ -23,11 +23,11 @@ import yaml
 import pytest
 from PIL import Image
 
-from gateway.client import GatewayClient, GatewayError, connect
-from gateway.server import GRPC_READY
-from streams import admin, topics
-from streams.client import SyncClient
-from streams.spec import load_pipeline
+from slipstream.gateway.client import GatewayClient, GatewayError, connect
+from slipstream.gateway.server import GRPC_READY
+from slipstream.streams import admin, topics
+from slipstream.streams.client import SyncClient
+from slipstream.streams.spec import load_pipeline
 
 from .workers import Workers, start_gateway
 
@@ -248,7 +248,7 @@ async def test_the_python_client_and_submit_go_through_the_gateway_or_kafka(kafk
 async def test_grpc_model_infer_goes_through_the_same_request_path(kafka, unique, tmp_path):
     from grpc import StatusCode, aio
 
-    from gateway.grpc_v2 import grpc_predict_v2_pb2 as pb, grpc_predict_v2_pb2_grpc as pb_grpc
+    from slipstream.gateway.grpc_v2 import grpc_predict_v2_pb2 as pb, grpc_predict_v2_pb2_grpc as pb_grpc
 
     doc = one_stage(unique, 5000, {"content_type": "application/octet-stream"}, model="noop")
     async with serving(kafka, tmp_path, doc, lambda w: w.start("s"), "--grpc-port", "0") as (_, _, gw, url):

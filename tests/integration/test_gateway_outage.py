@@ -16,11 +16,11 @@ import time
 
 import aiohttp
 
-from streams import admin, broker, topics
-from streams.client import PipelineClient, make_request
-from streams.config import KafkaSettings
-from streams.limits import Limits
-from streams.spec import load_pipeline
+from slipstream.streams import admin, broker, topics
+from slipstream.streams.client import PipelineClient, make_request
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.limits import Limits
+from slipstream.streams.spec import load_pipeline
 
 from .test_gateway import one_stage, serving, text_infer
 from .workers import Workers
@@ -101,7 +101,7 @@ async def test_a_request_over_the_topic_limit_gets_413_and_the_next_100_are_serv
 
 
 async def _limits(kafka, pipe) -> Limits:
-    from streams.limits import read_limits
+    from slipstream.streams.limits import read_limits
 
     return await read_limits(kafka, [t.name for t in topics.all_topics(pipe)])
 

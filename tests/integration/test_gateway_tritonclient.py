@@ -29,9 +29,9 @@ import numpy as np
 import pytest
 import yaml
 
-from gateway.server import GRPC_READY
-from streams import admin, topics
-from streams.spec import load_pipeline
+from slipstream.gateway.server import GRPC_READY
+from slipstream.streams import admin, topics
+from slipstream.streams.spec import load_pipeline
 from tests.gateway_cases import CASES
 
 from .test_gateway import one_stage, write_spec
@@ -104,7 +104,7 @@ def test_tritonclient_over_http(served):
 def test_tritonclient_over_grpc(served):
     """In a process of its own: tritonclient's generated modules register the protocol's messages
     (package ``inference``) in protobuf's default pool, where the gateway's own stubs
-    (``gateway.grpc_v2``) register the same names, and a process can hold only one of them."""
+    (``slipstream.gateway.grpc_v2``) register the same names, and a process can hold only one of them."""
     model, _, target = served
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         failed = pool.submit(tritonclient_grpc_calls, model, target).result(timeout=120)

@@ -30,9 +30,9 @@ import numpy as np
 import pytest
 import yaml
 
-from streams import admin, topics
-from streams.client import PipelineClient, make_request
-from streams.spec import load_pipeline
+from slipstream.streams import admin, topics
+from slipstream.streams.client import PipelineClient, make_request
+from slipstream.streams.spec import load_pipeline
 
 from .helpers import assert_exactly_once
 from .test_data_plane import publish_config
@@ -165,7 +165,7 @@ async def test_worker_containers_serve_requests_end_to_end(kafka, unique, tmp_pa
         for c in containers:
             await c.until("/readyz", lambda status, _: status == 200, 120)
         # 2 replicas asked; the container's cgroup allows one CPU, so its worker holds one instance
-        epoch = await publish_config(kafka, pipe, "score", replicas=2)  # its offset (streams.control_io)
+        epoch = await publish_config(kafka, pipe, "score", replicas=2)  # its offset (slipstream.streams.control_io)
         score = containers[1]
         async with PipelineClient(pipe, kafka) as client:
             reqs = [make_request(pipe, npy(x)) for x in features]

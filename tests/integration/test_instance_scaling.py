@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from streams import admin, topics
-from streams.client import PipelineClient, make_request
-from streams.control_io import KafkaPublisher
-from streams.procs import ReadyProcess, worker_argv
-from streams.spec import load_pipeline
-from tuner.service import stage_config_record
+from slipstream.streams import admin, topics
+from slipstream.streams.client import PipelineClient, make_request
+from slipstream.streams.control_io import KafkaPublisher
+from slipstream.streams.procs import ReadyProcess, worker_argv
+from slipstream.streams.spec import load_pipeline
+from slipstream.tuner.service import stage_config_record
 
 PAUSE_BUDGET_S = 0.25  # issue: added p99 wait per scale event for already-running replicas
 SLACK_S = 0.05  # scheduling noise of a 2-core machine running broker, worker and client at once

@@ -1,4 +1,4 @@
-"""The at-least-once join writes through the stage workers' delivery path (``agents.delivery``), on
+"""The at-least-once join writes through the stage workers' delivery path (``slipstream.agents.delivery``), on
 the real broker with a real join worker: a joined result the broker refuses (the results topic's
 ``max.message.bytes`` lowered while the join runs, so its own size check still lets it through) is
 answered once, with an error result, never dropped; and the results after it, on the partitions of
@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 
-from agents.join import Joiner
-from agents.join_worker import JOIN, JoinWorker
-from agents.metrics import StageMetrics
-from agents.ready import Readiness
-from streams import admin, kafka as kclient, topics
-from streams.client import PipelineClient
-from streams.spec import load_pipeline
+from slipstream.agents.join import Joiner
+from slipstream.agents.join_worker import JOIN, JoinWorker
+from slipstream.agents.metrics import StageMetrics
+from slipstream.agents.ready import Readiness
+from slipstream.streams import admin, kafka as kclient, topics
+from slipstream.streams.client import PipelineClient
+from slipstream.streams.spec import load_pipeline
 
 from .helpers import assert_exactly_once
 from .test_contract import FANOUT3, fragment

@@ -1,5 +1,5 @@
-"""Limits and deadlines on the real broker, with real worker processes (``streams.limits``,
-``streams.heartbeat``):
+"""Limits and deadlines on the real broker, with real worker processes (``slipstream.streams.limits``,
+``slipstream.streams.heartbeat``):
 
 - an input over the dead-letter topic's limit is still dead-lettered: its bytes cut to fit, the whole
   input's size and sha256 named;
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import yaml
 
-from streams import admin, codec, kafka as kclient, topics
-from streams.client import PipelineClient, make_request
-from streams.spec import load_pipeline
-from streams.topics import TopicSpec
+from slipstream.streams import admin, codec, kafka as kclient, topics
+from slipstream.streams.client import PipelineClient, make_request
+from slipstream.streams.spec import load_pipeline
+from slipstream.streams.topics import TopicSpec
 
 from .helpers import assert_exactly_once, read_topic
 from .workers import Workers
@@ -90,7 +90,7 @@ async def test_oversize_input_is_dead_lettered_cut_and_an_oversize_output_become
 
 
 async def test_a_hung_model_run_gets_error_results_a_new_instance_and_a_failing_healthz(kafka, unique, tmp_path):
-    # run deadline: 5 s; a request's deadline at most 10 x the SLO (streams.contract): 5 s
+    # run deadline: 5 s; a request's deadline at most 10 x the SLO (slipstream.streams.contract): 5 s
     path = noop_pipeline(unique, tmp_path, slo_ms=500, hang_on="HANG", hang_s=600)
     pipe = load_pipeline(path)
     await admin.ensure_topics(kafka, topics.all_topics(pipe))
@@ -125,7 +125,7 @@ def metric(worker, name: str) -> float:
 
 async def test_windows_awaiting_a_produce_that_cannot_complete_are_bounded_and_all_answered_after(
         kafka, unique, tmp_path):
-    from agents.backlog import MAX_WINDOWS
+    from slipstream.agents.backlog import MAX_WINDOWS
 
     path = noop_pipeline(unique, tmp_path)
     pipe = load_pipeline(path)

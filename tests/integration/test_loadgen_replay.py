@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import yaml
 
-from loadgen.replay import ReplayOptions, ReplayTarget, replay, summarize_outcome
-from loadgen.schedule import build_schedule
-from loadgen.traces import load_trace
-from streams import admin, kafka as kclient, topics
-from streams.spec import load_pipeline
+from slipstream.loadgen.replay import ReplayOptions, ReplayTarget, replay, summarize_outcome
+from slipstream.loadgen.schedule import build_schedule
+from slipstream.loadgen.traces import load_trace
+from slipstream.streams import admin, kafka as kclient, topics
+from slipstream.streams.spec import load_pipeline
 
 from .helpers import assert_exactly_once
 from .workers import Workers

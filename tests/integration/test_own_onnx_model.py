@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from streams import admin, topics
-from streams.client import PipelineClient, make_request
-from streams.spec import load_pipeline
+from slipstream.streams import admin, topics
+from slipstream.streams.client import PipelineClient, make_request
+from slipstream.streams.spec import load_pipeline
 
-from agents.executors import file_digest
+from slipstream.agents.executors import file_digest
 
 from .helpers import assert_exactly_once
 from .test_data_plane import publish_config

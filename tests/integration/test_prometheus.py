@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loadgen.replay import ReplayOptions, ReplayTarget, replay, summarize_outcome
-from loadgen.schedule import build_schedule
-from loadgen.traces import load_trace
-from streams import admin, topics
-from streams.spec import load_pipeline
+from slipstream.loadgen.replay import ReplayOptions, ReplayTarget, replay, summarize_outcome
+from slipstream.loadgen.schedule import build_schedule
+from slipstream.loadgen.traces import load_trace
+from slipstream.streams import admin, topics
+from slipstream.streams.spec import load_pipeline
 
 from .workers import Workers, unique_pipeline
 

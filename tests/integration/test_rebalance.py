@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from streams.client import PipelineClient, make_request
+from slipstream.streams.client import PipelineClient, make_request
 
 from .helpers import assert_exactly_once
 from .test_data_plane import collect, fanout3_with_workers

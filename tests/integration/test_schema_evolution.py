@@ -4,11 +4,11 @@ worker on the real broker; one written with a generation the worker knows (``sch
 current one are answered, each once."""
 from __future__ import annotations
 
-import schemas
-from streams import admin, codec, kafka as kclient, topics
-from streams.client import PipelineClient, make_request
-from streams.codec import RecordCodec, schema_fingerprint
-from streams.spec import load_pipeline
+from slipstream import schemas
+from slipstream.streams import admin, codec, kafka as kclient, topics
+from slipstream.streams.client import PipelineClient, make_request
+from slipstream.streams.codec import RecordCodec, schema_fingerprint
+from slipstream.streams.spec import load_pipeline
 
 from .helpers import assert_exactly_once, read_topic
 from .test_control_plane import two_variant_pipeline

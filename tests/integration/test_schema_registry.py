@@ -1,6 +1,6 @@
 """The Confluent wire format against a real schema registry: Apicurio Registry 2.4.2 (Confluent-compatible
 API), built from Maven Central by ``deploy/registry/pom.xml`` and started on loopback
-(``streams.registry_server``, as ``slipstream registry up`` does). Every record type is registered under
+(``slipstream.streams.registry_server``, as ``slipstream registry up`` does). Every record type is registered under
 ``<topic>-value``, written as ``00`` + schema id + body and read back; a writer of an older generation is
 resolved through the registry; and a pipeline runs end to end with the format switched on."""
 from __future__ import annotations
@@ -16,11 +16,11 @@ import fastavro
 import numpy as np
 import pytest
 
-import schemas
-from streams import admin, codec, kafka as kclient, registry_server as rs, topics
-from streams.client import PipelineClient, make_request
-from streams.schema_registry import SchemaRegistry
-from streams.spec import load_pipeline
+from slipstream import schemas
+from slipstream.streams import admin, codec, kafka as kclient, registry_server as rs, topics
+from slipstream.streams.client import PipelineClient, make_request
+from slipstream.streams.schema_registry import SchemaRegistry
+from slipstream.streams.spec import load_pipeline
 from tests.wire_samples import SAMPLES
 
 from .helpers import assert_exactly_once

@@ -1,5 +1,5 @@
 """Exactly-once under transaction faults, on the real broker with real worker processes
-(``agents.transactions``): every request ends on the results topic exactly once, read committed.
+(``slipstream.agents.transactions``): every request ends on the results topic exactly once, read committed.
 
 - an aborted transaction: the results topic's ``max.message.bytes`` is lowered while the worker runs,
   so the broker refuses an output the producer let through; the transaction is aborted and runs
@@ -28,12 +28,12 @@ import pytest
 import yaml
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from loadgen.collect import check_exactly_once
-from agents.transactions import STEP_TIMEOUT_S
-from streams import admin, broker, topics
-from streams.client import PipelineClient, make_request
-from streams.config import EXACTLY_ONCE, KafkaSettings
-from streams.spec import load_pipeline
+from slipstream.loadgen.collect import check_exactly_once
+from slipstream.agents.transactions import STEP_TIMEOUT_S
+from slipstream.streams import admin, broker, topics
+from slipstream.streams.client import PipelineClient, make_request
+from slipstream.streams.config import EXACTLY_ONCE, KafkaSettings
+from slipstream.streams.spec import load_pipeline
 
 from .helpers import read_topic
 from .test_data_plane import FANOUT3
@@ -182,7 +182,7 @@ async def test_a_long_broker_outage_under_exactly_once_loses_and_doubles_nothing
     once, by the same worker process. Whether the freeze catches a transaction in flight (and so takes
     the re-read path, ``slipstream_delivery_failures_total{outcome="re-read"}``) depends on timing: it
     did in runs on a quiet machine, not in one fresh-clone CI run; the path itself is pinned by the
-    unit tests of ``agents.transactions.decide``."""
+    unit tests of ``slipstream.agents.transactions.decide``."""
     kafka = KafkaSettings(bootstrap=own_broker.bootstrap)
     path, pipe = relay_pipeline(unique, tmp_path, slo_ms=300_000)  # no deadline passes in the outage
     await admin.ensure_topics(kafka, topics.all_topics(pipe))

@@ -7,14 +7,14 @@ import time
 
 import numpy as np
 
-from streams import admin, codec, kafka as kclient, topics
-from streams.spec import parse_pipeline
-from streams.topics import all_topics
-from streams import control_io as kafka_io
-from tuner.actuators import DryRunActuator
-from tuner.envelope import doubling_windows
-from tuner.policy import StagePlan, TunerConfig, TunerPlan
-from tuner.service import ServiceSettings, TunerService
+from slipstream.streams import admin, codec, kafka as kclient, topics
+from slipstream.streams.spec import parse_pipeline
+from slipstream.streams.topics import all_topics
+from slipstream.streams import control_io as kafka_io
+from slipstream.tuner.actuators import DryRunActuator
+from slipstream.tuner.envelope import doubling_windows
+from slipstream.tuner.policy import StagePlan, TunerConfig, TunerPlan
+from slipstream.tuner.service import ServiceSettings, TunerService
 
 from .helpers import drain
 

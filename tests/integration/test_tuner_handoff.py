@@ -10,13 +10,13 @@ import yaml
 from click.testing import CliRunner
 
 from slipstream.commands.tuner import tuner_cmd
-from streams import admin, topics
-from streams.control_io import KafkaPublisher, latest_epoch, latest_handoff
-from streams.spec import parse_pipeline
-from tuner import planfile
-from tuner.envelope import doubling_windows
-from tuner.policy import StagePlan, TunerPlan
-from tuner.service import stage_config_record
+from slipstream.streams import admin, topics
+from slipstream.streams.control_io import KafkaPublisher, latest_epoch, latest_handoff
+from slipstream.streams.spec import parse_pipeline
+from slipstream.tuner import planfile
+from slipstream.tuner.envelope import doubling_windows
+from slipstream.tuner.policy import StagePlan, TunerPlan
+from slipstream.tuner.service import stage_config_record
 
 from .test_tuner import spec
 

@@ -12,14 +12,14 @@ import numpy as np
 from aiokafka import TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
-from streams import admin, kafka as kclient, topics
-from streams.metrics_http import MetricsAddr
-from streams.spec import parse_pipeline
-from streams.topics import all_topics
-from tuner.actuators import DryRunActuator
-from tuner.envelope import doubling_windows
-from tuner.policy import StagePlan, TunerConfig, TunerPlan
-from tuner.run import run_tuner
+from slipstream.streams import admin, kafka as kclient, topics
+from slipstream.streams.metrics_http import MetricsAddr
+from slipstream.streams.spec import parse_pipeline
+from slipstream.streams.topics import all_topics
+from slipstream.tuner.actuators import DryRunActuator
+from slipstream.tuner.envelope import doubling_windows
+from slipstream.tuner.policy import StagePlan, TunerConfig, TunerPlan
+from slipstream.tuner.run import run_tuner
 
 
 def spec(name: str) -> dict:

@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from streams import admin, topics
-from streams.client import PipelineClient, make_request
-from streams.procs import worker_argv
-from streams.spec import load_pipeline
-from tuner.actuators import LocalProcessActuator
-from tuner.envelope import doubling_windows
-from tuner.policy import StagePlan, TunerConfig, TunerPlan
-from tuner.run import run_tuner
+from slipstream.streams import admin, topics
+from slipstream.streams.client import PipelineClient, make_request
+from slipstream.streams.procs import worker_argv
+from slipstream.streams.spec import load_pipeline
+from slipstream.tuner.actuators import LocalProcessActuator
+from slipstream.tuner.envelope import doubling_windows
+from slipstream.tuner.policy import StagePlan, TunerConfig, TunerPlan
+from slipstream.tuner.run import run_tuner
 
 from .helpers import assert_exactly_once
 

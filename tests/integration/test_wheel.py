@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.procs import WORKER_READY, ReadyProcess
+from slipstream.streams.procs import WORKER_READY, ReadyProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import yaml
 from PIL import Image
 
-from streams import admin, topics
-from streams.client import PipelineClient, make_request
-from streams.spec import load_pipeline
+from slipstream.streams import admin, topics
+from slipstream.streams.client import PipelineClient, make_request
+from slipstream.streams.spec import load_pipeline
 
 from .helpers import assert_exactly_once, committed_offsets
 from .workers import Workers
@@ -48,8 +48,8 @@ async def test_an_output_the_broker_refuses_becomes_an_error_result_and_the_work
     try:
         (worker,) = workers.start("resize")
         # routing by weight to both variants, so each request's variant is fixed by its id
-        from streams.control_io import KafkaPublisher
-        from tuner.service import stage_config_record
+        from slipstream.streams.control_io import KafkaPublisher
+        from slipstream.tuner.service import stage_config_record
 
         rec = stage_config_record(pipe, None, "resize", 1, 1, "test: route to both")
         rec["routing"] = {"small": 0.5, "big": 0.5}

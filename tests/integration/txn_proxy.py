@@ -2,7 +2,7 @@
 commit whose answer does not come in time (a coordinator paused, a network partition), on one
 request, at the moment it is sent.
 
-The broker advertises the proxy's port (``streams.broker.LocalBroker.advertised_port``), so every
+The broker advertises the proxy's port (``slipstream.streams.broker.LocalBroker.advertised_port``), so every
 client connection goes through it. Bytes from the broker are passed as they come; requests from the
 clients are read frame by frame (a 4-byte size, then the request) and passed on in order, except
 that once :meth:`TxnProxy.arm` is called, the next ``EndTxn`` request that commits (API key 26,

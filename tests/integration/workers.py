@@ -1,4 +1,4 @@
-"""Real stage worker processes for the integration tests (``streams.procs``), on fresh pipelines."""
+"""Real stage worker processes for the integration tests (``slipstream.streams.procs``), on fresh pipelines."""
 from __future__ import annotations
 
 import sys
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from gateway.server import READY as GATEWAY_READY
-from streams.procs import ReadyProcess, worker_argv
+from slipstream.gateway.server import READY as GATEWAY_READY
+from slipstream.streams.procs import ReadyProcess, worker_argv
 
 
 def unique_pipeline(src: Path, name: str, tmp: Path, **overrides) -> Path:

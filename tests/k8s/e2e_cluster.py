@@ -7,7 +7,7 @@ pipeline name and namespace each run, profiled here first), applied with ``kubec
 an overlay that only lowers CPU requests (``tests/k8s/kube.py``: the node has two cores). Then:
 
 - every object passes a server-side dry run, and the tuner's ServiceAccount may do exactly what
-  ``tuner.k8s.SCALE_RULE`` says (``kubectl auth can-i --as``);
+  ``slipstream.tuner.k8s.SCALE_RULE`` says (``kubectl auth can-i --as``);
 - the gateway pod answers an Open Inference Protocol request, served by the stage pods;
 - a force-deleted worker pod is replaced and no request goes unanswered;
 - a SIGSTOPped worker is restarted by its liveness probe;
@@ -37,14 +37,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loadgen.collect import check_exactly_once
-from streams import topics
-from streams.client import PipelineClient, make_request
-from streams.config import KafkaSettings
-from streams.spec import load_pipeline
+from slipstream.loadgen.collect import check_exactly_once
+from slipstream.streams import topics
+from slipstream.streams.client import PipelineClient, make_request
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.spec import load_pipeline
 from tests.integration.helpers import read_topic
 from tests.k8s.kube import Watch, can_i, condition_true, kube_json, kubectl, running, write_overlay
-from tuner.k8s import APPLY, FIELD_MANAGER, deployment_name
+from slipstream.tuner.k8s import APPLY, FIELD_MANAGER, deployment_name
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "deploy" / "k8s" / "e2e" / "pipeline.yaml"

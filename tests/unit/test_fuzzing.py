@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from streams import contract
-from streams.spec import load_pipeline
+from slipstream.streams import contract
+from slipstream.streams.spec import load_pipeline
 from tests import fuzzing
 
 FANOUT3 = Path(__file__).parent.parent / "integration" / "pipelines" / "fanout3.yaml"

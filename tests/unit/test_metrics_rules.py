@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from agents.metrics import StageMetrics
-from gateway.metrics import GatewayMetrics
-from planner.metrics import PlannerMetrics
+from slipstream.agents.metrics import StageMetrics
+from slipstream.gateway.metrics import GatewayMetrics
+from slipstream.planner.metrics import PlannerMetrics
 
-from tuner.metrics import TunerMetrics
+from slipstream.tuner.metrics import TunerMetrics
 
 MON = Path(__file__).resolve().parents[2] / "deploy" / "monitoring"
 PROMTOOL = shutil.which("promtool")

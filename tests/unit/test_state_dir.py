@@ -10,8 +10,8 @@ import click
 from click.testing import CliRunner
 
 from slipstream.cli import main
-from streams import broker
-from streams.assets import deploy_dir
+from slipstream.streams import broker
+from slipstream.streams.assets import deploy_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from slipstream.cli import main
-from streams.spec import json_schema
+from slipstream.streams.spec import json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "deploy" / "pipelines").glob("*.yaml")) + sorted(

@@ -1,4 +1,4 @@
-from agents.acks import AckTracker
+from slipstream.agents.acks import AckTracker
 
 
 def test_acks_only_the_done_prefix_of_each_partition():

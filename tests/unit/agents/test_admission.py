@@ -1,5 +1,5 @@
 """A stage worker's door and its windows: requests that break the contract are answered before any
-window (``agents.admission``), and a window that fails answers every item (``StageWorker.answer``)."""
+window (``slipstream.agents.admission``), and a window that fails answers every item (``StageWorker.answer``)."""
 from __future__ import annotations
 
 import asyncio
@@ -10,18 +10,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from agents import routing, worker as w
-from agents.admission import admit
-from streams.shedding import SourceGate
-from loadgen.bench.dataplane import noop_pipeline
-from agents.instances import Fleet
-from agents.metrics import StageMetrics
-from agents.window import Item
-from agents.zoo import load_executor
-from streams import batching, codec, contract, kafka as kclient, topics
-from streams.client import make_request
-from streams.config import KafkaSettings
-from streams.spec import load_pipeline
+from slipstream.agents import routing, worker as w
+from slipstream.agents.admission import admit
+from slipstream.streams.shedding import SourceGate
+from slipstream.loadgen.bench.dataplane import noop_pipeline
+from slipstream.agents.instances import Fleet
+from slipstream.agents.metrics import StageMetrics
+from slipstream.agents.window import Item
+from slipstream.agents.zoo import load_executor
+from slipstream.streams import batching, codec, contract, kafka as kclient, topics
+from slipstream.streams.client import make_request
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.spec import load_pipeline
 
 TP = ("in", 0)
 

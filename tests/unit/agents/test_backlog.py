@@ -1,10 +1,10 @@
-"""The bound on outputs awaiting delivery (``agents.backlog``): full at either bound, free again as
+"""The bound on outputs awaiting delivery (``slipstream.agents.backlog``): full at either bound, free again as
 deliveries end; one delivery over the byte bound is let in alone."""
 from types import SimpleNamespace
 
 import pytest
 
-from agents.backlog import Backlog, out_bytes
+from slipstream.agents.backlog import Backlog, out_bytes
 
 
 def test_full_at_the_window_bound_and_free_again_when_one_is_delivered():

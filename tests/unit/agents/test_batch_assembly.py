@@ -4,10 +4,10 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.executors import ModelExecutor, OrtBackend
-from agents.models.efficientnet import ImageClassifierCodec, to_input
-from agents.preprocess import BatchBuffer, synthetic_image
-from streams.spec import Hardware
+from slipstream.agents.executors import ModelExecutor, OrtBackend
+from slipstream.agents.models.efficientnet import ImageClassifierCodec, to_input
+from slipstream.agents.preprocess import BatchBuffer, synthetic_image
+from slipstream.streams.spec import Hardware
 from tests.unit.agents.test_onnx_kind import B, W, linear_onnx
 
 CPU = Hardware("cpu-1", "cpu", 0.0, 1)

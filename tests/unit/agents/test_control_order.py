@@ -3,10 +3,10 @@ are both applied, in the order they were written: read from the topic, each reco
 (the broker side: tests/integration/test_control_plane.py)."""
 from aiokafka.structs import ConsumerRecord
 
-from agents.control import accept, defaults
-from streams import codec, kafka as kclient
-from streams.control_io import read_record
-from streams.spec import parse_pipeline
+from slipstream.agents.control import accept, defaults
+from slipstream.streams import codec, kafka as kclient
+from slipstream.streams.control_io import read_record
+from slipstream.streams.spec import parse_pipeline
 
 PIPE = parse_pipeline({
     "name": "p", "slo_ms": 300, "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},

@@ -2,9 +2,9 @@
 and the bound on waiting for a delivery future."""
 from types import SimpleNamespace
 
-from agents import routing
-from agents.delivery import Delivery, Sent
-from streams.spec import parse_pipeline
+from slipstream.agents import routing
+from slipstream.agents.delivery import Delivery, Sent
+from slipstream.streams.spec import parse_pipeline
 
 PIPE = parse_pipeline({
     "name": "p", "slo_ms": 100, "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agents import zoo
-from agents.control import accept, defaults
-from agents.executors import DigestMismatch, check_digest, pinned
-from agents.metrics import StageMetrics
-from agents.worker import StageWorker
-from streams.config import KafkaSettings
-from streams.executor import Emit, ItemOutput
-from streams.spec import Hardware, Variant, load_pipeline
+from slipstream.agents import zoo
+from slipstream.agents.control import accept, defaults
+from slipstream.agents.executors import DigestMismatch, check_digest, pinned
+from slipstream.agents.metrics import StageMetrics
+from slipstream.agents.worker import StageWorker
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.executor import Emit, ItemOutput
+from slipstream.streams.spec import Hardware, Variant, load_pipeline
 from tests.unit.agents.test_onnx_kind import linear_onnx
 
 CPU = Hardware("cpu-1", "cpu", 0.0, 1)

@@ -7,13 +7,13 @@ import warnings
 import numpy as np
 import pytest
 
-from agents.executors import (CPU_PROVIDER, CUDA_PROVIDER, FunctionExecutor, ModelExecutor,
+from slipstream.agents.executors import (CPU_PROVIDER, CUDA_PROVIDER, FunctionExecutor, ModelExecutor,
                               OrtBackend, TorchBackend, device_from_providers, select_providers,
                               select_torch_device)
-from agents.models import synthetic
-from agents.models.export import cached_onnx, cache_key
-from streams.executor import Emit
-from streams.spec import Hardware
+from slipstream.agents.models import synthetic
+from slipstream.agents.models.export import cached_onnx, cache_key
+from slipstream.streams.executor import Emit
+from slipstream.streams.spec import Hardware
 
 CPU1 = Hardware("cpu-1", "cpu", 0.05, 1)
 CPU2 = Hardware("cpu-2", "cpu", 0.10, 2)
@@ -78,7 +78,7 @@ def test_ort_backend_detects_silent_cpu_fallback(tiny_onnx, caplog):
 
     if CUDA_PROVIDER in ort.get_available_providers():
         pytest.skip("this onnxruntime really has CUDA: no fallback to provoke")
-    with caplog.at_level(logging.WARNING, logger="agents.executors"), warnings.catch_warnings():
+    with caplog.at_level(logging.WARNING, logger="slipstream.agents.executors"), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # ort's own "not in available providers"
         backend = OrtBackend(tiny_onnx, GPU, available=[CUDA_PROVIDER, CPU_PROVIDER])
     assert backend.providers[0] == CPU_PROVIDER
@@ -87,7 +87,7 @@ def test_ort_backend_detects_silent_cpu_fallback(tiny_onnx, caplog):
 
 
 def test_ort_backend_on_cpu_does_not_warn_and_uses_hardware_threads(tiny_onnx, caplog):
-    with caplog.at_level(logging.WARNING, logger="agents.executors"):
+    with caplog.at_level(logging.WARNING, logger="slipstream.agents.executors"):
         backend = OrtBackend(tiny_onnx, CPU2)
     assert backend.device == "cpu" and not caplog.records
     opts = backend.session.get_session_options()
@@ -100,7 +100,7 @@ def test_torch_backend_falls_back_with_a_warning(caplog):
 
     before = torch.get_num_threads()
     try:
-        with caplog.at_level(logging.WARNING, logger="agents.executors"):
+        with caplog.at_level(logging.WARNING, logger="slipstream.agents.executors"):
             backend = TorchBackend(synthetic.build_torch(SHAPE), GPU, cuda_available=False)
         assert backend.device == "cpu"
         assert any("torch.cuda.is_available() is False" in r.getMessage() for r in caplog.records)

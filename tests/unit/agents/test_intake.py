@@ -3,7 +3,7 @@ from types import SimpleNamespace
 
 from aiokafka import TopicPartition
 
-from agents.intake import fresh, split_fetch
+from slipstream.agents.intake import fresh, split_fetch
 
 
 def recs(*offsets):

@@ -1,6 +1,6 @@
 import pytest
 
-from agents.join import Joiner
+from slipstream.agents.join import Joiner
 
 T = 1_000_000_000  # 1 s in ns
 

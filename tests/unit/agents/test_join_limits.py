@@ -1,9 +1,9 @@
 """A joined result over the results topic's record limit becomes an error result naming its size and
-the limit (``agents.join_worker.fit_result``), instead of a producer error after the request closed."""
-from agents.join import Joiner
-from agents.join_worker import fit_result
-from streams import codec
-from streams.limits import Limits
+the limit (``slipstream.agents.join_worker.fit_result``), instead of a producer error after the request closed."""
+from slipstream.agents.join import Joiner
+from slipstream.agents.join_worker import fit_result
+from slipstream.streams import codec
+from slipstream.streams.limits import Limits
 
 T = 1_000_000
 

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
 
-from agents.acks import AckTracker
-from agents.metrics import StageMetrics, observe_many
-from agents.ready import Readiness, consumer_lag
-from agents.routing import Out
-from streams import topics
-from streams.metrics_http import LOCAL, version
+from slipstream.agents.acks import AckTracker
+from slipstream.agents.metrics import StageMetrics, observe_many
+from slipstream.agents.ready import Readiness, consumer_lag
+from slipstream.agents.routing import Out
+from slipstream.streams import topics
+from slipstream.streams.metrics_http import LOCAL, version
 
 TP = namedtuple("TP", "topic partition")
 MS = 1_000_000

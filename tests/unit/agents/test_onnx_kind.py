@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents import zoo
-from agents.preprocess import encode_png
-from streams.spec import Hardware, Variant
+from slipstream.agents import zoo
+from slipstream.agents.preprocess import encode_png
+from slipstream.streams.spec import Hardware, Variant
 
 CPU1 = Hardware("cpu-1", "cpu", 0.05, 1)
 W = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
@@ -143,8 +143,8 @@ def install_plugin(root: Path, name: str, body: str) -> None:
 
 
 PLUGIN = """
-    from agents.executors import FunctionExecutor
-    from streams.executor import Emit
+    from slipstream.agents.executors import FunctionExecutor
+    from slipstream.streams.executor import Emit
 
     def load(variant, hardware, params, cache_dir):
         ex = FunctionExecutor(variant.name, lambda p: Emit(p[::-1], "text/plain"), lambda: b"abc")

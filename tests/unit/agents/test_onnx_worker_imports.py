@@ -10,16 +10,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 
 PREPARE = """
-from agents.models.export import DEFAULT_CACHE_DIR
-from agents.zoo import efficientnet_onnx
+from slipstream.agents.models.export import DEFAULT_CACHE_DIR
+from slipstream.agents.zoo import efficientnet_onnx
 efficientnet_onnx("efficientnet-lite0", DEFAULT_CACHE_DIR)  # exports (with torch) on a cache miss
 """
 
 SERVE = """
 import json, sys
-import agents.app, slipstream.commands.worker  # the worker process's own modules
-from agents.zoo import load_executor
-from streams.spec import Hardware, Variant
+import slipstream.agents.app, slipstream.commands.worker  # the worker process's own modules
+from slipstream.agents.zoo import load_executor
+from slipstream.streams.spec import Hardware, Variant
 ex = load_executor(Variant("lite0", "efficientnet-lite0", 0.75, {"backend": "onnx"}),
                    Hardware("cpu-1", "cpu", 0.0, 1))
 assert len(ex.run([ex.example_payload()] * 2)) == 2

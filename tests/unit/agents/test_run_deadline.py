@@ -1,4 +1,4 @@
-"""A model run has a deadline (``agents.instances``): past it the run is abandoned, its instance marked
+"""A model run has a deadline (``slipstream.agents.instances``): past it the run is abandoned, its instance marked
 hung, and liveness fails until the thread is really done; a run in time is untouched."""
 import asyncio
 import threading
@@ -6,8 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from agents.instances import RUN_DEADLINE_FLOOR_S, Instance, RunPastDeadline, run_bounded, run_deadline_s
-from streams.heartbeat import Heartbeat
+from slipstream.agents.instances import RUN_DEADLINE_FLOOR_S, Instance, RunPastDeadline, run_bounded, run_deadline_s
+from slipstream.streams.heartbeat import Heartbeat
 
 
 def test_the_deadline_scales_with_the_slo_above_a_floor():

@@ -4,7 +4,7 @@ import sys
 
 CODE = """
 import gc
-from agents.ready import GC_THRESHOLDS, settle_gc
+from slipstream.agents.ready import GC_THRESHOLDS, settle_gc
 before = gc.get_threshold()
 kept = [object() for _ in range(1000)]
 assert settle_gc() is True

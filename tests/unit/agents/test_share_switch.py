@@ -1,18 +1,18 @@
-"""A loki stage's ladder (``planner.capacity.ladders``): the variants a StageConfig names with share 0
+"""A loki stage's ladder (``slipstream.planner.capacity.ladders``): the variants a StageConfig names with share 0
 are loaded with the config, beside serving, so a later config that only moves shares is a routing
 change at a window boundary, with no model load (issue 40)."""
 from __future__ import annotations
 
 from aiokafka.structs import ConsumerRecord
 
-from agents import worker as w
-from agents.metrics import StageMetrics
-from agents.window import split_variants
-from agents.zoo import load_executor
-from streams import codec, kafka as kclient
-from streams.config import KafkaSettings
-from streams.control_io import read_record
-from streams.spec import parse_pipeline
+from slipstream.agents import worker as w
+from slipstream.agents.metrics import StageMetrics
+from slipstream.agents.window import split_variants
+from slipstream.agents.zoo import load_executor
+from slipstream.streams import codec, kafka as kclient
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.control_io import read_record
+from slipstream.streams.spec import parse_pipeline
 
 PIPE = parse_pipeline({
     "name": "sp", "slo_ms": 300, "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},

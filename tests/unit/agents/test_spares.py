@@ -1,17 +1,17 @@
-"""Loaded copies that serve nothing (``agents.stage.fleet.Spares``): a scale-down parks the copies it
+"""Loaded copies that serve nothing (``slipstream.agents.stage.fleet.Spares``): a scale-down parks the copies it
 frees, the worker tops them up to ``max_instances`` in the background, and a scale-up of the same
 variants on the same hardware serves with them at once, without a load."""
 from __future__ import annotations
 
 from aiokafka.structs import ConsumerRecord
 
-from agents import worker as w
-from agents.metrics import StageMetrics
-from agents.zoo import load_executor
-from streams import codec, kafka as kclient
-from streams.config import KafkaSettings
-from streams.control_io import read_record
-from streams.spec import parse_pipeline
+from slipstream.agents import worker as w
+from slipstream.agents.metrics import StageMetrics
+from slipstream.agents.zoo import load_executor
+from slipstream.streams import codec, kafka as kclient
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.control_io import read_record
+from slipstream.streams.spec import parse_pipeline
 
 PIPE = parse_pipeline({
     "name": "sp", "slo_ms": 300, "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},

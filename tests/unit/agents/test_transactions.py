@@ -1,11 +1,11 @@
 """The pure parts of exactly-once delivery: transactional ids, the processing switch, and what follows
-a failed transaction attempt (``agents.transactions.decide``)."""
+a failed transaction attempt (``slipstream.agents.transactions.decide``)."""
 import pytest
 
-from agents.transactions import (ABORT, COMMIT, MAX_ATTEMPTS, REREAD, RETRY, SEND, STOP, decide,
+from slipstream.agents.transactions import (ABORT, COMMIT, MAX_ATTEMPTS, REREAD, RETRY, SEND, STOP, decide,
                                  transactional_id)
-from streams import topics
-from streams.config import AT_LEAST_ONCE, DEFAULT_PROCESSING, EXACTLY_ONCE, KafkaSettings
+from slipstream.streams import topics
+from slipstream.streams.config import AT_LEAST_ONCE, DEFAULT_PROCESSING, EXACTLY_ONCE, KafkaSettings
 
 
 def test_transactional_id_is_one_per_input_partition_and_the_same_for_every_owner():
@@ -51,7 +51,7 @@ def test_only_the_brokers_fencing_answer_counts_as_fencing():
     from aiokafka.errors import (InvalidProducerEpoch, KafkaError, MessageSizeTooLargeError,
                                  OutOfOrderSequenceNumber, ProducerFenced)
 
-    from streams import kafka as kclient
+    from slipstream.streams import kafka as kclient
 
     assert kclient.is_fenced(ProducerFenced()) and kclient.is_fenced(InvalidProducerEpoch())
     for exc in (KafkaError("Unexpected error during batch delivery"), OutOfOrderSequenceNumber(),
@@ -64,8 +64,8 @@ async def test_a_producer_that_cannot_start_is_tried_a_bounded_number_of_times_t
     import asyncio
     import socket
 
-    import agents.transactions as txn
-    from streams.spec import parse_pipeline
+    import slipstream.agents.transactions as txn
+    from slipstream.streams.spec import parse_pipeline
 
     with socket.socket() as s:  # a port nothing listens on: every start is refused at once
         s.bind(("127.0.0.1", 0))

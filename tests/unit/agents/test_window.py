@@ -4,12 +4,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agents import window as w
-from agents.control import ActiveConfig
-from agents.window import Item, Take, Wait, WindowPlanner
-from streams import batching, topics
-from streams.executor import Emit, ItemOutput
-from streams.spec import load_pipeline
+from slipstream.agents import window as w
+from slipstream.agents.control import ActiveConfig
+from slipstream.agents.window import Item, Take, Wait, WindowPlanner
+from slipstream.streams import batching, topics
+from slipstream.streams.executor import Emit, ItemOutput
+from slipstream.streams.spec import load_pipeline
 
 MS = 1_000_000
 
@@ -110,8 +110,8 @@ def test_batch_outputs_route_on_or_end_as_errors_with_the_hop(pipe):
 @pytest.mark.parametrize("routing", [{}, {"b": 1.0}, {"a": 0.0, "b": 2.0}, {"a": 1.0, "b": 1.0}])
 def test_split_variants_common_case_equals_the_per_item_rule(routing):
     """One variant in service and no floors is split without a choice per item: what the rule
-    (``agents.control.choose_variant``) would choose item by item, the primary or not."""
-    from agents.control import choose_variant
+    (``slipstream.agents.control.choose_variant``) would choose item by item, the primary or not."""
+    from slipstream.agents.control import choose_variant
     cfg = ActiveConfig("a", "cpu-1", 8, 0, routing=routing)
     acc = {"a": 0.7, "b": 0.8}
     window = [item(i) for i in range(40)]

@@ -1,6 +1,6 @@
 import pytest
 
-from agents.stage.serve import check_all, check_and_run
+from slipstream.agents.stage.serve import check_all, check_and_run
 
 
 class Checked:

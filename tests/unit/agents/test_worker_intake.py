@@ -1,4 +1,4 @@
-"""The worker's side of the bulk intake (``agents.intake``): one call per fetch, decoded into the
+"""The worker's side of the bulk intake (``slipstream.agents.intake``): one call per fetch, decoded into the
 window planner's queue and the ack tracker at once, and a bound on what it holds (back-pressure)."""
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
-from agents import worker as w
-from agents.stage import intake
-from loadgen.bench.dataplane import noop_pipeline
-from agents.metrics import StageMetrics
-from agents.zoo import load_executor
-from streams import codec, kafka as kclient
-from streams.client import make_request
-from streams.config import KafkaSettings
-from streams.spec import load_pipeline
+from slipstream.agents import worker as w
+from slipstream.agents.stage import intake
+from slipstream.loadgen.bench.dataplane import noop_pipeline
+from slipstream.agents.metrics import StageMetrics
+from slipstream.agents.zoo import load_executor
+from slipstream.streams import codec, kafka as kclient
+from slipstream.streams.client import make_request
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.spec import load_pipeline
 
 TP = ("in", 0)
 

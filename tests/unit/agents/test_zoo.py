@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents import zoo
-from agents.models import efficientnet
-from agents.preprocess import (decode_image, encode_jpeg, encode_png, raw_square_side,
+from slipstream.agents import zoo
+from slipstream.agents.models import efficientnet
+from slipstream.agents.preprocess import (decode_image, encode_jpeg, encode_png, raw_square_side,
                                synthetic_image)
-from streams.spec import Hardware, Variant, load_pipeline
+from slipstream.streams.spec import Hardware, Variant, load_pipeline
 
 ROOT = Path(__file__).resolve().parents[3]
 CPU1 = Hardware("cpu-1", "cpu", 0.05, 1)
@@ -54,7 +54,7 @@ def test_unknown_model_and_unknown_param_are_named():
 
 
 def test_synthetic_cost_grows_with_width_and_seed_fixes_weights():
-    from agents.models.synthetic import SyntheticShape, build_torch
+    from slipstream.agents.models.synthetic import SyntheticShape, build_torch
 
     small, big = SyntheticShape(width=64, depth=2), SyntheticShape(width=256, depth=4)
     n = lambda s: sum(p.numel() for p in build_torch(s).parameters())  # noqa: E731
@@ -269,7 +269,7 @@ def test_dag_fanout_visit_ratios():
 
 
 def test_bench_executor_reports_both_throughputs_and_their_ratio(lite0_cache):
-    from loadgen.bench.executor import bench_executor, format_rows
+    from slipstream.loadgen.bench.executor import bench_executor, format_rows
 
     (row,) = bench_executor((2,), runs=1, iterations=1, cache_dir=lite0_cache)
     assert row.batch == 2 and row.device == "cpu" and row.executor_items_per_s > 0
@@ -280,7 +280,7 @@ def test_bench_executor_reports_both_throughputs_and_their_ratio(lite0_cache):
 
 
 def test_resize_emits_the_same_pixels_as_decoding_to_an_array_and_resizing_it():
-    from agents.preprocess import decode_image, encode_jpeg, encode_png, resize_image, resized_bytes, synthetic_image
+    from slipstream.agents.preprocess import decode_image, encode_jpeg, encode_png, resize_image, resized_bytes, synthetic_image
 
     for payload in (encode_jpeg(synthetic_image(480)), encode_png(synthetic_image(300)),
                     synthetic_image(300).tobytes(), synthetic_image(260).tobytes()):

@@ -10,9 +10,9 @@ import json
 import pytest
 from aiohttp.test_utils import TestServer
 
-from gateway.core import Gateway, GatewayConfig
-from gateway.server import RestApi
-from streams.config import KafkaSettings
+from slipstream.gateway.core import Gateway, GatewayConfig
+from slipstream.gateway.server import RestApi
+from slipstream.streams.config import KafkaSettings
 
 from .test_hostile_requests import PIPE, Answers
 

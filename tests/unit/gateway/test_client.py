@@ -1,12 +1,12 @@
-"""The gateway client's HTTP mapping, against the server's own decode and encode (``gateway.oip``):
+"""The gateway client's HTTP mapping, against the server's own decode and encode (``slipstream.gateway.oip``):
 a request the client builds is the call the server reads; every answer the server gives is the
 client's result or exception."""
 import json
 
 import pytest
 
-from gateway import client, oip
-from gateway.client import GatewayError, Shed, answer_result, infer_body
+from slipstream.gateway import client, oip
+from slipstream.gateway.client import GatewayError, Shed, answer_result, infer_body
 
 from .test_oip import result
 

@@ -3,11 +3,11 @@ pipeline cannot serve in time is shed with 429, its Retry-After and the predicti
 import asyncio
 import time
 
-from streams.config import KafkaSettings
-from streams.spec import parse_pipeline
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.spec import parse_pipeline
 
-from gateway import oip
-from gateway.core import Gateway
+from slipstream.gateway import oip
+from slipstream.gateway.core import Gateway
 
 MS = 1_000_000
 
@@ -34,7 +34,7 @@ def test_a_request_that_cannot_be_served_in_time_is_shed_with_retry_after():
 def test_a_handoff_out_of_the_control_rules_ranges_is_skipped_counted_and_never_reaches_shedding():
     from aiokafka.structs import ConsumerRecord
 
-    from streams import codec, kafka as kclient
+    from slipstream.streams import codec, kafka as kclient
 
     pipe = parse_pipeline({"name": "p", "slo_ms": 100, "hardware": {"c": {"kind": "cpu", "cost_per_hour": 0.1}},
                            "stages": [{"name": "s", "variants": [{"name": "a", "model": "noop", "accuracy": 0.7}]}]})

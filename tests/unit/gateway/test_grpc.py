@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gateway import grpc_server as gs, oip
-from gateway.core import Gateway
-from streams.config import KafkaSettings
-from gateway.grpc_v2 import grpc_predict_v2_pb2 as pb
+from slipstream.gateway import grpc_server as gs, oip
+from slipstream.gateway.core import Gateway
+from slipstream.streams.config import KafkaSettings
+from slipstream.gateway.grpc_v2 import grpc_predict_v2_pb2 as pb
 
 from .test_hostile_requests import PIPE
 from .test_oip import result

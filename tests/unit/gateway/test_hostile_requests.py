@@ -8,10 +8,10 @@ import json
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.core import Gateway
-from gateway.server import RestApi
-from streams.config import KafkaSettings
-from streams.spec import parse_pipeline
+from slipstream.gateway.core import Gateway
+from slipstream.gateway.server import RestApi
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.spec import parse_pipeline
 from tests.gateway_cases import CASES, VALID
 
 from .test_oip import result

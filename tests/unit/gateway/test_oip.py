@@ -6,9 +6,9 @@ import struct
 import numpy as np
 import pytest
 
-from gateway import oip
-from streams import contract
-from streams.spec import parse_pipeline
+from slipstream.gateway import oip
+from slipstream.streams import contract
+from slipstream.streams.spec import parse_pipeline
 
 H = oip.HEADER_LENGTH
 

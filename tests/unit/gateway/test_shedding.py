@@ -4,8 +4,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from gateway.shedding import MAX_RETRY_S, Load, Outcomes, decide, service_rate
-from streams.control_io import planned_capacity_qps
+from slipstream.gateway.shedding import MAX_RETRY_S, Load, Outcomes, decide, service_rate
+from slipstream.streams.control_io import planned_capacity_qps
 
 MS = 1_000_000
 LOAD = Load(in_flight=0, observed_qps=100.0, planned_qps=None, base_ms=20.0)

@@ -1,7 +1,7 @@
 import pytest
 
-from planner.milp import MilpOptions, solve
-from loadgen.synthetic import random_problem
+from slipstream.planner.milp import MilpOptions, solve
+from slipstream.loadgen.synthetic import random_problem
 
 
 @pytest.fixture(scope="module")

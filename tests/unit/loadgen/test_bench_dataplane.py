@@ -1,10 +1,10 @@
 """The data-plane benchmark times each hop from per-hop timestamps (no division of the total)."""
 from dataclasses import dataclass
 
-from loadgen.bench.dataplane import format_report, relay_hop_ends, split_hops, stage_hop_ends
-from loadgen.bench.relay import RELAY_HEADER
-from streams import codec
-from streams.client import request_record
+from slipstream.loadgen.bench.dataplane import format_report, relay_hop_ends, split_hops, stage_hop_ends
+from slipstream.loadgen.bench.relay import RELAY_HEADER
+from slipstream.streams import codec
+from slipstream.streams.client import request_record
 
 MS = 1_000_000
 

@@ -2,7 +2,7 @@
 come back as its own list, and every request of both is started."""
 import asyncio
 
-from loadgen.bench.gateway import interleaved_round
+from slipstream.loadgen.bench.gateway import interleaved_round
 
 
 def test_interleaved_rounds_alternate_the_paths_and_keep_their_latencies_apart():

@@ -1,6 +1,6 @@
 import pytest
 
-from loadgen.bench.memory import Memory, format_rows, maps_torch, status_kib
+from slipstream.loadgen.bench.memory import Memory, format_rows, maps_torch, status_kib
 
 STATUS = "Name:\tpython\nVmPeak:\t 900000 kB\nVmHWM:\t  250880 kB\nVmRSS:\t  198656 kB\nThreads:\t7\n"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadgen import chaos
+from slipstream.loadgen import chaos
 
 S = chaos.NS_PER_S
 

@@ -1,5 +1,5 @@
 """The result collector: first result wins, duplicates and other runs are counted, not double-counted."""
-from loadgen.collect import DUPLICATE, FOREIGN, NEW, Collector, check_exactly_once
+from slipstream.loadgen.collect import DUPLICATE, FOREIGN, NEW, Collector, check_exactly_once
 
 
 def res(rid, status="done"):

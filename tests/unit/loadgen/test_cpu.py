@@ -1,8 +1,8 @@
-"""Processes named by their command line for the CPU sampler (``loadgen.cpu``), and what it counts."""
+"""Processes named by their command line for the CPU sampler (``slipstream.loadgen.cpu``), and what it counts."""
 import os
 import time
 
-from loadgen.cpu import SELF, CpuSampler, kind_of
+from slipstream.loadgen.cpu import SELF, CpuSampler, kind_of
 
 
 def test_processes_are_named_by_their_role():

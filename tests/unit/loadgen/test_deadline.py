@@ -4,9 +4,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from loadgen.simulate import results_from_sim
-from planner.estimator import simulate
-from streams.client import request_record
+from slipstream.loadgen.simulate import results_from_sim
+from slipstream.planner.estimator import simulate
+from slipstream.streams.client import request_record
 
 MS = 1_000_000
 

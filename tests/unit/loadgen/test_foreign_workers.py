@@ -1,8 +1,8 @@
 """A live run says so when workers it did not start served its requests."""
 from __future__ import annotations
 
-from loadgen.live.run import foreign_hops, started_ids, warn_foreign
-from loadgen.run_record import RunRecord
+from slipstream.loadgen.live.run import foreign_hops, started_ids, warn_foreign
+from slipstream.loadgen.run_record import RunRecord
 
 
 def _result(*workers: str) -> dict:
@@ -28,7 +28,7 @@ def test_the_join_workers_hops_are_the_runs_own():
     """The join worker names itself join-pid in its hops, a stage worker host-pid."""
     import socket
 
-    from streams.procs import join_id, worker_id
+    from slipstream.streams.procs import join_id, worker_id
     ours = started_ids([("resize", 10), ("join", 11)])
     assert ours == {f"{socket.gethostname()}-10", "join-11"} == {worker_id(10), join_id(11)}
     assert foreign_hops([_result(f"{worker_id(10)}/0", "join-11/0")], ours) == {}

@@ -1,9 +1,9 @@
-"""The host a live run plans on (``loadgen.live.run.colocated_host``): the calibration's, plus the
+"""The host a live run plans on (``slipstream.loadgen.live.run.colocated_host``): the calibration's, plus the
 declared CPU per request."""
 import pytest
 
-from loadgen.live.run import colocated_host
-from planner.sim.params import HostModel
+from slipstream.loadgen.live.run import colocated_host
+from slipstream.planner.sim.params import HostModel
 
 
 def test_the_declared_cpu_per_request_goes_on_top_of_the_calibrations_host():

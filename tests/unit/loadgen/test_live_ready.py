@@ -1,6 +1,6 @@
 """A live run replays only once its own workers are ready: a report folder's worker logs are appended
 to run after run, so a ready line of an earlier run must not count."""
-from loadgen.live.run import ready_since
+from slipstream.loadgen.live.run import ready_since
 
 
 def test_ready_lines_of_an_earlier_run_do_not_count(tmp_path):

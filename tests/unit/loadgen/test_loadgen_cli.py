@@ -67,7 +67,7 @@ def test_compare_exits_non_zero_when_a_mode_fails_and_says_why(tmp_path):
 
 
 def test_compare_runs_a_mode_with_no_feasible_plan_on_its_highest_capacity_plan(tmp_path):
-    """No mode refuses (planner.fallback): an SLO no batch meets is served, and missed, not 'unavailable'."""
+    """No mode refuses (slipstream.planner.fallback): an SLO no batch meets is served, and missed, not 'unavailable'."""
     args = ["--problem", str(problem_file(tmp_path, slo_ms=2)), "--trace", "poisson:rate=50,duration=20"]
     r = CliRunner().invoke(compare, [*args, "--modes", "milp,cg-peak"])
     assert r.exit_code == 0, r.output

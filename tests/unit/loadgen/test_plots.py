@@ -1,11 +1,11 @@
 """Plots are written from the Summary alone, as real non-empty PNGs."""
 import numpy as np
 
-from loadgen.cost import ConfigEvent
-from loadgen.plots import write_plots
-from loadgen.report import scale_events
-from loadgen.render import write_report
-from loadgen.report import Envelope, summarize
+from slipstream.loadgen.cost import ConfigEvent
+from slipstream.loadgen.plots import write_plots
+from slipstream.loadgen.report import scale_events
+from slipstream.loadgen.render import write_report
+from slipstream.loadgen.report import Envelope, summarize
 
 T0 = 1_700_000_000_000_000_000
 MS = 1_000_000
@@ -46,8 +46,8 @@ def test_scale_events_are_read_from_the_replica_series():
 def test_accuracy_per_window_is_the_mean_of_the_requests_done_and_modes_plot_side_by_side(tmp_path):
     """A run that serves 0.8 for 10 s, then 0.6 (and drops every third request there): the per-window
     accuracy follows the requests done only; the modes plot draws two such runs as one PNG."""
-    from loadgen.plots import plot_modes
-    from loadgen.render import read_summary
+    from slipstream.loadgen.plots import plot_modes
+    from slipstream.loadgen.render import read_summary
 
     res = []
     for i in range(200):

@@ -5,9 +5,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from loadgen.replay_estimate import estimate_run, format_like_for_like, run_arrivals, run_changes
-from loadgen.simulate import simulate_run
-from planner.estimator import ReplicaChange
+from slipstream.loadgen.replay_estimate import estimate_run, format_like_for_like, run_arrivals, run_changes
+from slipstream.loadgen.simulate import simulate_run
+from slipstream.planner.estimator import ReplicaChange
 
 
 def control_of(plan, changes, start_ns: int) -> list[tuple[int, dict]]:
@@ -31,7 +31,7 @@ def test_the_estimator_replaying_its_own_run_gives_back_that_run(planned):
                ReplicaChange(12.7, first.stage, first.primary.replicas, first.assignments.index(first.primary))]
     arrivals = problem.arrivals_s - problem.arrivals_s[0]
     run = simulate_run(problem, plan, arrivals, changes=changes, seed=4, start_ns=10**18)
-    from loadgen.simulate import results_from_sim
+    from slipstream.loadgen.simulate import results_from_sim
 
     results = results_from_sim(problem, plan, run.sim, start_ns=10**18)
     times, ids = run_arrivals(results[::-1])  # results arrive in any order: they come back in arrival order
@@ -52,8 +52,8 @@ def test_the_estimator_replaying_its_own_run_gives_back_that_run(planned):
 
 
 def test_components_set_each_measured_part_of_a_hop_beside_the_estimators_input(planned):
-    from loadgen.replay_estimate import components
-    from planner.sim.params import Network, ServiceTime, Transit
+    from slipstream.loadgen.replay_estimate import components
+    from slipstream.planner.sim.params import Network, ServiceTime, Transit
 
     problem, plan = planned
     sp = plan.stages[0]
@@ -75,8 +75,8 @@ def test_components_set_each_measured_part_of_a_hop_beside_the_estimators_input(
 
 
 def test_the_estimate_is_the_median_p99_over_seeds(planned):
-    from loadgen.simulate import results_from_sim
-    from planner.sim.params import ServiceTime
+    from slipstream.loadgen.simulate import results_from_sim
+    from slipstream.planner.sim.params import ServiceTime
 
     problem, plan = planned
     arrivals = problem.arrivals_s - problem.arrivals_s[0]
@@ -90,9 +90,9 @@ def test_the_estimate_is_the_median_p99_over_seeds(planned):
 
 
 def test_the_replans_batching_comes_from_what_the_run_saw_on_the_control_topic():
-    from loadgen.replay_estimate import batching_changes
-    from planner.estimator import BatchingChange
-    from planner.plan import Assignment, Plan, StagePlan
+    from slipstream.loadgen.replay_estimate import batching_changes
+    from slipstream.planner.estimator import BatchingChange
+    from slipstream.planner.plan import Assignment, Plan, StagePlan
 
     plan = Plan("milp", (StagePlan("a", (Assignment("v", "cpu", 8, 1, 1.0, 100.0),)),
                          StagePlan("b", (Assignment("x", "cpu", 1, 1),))), feasible=True)
@@ -119,7 +119,7 @@ def test_the_replans_batching_comes_from_what_the_run_saw_on_the_control_topic()
 def test_the_forward_prediction_of_a_run_without_changes_is_the_drawn_pace_estimate(planned):
     """Untuned, no replica change, no re-plan: the forward prediction and the drawn-pace like-for-like
     replay simulate the same thing; the run's own changes are not the forward prediction's."""
-    from loadgen.simulate import results_from_sim
+    from slipstream.loadgen.simulate import results_from_sim
 
     problem, plan = planned
     arrivals = problem.arrivals_s - problem.arrivals_s[0]
@@ -137,10 +137,10 @@ def test_the_forward_prediction_of_a_run_without_changes_is_the_drawn_pace_estim
 def test_the_forward_prediction_steps_the_tuner_over_the_arrivals_that_came(planned):
     """A rate three times the plan's after 10 s: the tuner policy, stepped over those arrivals, scales
     up only after the step, and the forward prediction with its changes serves more than the plan alone."""
-    from loadgen.replay_estimate import forward_estimate
-    from loadgen.simulate import tuner_changes
-    from loadgen.workloads import Phase, varying_arrivals
-    from tuner.policy import TunerConfig
+    from slipstream.loadgen.replay_estimate import forward_estimate
+    from slipstream.loadgen.simulate import tuner_changes
+    from slipstream.loadgen.workloads import Phase, varying_arrivals
+    from slipstream.tuner.policy import TunerConfig
 
     problem, plan = planned
     rng = np.random.default_rng(0)

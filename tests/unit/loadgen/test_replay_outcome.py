@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from loadgen.collect import Collector
-from loadgen.replay import ReplayOutcome, summarize_outcome
+from slipstream.loadgen.collect import Collector
+from slipstream.loadgen.replay import ReplayOutcome, summarize_outcome
 
 T0 = 1_700_000_000_000_000_000
 MS = 1_000_000

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadgen.replay import ReplayTarget, build_request, due_count
-from loadgen.schedule import build_schedule, lag_stats
-from loadgen.traces import load_trace
+from slipstream.loadgen.replay import ReplayTarget, build_request, due_count
+from slipstream.loadgen.schedule import build_schedule, lag_stats
+from slipstream.loadgen.traces import load_trace
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "schedule_gamma_cv4_seed7_x1.5.json"
 TRACE = "gamma:rate=20,cv2=4,duration=3"
@@ -62,7 +62,7 @@ def test_lag_stats_detects_a_generator_that_fell_behind():
 
 
 def test_request_fits_the_input_schema():
-    from streams import codec
+    from slipstream.streams import codec
 
     t = ReplayTarget("demo", "classify", 250.0, "image/raw", accuracy_floor=0.7)
     req = build_request(t, "run-00000001", 1_000_000_000, b"\x01\x02")

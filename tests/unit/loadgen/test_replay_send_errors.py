@@ -8,9 +8,9 @@ import time
 import numpy as np
 from aiokafka.errors import KafkaTimeoutError
 
-from loadgen.collect import Collector
-from loadgen.replay import ReplayTarget, _kafka_sender, _send_all
-from loadgen.schedule import Schedule
+from slipstream.loadgen.collect import Collector
+from slipstream.loadgen.replay import ReplayTarget, _kafka_sender, _send_all
+from slipstream.loadgen.schedule import Schedule
 
 
 class Producer:
@@ -46,7 +46,7 @@ def answer(code: int, params: dict) -> tuple[bytes, dict]:
 
 
 def test_a_gateway_answer_is_the_result_of_the_request_sent_with_the_clients_times():
-    from loadgen.replay import http_result
+    from slipstream.loadgen.replay import http_result
 
     body, h = answer(429, {"retry_after_s": 2})
     shed = http_result("run-1", 100, 400.0, 250, 429, body, h)

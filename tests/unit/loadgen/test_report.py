@@ -5,10 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from loadgen.cost import ConfigEvent, events_from_records, step_values, total_cost_usd
-from loadgen.render import format_table, read_summary, to_jsonable, write_report
-from loadgen.report import Envelope, reason_category, summarize
-from loadgen.schedule import lag_stats
+from slipstream.loadgen.cost import ConfigEvent, events_from_records, step_values, total_cost_usd
+from slipstream.loadgen.render import format_table, read_summary, to_jsonable, write_report
+from slipstream.loadgen.report import Envelope, reason_category, summarize
+from slipstream.loadgen.schedule import lag_stats
 
 T0 = 1_700_000_000_000_000_000
 MS = 1_000_000

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.reproduce import clockwork
-from loadgen.reproduce.clockwork import copies_problem, one_gpu_plan, slo_sweep
+from slipstream.loadgen.reproduce import clockwork
+from slipstream.loadgen.reproduce.clockwork import copies_problem, one_gpu_plan, slo_sweep
 
 
 @pytest.fixture(scope="module")

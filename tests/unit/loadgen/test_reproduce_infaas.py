@@ -5,12 +5,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadgen.reproduce import infaas
-from loadgen.reproduce.infaas import FAMILY, FIXED, total_cost, windowed
-from streams.arrivals import poisson_arrivals
-from planner.problem import HardwareOption, Problem, StageOption, VariantOption
-from streams.arrivals import peak_rate_sliding
-from streams.latency import LatencyCurve
+from slipstream.loadgen.reproduce import infaas
+from slipstream.loadgen.reproduce.infaas import FAMILY, FIXED, total_cost, windowed
+from slipstream.streams.arrivals import poisson_arrivals
+from slipstream.planner.problem import HardwareOption, Problem, StageOption, VariantOption
+from slipstream.streams.arrivals import peak_rate_sliding
+from slipstream.streams.latency import LatencyCurve
 
 FLOOR = 0.77
 ACC = dict(zip(FAMILY, (0.70, 0.74, 0.7736, 0.78, 0.79)))

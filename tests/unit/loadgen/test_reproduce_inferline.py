@@ -4,11 +4,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadgen.reproduce import inferline
-from loadgen.reproduce.inferline import Point, cost_sweep, max_saving
-from loadgen.reproduce.paper_vs_ours import apart, problem_doc
-from planner.problem import EdgeOption, HardwareOption, Problem, StageOption, VariantOption, parse_problem
-from streams.latency import LatencyCurve
+from slipstream.loadgen.reproduce import inferline
+from slipstream.loadgen.reproduce.inferline import Point, cost_sweep, max_saving
+from slipstream.loadgen.reproduce.paper_vs_ours import apart, problem_doc
+from slipstream.planner.problem import EdgeOption, HardwareOption, Problem, StageOption, VariantOption, parse_problem
+from slipstream.streams.latency import LatencyCurve
 
 
 def two_stage(sample: np.ndarray) -> Problem:

@@ -5,10 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from loadgen.reproduce import ipa
-from planner.problem import EdgeOption, HardwareOption, Problem, StageOption, VariantOption
-from streams.arrivals import poisson_arrivals
-from streams.latency import LatencyCurve
+from slipstream.loadgen.reproduce import ipa
+from slipstream.planner.problem import EdgeOption, HardwareOption, Problem, StageOption, VariantOption
+from slipstream.streams.arrivals import poisson_arrivals
+from slipstream.streams.latency import LatencyCurve
 
 SETTINGS = ipa.Settings(warm_s=20, epoch_s=20.0, weights=(0.0, 2.0, 8.0, 64.0), time_limit_s=2.0)
 TOL = 1e-9
@@ -76,7 +76,7 @@ def test_dominated_needs_both_accuracy_and_cost():
 
 
 def test_the_frontier_plot_is_a_png(runs, tmp_path):
-    from loadgen.reproduce import ipa_plots
+    from slipstream.loadgen.reproduce import ipa_plots
 
     p = ipa_plots.frontier(*runs, 300.0, tmp_path / "f.png")
     assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from loadgen.reproduce import loki
-from planner.problem import EdgeOption, HardwareOption, Problem, StageOption, VariantOption
-from streams.latency import LatencyCurve
+from slipstream.loadgen.reproduce import loki
+from slipstream.planner.problem import EdgeOption, HardwareOption, Problem, StageOption, VariantOption
+from slipstream.streams.latency import LatencyCurve
 
 SETTINGS = loki.Settings(servers=6, slo_ms=200.0, sample_s=5.0, measure_s=5.0, step_qps=10.0,
                          grid=(20, 40, 80, 160, 320), refine=3, time_limit_s=2.0)

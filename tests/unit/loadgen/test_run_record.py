@@ -1,8 +1,8 @@
-"""loadgen.run_record: a run's report folder is read back as it was written, and the StageConfigs in
+"""slipstream.loadgen.run_record: a run's report folder is read back as it was written, and the StageConfigs in
 force are read with the control topic's one epoch rule."""
-from streams.control_rules import current_records
+from slipstream.streams.control_rules import current_records
 
-from loadgen.run_record import RunRecord
+from slipstream.loadgen.run_record import RunRecord
 
 
 def cfg(stage, epoch, **kw):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from loadgen.bench.scaling_stats import NS, Mark, Served, breakdown, event_cost
+from slipstream.loadgen.bench.scaling_stats import NS, Mark, Served, breakdown, event_cost
 
 T = 100 * NS  # the event
 

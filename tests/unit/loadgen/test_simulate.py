@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from loadgen.compare import ModeNotApplicable, compare_runs, failures, format_comparison, parse_mode
-from loadgen.report import summarize
-from loadgen.simulate import config_events, results_from_sim, simulate_run
-from planner.estimator import ReplicaChange
+from slipstream.loadgen.compare import ModeNotApplicable, compare_runs, failures, format_comparison, parse_mode
+from slipstream.loadgen.report import summarize
+from slipstream.loadgen.simulate import config_events, results_from_sim, simulate_run
+from slipstream.planner.estimator import ReplicaChange
 from tests.paths import RESEARCH_DATA
 
 DATA = RESEARCH_DATA / "UMass-LIDS+Loki"
@@ -44,7 +44,7 @@ def test_dropped_requests_carry_the_estimator_reason(planned):
     burst = np.sort(np.random.default_rng(0).uniform(0, 1.0, 2000))  # 2000 qps for a second: overload
     run = simulate_run(problem, plan, burst)
     assert run.summary.dropped > 0
-    # the source sheds as its workers do (planner.sim.gate), the rest is dropped by its deadline
+    # the source sheds as its workers do (slipstream.planner.sim.gate), the rest is dropped by its deadline
     assert all(k.startswith(("deadline@", "shed@")) for k in run.summary.drops_by_reason)
     assert any(k.startswith("shed@") for k in run.summary.drops_by_reason) and run.sim.shed_share > 0
     res = results_from_sim(problem, plan, run.sim)
@@ -76,7 +76,7 @@ def test_compare_rows_and_baseline_ratio():
         cost = {"cg-peak": 4.0, "milp": 1.0}[mode]
         res = [{"request_id": "x", "status": "done", "created_ns": 0, "finished_ns": 10**6,
                 "deadline_ns": 10**9}]
-        from loadgen.cost import ConfigEvent
+        from slipstream.loadgen.cost import ConfigEvent
         return summarize(res, slo_ms=100, configs=[ConfigEvent(0, "a", 1, cost * 3600 * 1000)],
                          end_ns=10**6, start_ns=0)
 
@@ -96,7 +96,7 @@ def test_compare_rows_and_baseline_ratio():
 
 @pytest.mark.skipif(not (DATA / "aggregate_profiled.csv").exists(), reason="research-data not present")
 def test_published_traffic_problem():
-    from loadgen.published import read_profiles, traffic_problem
+    from slipstream.loadgen.published import read_profiles, traffic_problem
 
     profiles = read_profiles(DATA / "aggregate_profiled.csv")
     assert set(profiles["yolov5m"].latency_ms) == {"cpu", "pascal", "ampere"}
@@ -112,7 +112,7 @@ def test_compare_rows_carry_the_estimate_of_each_real_run():
     import math
     from types import SimpleNamespace
 
-    from loadgen.compare import est_ratio
+    from slipstream.loadgen.compare import est_ratio
 
     res = [{"request_id": "x", "status": "done", "created_ns": 0, "finished_ns": 100 * 10**6, "deadline_ns": 10**9}]
     est = SimpleNamespace(estimated_p99_ms=110.0, estimated_attainment=0.995, seed_p99_ms=(90.0, 110.0, 131.0),

@@ -1,21 +1,21 @@
 """The step of issue 40 in the estimator: from half of what the most accurate variant serves on the two
 replicas a stage may run to 1.3 times it, within what the cheapest serves. The tuner policy stepped
-over the arrivals (``loadgen.simulate.tuner_changes``) moves a loki plan's shares down its ladder and
+over the arrivals (``slipstream.loadgen.simulate.tuner_changes``) moves a loki plan's shares down its ladder and
 the simulated run holds; hardware scaling alone does not."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from loadgen.simulate import simulate_run, tuner_changes
-from loadgen.traces import load_trace
-from planner.capacity import stage_capacity
-from planner.estimator import ReplicaChange, ShareChange
-from planner.modes import make_planner
-from streams import shares
-from streams.arrivals import poisson_arrivals
+from slipstream.loadgen.simulate import simulate_run, tuner_changes
+from slipstream.loadgen.traces import load_trace
+from slipstream.planner.capacity import stage_capacity
+from slipstream.planner.estimator import ReplicaChange, ShareChange
+from slipstream.planner.modes import make_planner
+from slipstream.streams import shares
+from slipstream.streams.arrivals import poisson_arrivals
 from tests.image_classify import image_classify
-from tuner.policy import TunerConfig
+from slipstream.tuner.policy import TunerConfig
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +61,8 @@ def test_loki_holds_the_step_on_its_ladder_and_hardware_alone_does_not(step):
 
 
 def test_a_runs_share_moves_replay_as_share_changes_at_their_time():
-    """The like-for-like replay of a live run (``loadgen.replay_estimate``) routes as the run did."""
-    from loadgen.replay_estimate import share_changes
+    """The like-for-like replay of a live run (``slipstream.loadgen.replay_estimate``) routes as the run did."""
+    from slipstream.loadgen.replay_estimate import share_changes
 
     problem = image_classify(25.0, poisson_arrivals(25.0, 30.0, 4))
     plan = make_planner("loki", validate=False).plan(problem)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from loadgen import soak
+from slipstream.loadgen import soak
 
 
 def test_growth_compares_the_last_fifth_with_the_first_fifth_after_warm_up():

@@ -6,8 +6,8 @@ import tarfile
 import numpy as np
 import pytest
 
-from loadgen import workloads as w
-from loadgen.traces import TraceSpecError, load_trace, parse_trace_spec, read_azure_counts
+from slipstream.loadgen import workloads as w
+from slipstream.loadgen.traces import TraceSpecError, load_trace, parse_trace_spec, read_azure_counts
 from tests.paths import RESEARCH_DATA as DATA
 
 TWITTER = DATA / "reconfigurable-ml-pipeline+ipa" / "twitter_workload_per_second.tbz2"
@@ -131,7 +131,7 @@ def test_published_azure_trace_peak():
 
 def test_first_step_is_where_a_step_trace_starts_to_change():
     """The demo's default planning sample: the quiet phase before the first step."""
-    from loadgen.traces import first_step_s, load_trace
+    from slipstream.loadgen.traces import first_step_s, load_trace
 
     spec = "step:rates=6/18/6,at=45/105,cv2=4,transition=5,duration=240"
     assert first_step_s(spec) == 45.0

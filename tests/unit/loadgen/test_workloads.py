@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from loadgen import workloads as w
-from streams import arrivals
+from slipstream.loadgen import workloads as w
+from slipstream.streams import arrivals
 
 
 def rng(seed=0):

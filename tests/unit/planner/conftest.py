@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.problem import parse_problem
+from slipstream.planner.problem import parse_problem
 
 
 @pytest.fixture

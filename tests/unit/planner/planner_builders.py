@@ -1,8 +1,8 @@
 """Small problems and plans for the planner tests, written out explicitly."""
 from __future__ import annotations
 
-from planner.plan import Assignment, Plan, StagePlan
-from planner.problem import parse_problem
+from slipstream.planner.plan import Assignment, Plan, StagePlan
+from slipstream.planner.problem import parse_problem
 
 
 def one_stage(latency_ms: dict, *, slo_ms: float = 1000.0, rate: float = 10.0, seconds: float = 60.0,

@@ -7,14 +7,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from planner.calibrate import CalibrationFitError, fit, network, service_time, summary_lines
-from planner.estimator import simulate
-from planner.plan import Assignment, Plan, StagePlan
-from planner.profiles import BatchPoint, Profile, ProfileStore, problem_from_pipeline
-from streams.profile_store import lookup
-from streams.calibration import CalibrationError, CalibrationStore
-from streams.latency import LatencyCurve
-from streams.spec import parse_pipeline
+from slipstream.planner.calibrate import CalibrationFitError, fit, network, service_time, summary_lines
+from slipstream.planner.estimator import simulate
+from slipstream.planner.plan import Assignment, Plan, StagePlan
+from slipstream.planner.profiles import BatchPoint, Profile, ProfileStore, problem_from_pipeline
+from slipstream.streams.profile_store import lookup
+from slipstream.streams.calibration import CalibrationError, CalibrationStore
+from slipstream.streams.latency import LatencyCurve
+from slipstream.streams.spec import parse_pipeline
 
 MS = 1_000_000
 CURVE = LatencyCurve.fit({1: 4.0, 4: 10.0})
@@ -115,14 +115,14 @@ def test_profiles_problem_and_estimator_plan_with_the_calibration(tmp_path):
 
 
 def test_mean_concurrency_is_the_time_average_of_running_batches():
-    from planner.calibrate import mean_concurrency
+    from slipstream.planner.calibrate import mean_concurrency
 
     s, e = np.array([0, 0, 10, 100, 105]), np.array([10, 10, 20, 110, 115])
     assert mean_concurrency(s, e).tolist() == pytest.approx([2, 2, 1, 1.5, 1.5])
 
 
 def test_host_fit_recovers_the_shared_cores_and_leaves_the_host_out_when_nothing_overlaps():
-    from planner.calibrate import fit_host
+    from slipstream.planner.calibrate import fit_host
 
     rng = np.random.default_rng(1)
     k = rng.uniform(1, 3, 500)
@@ -135,7 +135,7 @@ def test_host_fit_recovers_the_shared_cores_and_leaves_the_host_out_when_nothing
 
 
 def test_planner_service_refits_from_recent_results_against_the_profiled_curves(tmp_path):
-    from planner.service import ReplanSettings, Replanner
+    from slipstream.planner.service import ReplanSettings, Replanner
 
     ProfileStore(tmp_path).save(Profile("va", "cpu", {1: BatchPoint(3, 4), 4: BatchPoint(8, 10)}))
     CalibrationStore(tmp_path).save({"service": {"va@cpu": {"scale": 3.0, "samples": 1}}, "service_cv": 0.0,
@@ -171,7 +171,7 @@ def test_fit_measures_the_workers_own_time_per_batch_and_the_estimator_adds_it()
 
 
 def test_dispatch_time_counts_from_the_instance_being_free_and_leaves_out_batch_timeout_waits():
-    from planner.calibrate import dispatch_ms
+    from slipstream.planner.calibrate import dispatch_ms
 
     def hop(stage, worker, received, started, finished):
         return {"stage": stage, "variant": "v", "batch_size": 1, "worker": worker, "enqueued_ns": 0,
@@ -186,7 +186,7 @@ def test_dispatch_time_counts_from_the_instance_being_free_and_leaves_out_batch_
 
 
 def test_spread_by_duration_recovers_a_spread_that_shrinks_with_batch_length():
-    from planner.calibrate import spread_by_duration
+    from slipstream.planner.calibrate import spread_by_duration
 
     rng = np.random.default_rng(2)
     ms = np.repeat([4.0, 100.0], 400)
@@ -199,7 +199,7 @@ def test_spread_by_duration_recovers_a_spread_that_shrinks_with_batch_length():
 
 
 def test_several_runs_fit_as_one_with_each_runs_hardware_and_their_pace_is_not_core_sharing():
-    from planner.calibrate import RunHops, fit_runs
+    from slipstream.planner.calibrate import RunHops, fit_runs
 
     def run(scale: float, offset_s: int, overlap: bool, hw: str) -> RunHops:
         rs = [result(i, transit_in=1, transit_between=1, scale=scale, every_ms=20 if overlap else 1000)
@@ -222,7 +222,7 @@ def test_several_runs_fit_as_one_with_each_runs_hardware_and_their_pace_is_not_c
 
 
 def test_a_fit_keeps_the_earlier_scales_of_variants_its_run_did_not_run(tmp_path):
-    from planner.calibrate import carried_forward, summary_lines
+    from slipstream.planner.calibrate import carried_forward, summary_lines
 
     earlier = CalibrationStore(tmp_path).save({"service": {"va@cpu": {"scale": 3.0, "samples": 9},
                                                            "vc@gpu": {"scale": 1.7, "samples": 9}},
@@ -236,7 +236,7 @@ def test_a_fit_keeps_the_earlier_scales_of_variants_its_run_did_not_run(tmp_path
 
 
 def test_the_variants_whose_pace_a_calibration_did_not_measure_are_named_with_where_it_came_from():
-    from streams.calibration import pace_sources
+    from slipstream.streams.calibration import pace_sources
 
     doc = {"service": {"va@cpu": {"scale": 2.0, "samples": 9}, "vc@cpu": {"scale": 1.2, "samples": 9,
                                                                           "carried_from": "v3"}}}
@@ -247,7 +247,7 @@ def test_the_variants_whose_pace_a_calibration_did_not_measure_are_named_with_wh
 
 
 def test_a_variant_no_run_measured_plans_at_the_machines_scale_not_its_bare_profile(tmp_path):
-    from streams.calibration import service_scale
+    from slipstream.streams.calibration import service_scale
 
     two = parse_pipeline({
         "name": "two", "slo_ms": 300, "hardware": {"cpu": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},
@@ -273,7 +273,7 @@ def test_a_variant_no_run_measured_plans_at_the_machines_scale_not_its_bare_prof
 
 
 def test_scales_per_batch_size_where_several_sizes_ran_and_the_profile_store_applies_them(tmp_path):
-    from streams.calibration import batch_scale
+    from slipstream.streams.calibration import batch_scale
 
     # batches of 1 took 2x the profile (a per-item cost weighs more), batches of 4 took 1x
     rs = [result(i, transit_in=1, transit_between=1, scale=2.0 if i % 2 else 1.0, batch=1 if i % 2 else 4)
@@ -314,7 +314,7 @@ def test_each_variant_gets_its_own_spread_and_the_estimator_draws_it_with_that()
 
 
 def test_a_refit_at_one_batch_size_keeps_the_scales_measured_before_at_the_others(tmp_path):
-    from planner.calibrate import carried_forward
+    from slipstream.planner.calibrate import carried_forward
 
     # measured before: batches of 1 at 2x the profile, of 4 at 1x; the new run ran batches of 1 only,
     # 10 % slower than then: its batches of 4 keep their measured shape at the new run's level
@@ -338,7 +338,7 @@ def test_a_refit_at_one_batch_size_keeps_the_scales_measured_before_at_the_other
 
 
 def test_a_refit_keeps_the_spread_measured_before_at_batch_lengths_it_did_not_run():
-    from planner.calibrate import merged_spread
+    from slipstream.planner.calibrate import merged_spread
 
     old = {"scale": 1.0, "cv_by_ms": [[4.0, 0.4], [14.0, 0.25], [60.0, 0.1]]}
     new = {"scale": 1.1, "cv_by_ms": [[5.0, 0.45]]}  # batches of 1 only, about 5 ms
@@ -351,7 +351,7 @@ def test_a_refit_keeps_the_spread_measured_before_at_batch_lengths_it_did_not_ru
 
 
 def test_a_batch_timeout_a_re_plan_shortened_is_not_taken_for_the_workers_own_time():
-    from planner.calibrate import configs_in_force, timeouts_of
+    from slipstream.planner.calibrate import configs_in_force, timeouts_of
 
     plan = {"stages": [{"stage": "a", "assignments": [{"batch_timeout_ms": 27.4}]}]}
     start = 10**12
@@ -366,7 +366,7 @@ def test_a_batch_timeout_a_re_plan_shortened_is_not_taken_for_the_workers_own_ti
 
 
 def test_shrunk_means_keep_well_measured_seconds_and_discount_a_thin_noisy_one():
-    from planner.calibrate import shrunk_means
+    from slipstream.planner.calibrate import shrunk_means
 
     rng = np.random.default_rng(0)
     w = np.repeat(np.arange(20), 50)
@@ -384,8 +384,8 @@ def test_shrunk_means_keep_well_measured_seconds_and_discount_a_thin_noisy_one()
 
 
 def test_run_pace_is_each_variants_measured_over_expected_service_by_window_with_sharing_taken_out():
-    from planner.calibrate import RunHops, run_pace
-    from planner.sim.params import HostModel
+    from slipstream.planner.calibrate import RunHops, run_pace
+    from slipstream.planner.sim.params import HostModel
 
     # one request every 100 ms; its stage-b batch runs 2x its profile in second 3, else as profiled
     results = [result(i, transit_in=1.0, transit_between=1.0, scale=2.0 if 3000 <= i * 100 < 4000 else 1.0,

@@ -1,11 +1,11 @@
-"""What a plan can serve (planner.capacity), computed by hand on a two-stage chain."""
+"""What a plan can serve (slipstream.planner.capacity), computed by hand on a two-stage chain."""
 from __future__ import annotations
 
 import pytest
 
-from planner.capacity import capacity_qps, stage_budgets_ms, stage_capacity
-from planner.plan import Assignment, evaluate
-from planner.problem import parse_problem
+from slipstream.planner.capacity import capacity_qps, stage_budgets_ms, stage_capacity
+from slipstream.planner.plan import Assignment, evaluate
+from slipstream.planner.problem import parse_problem
 
 DOC = {"slo_ms": 400, "arrival": {"rate_qps": 20}, "hop_ms": 10.0,
        "hardware": {"cpu": {"cost_per_hour": 0.1}},

@@ -6,10 +6,10 @@ import json
 
 from click.testing import CliRunner
 
-from loadgen.render import write_report
-from loadgen.report import summarize
-from planner.plan import Assignment, Plan, StagePlan
-from planner.profiles import BatchPoint, Profile, ProfileStore
+from slipstream.loadgen.render import write_report
+from slipstream.loadgen.report import summarize
+from slipstream.planner.plan import Assignment, Plan, StagePlan
+from slipstream.planner.profiles import BatchPoint, Profile, ProfileStore
 from slipstream.commands.estimate import estimate_cmd
 
 MS = 1_000_000

@@ -1,4 +1,4 @@
-"""The estimator's source gate (``planner.sim.gate``): the workers' admission (``streams.shedding``)
+"""The estimator's source gate (``slipstream.planner.sim.gate``): the workers' admission (``slipstream.streams.shedding``)
 on simulated arrivals, at the capacity of the hand-off record the planner publishes."""
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from agents.admission import admit
-from agents.stage.intake import Intake
-from planner.estimator import SimOptions, simulate
-from planner.plan import Assignment
-from planner.service import handoff, handoff_record
-from planner.sim.gate import capacity_steps, judge_arrivals
-from planner.sim.params import ReplicaChange
-from streams import contract, control_io
-from streams.client import make_request
-from streams.shedding import SourceGate
+from slipstream.agents.admission import admit
+from slipstream.agents.stage.intake import Intake
+from slipstream.planner.estimator import SimOptions, simulate
+from slipstream.planner.plan import Assignment
+from slipstream.planner.service import handoff, handoff_record
+from slipstream.planner.sim.gate import capacity_steps, judge_arrivals
+from slipstream.planner.sim.params import ReplicaChange
+from slipstream.streams import contract, control_io
+from slipstream.streams.client import make_request
+from slipstream.streams.shedding import SourceGate
 from tests.unit.agents.test_admission import TP, pipeline, written
 from tests.unit.planner.planner_builders import one_stage, single_plan
 

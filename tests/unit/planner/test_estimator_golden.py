@@ -8,7 +8,7 @@ prediction differs in the last bits between CPUs (BLAS kernels, vectorised ``exp
 
 History of the pins (git has the details): the ``example-*`` cases were re-pinned when a mixed stage
 began to be simulated as it is deployed (one pool on the primary's hardware and batching,
-``planner.sim.world.build``): their detect stage is det-s on gpu (b8 x1, weight 1) and det-s on cpu
+``slipstream.planner.sim.world.build``): their detect stage is det-s on gpu (b8 x1, weight 1) and det-s on cpu
 (b4 x2, weight 0.3), deployed as three det-s replicas on gpu at b8, 5 ms, and
 ``test_a_mixed_stage_with_one_variant_is_its_deployed_single_assignment`` keeps the two forms equal.
 ``example-two-variants`` pins a pool that routes to two variants. ``example-calibrated-schedule`` was
@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.estimator import HostModel, Network, ReplicaChange, ServiceTime, SimOptions, Transit, simulate
-from planner.plan import Assignment
-from planner.problem import parse_problem
+from slipstream.planner.estimator import HostModel, Network, ReplicaChange, ServiceTime, SimOptions, Transit, simulate
+from slipstream.planner.plan import Assignment
+from slipstream.planner.problem import parse_problem
 from planner_builders import example_problem_doc, single_plan
 
 
@@ -159,8 +159,8 @@ def test_a_mixed_stage_with_one_variant_is_its_deployed_single_assignment(case):
 def test_the_cases_reach_every_branch_of_the_batching_policy(monkeypatch):
     """Drops, and sub-batches that defer the rest of a window, in both the stage-by-stage path and
     the event loop (a spy on the real ``decide``)."""
-    from planner.sim import servers, stagewise
-    from streams import batching
+    from slipstream.planner.sim import servers, stagewise
+    from slipstream.streams import batching
     seen = []
 
     def spy(*args):

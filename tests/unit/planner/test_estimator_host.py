@@ -8,11 +8,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from planner.cores import host_qps
-from planner.estimator import HostModel, simulate
-from planner.plan import Assignment
-from planner.problem import parse_problem
-from streams.arrivals import poisson_arrivals
+from slipstream.planner.cores import host_qps
+from slipstream.planner.estimator import HostModel, simulate
+from slipstream.planner.plan import Assignment
+from slipstream.planner.problem import parse_problem
+from slipstream.streams.arrivals import poisson_arrivals
 
 from planner_builders import single_plan
 

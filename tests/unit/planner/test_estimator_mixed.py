@@ -1,6 +1,6 @@
 """A mixed (Loki-style) stage is simulated as it is deployed: one pool of the stage's total replicas on
 the primary assignment's hardware and batching, each window split by variant with the workers' rule
-(``streams.shares``), the variants' items run one after the other with each variant's latency."""
+(``slipstream.streams.shares``), the variants' items run one after the other with each variant's latency."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -8,14 +8,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from agents.control import ActiveConfig
-from agents.window import Item, split_variants
-from planner.estimator import SimOptions, Unprofiled, simulate
-from planner.modes import check
-from planner.plan import Assignment
-from planner.problem import parse_problem
-from planner.service import stage_configs
-from loadgen.synthetic import random_problem
+from slipstream.agents.control import ActiveConfig
+from slipstream.agents.window import Item, split_variants
+from slipstream.planner.estimator import SimOptions, Unprofiled, simulate
+from slipstream.planner.modes import check
+from slipstream.planner.plan import Assignment
+from slipstream.planner.problem import parse_problem
+from slipstream.planner.service import stage_configs
+from slipstream.loadgen.synthetic import random_problem
 from planner_builders import single_plan
 
 FAST, SLOW = 10.0, 30.0  # ms, any batch of 1..4 on cpu; slow takes 1 ms on gpu
@@ -59,7 +59,7 @@ def test_a_mixed_stage_runs_as_one_pool_on_the_primarys_hardware(method):
 
 def test_the_worker_and_the_estimator_route_each_request_id_to_the_same_variant():
     """Requests one at a time, so each one's latency says which variant served it in the estimator;
-    the worker's split (``agents.window.split_variants``) of the config the planner publishes for
+    the worker's split (``slipstream.agents.window.split_variants``) of the config the planner publishes for
     the plan must agree on every id."""
     ids = [f"req-{k:04d}" for k in range(300)]
     res = simulate(replace(problem(), arrivals_s=np.arange(len(ids)) * 0.1, hop_ms=0.0), MIXED,
@@ -81,7 +81,7 @@ def test_the_published_config_is_the_simulated_pool_and_costs_what_it_runs_on():
     assert (rec["variant"], rec["hardware"], rec["max_batch"], rec["replicas"]) == ("fast", "cpu", 4, 2)
     assert rec["routing"] == {"fast": 0.6, "slow": 0.4}
     assert rec["cost_per_hour"] == pytest.approx(2 * 0.2)  # both replicas on cpu, not 0.2 + 2.5
-    from loadgen.simulate import config_events  # a simulated run is priced as deployed too
+    from slipstream.loadgen.simulate import config_events  # a simulated run is priced as deployed too
 
     (ev,) = config_events(problem(), MIXED)
     assert (ev.replicas, ev.cost_per_hour, ev.hardware) == (2, pytest.approx(rec["cost_per_hour"]), "cpu")
@@ -99,7 +99,7 @@ def test_a_variant_without_a_profile_on_the_primarys_hardware_is_refused():
 def test_mixed_pools_give_the_event_loops_result_stage_by_stage(scaling, monkeypatch):
     """Two variants per stage on a tight SLO (drops and deferred sub-batches inside mixed windows):
     the stage-by-stage path equals the event loop."""
-    from planner.sim import groups
+    from slipstream.planner.sim import groups
     p = random_problem(7, stages=3, variants=2, hardware=2, rate_qps=150.0, slo_ms=120.0, sim_seconds=20.0)
     plan = single_plan({s.name: [Assignment("v0", "cpu-1", 4, 3, 0.5, 5.0), Assignment("v1", "cpu-4", 2, 2, 0.5, 0.0)]
                         for s in p.stages})

@@ -6,9 +6,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from planner.estimator import Network, Transit, simulate
-from planner.plan import Assignment
-from planner.problem import parse_problem
+from slipstream.planner.estimator import Network, Transit, simulate
+from slipstream.planner.plan import Assignment
+from slipstream.planner.problem import parse_problem
 
 from planner_builders import one_stage, single_plan
 

@@ -6,8 +6,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from planner.estimator import HostModel, Network, ReplicaChange, ServiceTime, SimOptions, Transit, simulate
-from planner.plan import Assignment
+from slipstream.planner.estimator import HostModel, Network, ReplicaChange, ServiceTime, SimOptions, Transit, simulate
+from slipstream.planner.plan import Assignment
 
 from planner_builders import one_stage, single_plan
 
@@ -153,7 +153,7 @@ def test_a_variant_with_its_own_spread_runs_and_is_predicted_with_it():
     assert own.for_variant("v@cpu").cv_at(50.0) == pytest.approx(0.05)
     assert own.for_variant("w@cpu") is own and own.for_variant("v@gpu") is own
     arrivals = np.arange(0.0, 80.0, 0.4)  # far apart: residence is the batch's run; 10 runs within the
-    # predictor's horizon (streams.latency.PREDICT_HORIZON_S)
+    # predictor's horizon (slipstream.streams.latency.PREDICT_HORIZON_S)
     spread = {}
     for name, svc in (("pooled", pooled), ("own", own)):
         lat = simulate(replace(problem, arrivals_s=arrivals, service=svc, hop_ms=0.0, seed=4), plan).latency_ms

@@ -8,9 +8,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from planner.estimator import HostModel, ServiceTime, SimOptions, simulate
-from planner.plan import Assignment
-from streams.arrivals import poisson_arrivals
+from slipstream.planner.estimator import HostModel, ServiceTime, SimOptions, simulate
+from slipstream.planner.plan import Assignment
+from slipstream.streams.arrivals import poisson_arrivals
 
 from planner_builders import one_stage, single_plan
 

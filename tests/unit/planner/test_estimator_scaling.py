@@ -6,9 +6,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from planner.estimator import ReplicaChange, SimOptions, simulate
-from planner.plan import Assignment
-from streams.arrivals import poisson_arrivals
+from slipstream.planner.estimator import ReplicaChange, SimOptions, simulate
+from slipstream.planner.plan import Assignment
+from slipstream.streams.arrivals import poisson_arrivals
 
 from planner_builders import one_stage, single_plan
 
@@ -105,8 +105,8 @@ def test_scale_down_then_up_before_activation():
 def test_a_replans_batching_applies_to_windows_taken_after_it(scaling):
     # one request every 500 ms: with max batch 4 and a 100 ms timeout each waits out the timeout; a
     # re-plan at 5 s to max batch 1 (no timeout) on another variant serves each at once, in its 4 ms
-    from planner.estimator import BatchingChange
-    from planner.problem import parse_problem
+    from slipstream.planner.estimator import BatchingChange
+    from slipstream.planner.problem import parse_problem
 
     doc = {"slo_ms": 1e6, "arrival": {"rate_qps": 2.0, "sim_seconds": 10.0}, "hardware": {"cpu": {"cost_per_hour": 1.0}},
            "stages": [{"name": "a", "variants": [{"name": "v", "accuracy": 0.9, "latency_ms": {"cpu": {"1": 10, "4": 16}}},

@@ -1,5 +1,5 @@
 """The tuner's share changes in the estimator (``ShareChange``, a loki stage's accuracy scaling): from
-their time, windows split by the new shares with the workers' rule (``streams.shares.choose``), each
+their time, windows split by the new shares with the workers' rule (``slipstream.streams.shares.choose``), each
 variant at its own latency on the pool's hardware; the replicas stay."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from planner.estimator import ShareChange, SimOptions, simulate
-from planner.plan import Assignment
+from slipstream.planner.estimator import ShareChange, SimOptions, simulate
+from slipstream.planner.plan import Assignment
 from planner_builders import single_plan
-from streams import shares
+from slipstream.streams import shares
 
 from test_estimator_mixed import FAST, SLOW, problem
 

@@ -1,5 +1,5 @@
 """No mode refuses: on a problem no plan can meet, every mode returns the highest-capacity plan its
-rules allow, flagged infeasible with its capacity (planner.fallback), and never raises."""
+rules allow, flagged infeasible with its capacity (slipstream.planner.fallback), and never raises."""
 from __future__ import annotations
 
 import logging
@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from planner.capacity import capacity_qps
-from streams.control_rules import check
-from planner.metrics import PlannerMetrics
-from planner.modes import MODES, make_planner
-from planner.problem import parse_problem
-from streams.arrivals import poisson_arrivals
-from planner.service import Replanner, ReplanSettings, ReplanState, stage_configs
+from slipstream.planner.capacity import capacity_qps
+from slipstream.streams.control_rules import check
+from slipstream.planner.metrics import PlannerMetrics
+from slipstream.planner.modes import MODES, make_planner
+from slipstream.planner.problem import parse_problem
+from slipstream.streams.arrivals import poisson_arrivals
+from slipstream.planner.service import Replanner, ReplanSettings, ReplanState, stage_configs
 
 LAT = {"resize": {"cpu-1": {"1": 4, "2": 7, "4": 13, "8": 25}, "cpu-2": {"1": 3, "2": 5, "4": 9, "8": 17}},
        "lite0": {"cpu-1": {"1": 15, "2": 27, "4": 52, "8": 100}, "cpu-2": {"1": 9, "2": 16, "4": 30, "8": 58}},
@@ -36,7 +36,7 @@ def overloaded():
 
 @pytest.mark.parametrize("mode", MODES)
 def test_every_mode_serves_an_overload_with_its_highest_capacity_plan(overloaded, mode, caplog):
-    with caplog.at_level(logging.WARNING, logger="planner.fallback"):
+    with caplog.at_level(logging.WARNING, logger="slipstream.planner.fallback"):
         plan = make_planner(mode, time_limit_s=5.0).plan(overloaded)
     assert not plan.feasible and plan.reason
     assert [sp.stage for sp in plan.stages] == ["resize", "classify"]
@@ -95,7 +95,7 @@ def test_an_infeasible_replan_replaces_the_serving_plan_only_when_it_serves_more
     highest = out.plan  # infeasible, the highest capacity the cap allows: deployed over nothing
     assert not highest.feasible and out.changed and state.plan is highest
     # a later overload finds no better plan: the one in place stays, nothing is republished
-    with caplog.at_level(logging.WARNING, logger="planner.service"):
+    with caplog.at_level(logging.WARNING, logger="slipstream.planner.service"):
         again, state2 = replanner.step(state, overload + 0.0, int(5.0 * 1e9))
     assert not again.plan.feasible and not again.changed and again.configs == ()
     assert state2.plan is highest and state2.epoch == state.epoch
@@ -110,7 +110,7 @@ def test_an_infeasible_replan_replaces_the_serving_plan_only_when_it_serves_more
 def test_an_infeasible_replan_keeps_a_serving_plan_that_keeps_up_with_the_forecast(overloaded):
     """A re-plan that misses the SLO on latency, not capacity, must not pay for more replicas: the
     serving plan stays while its capacity covers the forecast, and is replaced once it does not."""
-    from planner.fallback import replaces
+    from slipstream.planner.fallback import replaces
 
     highest = make_planner("milp").plan(overloaded)
     assert not highest.feasible

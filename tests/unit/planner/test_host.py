@@ -1,5 +1,5 @@
 """The planner knows its host: the cores, what the co-located processes take of them (declared in the
-problem or measured), and no mode plans more than they give (planner.cores, milp's host constraint,
+problem or measured), and no mode plans more than they give (slipstream.planner.cores, milp's host constraint,
 the estimator check, the fallback)."""
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ from dataclasses import replace
 
 import pytest
 
-from planner import milp
-from planner import problem as problem_module
-from planner.cores import cores_busy, host_excess, host_qps, served_qps
-from planner.fallback import highest_capacity
-from planner.modes import MODES, check, make_planner
-from planner.plan import evaluate
-from planner.problem import ProblemError, declared_host, fit_colocated, parse_problem
-from planner.sim.params import HostModel
-from streams.arrivals import poisson_arrivals
+from slipstream.planner import milp
+from slipstream.planner import problem as problem_module
+from slipstream.planner.cores import cores_busy, host_excess, host_qps, served_qps
+from slipstream.planner.fallback import highest_capacity
+from slipstream.planner.modes import MODES, check, make_planner
+from slipstream.planner.plan import evaluate
+from slipstream.planner.problem import ProblemError, declared_host, fit_colocated, parse_problem
+from slipstream.planner.sim.params import HostModel
+from slipstream.streams.arrivals import poisson_arrivals
 
 SOLVERS = ("highs", "cbc")
 

@@ -1,16 +1,16 @@
-"""A loki plan's ladders (planner.capacity.ladders): the variants each stage's pool keeps loaded, named in
+"""A loki plan's ladders (slipstream.planner.capacity.ladders): the variants each stage's pool keeps loaded, named in
 its StageConfig with share 0 and handed to the tuner with what one replica serves on each; and a
-re-plan that would load models in a burst the ladder serves waits (planner.service.defers)."""
+re-plan that would load models in a burst the ladder serves waits (slipstream.planner.service.defers)."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pytest
 
-from planner.capacity import ladders, stage_capacity
-from planner.plan import Assignment, evaluate
-from planner.problem import parse_problem
-from planner.service import defers, ladder_keeps_up, named_variants, stage_configs
+from slipstream.planner.capacity import ladders, stage_capacity
+from slipstream.planner.plan import Assignment, evaluate
+from slipstream.planner.problem import parse_problem
+from slipstream.planner.service import defers, ladder_keeps_up, named_variants, stage_configs
 
 LITE0 = {"cpu-1": {"1": 15, "2": 27, "4": 52}, "cpu-2": {"1": 10, "2": 18, "4": 34}}
 LITE1 = {"cpu-1": {"1": 25, "2": 46, "4": 88}}

@@ -8,11 +8,11 @@ from dataclasses import replace
 import mip
 import pytest
 
-from planner import milp
-from planner.inferline import InferLineOptions, plan_inferline
-from planner.plan import Config, stage_configs
-from planner.problem import Problem, parse_problem
-from loadgen.synthetic import random_problem
+from slipstream.planner import milp
+from slipstream.planner.inferline import InferLineOptions, plan_inferline
+from slipstream.planner.plan import Config, stage_configs
+from slipstream.planner.problem import Problem, parse_problem
+from slipstream.loadgen.synthetic import random_problem
 
 SOLVERS = ("highs", "cbc")
 

@@ -5,10 +5,10 @@ from dataclasses import replace
 
 import pytest
 
-from planner.estimator import simulate
-from planner.modes import MODES, CoarsePlanner, LokiPlanner, MilpPlanner, make_planner
-from streams.arrivals import peak_rate_sliding
-from loadgen.synthetic import random_problem
+from slipstream.planner.estimator import simulate
+from slipstream.planner.modes import MODES, CoarsePlanner, LokiPlanner, MilpPlanner, make_planner
+from slipstream.streams.arrivals import peak_rate_sliding
+from slipstream.loadgen.synthetic import random_problem
 
 
 @pytest.fixture(scope="module")

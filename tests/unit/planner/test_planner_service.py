@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streams.arrivals import peak_rate_sliding
-from planner.forecast import ForecastSettings, forecast_peak, interval_peaks
-from planner.service import ReplanSettings, ReplanState, Replanner, sample_for
-from loadgen.synthetic import random_problem
+from slipstream.streams.arrivals import peak_rate_sliding
+from slipstream.planner.forecast import ForecastSettings, forecast_peak, interval_peaks
+from slipstream.planner.service import ReplanSettings, ReplanState, Replanner, sample_for
+from slipstream.loadgen.synthetic import random_problem
 
 SCHEMA = Path(__file__).resolve().parents[3] / "schemas" / "StageConfig.avsc"
 
@@ -54,7 +54,7 @@ def test_sample_is_compressed_to_the_planned_rate():
 
 def test_replanner_publishes_only_on_change_and_handoff_reproduces_replicas():
     base = random_problem(3, stages=2, variants=2, hardware=2, batch_sizes=(1, 2, 4), rate_qps=1, slo_ms=400)
-    def envelope(arrivals, windows):  # stands in for tuner.envelope.envelope (planner must not import tuner)
+    def envelope(arrivals, windows):  # stands in for slipstream.tuner.envelope.envelope (planner must not import tuner)
         return np.array([peak_rate_sliding(arrivals, w) for w in windows])
     rp = Replanner(base, "demo", ReplanSettings(mode="milp", validate=True, sample_s=30), envelope)
     arr = np.arange(0, 60, 1 / 40.0)
@@ -98,9 +98,9 @@ def test_explain_runner_up_is_for_the_problem_the_plan_was_made_for():
 
 def test_a_huge_epoch_read_from_the_topic_never_overflows_the_next_plan():
     """An epoch of 2^63-1 (valid Avro) once made ``epoch + 1`` unencodable, and the planner crash-looped;
-    the written epoch is ``streams.control_rules.next_epoch``, clamped, and every config encodes."""
-    from streams import codec
-    from streams.control_rules import EPOCH_MAX
+    the written epoch is ``slipstream.streams.control_rules.next_epoch``, clamped, and every config encodes."""
+    from slipstream.streams import codec
+    from slipstream.streams.control_rules import EPOCH_MAX
 
     base = random_problem(3, stages=2, variants=2, hardware=2, batch_sizes=(1, 2, 4), rate_qps=1, slo_ms=400)
     rp = Replanner(base, "demo", ReplanSettings(mode="milp", validate=False, sample_s=30))
@@ -116,7 +116,7 @@ def test_a_replan_keeps_a_plan_that_still_holds_unless_the_new_one_saves_enough(
     MILP's runner-up here: same cost, other configs), and goes when the re-plan costs >= 10 % less."""
     from dataclasses import replace
 
-    from planner.plan import evaluate
+    from slipstream.planner.plan import evaluate
 
     base = random_problem(3, stages=2, variants=3, hardware=2, batch_sizes=(1, 2, 4), rate_qps=1, slo_ms=400)
     rp = Replanner(base, "demo", ReplanSettings(mode="milp", validate=True, sample_s=30))

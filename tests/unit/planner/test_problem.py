@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from planner.problem import ProblemError, load_problem, parse_problem
-from streams.arrivals import peak_rate_sliding
+from slipstream.planner.problem import ProblemError, load_problem, parse_problem
+from slipstream.streams.arrivals import peak_rate_sliding
 
 from planner_builders import example_problem_doc
 
@@ -68,11 +68,11 @@ def test_an_unknown_key_is_an_error_with_a_suggestion():
 
 
 def test_the_spec_and_the_problem_readers_refuse_a_wrong_edge_alike():
-    """One reference check for both documents (streams.graph.reference_error)."""
+    """One reference check for both documents (slipstream.streams.graph.reference_error)."""
     import yaml
 
-    from streams.assets import deploy_dir
-    from streams.spec import SpecError, parse_pipeline
+    from slipstream.streams.assets import deploy_dir
+    from slipstream.streams.spec import SpecError, parse_pipeline
 
     spec = yaml.safe_load((deploy_dir() / "pipelines" / "dag-fanout.yaml").read_text())
     problem = json.loads(json.dumps(DOC))

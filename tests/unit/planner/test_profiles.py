@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.profiler import ProfilerSettings, measure_batch, profile_variant
-from planner.profiles import (FORMAT_VERSION, BatchPoint, Profile, ProfileError, ProfileStore, import_csv,
+from slipstream.planner.profiler import ProfilerSettings, measure_batch, profile_variant
+from slipstream.planner.profiles import (FORMAT_VERSION, BatchPoint, Profile, ProfileError, ProfileStore, import_csv,
                               problem_from_pipeline)
-from streams.executor import Emit, ItemOutput
-from streams.spec import Hardware, Variant, parse_pipeline
+from slipstream.streams.executor import Emit, ItemOutput
+from slipstream.streams.spec import Hardware, Variant, parse_pipeline
 from tests.paths import RESEARCH_DATA
 
 PUBLISHED = RESEARCH_DATA / "UMass-LIDS+Loki" / "aggregate_profiled.csv"

@@ -3,8 +3,8 @@ import math
 
 import numpy as np
 
-from planner.run import ArrivalWindow, MeasuredLatency
-from streams.config import KafkaSettings
+from slipstream.planner.run import ArrivalWindow, MeasuredLatency
+from slipstream.streams.config import KafkaSettings
 
 
 def test_arrival_window_keeps_only_the_horizon_sorted():
@@ -30,7 +30,7 @@ def test_measured_p99_over_the_recent_horizon_only():
 
 
 def test_measured_p99_counts_results_not_done_as_infinitely_late():
-    """The report's and the estimator's p99 (planner.results.nearest_rank over every request that
+    """The report's and the estimator's p99 (slipstream.planner.results.nearest_rank over every request that
     ended, not done = late): one drop in 100 leaves the p99 at the 99th latency, two make it infinite."""
     m = MeasuredLatency(KafkaSettings(), "p", horizon_s=10.0)
     for i in range(99):
@@ -42,7 +42,7 @@ def test_measured_p99_counts_results_not_done_as_infinitely_late():
 
 
 def test_a_plan_reads_back_from_what_it_wrote():
-    from planner.plan import Assignment, Plan, Round, StagePlan
+    from slipstream.planner.plan import Assignment, Plan, Round, StagePlan
 
     plan = Plan("milp", (StagePlan("a", (Assignment("v", "cpu", 4, 2, 0.6, 5.0), Assignment("w", "gpu", 8, 1, 0.4)), 8),),
                 True, cost_per_hour=1.5, predicted_p99_ms=90.0, rounds=(Round(100.0, 20.0, 1.5, 90.0, 0.99, True),),

@@ -6,11 +6,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from planner.estimator import HostModel, Network, ReplicaChange, ServiceTime, SimOptions, Transit, simulate
-from planner.plan import Assignment, Plan, StagePlan
-from planner.problem import EdgeOption
-from planner.sim import stagewise
-from loadgen.synthetic import random_problem
+from slipstream.planner.estimator import HostModel, Network, ReplicaChange, ServiceTime, SimOptions, Transit, simulate
+from slipstream.planner.plan import Assignment, Plan, StagePlan
+from slipstream.planner.problem import EdgeOption
+from slipstream.planner.sim import stagewise
+from slipstream.loadgen.synthetic import random_problem
 
 DIAMOND = (EdgeOption("s0", "s1", fanout=1.5), EdgeOption("s0", "s2", probability=0.6),
            EdgeOption("s1", "s3"), EdgeOption("s2", "s3", fanout=2.0))

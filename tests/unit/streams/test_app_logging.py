@@ -9,8 +9,8 @@ import logging
 import faust
 import pytest
 
-from streams.app import AppSettings, make_app
-from streams.config import KafkaSettings
+from slipstream.streams.app import AppSettings, make_app
+from slipstream.streams.config import KafkaSettings
 
 
 def debug_enabled_after_setup(worker_class) -> bool:
@@ -22,7 +22,7 @@ def debug_enabled_after_setup(worker_class) -> bool:
         worker = (worker_class or app.conf.Worker)(app, loglevel="warn", loop=loop, redirect_stdouts=False)
         worker._setup_logging()
         # a logger nobody configures (aiokafka's own may have been set by another test, e.g. by
-        # streams.broker's probe): what every library's logger inherits from the root
+        # slipstream.streams.broker's probe): what every library's logger inherits from the root
         return logging.getLogger("slipstream-test.any-library").isEnabledFor(logging.DEBUG)
     finally:
         root.setLevel(saved[0])

@@ -1,7 +1,7 @@
-"""Arrival timestamps from offsets (streams.control_io): counts per step, spread evenly over it."""
+"""Arrival timestamps from offsets (slipstream.streams.control_io): counts per step, spread evenly over it."""
 import numpy as np
 
-from streams.control_io import OffsetCounter, spread
+from slipstream.streams.control_io import OffsetCounter, spread
 
 
 def test_spread_places_n_arrivals_evenly_ending_at_the_step_end():

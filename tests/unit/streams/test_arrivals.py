@@ -1,8 +1,8 @@
-"""streams.arrivals: the one reader of arrival files and the two peak rates, which differ on purpose."""
+"""slipstream.streams.arrivals: the one reader of arrival files and the two peak rates, which differ on purpose."""
 import numpy as np
 import pytest
 
-from streams.arrivals import (ArrivalsError, gamma_arrivals, peak_rate_binned, peak_rate_sliding, poisson_arrivals,
+from slipstream.streams.arrivals import (ArrivalsError, gamma_arrivals, peak_rate_binned, peak_rate_sliding, poisson_arrivals,
                               read_arrivals)
 
 

@@ -1,5 +1,5 @@
-"""The shared batching/drop policy (streams.batching): what the agents and the estimator both run."""
-from streams.batching import BatchSettings, decide, ready, window_size, flush_due_ns
+"""The shared batching/drop policy (slipstream.streams.batching): what the agents and the estimator both run."""
+from slipstream.streams.batching import BatchSettings, decide, ready, window_size, flush_due_ns
 
 MS = 1_000_000
 S = BatchSettings.from_ms(max_batch=4, batch_timeout_ms=10)
@@ -81,7 +81,7 @@ def test_whole_ns_is_decides_whole_window_case_on_random_windows():
     """The shared fast path (the estimator's per-window call) agrees with decide and the reference on
     random windows, times and predictors, non-monotone ones (a measured profile can be) included."""
     import random
-    from streams.batching import whole_ns
+    from slipstream.streams.batching import whole_ns
     rng = random.Random(11)
     for _ in range(5000):
         n = rng.randint(1, 8)
@@ -102,7 +102,7 @@ def test_whole_ns_is_decides_whole_window_case_on_random_windows():
 def test_served_within_counts_full_windows_finished_by_window_plus_budget():
     import pytest
 
-    from streams.batching import served_within
+    from slipstream.streams.batching import served_within
 
     ms = 1_000_000
     # batches of 4 every 50 ms after a 10 ms timeout: by 100 + 200 - 10 = 290 ms, 5 windows = 20 items

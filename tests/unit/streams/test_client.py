@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from streams.client import PipelineClient
-from streams.config import KafkaSettings
-from streams.spec import load_pipeline
+from slipstream.streams.client import PipelineClient
+from slipstream.streams.config import KafkaSettings
+from slipstream.streams.spec import load_pipeline
 
 PIPE = Path(__file__).resolve().parents[3] / "deploy" / "pipelines" / "image-classify.yaml"
 

@@ -1,7 +1,7 @@
 import pytest
 
-from streams import codec
-from streams.codec import CodecError
+from slipstream.streams import codec
+from slipstream.streams.codec import CodecError
 
 REQ = {"request_id": "a", "pipeline": "p", "created_ns": 1, "deadline_ns": 2,
        "content_type": "text/plain", "payload": b"hi"}
@@ -106,7 +106,7 @@ def test_records_written_with_legacy_fingerprints_decode_exactly(name, caplog):
         expected = {**expected, "fragment": "1", "path": []}
     expected = older(record, expected, received_ns=0)  # written before received_ns too
     data = bytes.fromhex(LEGACY[name])
-    with caplog.at_level(logging.WARNING, logger="streams.codec"):
+    with caplog.at_level(logging.WARNING, logger="slipstream.streams.codec"):
         assert codec.decode(record, data) == expected
         with pytest.raises(CodecError, match="trailing bytes"):  # read as a known writer, exactly
             codec.decode(record, data + b"\x00")
@@ -129,7 +129,7 @@ PREVIOUS = json.loads((Path(__file__).parents[2] / "data" / "previous_generation
 def test_records_of_the_previous_generation_decode_exactly(record, caplog):
     data = bytes.fromhex(PREVIOUS["records"][record])
     assert codec.encode(record, SAMPLES[record])[2:10] != data[2:10], "the schema did not change"
-    with caplog.at_level(logging.WARNING, logger="streams.codec"):
+    with caplog.at_level(logging.WARNING, logger="slipstream.streams.codec"):
         assert codec.decode(record, data) == older(record, SAMPLES[record])
         with pytest.raises(CodecError, match="trailing bytes"):  # a known writer, read exactly
             codec.decode(record, data + b"\x00")
@@ -180,8 +180,8 @@ LADDER = SAMPLES["TunerHandoff"]["capacity"][0]["ladder"]
 
 @pytest.mark.parametrize("data, defaults", [
     (HANDOFF_V4, {**NO_CPU, "ladder": [{**r, **NO_CPU} for r in LADDER]}),  # no host bound (control_io)
-    (HANDOFF_V2, {"variant": "", "service_ms": [], "ladder": [], **NO_CPU}),  # the tuner takes the pace as 1 (tuner.pace)
-    (HANDOFF_V3, {"ladder": [], **NO_CPU}),  # the tuner moves no share (tuner.policy: replicas only)
+    (HANDOFF_V2, {"variant": "", "service_ms": [], "ladder": [], **NO_CPU}),  # the tuner takes the pace as 1 (slipstream.tuner.pace)
+    (HANDOFF_V3, {"ladder": [], **NO_CPU}),  # the tuner moves no share (slipstream.tuner.policy: replicas only)
 ])
 def test_a_tuner_handoff_of_an_earlier_generation_reads_with_its_new_fields_defaulted(data, defaults):
     data = bytes.fromhex(data)

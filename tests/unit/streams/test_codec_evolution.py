@@ -13,10 +13,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import fastavro
 import pytest
 
-import schemas
-from streams import codec
-from streams.codec import CodecError, RecordCodec, schema_fingerprint
-from streams.schema_registry import RegistryError, SchemaRegistry
+from slipstream import schemas
+from slipstream.streams import codec
+from slipstream.streams.codec import CodecError, RecordCodec, schema_fingerprint
+from slipstream.streams.schema_registry import RegistryError, SchemaRegistry
 
 REQ = {"request_id": "r-1", "pipeline": "p", "created_ns": 11, "deadline_ns": 22, "accuracy_floor": 0.5,
        "content_type": "text/plain", "payload": b"hello", "hops": [], "fragment": "1/3", "path": ["a:0/3"],

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from agents.admission import admit
-from streams import codec, contract
-from streams.codec import CodecError
-from streams.spec import load_pipeline
+from slipstream.agents.admission import admit
+from slipstream.streams import codec, contract
+from slipstream.streams.codec import CodecError
+from slipstream.streams.spec import load_pipeline
 
 FANOUT3 = Path(__file__).parents[2] / "integration" / "pipelines" / "fanout3.yaml"
 Rec = namedtuple("Rec", "value offset key")

@@ -1,7 +1,7 @@
 """The Kafka settings the environment gives: the workers' session timeout."""
 import pytest
 
-from streams.config import DEFAULT_SESSION_TIMEOUT_S, KafkaSettings
+from slipstream.streams.config import DEFAULT_SESSION_TIMEOUT_S, KafkaSettings
 
 
 def test_the_session_timeout_comes_from_the_environment_and_is_checked():
@@ -14,7 +14,7 @@ def test_the_session_timeout_comes_from_the_environment_and_is_checked():
 
 
 def test_a_workers_heartbeat_is_a_quarter_of_its_session_timeout():
-    from streams.app import AppSettings, make_app
+    from slipstream.streams.app import AppSettings, make_app
 
     app = make_app(AppSettings("t-config", KafkaSettings(session_timeout_s=2.0)))
     assert app.conf.broker_session_timeout == 2.0 and app.conf.broker_heartbeat_interval == 0.5

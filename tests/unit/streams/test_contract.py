@@ -1,4 +1,4 @@
-"""The data contract (streams.contract): every field of a request and of a join fragment is checked by
+"""The data contract (slipstream.streams.contract): every field of a request and of a join fragment is checked by
 one rule set; a breach names the field and the value."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from streams import contract
-from streams.client import request_record
+from slipstream.streams import contract
+from slipstream.streams.client import request_record
 
 NOW = 1_800_000_000 * 10**9
 B = contract.Bounds("p", slo_ms=1000.0, stages=3, max_payload_bytes=1024)

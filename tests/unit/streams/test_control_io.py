@@ -2,8 +2,8 @@
 hand-off of the pipeline (the broker side: tests/integration/test_tuner_handoff.py)."""
 from aiokafka.structs import ConsumerRecord
 
-from streams import codec, kafka as kclient
-from streams.control_io import control_records, newest_handoff
+from slipstream.streams import codec, kafka as kclient
+from slipstream.streams.control_io import control_records, newest_handoff
 
 HANDOFF = {"pipeline": "p", "epoch": 4, "mean_rate_qps": 10.0, "windows_s": [0.1, 0.2], "rates_qps": [30.0, 20.0],
            "stages": [{"stage": "s", "replicas": 2, "mu_qps": 8.0, "visit_ratio": 1.0}], "at_ns": 5, "capacity": [], "host": None}

@@ -1,4 +1,4 @@
-"""The control topic's one rule set (``streams.control_rules``) and its reader (``control_io.read_record``):
+"""The control topic's one rule set (``slipstream.streams.control_rules``) and its reader (``control_io.read_record``):
 every bad key, type, body and field is refused naming the field and the value; a valid record's epoch is
 its offset; the written epoch never overflows (the broker side: tests/integration/test_control_plane.py)."""
 import math
@@ -6,10 +6,10 @@ import math
 import pytest
 from aiokafka.structs import ConsumerRecord
 
-from streams import codec, kafka as kclient
-from streams.control_io import read_record
-from streams.control_rules import EPOCH_MAX, InvalidControl, check, check_key, next_epoch
-from streams.spec import parse_pipeline
+from slipstream.streams import codec, kafka as kclient
+from slipstream.streams.control_io import read_record
+from slipstream.streams.control_rules import EPOCH_MAX, InvalidControl, check, check_key, next_epoch
+from slipstream.streams.spec import parse_pipeline
 
 PIPE = parse_pipeline({
     "name": "p", "slo_ms": 300, "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},

@@ -1,8 +1,8 @@
-"""The expiry header (``streams.expiry``): written for whole requests, read back exactly, ignored when
+"""The expiry header (``slipstream.streams.expiry``): written for whole requests, read back exactly, ignored when
 it cannot be two times in order."""
 import struct
 
-from streams import expiry, kafka as kclient
+from slipstream.streams import expiry, kafka as kclient
 
 REQ = {"request_id": "r1", "created_ns": 1_000, "deadline_ns": 401_000, "fragment": "1", "path": []}
 

@@ -1,6 +1,6 @@
-"""Liveness (``streams.heartbeat``): a stalled event loop, a wait past its deadline and a failure
+"""Liveness (``slipstream.streams.heartbeat``): a stalled event loop, a wait past its deadline and a failure
 each make the process not live, with the reason; a wait that ends in time does not."""
-from streams.heartbeat import Heartbeat
+from slipstream.streams.heartbeat import Heartbeat
 
 
 class Clock:

@@ -1,6 +1,6 @@
 """Consumer lag from the broker's offsets (streams/lag.py): end minus committed, per group."""
-from streams.lag import group_lag, stage_groups
-from streams.spec import parse_pipeline
+from slipstream.streams.lag import group_lag, stage_groups
+from slipstream.streams.spec import parse_pipeline
 
 import yaml
 

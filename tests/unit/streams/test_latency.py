@@ -1,4 +1,4 @@
-from streams.latency import LatencyCurve, RecentLatency
+from slipstream.streams.latency import LatencyCurve, RecentLatency
 
 MS = 1_000_000
 

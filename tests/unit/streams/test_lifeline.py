@@ -10,11 +10,11 @@ import textwrap
 
 import pytest
 
-from streams.procs import LIFELINE_ENV, exit_with_parent, lifeline
+from slipstream.streams.procs import LIFELINE_ENV, exit_with_parent, lifeline
 
 CHILD = textwrap.dedent("""
     import signal, threading
-    from streams.procs import LIFELINE_ENV, exit_with_parent
+    from slipstream.streams.procs import LIFELINE_ENV, exit_with_parent
     import os
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
@@ -26,7 +26,7 @@ CHILD = textwrap.dedent("""
 
 PARENT = textwrap.dedent("""
     import subprocess, sys, threading
-    from streams.procs import lifeline
+    from slipstream.streams.procs import lifeline
     env, fds = lifeline() if sys.argv[1] == "lifeline" else (None, ())
     child = subprocess.Popen([sys.executable, "-c", sys.argv[2]], env=env, pass_fds=fds)
     print("child pid", child.pid, flush=True)

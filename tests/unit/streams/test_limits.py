@@ -1,11 +1,11 @@
-"""Record limits (``streams.limits``): read from DescribeConfigs, checked per topic, dead letters cut
+"""Record limits (``slipstream.streams.limits``): read from DescribeConfigs, checked per topic, dead letters cut
 to fit with the whole input's size and sha256 named."""
 import hashlib
 from types import SimpleNamespace
 
 import pytest
 
-from streams.limits import BATCH_OVERHEAD, BROKER_DEFAULT, Limits, RecordTooLarge, parse_describe_configs
+from slipstream.streams.limits import BATCH_OVERHEAD, BROKER_DEFAULT, Limits, RecordTooLarge, parse_describe_configs
 
 
 def test_limits_come_from_each_topics_max_message_bytes_and_unknown_topics_take_the_broker_default():
@@ -39,7 +39,7 @@ def test_an_original_that_does_not_fit_the_dead_letter_topic_is_cut_and_its_dige
 
 
 def test_a_topics_own_configs_are_those_set_on_it_whatever_the_response_version():
-    from streams.admin import topic_own_configs
+    from slipstream.streams.admin import topic_own_configs
 
     v1 = SimpleNamespace(resources=[(0, "", 2, "t", [
         ("cleanup.policy", "compact", False, 1, False, []),  # source 1: set on the topic
@@ -55,8 +55,8 @@ def test_a_topics_own_configs_are_those_set_on_it_whatever_the_response_version(
 
 
 def test_the_specs_record_limit_goes_on_every_topic_and_none_leaves_the_brokers():
-    from streams import topics
-    from streams.spec import parse_pipeline
+    from slipstream.streams import topics
+    from slipstream.streams.spec import parse_pipeline
 
     doc = {"name": "p", "slo_ms": 100, "hardware": {"c": {"kind": "cpu", "cost_per_hour": 1}},
            "stages": [{"name": "s", "variants": [{"name": "v", "model": "noop", "accuracy": 1}]}]}

@@ -1,7 +1,7 @@
 """The metrics address: HOST:PORT, parsed and checked at the edge."""
 import pytest
 
-from streams.metrics_http import MetricsAddr
+from slipstream.streams.metrics_http import MetricsAddr
 
 
 @pytest.mark.parametrize("text,host,port", [("0.0.0.0:9100", "0.0.0.0", 9100), ("127.0.0.1:0", "127.0.0.1", 0),

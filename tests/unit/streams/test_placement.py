@@ -1,7 +1,7 @@
 """Where replicas run: instances inside as few workers as hold them, within the host's cores."""
 import pytest
 
-from streams.placement import (Layout, available_cpus, cgroup_cpu_limit, cores_left, cpu_limit_of, instance_cap,
+from slipstream.streams.placement import (Layout, available_cpus, cgroup_cpu_limit, cores_left, cpu_limit_of, instance_cap,
                                layout)
 
 

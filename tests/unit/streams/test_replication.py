@@ -5,10 +5,10 @@ import re
 
 import pytest
 
-from streams import admin, broker, topics
-from streams.broker import process
-from streams.config import KafkaSettings, prefixes_from_env
-from streams.topics import TopicSpec
+from slipstream.streams import admin, broker, topics
+from slipstream.streams.broker import process
+from slipstream.streams.config import KafkaSettings, prefixes_from_env
+from slipstream.streams.topics import TopicSpec
 
 
 @pytest.mark.parametrize("brokers,want", [(1, (1, 1)), (2, (2, 2)), (3, (3, 2)), (5, (3, 2))])

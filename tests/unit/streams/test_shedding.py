@@ -1,8 +1,8 @@
-"""Admission by deadline (``streams.shedding``): expired requests, and the source gate that lets
+"""Admission by deadline (``slipstream.streams.shedding``): expired requests, and the source gate that lets
 through what the bottleneck serves in time and sheds the rest."""
 import pytest
 
-from streams.shedding import SourceGate, expired
+from slipstream.streams.shedding import SourceGate, expired
 
 MS = 1_000_000
 S = 1_000_000_000

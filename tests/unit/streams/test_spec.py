@@ -1,6 +1,6 @@
 import pytest
 
-from streams.spec import SpecError, parse_pipeline
+from slipstream.streams.spec import SpecError, parse_pipeline
 
 
 def doc(**over):
@@ -49,7 +49,7 @@ def test_errors_name_file_field_and_expectation(mutate, where, what):
 
 
 def test_load_pipeline_missing_file(tmp_path):
-    from streams.spec import load_pipeline
+    from slipstream.streams.spec import load_pipeline
     with pytest.raises(SpecError, match="no such pipeline spec file"):
         load_pipeline(tmp_path / "nope.yaml")
 

@@ -1,11 +1,11 @@
-"""Transient or permanent (``streams.kafka.is_transient``): Kafka's own ``retriable`` flag decides, a
+"""Transient or permanent (``slipstream.streams.kafka.is_transient``): Kafka's own ``retriable`` flag decides, a
 client-side timeout is transient, a record over its topic's limit and an encode error are not."""
 import pytest
 from aiokafka import errors
 
-from streams.codec import CodecError
-from streams.kafka import is_transient
-from streams.limits import RecordTooLarge
+from slipstream.streams.codec import CodecError
+from slipstream.streams.kafka import is_transient
+from slipstream.streams.limits import RecordTooLarge
 
 
 @pytest.mark.parametrize("exc", [errors.UnknownTopicOrPartitionError(), errors.NotEnoughReplicasError(),

@@ -9,8 +9,8 @@ import avro.io
 import avro.schema
 import pytest
 
-import schemas
-from streams import codec
+from slipstream import schemas
+from slipstream.streams import codec
 from tests.wire_samples import SAMPLES
 
 RECORDS = sorted(SAMPLES)

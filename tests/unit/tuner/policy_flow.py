@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuner.envelope import NS_PER_S, EnvelopeTracker
-from tuner.policy import TunerConfig, TunerPlan, TunerState, decide, observe, tracker_windows
+from slipstream.tuner.envelope import NS_PER_S, EnvelopeTracker
+from slipstream.tuner.policy import TunerConfig, TunerPlan, TunerState, decide, observe, tracker_windows
 
 
 def run_flow(plan: TunerPlan, arrivals_s: np.ndarray, until_s: float, config: TunerConfig,

@@ -10,14 +10,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from planner.service import handoff, handoff_record
-from streams import codec
-from streams.arrivals import poisson_arrivals
+from slipstream.planner.service import handoff, handoff_record
+from slipstream.streams import codec
+from slipstream.streams.arrivals import poisson_arrivals
 from tests.image_classify import CURVES, image_classify
-from tuner import planfile
-from tuner.envelope import EnvelopeSnapshot, envelope
-from tuner.ladder import Rung, accuracy, covering_shares, descent, mix_load
-from tuner.policy import (LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, stage_shares)
+from slipstream.tuner import planfile
+from slipstream.tuner.envelope import EnvelopeSnapshot, envelope
+from slipstream.tuner.ladder import Rung, accuracy, covering_shares, descent, mix_load
+from slipstream.tuner.policy import (LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, stage_shares)
 
 from policy_flow import run_flow
 
@@ -146,7 +146,7 @@ def test_stage_shares_is_none_while_the_shares_in_force_cover():
 # ---- the hand-off of a real loki plan, as the planner publishes it
 
 def tuner_plan(mode: str, rate: float = 25.0):
-    from planner.modes import make_planner
+    from slipstream.planner.modes import make_planner
 
     problem = image_classify(rate, poisson_arrivals(rate, 30.0, 4))
     plan = make_planner(mode, validate=False).plan(problem)
@@ -202,13 +202,13 @@ def test_a_step_past_the_most_accurate_variant_is_met_by_shares_within_a_tick():
 # ---- the service: the new shares on the control topic within the tick
 
 async def test_the_service_publishes_the_shares_in_a_stage_config_in_the_tick_that_moves_them():
-    from planner.modes import make_planner
-    from planner.service import stage_configs
-    from streams import topics
-    from streams.spec import load_pipeline
-    from tuner.actuators import DryRunActuator
-    from tuner.envelope import NS_PER_S
-    from tuner.service import ServiceSettings, TunerService
+    from slipstream.planner.modes import make_planner
+    from slipstream.planner.service import stage_configs
+    from slipstream.streams import topics
+    from slipstream.streams.spec import load_pipeline
+    from slipstream.tuner.actuators import DryRunActuator
+    from slipstream.tuner.envelope import NS_PER_S
+    from slipstream.tuner.service import ServiceSettings, TunerService
 
     pipe = load_pipeline("deploy/pipelines/image-classify.yaml")
     problem = image_classify(25.0, poisson_arrivals(25.0, 30.0, 4))
@@ -259,10 +259,10 @@ async def test_the_service_publishes_the_shares_in_a_stage_config_in_the_tick_th
 
 
 def test_a_share_record_keeps_naming_every_variant_the_latest_config_named():
-    """Dropping a name would make the workers unload it (agents.control.ActiveConfig.loaded) and load
+    """Dropping a name would make the workers unload it (slipstream.agents.control.ActiveConfig.loaded) and load
     it again on the next move."""
-    from streams.spec import load_pipeline
-    from tuner.service import stage_config_record
+    from slipstream.streams.spec import load_pipeline
+    from slipstream.tuner.service import stage_config_record
 
     pipe = load_pipeline("deploy/pipelines/image-classify.yaml")
     latest = {"pipeline": pipe.name, "stage": "classify", "variant": "lite2", "hardware": "cpu-1", "max_batch": 2,

@@ -9,10 +9,10 @@ import time
 import pytest
 import yaml
 
-from streams.procs import worker_argv
-from tuner.actuators import DryRunActuator, LocalProcessActuator
-from tuner.partitions import target_partitions
-from tuner.supervisor import Supervisor
+from slipstream.streams.procs import worker_argv
+from slipstream.tuner.actuators import DryRunActuator, LocalProcessActuator
+from slipstream.tuner.partitions import target_partitions
+from slipstream.tuner.supervisor import Supervisor
 
 SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)"]
 # ignores SIGTERM, so only SIGKILL after the grace period stops it

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tuner.envelope import NS_PER_S, EnvelopeTracker, doubling_windows, envelope
+from slipstream.tuner.envelope import NS_PER_S, EnvelopeTracker, doubling_windows, envelope
 
 
 def brute_force(arrivals_s: np.ndarray, window_s: float) -> float:

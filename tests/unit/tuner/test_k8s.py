@@ -16,7 +16,7 @@ from slipstream.commands.k8s_manifests import k8s_manifests_cmd
 from tests.k8s_inputs import SPEC, by_name, inputs, plan_file, pod, render
 from slipstream.k8s_manifests import GPU_RESOURCE, PROFILES_DIR
 from slipstream.k8s_pods import RUN_AS, SPEC_PATH
-from tuner.k8s import FIELD_MANAGER, SCALE_RULE, KubernetesActuator, deployment_name, pods_for, scale_apply
+from slipstream.tuner.k8s import FIELD_MANAGER, SCALE_RULE, KubernetesActuator, deployment_name, pods_for, scale_apply
 
 
 def test_every_process_of_a_fanout_pipeline_join_included(tmp_path):
@@ -84,7 +84,7 @@ def test_a_plan_for_another_pipeline_is_refused(tmp_path):
 
 
 def test_pin_hardware_keeps_only_the_pinned_profiles():
-    from planner.problem import HardwareOption, Problem, StageOption, VariantOption
+    from slipstream.planner.problem import HardwareOption, Problem, StageOption, VariantOption
 
     curve = object()
     problem = Problem(slo_ms=100, rate_qps=1, hardware={"a": HardwareOption("a", 1.0), "b": HardwareOption("b", 2.0)},
@@ -185,8 +185,8 @@ def test_strimzi_topics_replace_the_topic_init_containers(tmp_path):
     assert all("initContainers" not in pod(d) for d in by_name(docs).values())
     assert by_name(docs, "ConfigMap")["slipstream-shop-kafka"]["data"]["bootstrap"] == "events-kafka-bootstrap:9092"
     topics = {d["spec"]["topicName"]: d for d in docs if d["kind"] == "KafkaTopic"}
-    from streams.spec import parse_pipeline
-    from streams.topics import all_topics
+    from slipstream.streams.spec import parse_pipeline
+    from slipstream.streams.topics import all_topics
     import yaml
     expected = all_topics(parse_pipeline(yaml.safe_load(SPEC)))
     assert sorted(topics) == sorted(t.name for t in expected)
@@ -286,7 +286,7 @@ def test_a_stage_planned_at_3_replicas_runs_exactly_3_model_copies(tmp_path, api
                                                                    threads):
     """The manifests, the tuner's scale request and each pod's worker agree: 3 planned replicas are 3
     model copies in total on a node of any core count, in pods whose CPU limits hold their instances."""
-    from streams.placement import instance_cap, layout
+    from slipstream.streams.placement import instance_cap, layout
 
     plan = plan_file(tmp_path, {"detect": (hardware, 3), "classify": ("cpu-1", 1)})
     docs = render(tmp_path, "--plan", str(plan))
@@ -307,7 +307,7 @@ def test_a_stage_planned_at_3_replicas_runs_exactly_3_model_copies(tmp_path, api
 
 def test_pods_for_and_pod_instances():
     from slipstream.k8s_manifests import pod_instances
-    from streams.spec import Hardware
+    from slipstream.streams.spec import Hardware
 
     cpu1 = Hardware("cpu-1", "cpu", 0.05, threads=1)
     cpu4 = Hardware("cpu-4", "cpu", 0.2, threads=4)

@@ -141,7 +141,7 @@ def test_docker_context_holds_every_package_and_nothing_else():
     """The COPY lines, the .dockerignore allow-list and pyproject's packages name the same folders."""
     _, stages = _dockerfile()
     setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    packages, mapped = setup["packages"], setup.get("package-dir", {})  # streams.deploy: deploy/
+    packages, mapped = setup["packages"], setup.get("package-dir", {})  # slipstream.streams.deploy: deploy/
     tops = {mapped.get(p, p).replace(".", "/").split("/")[0] for p in packages}
     copied = {line.split()[1] for line in stages["src"] if line.startswith("COPY ") and "/src/" in line.split()[-1]}
     assert copied == tops | {"pyproject.toml"}

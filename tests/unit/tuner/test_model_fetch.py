@@ -75,7 +75,7 @@ def test_a_model_named_by_uri_is_fetched_by_an_init_container_into_a_read_only_m
 
 
 def test_validate_accepts_a_missing_file_only_when_a_uri_and_full_sha256_deliver_it():
-    from agents.spec_check import onnx_problems
+    from slipstream.agents.spec_check import onnx_problems
 
     params = {"path": "/nonexistent/w.onnx", "uri": "https://models.example/w.onnx", "digest": SHA}
     assert onnx_problems(params) == []

@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from tuner.envelope import NS_PER_S, EnvelopeSnapshot, doubling_windows
-from tuner.pace import PaceConfig, PaceTracker, hop_ratios
-from tuner.policy import LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, stage_up_target
-from tuner.service import describe
+from slipstream.tuner.envelope import NS_PER_S, EnvelopeSnapshot, doubling_windows
+from slipstream.tuner.pace import PaceConfig, PaceTracker, hop_ratios
+from slipstream.tuner.policy import LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, stage_up_target
+from slipstream.tuner.service import describe
 
 EXPECTED = {"classify": {"lite0": (20.0, 30.0, 40.0, 50.0)}}
 

@@ -10,8 +10,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tuner.envelope import NS_PER_S, EnvelopeSnapshot, doubling_windows
-from tuner.policy import (LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, replicas_for_rate,
+from slipstream.tuner.envelope import NS_PER_S, EnvelopeSnapshot, doubling_windows
+from slipstream.tuner.policy import (LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, replicas_for_rate,
                           stage_up_target)
 
 from policy_flow import run_flow
@@ -244,6 +244,6 @@ def test_traffic_back_at_the_planned_rate_returns_every_stage_to_its_planned_cou
 
 
 def envelope_rate(arrivals_s: np.ndarray, window_s: float) -> float:
-    from tuner.envelope import envelope
+    from slipstream.tuner.envelope import envelope
 
     return float(envelope(np.sort(arrivals_s), (window_s,))[0])

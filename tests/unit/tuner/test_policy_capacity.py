@@ -9,13 +9,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from planner.problem import parse_problem
-from streams.arrivals import poisson_arrivals
-from planner.service import handoff, handoff_record
-from streams import codec
-from tuner import planfile
-from tuner.envelope import NS_PER_S, EnvelopeSnapshot, doubling_windows, envelope
-from tuner.policy import LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, stage_up_target
+from slipstream.planner.problem import parse_problem
+from slipstream.streams.arrivals import poisson_arrivals
+from slipstream.planner.service import handoff, handoff_record
+from slipstream.streams import codec
+from slipstream.tuner import planfile
+from slipstream.tuner.envelope import NS_PER_S, EnvelopeSnapshot, doubling_windows, envelope
+from slipstream.tuner.policy import LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, stage_up_target
 
 from policy_flow import run_flow
 
@@ -37,7 +37,7 @@ def image_classify(rate_qps: float, sample_s: np.ndarray):
 def quiet_plan():
     """The issue's case: a plan for 27 qps made on a quiet sample (4.9 qps), as the planner hands it
     over on the control topic (record -> Avro -> the tuner's reader)."""
-    from planner.modes import make_planner
+    from slipstream.planner.modes import make_planner
 
     problem = image_classify(27.0, poisson_arrivals(4.9, 30.0, 4))
     plan = make_planner("milp", validate=False).plan(problem)
@@ -57,7 +57,7 @@ def test_the_handoff_carries_what_the_planned_replicas_serve(quiet_plan):
         assert s.window_capacity_qps[-1] == pytest.approx(s.capacity_qps, rel=0.05)
         assert list(s.window_capacity_qps) == sorted(s.window_capacity_qps, reverse=True)
     assert tplan.stages[1].window_capacity_qps[0] > 2 * tplan.envelope.rates_qps[0]
-    # and the batch service times those numbers assume, for the workers' pace (tuner.pace)
+    # and the batch service times those numbers assume, for the workers' pace (slipstream.tuner.pace)
     for s, sp in zip(tplan.stages, plan.stages):
         curve = CURVES[sp.primary.variant]["cpu-1"]
         assert s.variant == sp.primary.variant and len(s.service_ms) == sp.primary.max_batch

@@ -10,14 +10,14 @@ import asyncio
 import numpy as np
 import pytest
 
-from streams import codec, topics
-from streams.spec import parse_pipeline
-from tuner import planfile
-from tuner.actuators import DryRunActuator
-from tuner.envelope import NS_PER_S
-from tuner.metrics import TunerMetrics
-from tuner.policy import TunerConfig
-from tuner.service import ServiceSettings, TunerService
+from slipstream.streams import codec, topics
+from slipstream.streams.spec import parse_pipeline
+from slipstream.tuner import planfile
+from slipstream.tuner.actuators import DryRunActuator
+from slipstream.tuner.envelope import NS_PER_S
+from slipstream.tuner.metrics import TunerMetrics
+from slipstream.tuner.policy import TunerConfig
+from slipstream.tuner.service import ServiceSettings, TunerService
 
 SPEC = {
     "name": "shop", "slo_ms": 300,
@@ -147,7 +147,7 @@ async def test_run_feeds_a_source_and_decides_until_stopped(setup):
 
 
 def test_plan_from_the_planners_handoff_reproduces_its_rho(setup):
-    from planner.service import TunerHandoff, handoff_record
+    from slipstream.planner.service import TunerHandoff, handoff_record
 
     _, plan = setup
     rho = {"detect": 60 / (4 * 20), "classify": 60 / (2 * 30)}
@@ -193,11 +193,11 @@ async def test_a_new_plan_on_the_control_topic_replaces_the_tuners_plan_and_repl
 
 def test_a_huge_epoch_read_never_overflows_the_tuners_config():
     """The stage's latest config with an epoch of 2^63-1 (say from a plan file): the republished one is
-    clamped (``streams.control_rules.next_epoch``) and encodes; it once raised OverflowError."""
-    from streams import codec
-    from streams.control_rules import EPOCH_MAX
-    from streams.spec import parse_pipeline
-    from tuner.service import stage_config_record
+    clamped (``slipstream.streams.control_rules.next_epoch``) and encodes; it once raised OverflowError."""
+    from slipstream.streams import codec
+    from slipstream.streams.control_rules import EPOCH_MAX
+    from slipstream.streams.spec import parse_pipeline
+    from slipstream.tuner.service import stage_config_record
 
     pipe = parse_pipeline({"name": "p", "slo_ms": 300,
                            "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},
@@ -231,8 +231,8 @@ async def test_results_slower_than_the_plan_assumed_scale_up_a_rate_it_serves(se
     up, and the pace shows on /metrics."""
     from prometheus_client import CollectorRegistry
 
-    from tuner.envelope import EnvelopeSnapshot
-    from tuner.policy import StagePlan, TunerPlan
+    from slipstream.tuner.envelope import EnvelopeSnapshot
+    from slipstream.tuner.policy import StagePlan, TunerPlan
 
     pipe, _ = setup
     ws = (0.1, 0.2, 0.4, 0.8, 1.6)
@@ -277,12 +277,12 @@ async def test_a_burst_beyond_max_replicas_is_said_in_a_log_line_and_a_gauge(set
     assert short() == 0 and "capacity short" not in caplog.text
     svc.feed(poisson_ns(150, 10, 3, seed=3))  # three times the planned rate: detect asks 5+, 2 may run
     clock.ns = 13 * NS_PER_S
-    with caplog.at_level("INFO", logger="tuner.service"):
+    with caplog.at_level("INFO", logger="slipstream.tuner.service"):
         decision = await svc.tick()
     assert decision.targets["detect"] == 2 and decision.short["detect"] >= 5
     assert short() == decision.short["detect"] - 2
     assert "shop detect: the live envelope asks" in caplog.text and "capacity short" in caplog.text
-    with caplog.at_level("INFO", logger="tuner.service"):
+    with caplog.at_level("INFO", logger="slipstream.tuner.service"):
         svc.feed(poisson_ns(150, 13, 1, seed=4))
         clock.ns = 14 * NS_PER_S
         await svc.tick()  # still short: the same episode, no second warning
