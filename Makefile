@@ -6,7 +6,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: venv test unit faults demo kafka-up kafka-down clean
+.PHONY: venv test unit faults demo kafka-up kafka-down clean k8s-e2e
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
@@ -35,6 +35,12 @@ faults: venv
 
 demo: venv
 	$(BIN)/slipstream demo
+
+# The pipeline on a real single-node Kubernetes cluster built here (as root; not in .ci/run: the first
+# build of the Kubernetes binaries alone takes longer than CI's budget). docs/kubernetes.md, section 10.
+k8s-e2e: venv
+	$(BIN)/python -c 'import kubernetes' 2>/dev/null || $(BIN)/pip install -q -c constraints.txt kubernetes
+	deploy/k8s/e2e.sh
 
 kafka-up: venv
 	$(BIN)/slipstream kafka up

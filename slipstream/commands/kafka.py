@@ -31,12 +31,17 @@ name_opt = click.option("--name", default=None, help=f"Cluster name [default: {b
 version_opt = click.option("--kafka-version", "version", envvar="SLIPSTREAM_KAFKA_VERSION", default=None,
                            type=click.Choice(broker.SUPPORTED),
                            help=f"Kafka release to start [default: {broker.DEFAULT_VERSION}].")
+host_opt = click.option("--host", envvar="SLIPSTREAM_KAFKA_HOST", default=broker.LOOPBACK, show_default=True,
+                        help="The single broker's client address, listened on and advertised (Kubernetes "
+                             "pods on a bridge: its address; deploy/k8s/local-cluster.sh).")
 
 
-def _target(state, port, brokers, name, version=None):
+def _target(state, port, brokers, name, version=None, host=broker.LOOPBACK):
     """The single broker, or the cluster that --brokers/--name name."""
     if (brokers is None or brokers == 1) and name is None:
-        return broker.default_broker(state, port or broker.SINGLE_PORT, root=state_dir(), version=version)
+        return broker.default_broker(state, port or broker.SINGLE_PORT, root=state_dir(), version=version, host=host)
+    if host != broker.LOOPBACK:
+        raise click.BadParameter("only the single broker takes another address", param_hint="--host")
     return broker.local_cluster(brokers, name, port, state, root=state_dir(), version=version)
 
 
@@ -56,10 +61,11 @@ def kafka() -> None:
 @brokers_opt
 @name_opt
 @version_opt
+@host_opt
 @click.option("--timeout", default=180.0, show_default=True, help="Seconds to wait for readiness.")
-def up(state, port, brokers, name, version, timeout) -> None:
+def up(state, port, brokers, name, version, host, timeout) -> None:
     """Start the broker or cluster (idempotent) and wait for a metadata round trip listing every broker."""
-    target = _target(state, port, brokers, name, version)
+    target = _target(state, port, brokers, name, version, host)
     try:
         if isinstance(target, broker.LocalCluster):
             broker.cluster_up(target, timeout_s=timeout, progress=click.echo)
@@ -75,9 +81,10 @@ def up(state, port, brokers, name, version, timeout) -> None:
 @port_opt
 @brokers_opt
 @name_opt
-def down(state, port, brokers, name) -> None:
+@host_opt
+def down(state, port, brokers, name, host) -> None:
     """Stop the broker or cluster that `up` started, by its PIDs."""
-    target = _target(state, port, brokers, name)
+    target = _target(state, port, brokers, name, host=host)
     if isinstance(target, broker.LocalCluster):
         broker.cluster_down(target, progress=click.echo)
     else:
@@ -89,10 +96,11 @@ def down(state, port, brokers, name) -> None:
 @port_opt
 @brokers_opt
 @name_opt
+@host_opt
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def status(state, port, brokers, name, as_json) -> None:
+def status(state, port, brokers, name, host, as_json) -> None:
     """Say whether the broker (every broker of the cluster) runs and answers; exit 1 when not."""
-    target = _target(state, port, brokers, name)
+    target = _target(state, port, brokers, name, host=host)
     if isinstance(target, broker.LocalCluster):
         st = broker.cluster_status(target)
         line = (f"kafka cluster {st['name']!r}: {st['running']}/{st['brokers']} running, {st['listed']} listed "
@@ -134,11 +142,12 @@ def versions(oldest, default_only) -> None:
 @port_opt
 @brokers_opt
 @name_opt
+@host_opt
 @click.option("--node", default=1, show_default=True, help="Which node's log, for a cluster.")
 @click.option("-n", "--lines", default=50, show_default=True)
-def logs(state, port, brokers, name, node, lines) -> None:
+def logs(state, port, brokers, name, host, node, lines) -> None:
     """Print the end of the broker's server.log."""
-    target = _target(state, port, brokers, name)
+    target = _target(state, port, brokers, name, host=host)
     b = target.nodes[node - 1] if isinstance(target, broker.LocalCluster) else target
     if not b.log_file.exists():
         _fail(broker.BrokerError(f"no log yet at {b.log_file}"))

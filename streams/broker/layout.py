@@ -18,6 +18,7 @@ from slipstream.streams.config import kafka_version_from_env
 SINGLE_PORT = 19092
 CLUSTER_PORT = 19094
 CLUSTER_NAME = "cluster"
+LOOPBACK = "127.0.0.1"  # every listener's address unless the single broker is given another
 
 
 class BrokerError(RuntimeError):
@@ -39,6 +40,7 @@ class LocalBroker:
     build_root: Path = DEFAULT_STATE_DIR / "build"  # the jars' Maven builds, one folder per release
     advertised_port: int | None = None  # the port clients are sent to (a proxy in front); None: port
     kafka_version: str = DEFAULT_VERSION  # one of versions.SUPPORTED
+    host: str = LOOPBACK  # the client listener's address, listened on and advertised (pods: a bridge's)
 
     def __post_init__(self) -> None:
         release(self.kafka_version)  # refuses an unsupported one by name
@@ -54,7 +56,7 @@ class LocalBroker:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def quorum_voters(self) -> str:
@@ -118,11 +120,12 @@ class LocalCluster:
 
 
 def default_broker(state: str | os.PathLike | None = None, port: int = SINGLE_PORT, *,
-                   root: Path = DEFAULT_STATE_DIR, version: str | None = None) -> LocalBroker:
+                   root: Path = DEFAULT_STATE_DIR, version: str | None = None, host: str = LOOPBACK) -> LocalBroker:
     """The single broker; its state in ``state`` (default ``root/kafka``), its jars under ``root/build``;
-    Kafka ``version`` (default: ``SLIPSTREAM_KAFKA_VERSION``, else ``versions.DEFAULT_VERSION``)."""
+    Kafka ``version`` (default: ``SLIPSTREAM_KAFKA_VERSION``, else ``versions.DEFAULT_VERSION``); its clients'
+    listener on ``host`` (the controller's stays on the loopback)."""
     return LocalBroker(Path(state) if state else root / "kafka", port, port + 1, build_root=root / "build",
-                       kafka_version=version or kafka_version_from_env() or DEFAULT_VERSION)
+                       kafka_version=version or kafka_version_from_env() or DEFAULT_VERSION, host=host)
 
 
 def local_cluster(brokers: int | None = None, name: str | None = None, port: int | None = None,

@@ -58,7 +58,7 @@ def render_config(b: LocalBroker) -> str:
         text += f"# Kafka {b.release.major}.x (streams/broker/versions.py)\n" + "".join(
             f"{line}\n" for line in b.release.extra_properties)
     for key, value in {"DATA_DIR": b.state_dir / "data", "PORT": b.port, "CONTROLLER_PORT": b.controller_port,
-                       "ADVERTISED_PORT": b.advertised_port or b.port,
+                       "ADVERTISED_PORT": b.advertised_port or b.port, "HOST": b.host,
                        "NODE_ID": b.node_id, "VOTERS": b.quorum_voters, "RF": b.replication,
                        "MIN_ISR": b.min_isr}.items():
         text = text.replace(f"@{key}@", str(value))

@@ -85,6 +85,16 @@ def test_the_cluster_has_its_own_ports_voters_and_folders(tmp_path):
     assert c.bootstrap == "127.0.0.1:19094,127.0.0.1:19096,127.0.0.1:19098"
 
 
+def test_the_single_broker_listens_and_advertises_on_a_given_address(tmp_path):
+    """Kubernetes pods on a bridge reach the broker at the bridge's address (deploy/k8s/local-cluster.sh)."""
+    b = broker.default_broker(tmp_path, 29092, host="10.88.0.1")
+    cfg = broker.render_config(b)
+    assert b.bootstrap == "10.88.0.1:29092"
+    assert "listeners=PLAINTEXT://10.88.0.1:29092,CONTROLLER://127.0.0.1:29093\n" in cfg
+    assert "advertised.listeners=PLAINTEXT://10.88.0.1:29092\n" in cfg
+    assert "PLAINTEXT://127.0.0.1" in broker.render_config(broker.default_broker(tmp_path))
+
+
 def test_cluster_ids_never_start_with_a_dash(monkeypatch):
     """The storage tool reads a leading '-' as an option (a first `kafka up` failed on one)."""
     import uuid as uuid_mod
