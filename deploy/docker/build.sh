@@ -16,12 +16,8 @@ TARGETS=${TARGETS:-cpu control}
 BASE_TAG=slipstream-base:bookworm
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
-step() {  # step NAME CMD...: runs CMD, prints its duration, names the step when it fails
-  local name=$1 t0=$SECONDS; shift
-  echo "== image: $name"
-  if ! "$@"; then echo "image build FAILED at step: $name" >&2; exit 1; fi
-  echo "== image: $name took $((SECONDS - t0)) s"
-}
+STEP_WHAT=image
+. deploy/step.sh  # step NAME CMD...: runs CMD, prints its duration, names the step when it fails
 
 make_base() {
   local root rc=0; root=$(mktemp -d /tmp/slipstream-rootfs.XXXXXX)

@@ -35,12 +35,8 @@ SERVICE_IP=10.0.0.1                # the kubernetes Service, DNATed to the API s
 PAUSE_IMAGE=slipstream.local/pause:3.10
 RUNTIME=${RUNTIME:-runc}           # the OCI runtime of the pods: runc or crun
 
-step() {  # step NAME CMD...: runs CMD, prints its duration, names the step when it fails
-  local name=$1 t0=$SECONDS; shift
-  echo "== cluster: $name"
-  if ! "$@"; then echo "cluster FAILED at step: $name" >&2; exit 1; fi
-  echo "== cluster: $name took $((SECONDS - t0)) s"
-}
+STEP_WHAT=cluster
+. deploy/step.sh  # step NAME CMD...: runs CMD, prints its duration, names the step when it fails
 
 # ---------------------------------------------------------------- packages and binaries
 install_packages() {

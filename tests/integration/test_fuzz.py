@@ -46,14 +46,6 @@ STAGES = ("pre", "detect", "classify")
 CONTROL_STAGE = "classify"
 
 
-def control_base(pipe) -> dict:
-    d = pipe.stage(CONTROL_STAGE).defaults
-    return {"pipeline": pipe.name, "stage": CONTROL_STAGE, "variant": d.variant, "hardware": d.hardware,
-            "max_batch": d.max_batch, "batch_timeout_ms": d.batch_timeout_ms, "replicas": d.replicas,
-            "partitions": d.partitions, "epoch": 1, "planner_mode": "fuzz", "predicted_p99_ms": None,
-            "routing": {}, "cost_per_hour": 0.0, "reason": "fuzz", "digests": {}}
-
-
 def input_request(pipe):
     return lambda rid: request_record(pipe.name, rid, time.time_ns(), SLO_MS, "application/octet-stream",
                                       f"fuzz-{rid}".encode())
@@ -106,7 +98,8 @@ async def test_mutated_records_on_every_topic_are_answered_once_or_dead_lettered
     try:
         await asyncio.to_thread(workers.start, *STAGES, "join")
         # the inputs last: their times start when they are built, and their deadlines are SLO_MS after
-        control = fuzzing.control_cases(pipe.name, CONTROL_STAGE, control_base(pipe), RECORDS, SEED + 2, pipe)
+        base = fuzzing.stage_config(pipe, CONTROL_STAGE)
+        control = fuzzing.control_cases(pipe.name, CONTROL_STAGE, base, RECORDS, SEED + 2, pipe)
         frags = fuzzing.cases("InferenceResult", "join", fuzzing.fragment_record(pipe.name, FRAGMENT_SLO_MS), join,
                               RECORDS, unique, SEED + 1)
         inputs = fuzzing.cases("InferenceRequest", "input", input_request(pipe), src, RECORDS, unique, SEED)

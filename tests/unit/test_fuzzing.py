@@ -12,11 +12,7 @@ FANOUT3 = Path(__file__).parent.parent / "integration" / "pipelines" / "fanout3.
 
 def test_every_topic_gets_the_mutated_records_asked_for():
     pipe = load_pipeline(FANOUT3)
-    d = pipe.stage("classify").defaults
-    base = {"pipeline": pipe.name, "stage": "classify", "variant": d.variant, "hardware": d.hardware,
-            "max_batch": d.max_batch, "batch_timeout_ms": d.batch_timeout_ms, "replicas": d.replicas,
-            "partitions": d.partitions, "epoch": 1, "planner_mode": "fuzz", "predicted_p99_ms": None,
-            "routing": {}, "cost_per_hour": 0.0, "reason": "fuzz", "digests": {}}
+    base = fuzzing.stage_config(pipe, "classify")
     control = fuzzing.control_cases(pipe.name, "classify", base, 40, 5, pipe)
     frags = fuzzing.cases("InferenceResult", "join", fuzzing.fragment_record(pipe.name, 1000.0),
                           oracle.Reader(pipe.name, pipe.slo_ms, len(pipe.stages), 1 << 20, False, 0), 40, "u", 6)

@@ -128,11 +128,8 @@ def code_applies(key, rec, pipe) -> bool:
 
 def test_code_and_documented_control_rules_agree_on_mutated_stage_configs():
     pipe = load_pipeline(FANOUT3)
+    base = fuzzing.stage_config(pipe, "classify")
     d = pipe.stage("classify").defaults
-    base = {"pipeline": pipe.name, "stage": "classify", "variant": d.variant, "hardware": d.hardware,
-            "max_batch": d.max_batch, "batch_timeout_ms": d.batch_timeout_ms, "replicas": d.replicas,
-            "partitions": d.partitions, "epoch": 1, "planner_mode": "fuzz", "predicted_p99_ms": None,
-            "routing": {}, "cost_per_hour": 0.0, "reason": "fuzz", "digests": {}}
     edges = [("max_batch", 4096), ("max_batch", 4097), ("replicas", 1024), ("replicas", 1025), ("partitions", 0),
              ("batch_timeout_ms", 60_000.0), ("batch_timeout_ms", 60_000.5), ("epoch", 2**53), ("epoch", 2**53 + 1),
              ("routing", {d.variant: 0.0}), ("routing", {d.variant: 0.5}), ("digests", {"nope": "x"}),
