@@ -8,15 +8,14 @@ would prove nothing about it.
 """
 from __future__ import annotations
 
-import os
-
 import aiokafka
 
 from slipstream.streams import broker
+from slipstream.streams.config import kafka_version_from_env
 
 
 def test_the_broker_is_the_release_under_test(kafka):
-    wanted = broker.release(os.environ.get("SLIPSTREAM_KAFKA_VERSION"))  # unset: the default
+    wanted = broker.release(kafka_version_from_env())  # unset: the default
     said = broker.broker_version(kafka.bootstrap, 10.0)
     assert said is not None, f"{kafka.bootstrap} did not answer ApiVersions v3"
     major_minor = ".".join(wanted.version.split(".")[:2])
