@@ -5,7 +5,7 @@
 #      and imported into the cluster's containerd (once per image ID);
 #   3. a broker of its own on the node's bridge address ($HOST_IP:$E2E_KAFKA_PORT, state
 #      .state/kafka-k8s), which pods and this host both reach;
-#   4. tests/k8s/e2e_cluster.py (pytest), its log in reports/k8s-e2e/run.log, its figures in
+#   4. tests/k8s/e2e_demo.py, then e2e_cluster.py (pytest), its log in reports/k8s-e2e/run.log, its figures in
 #      reports/k8s-e2e/figures.json;
 #   5. stops what it started (broker, cluster, docker engine) unless K8S_E2E_KEEP=1.
 # Exits with the tests' status; every step prints its duration and a failure names the step.
@@ -64,7 +64,7 @@ took broker $t
 
 t=$SECONDS
 KUBECONFIG=$("$CLUSTER" env | sed 's/^export KUBECONFIG=//') SLIPSTREAM_BOOTSTRAP="$HOST_IP:$E2E_KAFKA_PORT" \
-  "$VENV/bin/python" -m pytest -p no:cacheprovider -v -s tests/k8s/e2e_cluster.py 2>&1 | tee "$REPORT/run.log"
+  "$VENV/bin/python" -m pytest -p no:cacheprovider -v -s tests/k8s/e2e_demo.py tests/k8s/e2e_cluster.py 2>&1 | tee "$REPORT/run.log"
 rc=${PIPESTATUS[0]}
 took tests $t
 "$CLUSTER" status | tee -a "$REPORT/run.log"

@@ -15,7 +15,11 @@ an overlay that only lowers CPU requests (``tests/k8s/kube.py``: the node has tw
   from 1 pod to more, by server-side apply under its field manager (another manager's apply is
   refused), the new pod serves and every request is answered (served, or dropped at its deadline);
   the time from its decision to the new pod serving is split and written to
-  ``reports/k8s-e2e/figures.json``.
+  ``reports/k8s-e2e/figures.json``;
+- the same step against ``slipstream up`` (local worker processes and the tuner) on this host: the
+  baseline for the cluster's attainment during the step.
+
+The demo pipeline itself runs first, in ``e2e_demo.py``.
 
 Not collected by the default test run (the file name does not match ``test_*.py``): run by path.
 """
@@ -29,13 +33,11 @@ import struct
 import subprocess
 import sys
 import time
-import tomllib
 import urllib.request
 import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slipstream.loadgen.collect import check_exactly_once
 from slipstream.streams import topics
@@ -43,12 +45,11 @@ from slipstream.streams.client import PipelineClient, make_request
 from slipstream.streams.config import KafkaSettings
 from slipstream.streams.spec import load_pipeline
 from tests.integration.helpers import read_topic
-from tests.k8s.kube import Watch, can_i, condition_true, kube_json, kubectl, running, write_overlay
+from tests.k8s.kube import (ROOT, VERSION, Watch, bridge_kafka, can_i, condition_true, kube_json, kubectl, pods,
+                            running, slipstream_cli, write_overlay)
 from slipstream.tuner.k8s import APPLY, FIELD_MANAGER, deployment_name
 
-ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "deploy" / "k8s" / "e2e" / "pipeline.yaml"
-VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 FIGURES = ROOT / "reports" / "k8s-e2e" / "figures.json"
 SCALED = "pace"  # the stage the rate step overloads (20 ms an item: about 50 items/s a pod)
 LOW_QPS, HIGH_QPS = 15.0, 75.0
@@ -56,19 +57,9 @@ PAYLOAD = b"slip"  # pace holds payloads starting with it (deploy/k8s/e2e/pipeli
 FIG: dict = {}
 
 
-def slipstream(*args: str) -> str:
-    r = subprocess.run([sys.executable, "-m", "slipstream.cli", *args], capture_output=True, text=True,
-                       timeout=300, cwd=ROOT)
-    assert r.returncode == 0, f"slipstream {' '.join(args)}:\n{r.stdout[-2000:]}{r.stderr[-3000:]}"
-    return r.stdout
-
-
 @pytest.fixture(scope="module")
 def kafka() -> KafkaSettings:
-    boot = os.environ.get("SLIPSTREAM_BOOTSTRAP")
-    assert boot and "127.0.0.1" not in boot, (
-        "SLIPSTREAM_BOOTSTRAP must name the broker on the node's bridge (make k8s-e2e starts it)")
-    return KafkaSettings(bootstrap=boot)
+    return bridge_kafka()
 
 
 @pytest.fixture(scope="module")
@@ -79,9 +70,9 @@ def app(tmp_path_factory, kafka):
     name = f"e2e-{uuid.uuid4().hex[:6]}"
     spec = tmp / "pipeline.yaml"
     spec.write_text(SPEC.read_text().replace("name: k8s-e2e", f"name: {name}", 1))
-    slipstream("profile", "--pipeline", str(spec), "--out", str(tmp / "profiles"), "--hardware", "cpu-1",
+    slipstream_cli("profile", "--pipeline", str(spec), "--out", str(tmp / "profiles"), "--hardware", "cpu-1",
                "--batch-sizes", "1,2,4,8", "--reps", "10")
-    slipstream("k8s-manifests", "--pipeline", str(spec), "--image", f"slipstream:{VERSION}",
+    slipstream_cli("k8s-manifests", "--pipeline", str(spec), "--image", f"slipstream:{VERSION}",
                "--control-image", f"slipstream:{VERSION}-control", "--profiles", str(tmp / "profiles"),
                "--namespace", name, "--bootstrap", kafka.bootstrap, "--out", str(tmp / "base"))
     overlay = write_overlay(tmp / "base", tmp / "overlay")
@@ -100,10 +91,6 @@ def app(tmp_path_factory, kafka):
     print("\nfigures:", json.dumps(FIG))
     if not os.environ.get("SLIPSTREAM_K8S_KEEP"):
         kubectl("delete", "namespace", name, "--wait=false", check=False)
-
-
-def pods(namespace: str, selector: str) -> list[dict]:
-    return kube_json("get", "pods", "-n", namespace, "-l", selector)["items"]
 
 
 def stage_selector(pipe, stage: str) -> str:
@@ -311,17 +298,13 @@ def scale_figures(kafka, pipe, watch: Watch, dep: str, pod: str, results: list[d
     started = watch.first("pods", pod, lambda p: running(p, "worker"))
     ready = watch.first("pods", pod, lambda p: condition_true(p, "Ready"))
     first = min(h["started_ns"] for r in results for h in r["hops"] if h["worker"].startswith(pod))
-    slo = pipe.slo_ms * 1e6
-    step = [r for r in results if r["request_id"] in high]
     ms = lambda a, b: round((b - a) / 1e6)  # noqa: E731
     return {"decision": f"{decision['previous_replicas']} -> {decision['replicas']} replicas at "
                         f"{decision['live_rate_qps']:.0f} qps live", "requests": len(results),
             "decision_to_apply_ms": ms(at, applied), "apply_to_scheduled_ms": ms(applied, scheduled),
             "scheduled_to_running_ms": ms(scheduled, started), "running_to_ready_ms": ms(started, ready),
             "ready_to_first_served_ms": ms(ready, first), "decision_to_first_served_ms": ms(at, first),
-            "dropped_step": sum(r["status"] == "dropped" for r in step), "step_requests": len(step),
-            "attainment_step": round(sum(r["status"] == "done" and r["finished_ns"] - r["created_ns"] <= slo
-                                         for r in step) / len(step), 4)}
+            **step_attainment(pipe, results, high)}
 
 
 def other_manager_apply(dep: str, ns: str) -> int:
@@ -337,3 +320,62 @@ def other_manager_apply(dep: str, ns: str) -> int:
     except client.ApiException as exc:
         return exc.status
     return 200
+
+
+# ------------------------------------------------------------------------------------- the same step, local
+
+
+def test_the_same_step_on_local_processes(app, kafka, tmp_path):
+    """The scale test's step against ``slipstream up`` (the local-process supervisor and tuner) on this
+    host, the same spec and broker: the baseline the cluster's attainment during the step is read against."""
+    pipe_k8s, *_ = app
+    name = f"local-{uuid.uuid4().hex[:6]}"
+    spec = tmp_path / "pipeline.yaml"
+    spec.write_text(SPEC.read_text().replace("name: k8s-e2e", f"name: {name}", 1))
+    pipe = load_pipeline(spec)
+    profiles = tmp_path / "profiles"
+    slipstream_cli("topics", "--pipeline", str(spec))  # before the client reads the results topic
+    slipstream_cli("profile", "--pipeline", str(spec), "--out", str(profiles), "--hardware", "cpu-1",
+                   "--batch-sizes", "1,2,4,8", "--reps", "10")
+    up = subprocess.Popen([sys.executable, "-m", "slipstream.cli", "up", "--pipeline", str(spec), "--profiles",
+                           str(profiles), "--trace", f"poisson:rate={LOW_QPS:g},duration=20", "--log-dir",
+                           str(tmp_path / "workers")], cwd=ROOT, stdout=open(tmp_path / "up.log", "wb"),
+                          stderr=subprocess.STDOUT, env={**os.environ, "SLIPSTREAM_BOOTSTRAP": kafka.bootstrap})
+
+    async def run() -> tuple[list[dict], list[str], set[str]]:
+        async with PipelineClient(pipe, kafka) as client:
+            first = await send_open_loop(client, pipe, 1.0, 1, "ready")
+            warm = await results_of(client, first, 180)  # the pipeline answers: it is up
+            low = await send_open_loop(client, pipe, LOW_QPS, 20, "low")
+            before = workers_of(warm + await results_of(client, low, 180))
+            high = await send_open_loop(client, pipe, HIGH_QPS, 60, "high")
+            return await results_of(client, low + high, 180), high, before
+
+    try:
+        results, high, before = asyncio.run(run())
+    finally:
+        up.terminate()
+        up.wait(60)
+    new = workers_of(results) - before
+    assert new, f"no worker but {before} served {SCALED}: {(tmp_path / 'up.log').read_text()[-3000:]}"
+    decision = decision_of(kafka, pipe, SCALED)
+    first = min(h["started_ns"] for r in results for h in r["hops"] if h["worker"] in new)
+    FIG["local_step"] = {"decision": f"{decision['previous_replicas']} -> {decision['replicas']} replicas",
+                         "decision_to_first_served_ms": round((first - decision["at_ns"]) / 1e6),
+                         **step_attainment(pipe, results, set(high))}
+    FIG["k8s_vs_local_step_attainment"] = [FIG.get("attainment_step"), FIG["local_step"]["attainment_step"]]
+    assert pipe_k8s.slo_ms == pipe.slo_ms
+
+
+def workers_of(results: list[dict]) -> set[str]:
+    """The replicas (host-pid/replica: a local worker process holds one or more) that served ``SCALED``."""
+    return {h["worker"] for r in results for h in r["hops"] if h["stage"] == SCALED}
+
+
+def step_attainment(pipe, results: list[dict], high: set[str]) -> dict:
+    """The step's requests (``high``): how many, dropped, and the share answered within the SLO."""
+    step = [r for r in results if r["request_id"] in high]
+    slo = pipe.slo_ms * 1e6
+    return {"step_requests": len(step), "dropped_step": sum(r["status"] == "dropped" for r in step),
+            "attainment_step": round(sum(r["status"] == "done" and r["finished_ns"] - r["created_ns"] <= slo
+                                         for r in step) / len(step), 4)}

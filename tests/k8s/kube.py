@@ -1,23 +1,46 @@
-"""What the cluster end-to-end test (``tests/k8s/e2e_cluster.py``) asks of the local cluster: kubectl
-calls, the overlay that fits the generated manifests to a one-node, two-core cluster, and a watch that
-stamps every pod and Deployment change with this host's clock (the timings of a scale-up)."""
+"""What the cluster end-to-end tests (``tests/k8s/e2e_*.py``) ask of the local cluster: the broker on
+the node's bridge, the ``slipstream`` CLI, kubectl calls, the overlay that fits the generated manifests
+to a one-node, two-core cluster, and a watch that stamps every pod and Deployment change with this
+host's clock (the timings of a scale-up)."""
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from slipstream.streams.config import KafkaSettings
+
 # the node has 2 cores: the generated requests (1 CPU per worker: requests = limits) would not fit
 # the 7 pods of the test; the overlay lowers every request and keeps every limit (a worker still
 # reads a 1-CPU quota from its cgroup)
 REQUEST_CPU = "100m"
+ROOT = Path(__file__).resolve().parents[2]
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def bridge_kafka() -> KafkaSettings:
+    """The broker ``make k8s-e2e`` starts on the node's bridge, reached by the pods and by this host."""
+    boot = os.environ.get("SLIPSTREAM_BOOTSTRAP")
+    assert boot and "127.0.0.1" not in boot, (
+        "SLIPSTREAM_BOOTSTRAP must name the broker on the node's bridge (make k8s-e2e starts it)")
+    return KafkaSettings(bootstrap=boot)
+
+
+def slipstream_cli(*args: str) -> str:
+    """``slipstream ARGS`` in this venv: its stdout, or AssertionError with its output."""
+    r = subprocess.run([sys.executable, "-m", "slipstream.cli", *args], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT)
+    assert r.returncode == 0, f"slipstream {' '.join(args)}:\n{r.stdout[-2000:]}{r.stderr[-3000:]}"
+    return r.stdout
 
 
 def kubectl(*args: str, stdin: str | None = None, check: bool = True, timeout: float = 180) -> str:
@@ -30,6 +53,10 @@ def kubectl(*args: str, stdin: str | None = None, check: bool = True, timeout: f
 
 def kube_json(*args: str) -> Any:
     return json.loads(kubectl(*args, "-o", "json"))
+
+
+def pods(namespace: str, selector: str) -> list[dict]:
+    return kube_json("get", "pods", "-n", namespace, "-l", selector)["items"]
 
 
 def can_i(verb: str, resource: str, name: str, namespace: str, who: str, subresource: str = "") -> bool:
