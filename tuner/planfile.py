@@ -30,7 +30,7 @@ import numpy as np
 from slipstream.streams.spec import Pipeline
 from slipstream.tuner.envelope import EnvelopeSnapshot, doubling_windows
 from slipstream.tuner.ladder import Rung
-from slipstream.tuner.policy import StagePlan, TunerPlan
+from slipstream.tuner.policy import StageSizing, TunerPlan
 
 
 class PlanFileError(ValueError):
@@ -67,7 +67,7 @@ def from_dict(doc: Mapping[str, Any], *, pipeline: Pipeline | None = None) -> Tu
                                  str(c.get("variant") or ""), tuple(float(x) for x in c.get("service_ms") or ()),
                                  tuple(_rung(r) for r in c.get("ladder") or ()))
                for c in doc.get("capacity") or ()}
-        stages = tuple(StagePlan(str(s["stage"]), int(s["replicas"]), float(s["mu_qps"]),
+        stages = tuple(StageSizing(str(s["stage"]), int(s["replicas"]), float(s["mu_qps"]),
                                  float(s["visit_ratio"]), *cap.get(str(s["stage"]), (0.0, ())))
                        for s in doc["stages"])
         plan = TunerPlan(EnvelopeSnapshot(windows, rates), float(doc["mean_rate_qps"]), stages)
@@ -120,7 +120,7 @@ def plan_for_pipeline(pipeline: Pipeline, arrivals_s: np.ndarray, mu_qps: Mappin
     if missing:
         raise PlanFileError(f"mu_qps missing for stages {missing}")
     reps = replicas or {}
-    stages = tuple(StagePlan(s.name, int(reps.get(s.name, s.defaults.replicas)), float(mu_qps[s.name]),
+    stages = tuple(StageSizing(s.name, int(reps.get(s.name, s.defaults.replicas)), float(mu_qps[s.name]),
                              pipeline.visit_ratio(s.name)) for s in pipeline.stages)
     ts = service_time_s if service_time_s is not None else default_service_time_s(pipeline, mu_qps)
     return TunerPlan.from_sample(arrivals_s, doubling_windows(ts), stages)

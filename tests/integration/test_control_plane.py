@@ -109,7 +109,7 @@ async def test_the_tuner_reads_past_a_poisoned_epoch_and_equal_written_epochs_ap
     from slipstream.streams import codec
     from slipstream.streams.control_io import KafkaArrivals
     from slipstream.tuner.actuators import DryRunActuator
-    from slipstream.tuner.policy import StageChange, StagePlan, TunerConfig, TunerPlan
+    from slipstream.tuner.policy import StageChange, StageSizing, TunerConfig, TunerPlan
     from slipstream.tuner.service import TunerService
 
     path = two_variant_pipeline(unique, tmp_path)
@@ -128,7 +128,7 @@ async def test_the_tuner_reads_past_a_poisoned_epoch_and_equal_written_epochs_ap
         first = await pub.publish(control, "StageConfig", planner_rec, "s")
         second = await pub.publish(control, "StageConfig", tuner_rec, "s")
         assert second > first
-        plan = TunerPlan.from_sample(list(range(100)), (1.0,), (StagePlan("s", 2, 25.0, 1.0),))
+        plan = TunerPlan.from_sample(list(range(100)), (1.0,), (StageSizing("s", 2, 25.0, 1.0),))
         service = TunerService(pipe, plan, TunerConfig(), DryRunActuator(), partitions={"s": 2},
                                publish=pub.publish)
         seen = asyncio.Event()

@@ -15,7 +15,7 @@ from slipstream.streams.control_io import KafkaPublisher, latest_epoch, latest_h
 from slipstream.streams.spec import parse_pipeline
 from slipstream.tuner import planfile
 from slipstream.tuner.envelope import doubling_windows
-from slipstream.tuner.policy import StagePlan, TunerPlan
+from slipstream.tuner.policy import StageSizing, TunerPlan
 from slipstream.tuner.service import stage_config_record
 
 from .test_tuner import spec
@@ -24,7 +24,7 @@ from .test_tuner import spec
 def handoff(name: str, epoch: int, replicas: int) -> dict:
     """A TunerHandoff record as the planner publishes it (planfile's document plus epoch and at_ns)."""
     sample = np.cumsum(np.random.default_rng(epoch).exponential(1 / 20, 2000))
-    plan = TunerPlan.from_sample(sample, doubling_windows(0.05), (StagePlan("src", replicas, 25.0, 1.0),))
+    plan = TunerPlan.from_sample(sample, doubling_windows(0.05), (StageSizing("src", replicas, 25.0, 1.0),))
     return planfile.to_dict(plan, name) | {"epoch": epoch, "at_ns": 1_000 * epoch}
 
 

@@ -17,7 +17,7 @@ from tests.image_classify import CURVES, image_classify
 from slipstream.tuner import planfile
 from slipstream.tuner.envelope import EnvelopeSnapshot, envelope
 from slipstream.tuner.ladder import Rung, accuracy, covering_shares, descent, mix_load
-from slipstream.tuner.policy import (LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, stage_shares)
+from slipstream.tuner.policy import (LiveTraffic, StageSizing, TunerConfig, TunerPlan, TunerState, decide, stage_shares)
 
 from policy_flow import run_flow
 
@@ -87,7 +87,7 @@ def test_most_accurate_first_down_the_hull():
 
 def plan_of(ladder=LADDER, replicas: int = 1) -> TunerPlan:
     top = BEST
-    stage = StagePlan("classify", replicas, top.rate_qps, 1.0, replicas * top.rate_qps,
+    stage = StageSizing("classify", replicas, top.rate_qps, 1.0, replicas * top.rate_qps,
                       tuple(replicas * x for x in top.window_qps), top.variant, (), ladder)
     return TunerPlan(EnvelopeSnapshot(WINDOWS, (8.0, 6.0, 5.0)), 5.0, (stage,))
 

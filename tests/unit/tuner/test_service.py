@@ -232,11 +232,11 @@ async def test_results_slower_than_the_plan_assumed_scale_up_a_rate_it_serves(se
     from prometheus_client import CollectorRegistry
 
     from slipstream.tuner.envelope import EnvelopeSnapshot
-    from slipstream.tuner.policy import StagePlan, TunerPlan
+    from slipstream.tuner.policy import StageSizing, TunerPlan
 
     pipe, _ = setup
     ws = (0.1, 0.2, 0.4, 0.8, 1.6)
-    stages = tuple(StagePlan(s, 1, 50.0, 1.0, 50.0, tuple(50.0 for _ in ws), v, (10.0, 18.0))
+    stages = tuple(StageSizing(s, 1, 50.0, 1.0, 50.0, tuple(50.0 for _ in ws), v, (10.0, 18.0))
                    for s, v in (("detect", "v"), ("classify", "w")))
     plan = TunerPlan(EnvelopeSnapshot(ws, tuple(5.0 for _ in ws)), 5.0, stages)
     clock, reg = Clock(), CollectorRegistry()
