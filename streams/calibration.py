@@ -121,9 +121,9 @@ def pace_note(sources: tuple[str, ...]) -> str:
 def unmeasured_scale(doc: Mapping[str, Any] | None, hardware: str) -> float:
     """The scale of a variant no run measured: the median of the measured variants' scales on
     ``hardware``, else on any hardware, else 1 (no calibration). What slows every model on a machine
-    (its cores, what else runs there) slows one not yet run too; at 1, a re-plan saw an unmeasured
-    variant at its profile beside measured ones at x1.5-2.1 of theirs and chose it for a speed it
-    did not have (lite1 planned at 26 ms a batch of 1, served at 42)."""
+    (its cores, what else runs there) slows one not yet run too; at 1, a re-plan would see an
+    unmeasured variant at its profile beside measured ones at x1.5-2.1 of theirs and choose it for a
+    speed it does not have (e.g. planned at 26 ms a batch of 1, served at 42)."""
     scales = {k: float(v["scale"]) for k, v in ((doc or {}).get("service") or {}).items()}
     same = [s for k, s in scales.items() if k.endswith(f"@{hardware}")]
     pool = same or list(scales.values())

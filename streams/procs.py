@@ -7,7 +7,7 @@ starts) hold a *lifeline*: the read end of a pipe whose write end only the paren
 (:func:`lifeline`). However the parent ends, SIGKILL included, the kernel closes that end and the
 child's read returns EOF; :func:`exit_with_parent` (the worker calls it first thing) then stops the
 child as SIGTERM does, and kills it after a grace period. Without it, the workers of a killed run
-stayed in their consumer groups and served later runs' requests unseen."""
+would stay in their consumer groups and serve later runs' requests unseen."""
 from __future__ import annotations
 
 import os

@@ -59,7 +59,7 @@ def _rung(doc: Mapping[str, Any]) -> Rung:
 
 def from_dict(doc: Mapping[str, Any], *, pipeline: Pipeline | None = None) -> TunerPlan:
     """Validate a plan document (and, given the pipeline, that its stages are the pipeline's). A
-    document without ``capacity`` (written before it) sizes every stage to the sample's envelope."""
+    document without ``capacity`` sizes every stage to the sample's envelope."""
     try:
         windows = tuple(float(w) for w in doc["windows_s"])
         rates = tuple(float(r) for r in doc["rates_qps"])

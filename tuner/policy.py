@@ -33,7 +33,7 @@ envelope and lambda = the planned rate):
   ``k_m = max(R_m, ceil(lambda_new * s_m / (mu_m * rho_m)))`` with the stage's own ``rho_m``, so
   traffic back at the planned rate gives back the planned count ``R_m``, and never less: going below
   the plan is the planner's call, made on its re-planning interval (InferLine's ``rho_min = min_m rho_m`` keeps
-  every stage but the tightest above its plan for good: the demo's replicas never came down), raised
+  every stage but the tightest above its plan for good: the demo's replicas would never come down), raised
   to what the envelope of the last ``down_horizon_s`` would scale straight back up to from ``k_m`` (no
   flapping), and never above ``n_m``.
 - **bounds**: targets stay within ``[min_replicas, max_replicas]``; what the envelope asked beyond
