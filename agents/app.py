@@ -26,6 +26,7 @@ from slipstream.agents.metrics import StageMetrics
 from slipstream.agents.ready import serve_worker
 from slipstream.streams.timeline import mark
 from slipstream.agents.worker import ExecutorFactory, StageWorker
+from slipstream.schemas.records import StageConfig
 from slipstream.streams import codec, control_io, kafka as kclient, topics
 from slipstream.streams.app import AppSettings, make_app, rejoin_group
 from slipstream.streams.config import (KafkaSettings, cache_from_env, metrics_addr_from_env, prefixes_from_env,
@@ -109,13 +110,13 @@ class ControlFeed:
     async def start(self) -> None:
         await self.cons.start()
 
-    async def held(self) -> list[dict]:
+    async def held(self) -> list[StageConfig]:
         # the offsets first, then the partition: asked while its fetch long-polls, they would wait
         # behind it (``slipstream.streams.kafka.consumer``)
         end = (await self.cons.end_offsets([self.tp]))[self.tp]
         begin = (await self.cons.beginning_offsets([self.tp]))[self.tp]
         self.cons.assign([self.tp])
-        found: list[dict] = []
+        found: list[StageConfig] = []
         if begin < end:
             async for msg in self.cons:
                 if (rec := await self._config(msg)) is not None:
@@ -136,7 +137,7 @@ class ControlFeed:
         finally:
             await self.cons.stop()
 
-    async def _config(self, msg) -> dict | None:
+    async def _config(self, msg) -> StageConfig | None:
         """The StageConfig of this stage ``msg`` holds, else None."""
         await codec.prefetch([msg.value])  # off the event loop when a registry is set
         try:

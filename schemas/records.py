@@ -15,7 +15,7 @@ the codec encodes. ``slipstream.streams.codec.decode_typed`` and ``codec.encode`
 """
 from __future__ import annotations
 
-from dataclasses import MISSING, field, make_dataclass
+from dataclasses import field, make_dataclass
 from typing import Any, Callable, Mapping
 
 from slipstream import schemas

@@ -27,6 +27,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from slipstream.schemas.records import TunerHandoff
 from slipstream.streams.spec import Pipeline
 from slipstream.tuner.envelope import EnvelopeSnapshot, doubling_windows
 from slipstream.tuner.ladder import Rung
@@ -89,6 +90,11 @@ def from_dict(doc: Mapping[str, Any], *, pipeline: Pipeline | None = None) -> Tu
         if odd:
             raise PlanFileError(f"tuner plan: ladder variants {odd} are not in pipeline {pipeline.name!r}")
     return plan
+
+
+def from_handoff(rec: TunerHandoff, *, pipeline: Pipeline | None = None) -> TunerPlan:
+    """:func:`from_dict` of a TunerHandoff record (the control topic's form of this document)."""
+    return from_dict(rec.to_dict(), pipeline=pipeline)
 
 
 def load(path: str | Path, *, pipeline: Pipeline | None = None) -> TunerPlan:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -82,8 +82,8 @@ async def run_round(mode: str, kafka: KafkaSettings, folder: Path, *, rate_qps: 
 
     async def apply(step: Step) -> None:
         nonlocal config
-        config = stage_config_record(pipe, config, STAGE, step.replicas, 4, "bench scaling")
-        config["variant"] = step.variant
+        config = replace(stage_config_record(pipe, config, STAGE, step.replicas, 4, "bench scaling"),
+                         variant=step.variant)
         await publisher.publish(topics.control(pipe.name), "StageConfig", config, STAGE)
         await asyncio.to_thread(actuator.set_replicas, STAGE, step.replicas)
 

@@ -133,7 +133,7 @@ def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, setting
     click.echo(f"plan: {plan.cost_per_hour:.3f} $/h, predicted p99 {plan.p99_text()} "
                f"for {plan.rate_qps:.1f} qps")
 
-    async def publish() -> dict:
+    async def publish():
         epoch = next_epoch(await latest_epoch(settings, pipe.name))
         pub = KafkaPublisher(settings)
         await pub.start()
@@ -144,7 +144,7 @@ def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, setting
             await pub.stop()
 
     record = asyncio.run(publish())
-    return Published(plan, problem, int(record["epoch"]), planfile.from_dict(record, pipeline=pipe))
+    return Published(plan, problem, record.epoch, planfile.from_handoff(record, pipeline=pipe))
 
 
 TUNER_TICK_S = ServiceSettings.interval_s  # the live tuner's decision period

@@ -5,7 +5,6 @@ such as ``config.CACHE_ENV``), fails here. Copying the whole environment for a c
 (``{**os.environ, ...}``) and setting a variable are not reads. Each variable's name is spelled once,
 as a ``*_ENV`` constant of that module."""
 import ast
-from pathlib import Path
 
 from tests.unit.test_layers import PACKAGES, ROOT
 

@@ -22,6 +22,7 @@ from slipstream.streams import batching, codec, contract, kafka as kclient, topi
 from slipstream.streams.client import make_request
 from slipstream.streams.config import KafkaSettings
 from slipstream.streams.spec import load_pipeline
+from tests.control_records import handoff as typed_handoff, stage_config
 
 TP = ("in", 0)
 
@@ -127,11 +128,11 @@ def test_the_source_worker_sheds_what_the_bottleneck_cannot_serve_before_decodin
     async def finish(window, answers):
         answered.extend(outs[0].value for outs, _ in answers)
     monkeypatch.setattr(sw.commits, "finish", finish)
-    handoff = {"pipeline": pipe.name, "epoch": 3, "stages": [
+    handoff = typed_handoff(pipeline=pipe.name, epoch=3, stages=[
         {"stage": "s0", "replicas": 1, "mu_qps": 1000.0, "visit_ratio": 1.0},
-        {"stage": "s1", "replicas": 2, "mu_qps": 10.0, "visit_ratio": 1.0}]}  # the bottleneck: 20 req/s
+        {"stage": "s1", "replicas": 2, "mu_qps": 10.0, "visit_ratio": 1.0}])  # the bottleneck: 20 req/s
     sw.on_plan("TunerHandoff", handoff)
-    sw.on_plan("StageConfig", {"pipeline": pipe.name, "stage": "s1", "epoch": 4, "replicas": 1})  # scaled in: 10
+    sw.on_plan("StageConfig", stage_config(pipeline=pipe.name, stage="s1", epoch=4, replicas=1))  # scaled in: 10
     assert sw.intake.gate.rate_qps == pytest.approx(10.0)
     decoded = []
     real = codec.codec("InferenceRequest").decode
