@@ -1,8 +1,8 @@
-"""Control records for tests, typed (``slipstream.schemas.records``): the fields a test does not care about
+"""Records for tests, typed (``slipstream.schemas.records``): the fields a test does not care about
 filled in with plain values, the rest given as keywords (nested records as the dicts the codec decodes)."""
 from typing import Any
 
-from slipstream.schemas.records import StageConfig, TunerHandoff
+from slipstream.schemas.records import InferenceRequest, StageConfig, TunerHandoff
 
 CAPACITY = dict(stage="s", budget_ms=100.0, rate_qps=1.0, window_qps=[1.0])
 RUNG = dict(accuracy=1.0, share=0.0, rate_qps=1.0, window_qps=[], service_ms=[])
@@ -19,3 +19,8 @@ def handoff(**fields: Any) -> TunerHandoff:
     caps = [{**CAPACITY, **c, "ladder": [{**RUNG, **r} for r in c.get("ladder", ())]}
             for c in fields.pop("capacity", ())]
     return TunerHandoff.from_dict({**base, **fields, "capacity": caps})
+
+
+def request(**fields: Any) -> InferenceRequest:
+    base = dict(request_id="r", pipeline="p", created_ns=0, deadline_ns=1, content_type="x", payload=b"x")
+    return InferenceRequest.from_dict({**base, **fields})

@@ -19,7 +19,7 @@ from slipstream.schemas.records import StageConfig
 from slipstream.streams.config import KafkaSettings
 from slipstream.streams.heartbeat import Heartbeat
 from slipstream.streams.spec import parse_pipeline
-from tests.control_records import handoff as typed_handoff, stage_config as typed_config
+from tests.control_records import handoff as typed_handoff, request as typed_request, stage_config as typed_config
 
 PIPE = parse_pipeline({
     "name": "pp", "slo_ms": 100, "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},
@@ -33,7 +33,7 @@ def metrics() -> StageMetrics:
 
 
 def item(offset: int) -> Item:
-    return Item(SimpleNamespace(offset=offset), {"request_id": f"r{offset}"}, 0, TP, offset)
+    return Item(SimpleNamespace(offset=offset), typed_request(request_id=f"r{offset}"), 0, TP, offset)
 
 
 class Predictor:

@@ -17,6 +17,7 @@ from slipstream.planner.problem import parse_problem
 from slipstream.planner.service import stage_configs
 from slipstream.loadgen.synthetic import random_problem
 from planner_builders import single_plan
+from tests.control_records import request
 
 FAST, SLOW = 10.0, 30.0  # ms, any batch of 1..4 on cpu; slow takes 1 ms on gpu
 
@@ -69,9 +70,9 @@ def test_the_worker_and_the_estimator_route_each_request_id_to_the_same_variant(
     rec = stage_configs("p", MIXED, problem(), epoch=1)[0]
     cfg = ActiveConfig(rec.variant, rec.hardware, rec.max_batch, rec.batch_timeout_ms, rec.epoch, rec.routing,
                        rec.replicas)
-    groups, dropped = split_variants([Item(None, {"request_id": i}, 0, None, k) for k, i in enumerate(ids)], cfg,
+    groups, dropped = split_variants([Item(None, request(request_id=i), 0, None, k) for k, i in enumerate(ids)], cfg,
                                      {"fast": 0.7, "slow": 0.9})
-    worker = {it.req["request_id"]: v for v, items in groups.items() for it in items}
+    worker = {it.req.request_id: v for v, items in groups.items() for it in items}
     assert not dropped and worker == served
     assert 0.5 < sum(v == "fast" for v in served.values()) / len(ids) < 0.7  # about its 60 % share
 
