@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, NamedTuple
 
 from slipstream.agents import routing
 from slipstream.agents.window import Item
+from slipstream.schemas.records import InferenceRequest
 from slipstream.streams import codec, contract, expiry
 from slipstream.streams.codec import CodecError
 from slipstream.streams.spec import Pipeline
@@ -60,9 +61,9 @@ def admit(pipe: Pipeline, fetches: Iterable[tuple[Any, list, int]], bounds: cont
             if not judged and (e := expiry.read(rec.headers)) is not None and \
                     (rid := request_key(rec.key)) is not None:
                 judged = True
-                if (why := judge(e.deadline_ns)) is not None:
-                    head = {"request_id": rid, "pipeline": pipe.name, "created_ns": e.created_ns,
-                            "deadline_ns": e.deadline_ns}
+                if (why := judge(e.deadline_ns)) is not None:  # undecoded: what its header and key say
+                    head = InferenceRequest(request_id=rid, pipeline=pipe.name, created_ns=e.created_ns,
+                                            deadline_ns=e.deadline_ns, content_type="", payload=b"")
                     out.dropped.append((Item(rec, head, received_ns, tp, rec.offset), why))
                     continue
             data = rec.value
@@ -75,15 +76,15 @@ def admit(pipe: Pipeline, fetches: Iterable[tuple[Any, list, int]], bounds: cont
                 continue
             broken = contract.check("InferenceRequest", req, bounds, now_ns)
             if not broken:
-                item = Item(rec, req, received_ns, tp, rec.offset)
-                if not judged and (why := judge(req["deadline_ns"])) is not None:
+                item = Item(rec, InferenceRequest.from_dict(req), received_ns, tp, rec.offset)
+                if not judged and (why := judge(item.req.deadline_ns)) is not None:
                     out.dropped.append((item, why))
                 else:
                     out.items.append(item)
             elif not contract.answerable(broken):
                 out.dead.append((tp, rec, contract.describe(broken)))
             else:
-                safe = contract.sanitized("InferenceRequest", req, broken)
+                safe = InferenceRequest.from_dict(contract.sanitized("InferenceRequest", req, broken))
                 item = Item(rec, safe, received_ns, tp, rec.offset)
                 out.refused.append((item, routing.ended(pipe, safe, "error", contract.describe(broken)[:2000],
                                                         now_ns)))

@@ -15,7 +15,6 @@ metrics=<host:port>`` on stdout, which the supervisor and the activation-time be
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
 import faust
@@ -27,9 +26,11 @@ from slipstream.agents.metrics import StageMetrics
 from slipstream.agents.ready import serve_worker
 from slipstream.streams.timeline import mark
 from slipstream.agents.worker import ExecutorFactory, StageWorker
+from slipstream.schemas.records import StageConfig
 from slipstream.streams import codec, control_io, kafka as kclient, topics
 from slipstream.streams.app import AppSettings, make_app, rejoin_group
-from slipstream.streams.config import KafkaSettings, prefixes_from_env, schema_registry_from_env
+from slipstream.streams.config import (KafkaSettings, cache_from_env, metrics_addr_from_env, prefixes_from_env,
+                                       schema_registry_from_env, stage_from_env)
 from slipstream.streams.control_rules import InvalidControl, check_key
 from slipstream.streams.metrics_http import LOCAL, MetricsAddr
 from slipstream.streams.profile_store import ProfileStore
@@ -109,13 +110,13 @@ class ControlFeed:
     async def start(self) -> None:
         await self.cons.start()
 
-    async def held(self) -> list[dict]:
+    async def held(self) -> list[StageConfig]:
         # the offsets first, then the partition: asked while its fetch long-polls, they would wait
         # behind it (``slipstream.streams.kafka.consumer``)
         end = (await self.cons.end_offsets([self.tp]))[self.tp]
         begin = (await self.cons.beginning_offsets([self.tp]))[self.tp]
         self.cons.assign([self.tp])
-        found: list[dict] = []
+        found: list[StageConfig] = []
         if begin < end:
             async for msg in self.cons:
                 if (rec := await self._config(msg)) is not None:
@@ -136,7 +137,7 @@ class ControlFeed:
         finally:
             await self.cons.stop()
 
-    async def _config(self, msg) -> dict | None:
+    async def _config(self, msg) -> StageConfig | None:
         """The StageConfig of this stage ``msg`` holds, else None."""
         await codec.prefetch([msg.value])  # off the event loop when a registry is set
         try:
@@ -160,17 +161,17 @@ def app_from_env() -> faust.App:
     """For `faust -A slipstream.agents.app worker`: the stage named by SLIPSTREAM_PIPELINE / SLIPSTREAM_STAGE."""
     from slipstream.agents.zoo import load_executor
 
-    pipe_file, stage = os.environ.get("SLIPSTREAM_PIPELINE"), os.environ.get("SLIPSTREAM_STAGE")
+    pipe_file, stage = stage_from_env()
     if not pipe_file or not stage:
         sys.exit("set SLIPSTREAM_PIPELINE (a pipeline spec file) and SLIPSTREAM_STAGE (a stage name or 'join')")
     topics.use_prefixes(*prefixes_from_env())  # what the `slipstream` CLI does for its processes
     codec.use_registry(schema_registry_from_env())
     pipe = load_pipeline(pipe_file)
     kafka = KafkaSettings.from_env()
-    addr = MetricsAddr.parse(os.environ.get("SLIPSTREAM_METRICS_ADDR", str(LOCAL)))
+    addr = MetricsAddr.parse(metrics_addr_from_env(str(LOCAL)))
     if stage == JOIN:
         return build_join_app(pipe, kafka, metrics_addr=addr)[0]
-    cache = os.environ.get("SLIPSTREAM_CACHE")
+    cache = cache_from_env()
     factory = (lambda v, h: load_executor(v, h, cache_dir=cache)) if cache else load_executor
     return build_stage_app(pipe, stage, kafka, factory, metrics_addr=addr)[0]
 

@@ -11,8 +11,9 @@ at the next batch boundary.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
+from slipstream.schemas.records import StageConfig
 from slipstream.streams import shares
 from slipstream.streams.control_rules import InvalidControl, check
 from slipstream.streams.spec import Pipeline
@@ -47,22 +48,21 @@ def defaults(pipe: Pipeline, stage: str) -> ActiveConfig:
     return ActiveConfig(d.variant, d.hardware, d.max_batch, d.batch_timeout_ms, -1, {}, d.replicas)
 
 
-def accept(pipe: Pipeline, stage: str, rec: Mapping[str, Any], current: ActiveConfig
+def accept(pipe: Pipeline, stage: str, rec: StageConfig, current: ActiveConfig
            ) -> tuple[ActiveConfig | None, str]:
     """(new config, "") when ``rec`` should replace ``current``; (None, reason) otherwise. The fields
     are checked by the control topic's one rule set (``slipstream.streams.control_rules``)."""
-    if rec.get("pipeline") != pipe.name or rec.get("stage") != stage:
-        return None, f"for {rec.get('pipeline')}/{rec.get('stage')}, not {pipe.name}/{stage}"
+    if rec.pipeline != pipe.name or rec.stage != stage:
+        return None, f"for {rec.pipeline}/{rec.stage}, not {pipe.name}/{stage}"
     try:
-        check("StageConfig", stage, rec, pipe.name, pipe)
+        check("StageConfig", stage, rec.to_dict(), pipe.name, pipe)
     except InvalidControl as exc:
         return None, str(exc)
-    if rec["epoch"] <= current.epoch:
-        return None, f"stale epoch {rec['epoch']} <= {current.epoch} in force"
-    routing = {k: float(v) for k, v in (rec.get("routing") or {}).items()}
-    return ActiveConfig(rec["variant"], rec["hardware"], int(rec["max_batch"]),
-                        float(rec["batch_timeout_ms"]), int(rec["epoch"]), routing,
-                        int(rec.get("replicas", 1)), dict(rec.get("digests") or {})), ""
+    if rec.epoch <= current.epoch:
+        return None, f"stale epoch {rec.epoch} <= {current.epoch} in force"
+    routing = {k: float(v) for k, v in rec.routing.items()}
+    return ActiveConfig(rec.variant, rec.hardware, int(rec.max_batch), float(rec.batch_timeout_ms),
+                        int(rec.epoch), routing, int(rec.replicas), dict(rec.digests)), ""
 
 
 def choose_variant(request_id: str, accuracy_floor: float | None, cfg: ActiveConfig,

@@ -191,6 +191,6 @@ class Delivery:
 
 def _rid(s: Sent) -> str:
     if s.item is not None:
-        return str(s.item.req.get("request_id"))
+        return str(s.item.req.request_id)
     return str(s.out.value.get("request_id", "-"))
 

@@ -9,7 +9,9 @@
   ``InferenceResult``: on the results topic when it is the whole request (fragment 1), else on the
   join topic, where ``slipstream.agents.join`` sums fragments back to 1.
 
-Every record carries the hops so far plus this stage's own ``HopTiming``.
+Every record carries the hops so far plus this stage's own ``HopTiming``. The request comes in typed
+(``slipstream.schemas.records.InferenceRequest``, as ``slipstream.agents.admission`` decodes it); the
+records go out as the dicts the codec writes, the request's hops converted once per output.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Mapping, NamedTuple
 
+from slipstream.schemas.records import InferenceRequest
 from slipstream.streams import topics
 from slipstream.streams.executor import ItemOutput
 from slipstream.streams.limits import MAX_ERROR_CHARS, Limits
@@ -57,44 +60,51 @@ def child_stages(pipe: Pipeline, stage: str) -> list[str]:
     return [e.dst for e in pipe.children(stage)]
 
 
-def enqueued_ns(req: Mapping[str, Any]) -> int:
+def enqueued_ns(req: InferenceRequest) -> int:
     """When the request was handed to this stage: the previous hop's finish, or its creation."""
-    hops = req.get("hops") or []
-    return hops[-1]["finished_ns"] if hops else req["created_ns"]
+    return req.hops[-1].finished_ns if req.hops else req.created_ns
 
 
-def _result(pipe: Pipeline, req: Mapping[str, Any], hops: list, status: str, reason: str,
+def _hops(req: InferenceRequest, own_hop: dict | None) -> list[dict]:
+    """The hops an output carries: the request's and this stage's (``own_hop``), as the codec writes them."""
+    return [h.to_dict() for h in req.hops] + ([own_hop] if own_hop else [])
+
+
+def _result(pipe: Pipeline, req: InferenceRequest, hops: list, status: str, reason: str,
             finished_ns: int, output: bytes = b"", content_type: str = "application/octet-stream",
             accuracy: float | None = None, fragment: Fraction | None = None,
             path: list | None = None) -> Out:
     if fragment is None:
-        text = req.get("fragment", "1")
-        whole, frag_text = fraction(text) == 1, fraction_text(text)
+        whole, frag_text = fraction(req.fragment) == 1, fraction_text(req.fragment)
     else:
         whole, frag_text = fragment == 1, str(fragment)
     value = {
-        "request_id": req["request_id"], "pipeline": req["pipeline"], "status": status,
-        "reason": reason, "created_ns": req["created_ns"], "deadline_ns": req["deadline_ns"],
+        "request_id": req.request_id, "pipeline": req.pipeline, "status": status,
+        "reason": reason, "created_ns": req.created_ns, "deadline_ns": req.deadline_ns,
         "finished_ns": finished_ns, "content_type": content_type, "output": output, "hops": hops,
-        "accuracy": req.get("accuracy", 1.0) if accuracy is None else accuracy, "parts": 1,
-        "fragment": frag_text, "path": list(req.get("path", [])) if path is None else path,
+        "accuracy": req.accuracy if accuracy is None else accuracy, "parts": 1,
+        "fragment": frag_text, "path": list(req.path) if path is None else path,
     }
     topic = topics.results(pipe.name) if whole else topics.join(pipe.name)
-    return Out(topic, req["request_id"], "InferenceResult", value)
+    return Out(topic, req.request_id, "InferenceResult", value)
 
 
-def ended(pipe: Pipeline, req: Mapping[str, Any], status: str, reason: str, now_ns: int,
+def ended(pipe: Pipeline, req: InferenceRequest, status: str, reason: str, now_ns: int,
           own_hop: dict | None = None) -> Out:
     """A fragment that ends here without output: dropped or error."""
-    hops = list(req.get("hops", [])) + ([own_hop] if own_hop else [])
-    return _result(pipe, req, hops, status, reason, now_ns)
+    return _result(pipe, req, _hops(req, own_hop), status, reason, now_ns)
 
 
-def forward(pipe: Pipeline, stage: str, req: Mapping[str, Any], out: ItemOutput, own_hop: dict,
+# the request's fields a forwarded request keeps as they are (the rest are set by the stage)
+_KEPT = tuple(f for f in InferenceRequest.avro_fields
+              if f not in ("hops", "fragment", "path", "payload", "content_type", "accuracy"))
+
+
+def forward(pipe: Pipeline, stage: str, req: InferenceRequest, out: ItemOutput, own_hop: dict,
             variant_accuracy: float, children: list[str] | None = None) -> list[Out]:
     """Records for everything one item produced at ``stage`` (``children``: its children, if known)."""
-    hops = list(req.get("hops", [])) + [own_hop]
-    accuracy = req.get("accuracy", 1.0) * variant_accuracy
+    hops = _hops(req, own_hop)
+    accuracy = req.accuracy * variant_accuracy
     now = own_hop["finished_ns"]
     children = child_stages(pipe, stage) if children is None else children
     if not children:  # a sink: the emits are the output
@@ -114,30 +124,29 @@ def forward(pipe: Pipeline, stage: str, req: Mapping[str, Any], out: ItemOutput,
     if not targets:  # fan-out of zero: this fragment is complete, with nothing to show
         return [_result(pipe, req, hops, "done", "no outputs", now, b"", "application/json",
                         accuracy)]
-    frag = fraction(req.get("fragment", "1"))
+    frag = fraction(req.fragment)
     n = len(targets)
-    base = {k: v for k, v in req.items() if k not in ("hops", "fragment", "path", "payload",
-                                                      "content_type", "accuracy")}
+    base = {k: getattr(req, k) for k in _KEPT}
     records = []
     for j, (i, e, child) in enumerate(targets):
-        path = list(req.get("path", [])) + ([f"{stage}:{j}/{n}"] if n > 1 else [])
+        path = list(req.path) + ([f"{stage}:{j}/{n}"] if n > 1 else [])
         value = {**base, "hops": hops, "payload": e.payload, "content_type": e.content_type,
                  "fragment": str(frag / n), "path": path, "accuracy": accuracy}
-        records.append(Out(topics.stage_input(pipe.name, child), req["request_id"],
+        records.append(Out(topics.stage_input(pipe.name, child), req.request_id,
                            "InferenceRequest", value))
     return records
 
 
-def _split_results(pipe: Pipeline, req: Mapping[str, Any], hops: list, out: ItemOutput, now: int,
+def _split_results(pipe: Pipeline, req: InferenceRequest, hops: list, out: ItemOutput, now: int,
                    accuracy: float) -> list[Out]:
     """A sink that emitted 0 or several outputs: one fragment result each (0 = done, empty)."""
-    frag = fraction(req.get("fragment", "1"))
+    frag = fraction(req.fragment)
     if not out.emits:
         return [_result(pipe, req, hops, "done", "no outputs", now, b"", "application/json", accuracy)]
     n = len(out.emits)
     stage = hops[-1]["stage"]
     return [_result(pipe, req, hops, "done", "", now, e.payload, e.content_type, accuracy,
-                    fragment=frag / n, path=list(req.get("path", [])) + [f"{stage}:{j}/{n}"])
+                    fragment=frag / n, path=list(req.path) + [f"{stage}:{j}/{n}"])
             for j, e in enumerate(out.emits)]
 
 

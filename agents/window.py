@@ -24,6 +24,7 @@ from typing import Any, Callable, Hashable, Iterable, Mapping, NamedTuple, Seque
 
 from slipstream.agents import routing
 from slipstream.agents.control import ActiveConfig, choose_variant
+from slipstream.schemas.records import InferenceRequest
 from slipstream.streams import batching, shares
 from slipstream.streams.spec import Pipeline
 
@@ -33,7 +34,7 @@ class Item:
     """One decoded request in the worker's queue."""
 
     record: Any  # the Kafka record it was read from (``.topic``, ``.partition``, ``.offset``, ``.value``)
-    req: dict
+    req: InferenceRequest
     arrival_ns: int  # when the worker took it from Kafka (the hop's ``received_ns``)
     tp: Hashable
     offset: int
@@ -82,10 +83,10 @@ def split_variants(window: Sequence[Item], cfg: ActiveConfig, accuracy: Mapping[
     groups: dict[str, list[Item]] = {}
     dropped: list[tuple[Item, str]] = []
     in_use = shares.in_service(cfg.routing, cfg.variant)
-    if window and len(in_use) == 1 and all(it.req.get("accuracy_floor") is None for it in window):
+    if window and len(in_use) == 1 and all(it.req.accuracy_floor is None for it in window):
         return {next(iter(in_use)): list(window)}, []  # the common case: no choice to make per item
     for it in window:
-        variant, why = choose_variant(it.req["request_id"], it.req.get("accuracy_floor"), cfg, accuracy)
+        variant, why = choose_variant(it.req.request_id, it.req.accuracy_floor, cfg, accuracy)
         if variant is None:
             dropped.append((it, why))
         else:
@@ -102,10 +103,10 @@ class SubBatch(NamedTuple):
 def sub_batch(pending: Sequence[Item], now_ns: int, predict_ns: Callable[[int], int],
               s: batching.BatchSettings) -> SubBatch:
     """One step of working a variant's items off at ``now_ns`` (``slipstream.streams.batching.decide``)."""
-    d = batching.decide([it.req["deadline_ns"] for it in pending], now_ns, predict_ns, s)
+    d = batching.decide([it.req.deadline_ns for it in pending], now_ns, predict_ns, s)
     alone = predict_ns(1) if d.drop else 0
     return SubBatch([pending[i] for i in d.run],
-                    [(pending[i], batching.drop_reason(pending[i].req["deadline_ns"], now_ns, alone))
+                    [(pending[i], batching.drop_reason(pending[i].req.deadline_ns, now_ns, alone))
                      for i in d.drop],
                     [pending[i] for i in d.defer])
 

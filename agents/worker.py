@@ -27,7 +27,7 @@ broker instead, it would fail an idempotent producer's batch and every later bat
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from slipstream.agents.metrics import StageMetrics
 from slipstream.agents.replicas import ExecutorFactory
@@ -38,6 +38,7 @@ from slipstream.agents.stage.intake import Intake
 from slipstream.agents.stage.pool import ReplicaPool
 from slipstream.agents.stage.serve import Server, check_all, check_and_run
 from slipstream.agents.stage.windows import Windows
+from slipstream.schemas.records import StageConfig, TunerHandoff
 from slipstream.streams import placement, procs, topics
 from slipstream.streams.config import KafkaSettings
 from slipstream.streams.heartbeat import Heartbeat
@@ -88,7 +89,7 @@ class StageWorker:
     def _room_changed(self) -> None:
         self.intake.update_room()
 
-    async def start(self, held: Sequence[Mapping] = ()) -> None:
+    async def start(self, held: Sequence[StageConfig] = ()) -> None:
         """Load the config to start with (``held``: this stage's StageConfigs on the control topic,
         ``ConfigSwitch.start``), then the producer; ready (``started``) after both."""
         await self.switch.start(held)
@@ -100,10 +101,10 @@ class StageWorker:
     async def run_batches(self) -> None:
         await self.windows.run()
 
-    async def offer_config(self, rec: dict) -> bool:
+    async def offer_config(self, rec: StageConfig) -> bool:
         return await self.switch.offer(rec)
 
-    def on_plan(self, kind: str, rec: dict) -> None:
+    def on_plan(self, kind: str, rec: StageConfig | TunerHandoff) -> None:
         self.intake.on_plan(kind, rec)
 
     async def on_revoked(self, revoked: set, commit_offsets: Callable[[dict], Awaitable[Any]]) -> None:

@@ -301,7 +301,7 @@ async def _follow_control(consumer, out: list[tuple[int, Mapping[str, Any]]], st
                         control_io.skipped(rec, exc)
                         continue
                     if kind == "StageConfig":  # not the planner's TunerHandoff
-                        out.append((rec.timestamp * NS_PER_MS, value))
+                        out.append((rec.timestamp * NS_PER_MS, value.to_dict()))  # for control.jsonl
                     continue
                 try:
                     out.append((rec.timestamp * NS_PER_MS, codec.decode("ScalingAction", rec.value)))

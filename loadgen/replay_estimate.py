@@ -46,6 +46,7 @@ from slipstream.planner.sim.params import Network, ServiceTime
 from slipstream.planner.plan import Plan
 from slipstream.planner.problem import Problem
 from slipstream.planner.results import nearest_rank
+from slipstream.schemas.records import TunerHandoff
 from slipstream.streams.calibration import key, pace_note
 
 NS = 1_000_000_000
@@ -242,7 +243,7 @@ def compare(summary: Summary, results: Sequence[Mapping[str, Any]], sim: SimResu
 def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequence[Mapping[str, Any]], *,
                  control: Sequence[tuple[int, Mapping[str, Any]]] = (), seed: int = 0, seeds: int = SEEDS,
                  forward: Sequence[ReplicaChange] | None = None,
-                 instance_activation_s: float | None = None, handoff: Mapping[str, Any] | None = None) -> LikeForLike:
+                 instance_activation_s: float | None = None, handoff: TunerHandoff | None = None) -> LikeForLike:
     """The estimator on this run's arrivals, replica changes and re-plans (``control``: what it saw
     on the control topic) and the machine's pace as the run measured it, against what
     was measured: one simulation per seed (``seed``, ``seed + 1``, ...); the run with the median p99

@@ -28,6 +28,7 @@ from slipstream.loadgen.report import Envelope, Summary, summarize
 from slipstream.planner.estimator import ReplicaChange, ShareChange, SimOptions, SimResult, simulate
 from slipstream.planner.plan import Plan
 from slipstream.planner.problem import Problem
+from slipstream.schemas.records import TunerHandoff
 from slipstream.streams.contract import deadline_ns
 
 NS_PER_S = 1_000_000_000
@@ -116,7 +117,7 @@ def simulate_run(problem: Problem, plan: Plan, arrivals_s: np.ndarray, *,
     return SimulatedRun(summary, sim, tuple(changes))
 
 
-def published_handoff(problem: Problem, plan: Plan) -> dict[str, Any]:
+def published_handoff(problem: Problem, plan: Plan) -> TunerHandoff:
     """The TunerHandoff record the planner publishes for ``plan`` (``slipstream.planner.run.publish_plan``): what
     the live tuner steps from and what the source stage's gate reads its capacity from, so the
     estimator's tuner and gate read the same one."""
@@ -136,7 +137,7 @@ def tuner_changes(problem: Problem, plan: Plan, arrivals_s: np.ndarray, *, tick_
     from slipstream.tuner.envelope import EnvelopeTracker
     from slipstream.tuner.policy import TunerState, decide, observe, tracker_windows
 
-    tplan = planfile.from_dict(published_handoff(problem, plan))
+    tplan = planfile.from_handoff(published_handoff(problem, plan))
     tracker = EnvelopeTracker(tracker_windows(tplan, config))
     state = TunerState.initial(tplan, 0)
     ns = np.round(np.asarray(arrivals_s) * 1e9).astype(np.int64)

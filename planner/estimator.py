@@ -35,6 +35,7 @@ from slipstream.planner.plan import Plan
 from slipstream.planner.problem import Problem
 from slipstream.planner.results import QueryResult, SimResult, nearest_rank  # noqa: F401  (re-exported)
 from slipstream.planner.sim.engine import CHANGE
+from slipstream.schemas.records import TunerHandoff
 from slipstream.planner.sim.groups import range_assign  # noqa: F401  (re-exported)
 from slipstream.planner.sim.params import (BatchingChange, HostModel, Network, ReplicaChange, ServiceTime,  # noqa: F401
                                 ShareChange, Transit, scaling_modes)
@@ -88,7 +89,7 @@ class SimOptions:
     drop_late: bool = True
     method: str = "auto"
     request_ids: Sequence[str] | None = None
-    handoff: Mapping | None = None
+    handoff: TunerHandoff | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:

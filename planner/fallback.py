@@ -30,7 +30,7 @@ an infeasible one only when the serving plan falls short of the forecast and the
 a feasible one only when the serving plan no longer meets the SLO for the forecast, or the new one
 costs clearly less (``min_saving``) or, when accuracy is the objective, is more accurate. Every
 redeploy loads and warms model instances on the workers' cores and resets the tuner's replicas to the
-plan's: re-plans that only trade one equally good plan for another did that every interval.
+plan's, so a re-plan that only trades one equally good plan for another is not deployed.
 """
 from __future__ import annotations
 

@@ -42,6 +42,10 @@ class Assignment:
 
 @dataclass(frozen=True)
 class StagePlan:
+    """One stage's planned configuration: its assignments and partitions. The deployed form is one
+    ``StageConfig`` record per stage (``slipstream.planner.service.stage_configs``); the tuner's view
+    of the same plan is ``slipstream.tuner.policy.StageSizing`` (from the TunerHandoff record)."""
+
     stage: str
     assignments: tuple[Assignment, ...]
     partitions: int = 4

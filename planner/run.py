@@ -12,12 +12,14 @@ import logging
 import math
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
 
 from slipstream.planner.results import nearest_rank
-from slipstream.planner.service import ReplanOutput, Replanner, ReplanState, TunerHandoff, handoff_record
+from slipstream.planner.service import PlannedHandoff, ReplanOutput, Replanner, ReplanState, handoff_record
+from slipstream.schemas import records
 from slipstream.streams import codec, kafka as kclient, topics
 from slipstream.streams.config import KafkaSettings
 from slipstream.streams.control_io import KafkaArrivals, KafkaPublisher
@@ -85,17 +87,17 @@ class MeasuredLatency:
         return nearest_rank(np.array([ms for _, ms in self._seen]), 99) if self._seen else None
 
 
-async def publish_plan(publisher: KafkaPublisher, pipeline: str, configs, handoff: TunerHandoff | None,
-                       epoch: int, now_ns: int) -> dict | None:
+async def publish_plan(publisher: KafkaPublisher, pipeline: str, configs, handoff: PlannedHandoff | None,
+                       epoch: int, now_ns: int) -> records.TunerHandoff | None:
     """One plan on the control topic: a StageConfig per stage, then the tuner's hand-off (when it has
     an envelope); returns the hand-off record as its readers see it (its epoch: its offset)."""
     for rec in configs:
-        await publisher.publish(topics.control(pipeline), "StageConfig", rec, key=rec["stage"])
+        await publisher.publish(topics.control(pipeline), "StageConfig", rec, key=rec.stage)
     if handoff is None or handoff.sample_rates is None:
         return None
     rec = handoff_record(handoff, pipeline, epoch, now_ns)
     offset = await publisher.publish(topics.control(pipeline), "TunerHandoff", rec, key=topics.HANDOFF_KEY)
-    return {**rec, "epoch": offset}
+    return replace(rec, epoch=offset)
 
 
 async def run_planner(pipe: Pipeline, replanner: Replanner, settings: KafkaSettings, *, interval_s: float,

@@ -3,7 +3,7 @@
 The Kafka loop (``slipstream.planner.run``) calls :meth:`Replanner.step` with the recent arrival timestamps
 (epoch seconds, from the input topic's offsets by ``slipstream.streams.control_io.KafkaArrivals``: payloads are
 never fetched) and ``now_ns``, publishes
-``output.configs`` (StageConfig dicts, schemas/StageConfig.avsc) when ``output.changed``, and hands
+``output.configs`` (StageConfig records, ``slipstream.schemas.records``) when ``output.changed``, and hands
 ``output.handoff`` to the tuner. Nothing here touches Kafka or a clock.
 
 Tuner hand-off (InferLine section 2.4): the sample envelope over windows T_s, 2T_s, ... <= 60 s
@@ -27,6 +27,7 @@ from slipstream.planner.forecast import ForecastSettings, forecast_peak
 from slipstream.planner.modes import check, make_planner
 from slipstream.planner.plan import Plan, config_of, evaluate
 from slipstream.planner.problem import Problem
+from slipstream.schemas import records
 from slipstream.streams.arrivals import peak_rate_sliding
 from slipstream.planner.results import LATE
 from slipstream.streams.control_rules import next_epoch
@@ -54,7 +55,10 @@ class ReplanState:
 
 
 @dataclass(frozen=True)
-class TunerHandoff:
+class PlannedHandoff:
+    """What the planner hands the tuner for a plan, before it is written as the TunerHandoff record
+    (:func:`handoff_record`; ``slipstream.schemas.records.TunerHandoff``)."""
+
     planned_rate_qps: float
     windows_s: tuple[float, ...]
     sample_rates: tuple[float, ...] | None  # None until slipstream.tuner.envelope exists (lead wires it)
@@ -71,8 +75,8 @@ class ReplanOutput:
     plan: Plan
     changed: bool
     forecast_qps: float
-    configs: tuple[dict[str, Any], ...]  # StageConfig records to publish (empty when unchanged)
-    handoff: TunerHandoff | None
+    configs: tuple[records.StageConfig, ...]  # to publish (empty when unchanged)
+    handoff: PlannedHandoff | None
     problem: Problem  # the problem ``plan`` was made for: the base at the forecast rate, with the sample
 
 
@@ -103,7 +107,7 @@ def envelope_windows(service_ms: float, longest_s: float = 60.0) -> tuple[float,
 EnvelopeFn = Callable[[np.ndarray, Sequence[float]], np.ndarray]
 
 
-def handoff(problem: Problem, plan: Plan, envelope: EnvelopeFn | None = None) -> TunerHandoff:
+def handoff(problem: Problem, plan: Plan, envelope: EnvelopeFn | None = None) -> PlannedHandoff:
     """``envelope`` is ``slipstream.tuner.envelope.envelope``, passed in by the caller: planner must not
     import tuner (tests/unit/test_layers.py); without it ``sample_rates`` is None."""
     # no window longer than the sample: a sample of D seconds says nothing about the most arrivals
@@ -122,15 +126,16 @@ def handoff(problem: Problem, plan: Plan, envelope: EnvelopeFn | None = None) ->
         mu[sp.stage], sm[sp.stage], reps[sp.stage] = m, s_m, sp.replicas
         rho[sp.stage] = (plan.rate_qps * s_m) / (sp.replicas * m) if sp.replicas and m else math.inf
     host = None if problem.host is None else (problem.host.free_cores, problem.host.request_cpu_ms)
-    return TunerHandoff(plan.rate_qps, windows, rates, mu, rho, sm, reps, stage_capacity(problem, plan, windows), host)
+    return PlannedHandoff(plan.rate_qps, windows, rates, mu, rho, sm, reps, stage_capacity(problem, plan, windows), host)
 
 
-def handoff_record(h: TunerHandoff, pipeline: str, epoch: int, at_ns: int = 0) -> dict[str, Any]:
+def handoff_record(h: PlannedHandoff, pipeline: str, epoch: int, at_ns: int = 0) -> records.TunerHandoff:
     """The hand-off as the TunerHandoff record (schemas/TunerHandoff.avsc), the one form the tuner
-    reads, from the control topic or a file (``slipstream.tuner.planfile.from_dict``)."""
+    reads, from the control topic or a file (``slipstream.tuner.planfile.from_handoff``)."""
     if h.sample_rates is None:
         raise ValueError("the hand-off has no sample envelope: build it with an envelope function")
-    return {"pipeline": pipeline, "epoch": int(epoch), "mean_rate_qps": float(h.planned_rate_qps),
+    return records.TunerHandoff.from_dict({
+            "pipeline": pipeline, "epoch": int(epoch), "mean_rate_qps": float(h.planned_rate_qps),
             "windows_s": [float(w) for w in h.windows_s], "rates_qps": [float(r) for r in h.sample_rates],
             "stages": [{"stage": s, "replicas": int(h.replicas[s]), "mu_qps": float(h.mu_qps[s]),
                         "visit_ratio": float(h.visit_ratio[s])} for s in h.replicas],
@@ -144,7 +149,7 @@ def handoff_record(h: TunerHandoff, pipeline: str, epoch: int, at_ns: int = 0) -
                                       "cpu_ms_per_item": float(r.cpu_ms_per_item)} for r in c.ladder],
                           "cpu_ms_per_item": float(c.cpu_ms_per_item)}
                          for c in h.capacity.values() if math.isfinite(c.rate_qps) and c.window_qps],
-            "host": None if h.host is None else {"free_cores": float(h.host[0]), "request_cpu_ms": float(h.host[1])}}
+            "host": None if h.host is None else {"free_cores": float(h.host[0]), "request_cpu_ms": float(h.host[1])}})
 
 
 def _finite(ms: float | None) -> float | None:
@@ -153,7 +158,7 @@ def _finite(ms: float | None) -> float | None:
     return ms if ms is not None and math.isfinite(ms) else None
 
 
-def stage_configs(pipeline: str, plan: Plan, problem: Problem, epoch: int) -> tuple[dict[str, Any], ...]:
+def stage_configs(pipeline: str, plan: Plan, problem: Problem, epoch: int) -> tuple[records.StageConfig, ...]:
     """One StageConfig record per stage (fields of schemas/StageConfig.avsc). A stage with several
     assignments is deployed as its primary one with the stage's total replicas plus ``routing``
     (share of items per variant, ``StagePlan.routing``): every replica on the primary's hardware, so
@@ -166,14 +171,14 @@ def stage_configs(pipeline: str, plan: Plan, problem: Problem, epoch: int) -> tu
         a = sp.primary
         routing = named.get(sp.stage, sp.routing)
         cost = sp.replicas * problem.hardware[a.hardware].cost_per_hour
-        out.append({
-            "pipeline": pipeline, "stage": sp.stage, "variant": a.variant, "hardware": a.hardware,
-            "max_batch": int(a.max_batch), "batch_timeout_ms": float(a.batch_timeout_ms),
-            "replicas": int(sp.replicas), "partitions": int(sp.partitions), "epoch": int(epoch),
-            "planner_mode": plan.mode, "predicted_p99_ms": _finite(plan.predicted_p99_ms), "routing": routing,
-            "cost_per_hour": float(cost), "reason": f"planned for {plan.rate_qps:.1f} qps",
-            "digests": {},  # no pins: profiles do not record a model digest
-        })
+        out.append(records.StageConfig(
+            pipeline=pipeline, stage=sp.stage, variant=a.variant, hardware=a.hardware,
+            max_batch=int(a.max_batch), batch_timeout_ms=float(a.batch_timeout_ms),
+            replicas=int(sp.replicas), partitions=int(sp.partitions), epoch=int(epoch),
+            planner_mode=plan.mode, predicted_p99_ms=_finite(plan.predicted_p99_ms), routing=dict(routing),
+            cost_per_hour=float(cost), reason=f"planned for {plan.rate_qps:.1f} qps",
+            digests={},  # no pins: profiles do not record a model digest
+        ))
     return tuple(out)
 
 

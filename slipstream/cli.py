@@ -6,6 +6,8 @@ import logging
 
 import click
 
+from slipstream.streams.config import STATE_DIR_ENV
+
 # Each module in slipstream/commands/ exposes `commands: list[click.Command]`.
 COMMAND_MODULES = ("kafka", "worker", "pipeline", "bench", "tuner", "up", "tuner_plan", "k8s_manifests", "fetch_model",
                    "plan", "profile", "planner_service", "loadgen", "simulate", "demo", "compare_live", "calibrate",
@@ -16,7 +18,7 @@ COMMAND_MODULES = ("kafka", "worker", "pipeline", "bench", "tuner", "up", "tuner
 @click.version_option(package_name="slipstream", prog_name="slipstream")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 @click.option("--state-dir", type=click.Path(file_okay=False), default=".state", show_default=True,
-              envvar="SLIPSTREAM_STATE_DIR", show_envvar=True,
+              envvar=STATE_DIR_ENV, show_envvar=True,
               help="Where local state goes: broker and registry data and builds, profiles, worker logs.")
 def main(verbose: int, state_dir: str) -> None:
     """Slipstream: multi-model inference pipelines over Kafka, inside a tail-latency SLO."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from slipstream.streams.config import BOOTSTRAP_ENV
+
 LABEL = "slipstream.io"
 METRICS_PORT = 9100
 METRICS_ADDR = f"0.0.0.0:{METRICS_PORT}"
@@ -30,7 +32,7 @@ def object_meta(name: str, pipeline: str, namespace: str, **labels: str) -> dict
 
 
 def pod_env(pipeline: str) -> list[dict[str, Any]]:
-    return [{"name": "SLIPSTREAM_BOOTSTRAP",
+    return [{"name": BOOTSTRAP_ENV,
              "valueFrom": {"configMapKeyRef": {"name": kafka_configmap_name(pipeline), "key": "bootstrap"}}},
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import click
 
+from slipstream.streams.config import METRICS_ADDR_ENV
+
 
 def key_values(values: tuple[str, ...], cast, name: str, what: str = "KEY=NUMBER") -> dict:
     """``("a=1", "b=2")`` -> ``{"a": cast("1"), ...}``; a bad item is a usage error naming the option."""
@@ -38,7 +40,7 @@ def metrics_addr_option():
     """``--metrics-addr`` (env SLIPSTREAM_METRICS_ADDR): where /metrics, /healthz and /readyz are served
     (docs/observability.md)."""
     return click.option("--metrics-addr", type=MetricsAddrType(), default="127.0.0.1:0", show_default=True,
-                        envvar="SLIPSTREAM_METRICS_ADDR", show_envvar=True,
+                        envvar=METRICS_ADDR_ENV, show_envvar=True,
                         help="Serve /metrics, /healthz and /readyz here (port 0: any free port; containers: "
                              "0.0.0.0:9100).")
 

@@ -95,9 +95,9 @@ def plan_from_topic(pipe: Pipeline, settings: KafkaSettings, wait_s: float) -> t
             f"no planner hand-off (TunerHandoff) for pipeline {pipe.name!r} on its control topic within "
             f"{wait_s:g} s: start the planner (`slipstream planner`) or give --plan FILE")
     try:
-        return planfile.from_dict(rec, pipeline=pipe), int(rec["epoch"])
+        return planfile.from_handoff(rec, pipeline=pipe), rec.epoch
     except planfile.PlanFileError as exc:
-        raise click.ClickException(f"the planner's hand-off of epoch {rec['epoch']}: {exc}") from None
+        raise click.ClickException(f"the planner's hand-off of epoch {rec.epoch}: {exc}") from None
 
 
 def tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_addr, plan_epoch=None):

@@ -19,15 +19,14 @@ wait included). Which calibration is in force: the newest, unless ``SLIPSTREAM_C
 from __future__ import annotations
 
 import math
-import os
 import statistics
 from pathlib import Path
 from typing import Any, Mapping
 
+from slipstream.streams.config import CALIBRATION_ENV, calibration_from_env
 from slipstream.streams.jsonfile import read_versioned, write_atomic
 
 FORMAT_VERSION = 1
-ENV = "SLIPSTREAM_CALIBRATION"
 
 
 class CalibrationError(ValueError):
@@ -70,7 +69,7 @@ class CalibrationStore:
     def in_force(self, choice: str | None = None) -> dict | None:
         """The calibration to use: ``choice`` (default ``$SLIPSTREAM_CALIBRATION``) is ``off``, a
         version number, or ``latest`` / unset (the newest, if any)."""
-        choice = (os.environ.get(ENV, "latest") if choice is None else choice).strip().lower()
+        choice = (calibration_from_env() if choice is None else choice).strip().lower()
         if choice == "off":
             return None
         if choice in ("", "latest"):
@@ -79,7 +78,8 @@ class CalibrationStore:
         try:
             return self.get(int(choice.lstrip("v")))
         except ValueError:
-            raise CalibrationError(f"{ENV}: expected off, latest or a version number, got {choice!r}") from None
+            raise CalibrationError(f"{CALIBRATION_ENV}: expected off, latest or a version number, "
+                                   f"got {choice!r}") from None
 
 
 def service_scale(doc: Mapping[str, Any] | None, variant: str, hardware: str, batch: int | None = None) -> float:
@@ -121,9 +121,9 @@ def pace_note(sources: tuple[str, ...]) -> str:
 def unmeasured_scale(doc: Mapping[str, Any] | None, hardware: str) -> float:
     """The scale of a variant no run measured: the median of the measured variants' scales on
     ``hardware``, else on any hardware, else 1 (no calibration). What slows every model on a machine
-    (its cores, what else runs there) slows one not yet run too; at 1, a re-plan saw an unmeasured
-    variant at its profile beside measured ones at x1.5-2.1 of theirs and chose it for a speed it
-    did not have (lite1 planned at 26 ms a batch of 1, served at 42)."""
+    (its cores, what else runs there) slows one not yet run too; at 1, a re-plan would see an
+    unmeasured variant at its profile beside measured ones at x1.5-2.1 of theirs and choose it for a
+    speed it does not have (e.g. planned at 26 ms a batch of 1, served at 42)."""
     scales = {k: float(v["scale"]) for k, v in ((doc or {}).get("service") or {}).items()}
     same = [s for k, s in scales.items() if k.endswith(f"@{hardware}")]
     pool = same or list(scales.values())

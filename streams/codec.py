@@ -21,6 +21,10 @@ dead letter or a skipped record naming it) instead of stalling the loop. Writers
 ``slipstream.streams.kafka`` registers a topic's schema with :func:`preregister` (in a thread) before encoding,
 and :func:`encode` on an event loop refuses a schema not registered yet instead of calling.
 
+**Typed records**: :func:`decode_typed` returns the record's class of ``slipstream.schemas.records``
+(a frozen dataclass built from the ``.avsc``); :func:`encode` takes one of those or a mapping. The
+bytes are the same either way.
+
 Decoding is strict: a missing header, an unknown record type, a truncated body or trailing bytes raise
 :class:`CodecError` naming the problem; nothing half-read is returned.
 
@@ -51,6 +55,7 @@ from fastavro.read import SchemaResolutionError
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from slipstream import schemas
+from slipstream.schemas import records
 from slipstream.streams.schema_registry import RegistryError, SchemaRegistry
 
 
@@ -87,15 +92,17 @@ class RecordCodec:
         """Accept records written with an older (or newer) generation of this record's schema."""
         self.known_writers[schema_fingerprint(writer_schema)] = writer_schema
 
-    def encode(self, value: Mapping[str, Any]) -> bytes:
+    def encode(self, value: Mapping[str, Any] | records.Record) -> bytes:
         """Single-object encoding."""
         return self._write(MAGIC + self.fp, value)
 
-    def encode_confluent(self, value: Mapping[str, Any], schema_id: int) -> bytes:
+    def encode_confluent(self, value: Mapping[str, Any] | records.Record, schema_id: int) -> bytes:
         """The Confluent wire format, for the registry's ``schema_id`` of this codec's schema."""
         return self._write(CONFLUENT_MAGIC + schema_id.to_bytes(4, "big"), value)
 
-    def _write(self, header: bytes, value: Mapping[str, Any]) -> bytes:
+    def _write(self, header: bytes, value: Mapping[str, Any] | records.Record) -> bytes:
+        if isinstance(value, records.Record):
+            value = value.to_dict()
         buf = io.BytesIO()
         buf.write(header)
         try:
@@ -205,8 +212,8 @@ def schema_json(record: str) -> str:
     return json.dumps(schemas.expanded(schemas.raw(record)))
 
 
-def encode(record: str, value: Mapping[str, Any], topic: str | None = None) -> bytes:
-    """``value`` as ``record``: the Confluent wire format under ``<topic>-value`` when a registry is set
+def encode(record: str, value: Mapping[str, Any] | records.Record, topic: str | None = None) -> bytes:
+    """``value`` (a mapping or the record's class) as ``record``: the Confluent wire format under ``<topic>-value`` when a registry is set
     and the topic is known, else single-object encoding."""
     c = codec(record)
     if _REGISTRY is None or topic is None:
@@ -224,6 +231,11 @@ def encode(record: str, value: Mapping[str, Any], topic: str | None = None) -> b
 
 def decode(record: str, data: bytes | None) -> dict[str, Any]:
     return codec(record).decode(data)
+
+
+def decode_typed(record: str, data: bytes | None) -> Any:
+    """:func:`decode` into the record's class (``slipstream.schemas.records``)."""
+    return records.CLASSES[record].from_dict(codec(record).decode(data))
 
 
 async def decode_fetched(record: str, data: bytes | None) -> dict[str, Any]:

@@ -20,6 +20,14 @@ or ``at-least-once`` (outputs delivered, then offsets committed; a crash can rep
 
 ``SLIPSTREAM_KAFKA_VERSION`` picks the Kafka release of the local brokers (:func:`kafka_version_from_env`;
 the supported ones and the default: ``slipstream.streams.broker.versions``).
+
+This module is the one place that reads Slipstream's settings from the process environment (a unit
+test, ``tests/unit/test_config.py``, fails on a read anywhere else); every variable's name is a
+``*_ENV`` constant here, also for the modules that set one for a child process. The process-level
+settings besides Kafka's: :func:`bootstrap_from_env`, :func:`cache_from_env`,
+:func:`stage_from_env`, :func:`metrics_addr_from_env`, :func:`calibration_from_env`,
+:func:`take_lifeline_fd`. Options of the CLI read theirs through click (``envvar=`` one of these
+constants).
 """
 from __future__ import annotations
 
@@ -28,6 +36,34 @@ import re
 import ssl
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+# The environment variables, each spelled once (the CLI's options name theirs with envvar=).
+BOOTSTRAP_ENV = "SLIPSTREAM_BOOTSTRAP"
+SECURITY_PROTOCOL_ENV = "SLIPSTREAM_SECURITY_PROTOCOL"
+SASL_MECHANISM_ENV = "SLIPSTREAM_SASL_MECHANISM"
+SASL_USERNAME_ENV = "SLIPSTREAM_SASL_USERNAME"
+SASL_PASSWORD_ENV = "SLIPSTREAM_SASL_PASSWORD"
+SSL_CAFILE_ENV = "SLIPSTREAM_SSL_CAFILE"
+REPLICATION_FACTOR_ENV = "SLIPSTREAM_REPLICATION_FACTOR"
+MIN_INSYNC_REPLICAS_ENV = "SLIPSTREAM_MIN_INSYNC_REPLICAS"
+PROCESSING_ENV = "SLIPSTREAM_PROCESSING"
+SESSION_TIMEOUT_ENV = "SLIPSTREAM_SESSION_TIMEOUT_S"
+SCHEMA_REGISTRY_ENV = "SLIPSTREAM_SCHEMA_REGISTRY_URL"
+TOPIC_PREFIX_ENV, GROUP_PREFIX_ENV = "SLIPSTREAM_TOPIC_PREFIX", "SLIPSTREAM_GROUP_PREFIX"
+KAFKA_VERSION_ENV = "SLIPSTREAM_KAFKA_VERSION"
+KAFKA_STATE_ENV, KAFKA_HOST_ENV = "SLIPSTREAM_STATE_KAFKA", "SLIPSTREAM_KAFKA_HOST"
+PIPELINE_ENV, STAGE_ENV = "SLIPSTREAM_PIPELINE", "SLIPSTREAM_STAGE"
+CACHE_ENV = "SLIPSTREAM_CACHE"
+METRICS_ADDR_ENV = "SLIPSTREAM_METRICS_ADDR"
+METRICS_PORT_ENV = "SLIPSTREAM_METRICS_PORT"  # not a setting: a worker refuses to start when it is set
+CALIBRATION_ENV = "SLIPSTREAM_CALIBRATION"
+LIFELINE_ENV = "SLIPSTREAM_LIFELINE_FD"
+STATE_DIR_ENV = "SLIPSTREAM_STATE_DIR"
+MAX_INSTANCES_ENV, PROFILES_ENV = "SLIPSTREAM_MAX_INSTANCES", "SLIPSTREAM_PROFILES"
+COMMIT_INTERVAL_ENV, JOIN_MEMORY_ENV = "SLIPSTREAM_COMMIT_INTERVAL_S", "SLIPSTREAM_JOIN_MEMORY"
+GATEWAY_ADDR_ENV, GATEWAY_GRPC_PORT_ENV = "SLIPSTREAM_GATEWAY_ADDR", "SLIPSTREAM_GATEWAY_GRPC_PORT"
+GATEWAY_URL_ENV = "SLIPSTREAM_GATEWAY_URL"
+RESEARCH_DATA_ENV = "SLIPSTREAM_RESEARCH_DATA"
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
 DEFAULT_PREFIX = "slipstream"
@@ -69,18 +105,18 @@ class KafkaSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "KafkaSettings":
-        e = os.environ if env is None else env
+        e = _env(env)
         return cls(
-            bootstrap=e.get("SLIPSTREAM_BOOTSTRAP", DEFAULT_BOOTSTRAP),
-            security_protocol=e.get("SLIPSTREAM_SECURITY_PROTOCOL", "PLAINTEXT"),
-            sasl_mechanism=e.get("SLIPSTREAM_SASL_MECHANISM"),
-            sasl_username=e.get("SLIPSTREAM_SASL_USERNAME"),
-            sasl_password=e.get("SLIPSTREAM_SASL_PASSWORD"),
-            ssl_cafile=e.get("SLIPSTREAM_SSL_CAFILE"),
-            replication_factor=_int(e, "SLIPSTREAM_REPLICATION_FACTOR"),
-            min_insync_replicas=_int(e, "SLIPSTREAM_MIN_INSYNC_REPLICAS"),
-            processing=e.get("SLIPSTREAM_PROCESSING") or DEFAULT_PROCESSING,
-            session_timeout_s=_float(e, "SLIPSTREAM_SESSION_TIMEOUT_S") or DEFAULT_SESSION_TIMEOUT_S,
+            bootstrap=e.get(BOOTSTRAP_ENV, DEFAULT_BOOTSTRAP),
+            security_protocol=e.get(SECURITY_PROTOCOL_ENV, "PLAINTEXT"),
+            sasl_mechanism=e.get(SASL_MECHANISM_ENV),
+            sasl_username=e.get(SASL_USERNAME_ENV),
+            sasl_password=e.get(SASL_PASSWORD_ENV),
+            ssl_cafile=e.get(SSL_CAFILE_ENV),
+            replication_factor=_int(e, REPLICATION_FACTOR_ENV),
+            min_insync_replicas=_int(e, MIN_INSYNC_REPLICAS_ENV),
+            processing=e.get(PROCESSING_ENV) or DEFAULT_PROCESSING,
+            session_timeout_s=_float(e, SESSION_TIMEOUT_ENV) or DEFAULT_SESSION_TIMEOUT_S,
         )
 
     @property
@@ -130,14 +166,14 @@ def _number(env: Mapping[str, str], name: str, kind: type, what: str):
 def schema_registry_from_env(env: Mapping[str, str] | None = None) -> str | None:
     """``SLIPSTREAM_SCHEMA_REGISTRY_URL``: a Confluent-compatible registry, which switches writers to the
     Confluent wire format (``slipstream.streams.codec.use_registry``); unset or empty: single-object encoding."""
-    return (os.environ if env is None else env).get("SLIPSTREAM_SCHEMA_REGISTRY_URL") or None
+    return _env(env).get(SCHEMA_REGISTRY_ENV) or None
 
 
 def prefixes_from_env(env: Mapping[str, str] | None = None) -> tuple[str, str]:
     """(topic prefix, consumer-group prefix) from ``SLIPSTREAM_TOPIC_PREFIX`` / ``SLIPSTREAM_GROUP_PREFIX``."""
-    e = os.environ if env is None else env
-    out = (e.get("SLIPSTREAM_TOPIC_PREFIX") or DEFAULT_PREFIX, e.get("SLIPSTREAM_GROUP_PREFIX") or DEFAULT_PREFIX)
-    for name, value in zip(("SLIPSTREAM_TOPIC_PREFIX", "SLIPSTREAM_GROUP_PREFIX"), out):
+    e = _env(env)
+    out = (e.get(TOPIC_PREFIX_ENV) or DEFAULT_PREFIX, e.get(GROUP_PREFIX_ENV) or DEFAULT_PREFIX)
+    for name, value in zip((TOPIC_PREFIX_ENV, GROUP_PREFIX_ENV), out):
         if not _LEGAL_PREFIX.fullmatch(value):
             raise ValueError(f"{name} may hold only letters, digits, '.', '_' and '-', got {value!r}")
     return out
@@ -146,4 +182,50 @@ def prefixes_from_env(env: Mapping[str, str] | None = None) -> tuple[str, str]:
 def kafka_version_from_env(env: Mapping[str, str] | None = None) -> str | None:
     """``SLIPSTREAM_KAFKA_VERSION``: the Kafka release the local brokers run (``slipstream kafka up``, the
     tests' own brokers, chaos); unset or empty: the default (``slipstream.streams.broker.versions``)."""
-    return (os.environ if env is None else env).get("SLIPSTREAM_KAFKA_VERSION") or None
+    return _env(env).get(KAFKA_VERSION_ENV) or None
+
+
+def bootstrap_from_env(env: Mapping[str, str] | None = None) -> str | None:
+    """``SLIPSTREAM_BOOTSTRAP`` as given: a Kafka the caller must use rather than start its own; unset or
+    empty: None (:meth:`KafkaSettings.from_env` then falls back to :data:`DEFAULT_BOOTSTRAP`)."""
+    return _env(env).get(BOOTSTRAP_ENV) or None
+
+
+def cache_from_env(env: Mapping[str, str] | None = None) -> str | None:
+    """``SLIPSTREAM_CACHE``: the model cache directory (``slipstream.agents.zoo``); unset or empty: None,
+    the zoo's default."""
+    return _env(env).get(CACHE_ENV) or None
+
+
+def stage_from_env(env: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
+    """(``SLIPSTREAM_PIPELINE``, ``SLIPSTREAM_STAGE``): the spec file and stage of a worker started by
+    ``faust -A slipstream.agents.app worker``; no defaults (None when unset)."""
+    e = _env(env)
+    return e.get(PIPELINE_ENV), e.get(STAGE_ENV)
+
+
+def metrics_addr_from_env(default: str, env: Mapping[str, str] | None = None) -> str:
+    """``SLIPSTREAM_METRICS_ADDR`` (``HOST:PORT`` of /metrics, /healthz, /readyz), else ``default``."""
+    return _env(env).get(METRICS_ADDR_ENV, default)
+
+
+def metrics_port_set(env: Mapping[str, str] | None = None) -> bool:
+    """Whether ``SLIPSTREAM_METRICS_PORT`` is set: not a setting, a worker refuses it and names
+    ``SLIPSTREAM_METRICS_ADDR`` instead."""
+    return bool(_env(env).get(METRICS_PORT_ENV))
+
+
+def calibration_from_env(env: Mapping[str, str] | None = None) -> str:
+    """``SLIPSTREAM_CALIBRATION``: ``off``, ``latest`` or a version (``slipstream.streams.calibration``);
+    default ``latest``."""
+    return _env(env).get(CALIBRATION_ENV, "latest")
+
+
+def take_lifeline_fd() -> str | None:
+    """``SLIPSTREAM_LIFELINE_FD`` (``slipstream.streams.procs.lifeline``), removed from this process's
+    environment so its own children do not inherit it; None when unset."""
+    return os.environ.pop(LIFELINE_ENV, None)
+
+
+def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
+    return os.environ if env is None else env

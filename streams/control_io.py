@@ -32,9 +32,10 @@ from typing import AsyncIterator, Callable, Mapping
 import numpy as np
 from aiokafka import TopicPartition
 
+from slipstream.schemas.records import StageConfig, TunerHandoff, of as record_class
 from slipstream.streams import admin, codec, kafka as kclient, topics
 from slipstream.streams.config import KafkaSettings
-from slipstream.streams.control_rules import InvalidControl, check, check_key
+from slipstream.streams.control_rules import KINDS, InvalidControl, check, check_key
 from slipstream.streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
@@ -69,8 +70,8 @@ class KafkaArrivals:
     (see the module docstring); control records go to ``on_stage_config`` / ``on_handoff``."""
 
     def __init__(self, settings: KafkaSettings, pipeline: str, source_stage: str, *,
-                 on_stage_config: Callable[[Mapping], None], lookback_s: float = 60.0,
-                 poll_ms: int = 20, on_handoff: Callable[[Mapping], None] | None = None,
+                 on_stage_config: Callable[[StageConfig], None], lookback_s: float = 60.0,
+                 poll_ms: int = 20, on_handoff: Callable[[TunerHandoff], None] | None = None,
                  lookback_step_s: float = 0.25, metadata_refresh_s: float = 5.0,
                  spec: Pipeline | None = None, on_invalid: Callable[[], None] | None = None) -> None:
         self.settings = settings
@@ -220,7 +221,7 @@ class KafkaPublisher:
             await self._producer.stop()
             self._producer = None
 
-    async def publish(self, topic: str, record: str, value: Mapping, key: str) -> int:
+    async def publish(self, topic: str, record: str, value: StageConfig | TunerHandoff | Mapping, key: str) -> int:
         """Send and await delivery; returns the record's offset (on the control topic: its epoch)."""
         fut = await kclient.send(self._producer, topic, record, value, key=key)
         return (await fut).offset
@@ -231,23 +232,24 @@ def record_type(r) -> str:
     return dict(r.headers or ()).get(kclient.SCHEMA_HEADER, b"StageConfig").decode(errors="replace")
 
 
-def read_record(r, pipeline: str, spec: Pipeline | None = None) -> tuple[str, dict]:
-    """(record type, value) of a control-topic record, checked by ``slipstream.streams.control_rules`` (key,
-    type, body, fields; ``spec``: the reader's pipeline, for its stages and variants). The value's
-    ``epoch`` is the record's offset: the order of the control topic (one partition), which no writer
-    can repeat or overflow. Raises :class:`InvalidControl` naming the problem."""
+def read_record(r, pipeline: str, spec: Pipeline | None = None) -> tuple[str, StageConfig | TunerHandoff]:
+    """(record type, typed value: ``slipstream.schemas.records``) of a control-topic record, checked by
+    ``slipstream.streams.control_rules`` (key, type, body, fields; ``spec``: the reader's pipeline, for its
+    stages and variants). The value's ``epoch`` is the record's offset: the order of the control topic
+    (one partition), which no writer can repeat or overflow. Raises :class:`InvalidControl` naming the
+    problem."""
     key = check_key(r.key)
     if r.partition != 0:
         raise InvalidControl(f"partition {r.partition}: the control topic has one partition (its offsets "
                              "order the records)")
     kind = record_type(r)
     try:
-        rec = codec.decode(kind, r.value) if kind in ("StageConfig", "TunerHandoff") else {}
+        rec = codec.decode(kind, r.value) if kind in KINDS else {}
     except codec.CodecError as exc:
         raise InvalidControl(str(exc)) from None
     check(kind, key, rec, pipeline, spec)
     rec["epoch"] = int(r.offset)
-    return kind, rec
+    return kind, record_class(kind).from_dict(rec)
 
 
 def skipped(r, exc: InvalidControl, count: Callable[[], None] | None = None) -> None:
@@ -273,11 +275,11 @@ async def stage_partitions(settings: KafkaSettings, pipeline: str, stages: list[
     return {names[t]: n for t, n in counts.items()}
 
 
-def control_records(records, kind: str, pipeline: str, spec: Pipeline | None = None) -> list[dict]:
-    """The valid ``kind`` records (StageConfig, TunerHandoff) among control-topic records
+def control_records(msgs, kind: str, pipeline: str, spec: Pipeline | None = None) -> list:
+    """The valid ``kind`` records (StageConfig, TunerHandoff) among control-topic messages
     (:func:`read_record`); invalid ones are logged and skipped."""
     out = []
-    for r in records:
+    for r in msgs:
         try:
             got, rec = read_record(r, pipeline, spec)
         except InvalidControl as exc:
@@ -290,14 +292,14 @@ def control_records(records, kind: str, pipeline: str, spec: Pipeline | None = N
 
 async def read_control_topic(settings: KafkaSettings, pipeline: str, kind: str, *, timeout_s: float = 10.0,
                        wait_s: float = 0.0, on_wait: Callable[[str, float], None] | None = None,
-                       spec: Pipeline | None = None) -> list[dict]:
+                       spec: Pipeline | None = None) -> list:
     """Every ``kind`` record on the pipeline's control topic, read to its end (within ``timeout_s``).
     When there is none and ``wait_s`` > 0: ``on_wait(topic, wait_s)``, then follow the topic until one
     arrives or ``wait_s`` has passed (an empty list)."""
     topic = topics.control(pipeline)
     cons = kclient.consumer(settings, group_id=None, enable_auto_commit=False)
     await cons.start()
-    found: list[dict] = []
+    found: list = []
 
     async def take(batch) -> None:
         await codec.prefetch(r.value for records in batch.values() for r in records)
@@ -327,43 +329,42 @@ async def read_control_topic(settings: KafkaSettings, pipeline: str, kind: str, 
 
 async def latest_epoch(settings: KafkaSettings, pipeline: str, timeout_s: float = 10.0) -> int:
     """The highest StageConfig epoch on the pipeline's control topic (0 when it is empty)."""
-    records = await read_control_topic(settings, pipeline, "StageConfig", timeout_s=timeout_s)
-    return max((int(r["epoch"]) for r in records), default=0)
+    configs = await read_control_topic(settings, pipeline, "StageConfig", timeout_s=timeout_s)
+    return max((r.epoch for r in configs), default=0)
 
 
-def newest_handoff(records: list[dict], pipeline: str) -> dict | None:
+def newest_handoff(handoffs: list[TunerHandoff], pipeline: str) -> TunerHandoff | None:
     """The pipeline's TunerHandoff of the highest epoch (None when there is none)."""
-    mine = [r for r in records if r.get("pipeline") == pipeline]
-    return max(mine, key=lambda r: int(r["epoch"]), default=None)
+    mine = [r for r in handoffs if r.pipeline == pipeline]
+    return max(mine, key=lambda r: r.epoch, default=None)
 
 
 async def latest_handoff(settings: KafkaSettings, pipeline: str, *, wait_s: float = 0.0,
-                         on_wait: Callable[[str, float], None] | None = None) -> dict | None:
+                         on_wait: Callable[[str, float], None] | None = None) -> TunerHandoff | None:
     """The planner's latest TunerHandoff on the pipeline's control topic, waiting up to ``wait_s`` for
     one when there is none yet (None after that)."""
-    records = await read_control_topic(settings, pipeline, "TunerHandoff", wait_s=wait_s, on_wait=on_wait)
-    return newest_handoff(records, pipeline)
+    handoffs = await read_control_topic(settings, pipeline, "TunerHandoff", wait_s=wait_s, on_wait=on_wait)
+    return newest_handoff(handoffs, pipeline)
 
 
-def planned_capacity_qps(handoff: Mapping | None, replicas: Mapping[str, int],
+def planned_capacity_qps(handoff: TunerHandoff | None, replicas: Mapping[str, int],
                          routing: Mapping[str, Mapping[str, float]] | None = None) -> float | None:
     """The slowest stage's capacity in pipeline requests/s from the planner's hand-off, with the replicas
     of the StageConfigs in force (the tuner changes them) where known. A stage whose hand-off names a
     ladder of variants (loki) serves at its ``routing`` shares in force (the tuner moves them):
     n / sum_v f_v / c_v, with c_v what one replica serves on v."""
-    if not handoff or not handoff.get("stages"):
+    if handoff is None or not handoff.stages:
         return None
-    ladders = {c["stage"]: {r["variant"]: r["rate_qps"] for r in c.get("ladder") or ()}
-               for c in handoff.get("capacity") or ()}
+    ladders = {c.stage: {r.variant: r.rate_qps for r in c.ladder} for c in handoff.capacity}
     caps = []
-    for s in handoff["stages"]:
-        n = replicas.get(s["stage"], s["replicas"])
-        shares = _shares(routing, s["stage"])
-        rates = ladders.get(s["stage"], {})
+    for s in handoff.stages:
+        n = replicas.get(s.stage, s.replicas)
+        shares = _shares(routing, s.stage)
+        rates = ladders.get(s.stage, {})
         if shares and all(rates.get(v, 0) > 0 for v in shares):
             caps.append(n * sum(shares.values()) / sum(f / rates[v] for v, f in shares.items()))
         else:
-            caps.append(s["mu_qps"] * n / max(s["visit_ratio"], 1e-9))
+            caps.append(s.mu_qps * n / max(s.visit_ratio, 1e-9))
     return min(caps + [host_capacity_qps(handoff, routing)])
 
 
@@ -371,24 +372,24 @@ def _shares(routing: Mapping[str, Mapping[str, float]] | None, stage: str) -> di
     return {v: f for v, f in ((routing or {}).get(stage) or {}).items() if f > 0}
 
 
-def host_capacity_qps(handoff: Mapping, routing: Mapping[str, Mapping[str, float]] | None = None) -> float:
+def host_capacity_qps(handoff: TunerHandoff, routing: Mapping[str, Mapping[str, float]] | None = None) -> float:
     """What the hand-off's host serves whatever the replicas (``slipstream.planner.cores.host_qps``): its free
     cores over the CPU one request takes, the co-located processes' plus each stage's visits times
     its CPU per item (a loki stage's at its ``routing`` shares in force); inf without a host."""
-    host = handoff.get("host")
-    if not host or host["free_cores"] <= 0:
+    host = handoff.host
+    if host is None or host.free_cores <= 0:
         return math.inf
-    visits = {s["stage"]: s["visit_ratio"] for s in handoff["stages"]}
-    ms = host["request_cpu_ms"]
-    for c in handoff.get("capacity") or ():
-        rungs = {r["variant"]: r.get("cpu_ms_per_item", 0.0) for r in c.get("ladder") or ()}
-        shares = _shares(routing, c["stage"])
+    visits = {s.stage: s.visit_ratio for s in handoff.stages}
+    ms = host.request_cpu_ms
+    for c in handoff.capacity:
+        rungs = {r.variant: r.cpu_ms_per_item for r in c.ladder}
+        shares = _shares(routing, c.stage)
         if shares and all(rungs.get(v, 0) > 0 for v in shares):
             per_item = sum(f * rungs[v] for v, f in shares.items()) / sum(shares.values())
         else:
-            per_item = c.get("cpu_ms_per_item", 0.0)
-        ms += visits.get(c["stage"], 1.0) * per_item
-    return host["free_cores"] * 1000.0 / ms if ms > 0 else math.inf
+            per_item = c.cpu_ms_per_item
+        ms += visits.get(c.stage, 1.0) * per_item
+    return host.free_cores * 1000.0 / ms if ms > 0 else math.inf
 
 
 class PlanInForce:
@@ -398,19 +399,19 @@ class PlanInForce:
 
     def __init__(self, pipeline: str) -> None:
         self.pipeline = pipeline
-        self.configs: dict[str, dict] = {}
-        self.handoff: dict | None = None
+        self.configs: dict[str, StageConfig] = {}
+        self.handoff: TunerHandoff | None = None
 
-    def add(self, kind: str, rec: Mapping) -> None:
-        if rec.get("pipeline") != self.pipeline:
+    def add(self, kind: str, rec: StageConfig | TunerHandoff) -> None:
+        if rec.pipeline != self.pipeline:
             return
         if kind == "StageConfig":
-            old = self.configs.get(rec["stage"])
-            if old is None or rec["epoch"] >= old["epoch"]:  # epoch = offset
-                self.configs[rec["stage"]] = dict(rec)
-        elif kind == "TunerHandoff" and (self.handoff is None or rec["epoch"] >= self.handoff["epoch"]):
-            self.handoff = dict(rec)
+            old = self.configs.get(rec.stage)
+            if old is None or rec.epoch >= old.epoch:  # epoch = offset
+                self.configs[rec.stage] = rec
+        elif kind == "TunerHandoff" and (self.handoff is None or rec.epoch >= self.handoff.epoch):
+            self.handoff = rec
 
     def capacity_qps(self) -> float | None:
-        return planned_capacity_qps(self.handoff, {s: c["replicas"] for s, c in self.configs.items()},
-                                    {s: c.get("routing") or {} for s, c in self.configs.items()})
+        return planned_capacity_qps(self.handoff, {s: c.replicas for s, c in self.configs.items()},
+                                    {s: c.routing for s, c in self.configs.items()})

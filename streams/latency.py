@@ -73,8 +73,8 @@ class LatencyCurve:
 PREDICT_WINDOW = 10  # RecentLatency: the last runs per batch size it keeps
 PREDICT_PERCENTILE = 99.0  # ... and the percentile of them it predicts (the estimator mirrors both)
 # ... of the runs of the last PREDICT_HORIZON_S seconds. Without a horizon one stalled run past the
-# SLO (428 ms in demo run s11-demo-1, SLO 400 ms) had every later request dropped as certain to be
-# late, so nothing ran again to correct it: the stage answered nothing for 150 s.
+# SLO (say 428 ms against 400 ms) would have every later request dropped as certain to be late, so
+# nothing would run again to correct it and the stage would answer nothing.
 PREDICT_HORIZON_S = 5.0
 
 

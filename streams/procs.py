@@ -7,7 +7,7 @@ starts) hold a *lifeline*: the read end of a pipe whose write end only the paren
 (:func:`lifeline`). However the parent ends, SIGKILL included, the kernel closes that end and the
 child's read returns EOF; :func:`exit_with_parent` (the worker calls it first thing) then stops the
 child as SIGTERM does, and kills it after a grace period. Without it, the workers of a killed run
-stayed in their consumer groups and served later runs' requests unseen."""
+would stay in their consumer groups and serve later runs' requests unseen."""
 from __future__ import annotations
 
 import os
@@ -19,7 +19,8 @@ import sys
 import threading
 from typing import Mapping, Sequence
 
-LIFELINE_ENV = "SLIPSTREAM_LIFELINE_FD"
+from slipstream.streams.config import LIFELINE_ENV, take_lifeline_fd
+
 EXIT_GRACE_S = 30.0  # after the SIGTERM a lost parent causes: a worker's drain is bounded well within it
 _pipe: tuple[int, int] | None = None
 _pipe_lock = threading.Lock()
@@ -63,7 +64,7 @@ def exit_with_parent(grace_s: float = EXIT_GRACE_S, on_lost=None) -> threading.T
     """When this process was given a lifeline (:func:`lifeline`), watch it on a daemon thread: at EOF
     (the parent is gone) send this process SIGTERM and, if it still runs ``grace_s`` later, SIGKILL.
     ``on_lost`` (a callable) is told first, for a log line. None without a lifeline."""
-    raw = os.environ.pop(LIFELINE_ENV, None)  # not for this process's own children
+    raw = take_lifeline_fd()
     if raw is None:
         return None
     try:

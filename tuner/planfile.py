@@ -27,10 +27,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from slipstream.schemas.records import TunerHandoff
 from slipstream.streams.spec import Pipeline
 from slipstream.tuner.envelope import EnvelopeSnapshot, doubling_windows
 from slipstream.tuner.ladder import Rung
-from slipstream.tuner.policy import StagePlan, TunerPlan
+from slipstream.tuner.policy import StageSizing, TunerPlan
 
 
 class PlanFileError(ValueError):
@@ -59,7 +60,7 @@ def _rung(doc: Mapping[str, Any]) -> Rung:
 
 def from_dict(doc: Mapping[str, Any], *, pipeline: Pipeline | None = None) -> TunerPlan:
     """Validate a plan document (and, given the pipeline, that its stages are the pipeline's). A
-    document without ``capacity`` (written before it) sizes every stage to the sample's envelope."""
+    document without ``capacity`` sizes every stage to the sample's envelope."""
     try:
         windows = tuple(float(w) for w in doc["windows_s"])
         rates = tuple(float(r) for r in doc["rates_qps"])
@@ -67,7 +68,7 @@ def from_dict(doc: Mapping[str, Any], *, pipeline: Pipeline | None = None) -> Tu
                                  str(c.get("variant") or ""), tuple(float(x) for x in c.get("service_ms") or ()),
                                  tuple(_rung(r) for r in c.get("ladder") or ()))
                for c in doc.get("capacity") or ()}
-        stages = tuple(StagePlan(str(s["stage"]), int(s["replicas"]), float(s["mu_qps"]),
+        stages = tuple(StageSizing(str(s["stage"]), int(s["replicas"]), float(s["mu_qps"]),
                                  float(s["visit_ratio"]), *cap.get(str(s["stage"]), (0.0, ())))
                        for s in doc["stages"])
         plan = TunerPlan(EnvelopeSnapshot(windows, rates), float(doc["mean_rate_qps"]), stages)
@@ -89,6 +90,11 @@ def from_dict(doc: Mapping[str, Any], *, pipeline: Pipeline | None = None) -> Tu
         if odd:
             raise PlanFileError(f"tuner plan: ladder variants {odd} are not in pipeline {pipeline.name!r}")
     return plan
+
+
+def from_handoff(rec: TunerHandoff, *, pipeline: Pipeline | None = None) -> TunerPlan:
+    """:func:`from_dict` of a TunerHandoff record (the control topic's form of this document)."""
+    return from_dict(rec.to_dict(), pipeline=pipeline)
 
 
 def load(path: str | Path, *, pipeline: Pipeline | None = None) -> TunerPlan:
@@ -120,7 +126,7 @@ def plan_for_pipeline(pipeline: Pipeline, arrivals_s: np.ndarray, mu_qps: Mappin
     if missing:
         raise PlanFileError(f"mu_qps missing for stages {missing}")
     reps = replicas or {}
-    stages = tuple(StagePlan(s.name, int(reps.get(s.name, s.defaults.replicas)), float(mu_qps[s.name]),
+    stages = tuple(StageSizing(s.name, int(reps.get(s.name, s.defaults.replicas)), float(mu_qps[s.name]),
                              pipeline.visit_ratio(s.name)) for s in pipeline.stages)
     ts = service_time_s if service_time_s is not None else default_service_time_s(pipeline, mu_qps)
     return TunerPlan.from_sample(arrivals_s, doubling_windows(ts), stages)

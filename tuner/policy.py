@@ -33,7 +33,7 @@ envelope and lambda = the planned rate):
   ``k_m = max(R_m, ceil(lambda_new * s_m / (mu_m * rho_m)))`` with the stage's own ``rho_m``, so
   traffic back at the planned rate gives back the planned count ``R_m``, and never less: going below
   the plan is the planner's call, made on its re-planning interval (InferLine's ``rho_min = min_m rho_m`` keeps
-  every stage but the tightest above its plan for good: the demo's replicas never came down), raised
+  every stage but the tightest above its plan for good: the demo's replicas would never come down), raised
   to what the envelope of the last ``down_horizon_s`` would scale straight back up to from ``k_m`` (no
   flapping), and never above ``n_m``.
 - **bounds**: targets stay within ``[min_replicas, max_replicas]``; what the envelope asked beyond
@@ -63,8 +63,14 @@ _EPS = 1e-9  # ceil(R * (1 + rounding)) must stay R
 
 
 @dataclass(frozen=True)
-class StagePlan:
-    """What the planner hands the tuner for one stage."""
+class StageSizing:
+    """What the planner hands the tuner for one stage (a ``StageHandoff`` with its ``StageCapacity`` of
+    the TunerHandoff record): the numbers the scaling formulas size its replicas by.
+
+    Not the planner's ``StagePlan`` (``slipstream.planner.plan``), which says what a stage runs (its
+    assignments of variant, hardware, max batch and replicas, and its partitions). This says how much
+    the planned replicas serve: R_m, mu_m, s_m and the capacity. The tuner reads it from the
+    hand-off record, never from the planner's code, so the two stay separate types."""
 
     stage: str
     replicas: int  # R_m, planned
@@ -101,7 +107,7 @@ class TunerPlan:
 
     envelope: EnvelopeSnapshot
     mean_rate_qps: float  # lambda of the sample trace
-    stages: tuple[StagePlan, ...]
+    stages: tuple[StageSizing, ...]
 
     def __post_init__(self) -> None:
         if not self.mean_rate_qps > 0:
@@ -115,7 +121,7 @@ class TunerPlan:
             raise ValueError(f"stages {odd}: window capacities must be one per plan window ({n})")
 
     @classmethod
-    def from_sample(cls, arrivals_s, windows_s, stages: tuple[StagePlan, ...]) -> "TunerPlan":
+    def from_sample(cls, arrivals_s, windows_s, stages: tuple[StageSizing, ...]) -> "TunerPlan":
         """The planned envelope and mean rate of a sample trace (arrival times in seconds)."""
         arr = np.sort(np.asarray(arrivals_s, dtype=np.float64))
         if arr.size < 2 or arr[-1] <= arr[0]:
@@ -124,17 +130,17 @@ class TunerPlan:
         snap = EnvelopeSnapshot(tuple(float(w) for w in windows_s), tuple(float(r) for r in rates))
         return cls(snap, float(arr.size / (arr[-1] - arr[0])), tuple(stages))
 
-    def rho(self, stage: StagePlan, rate_qps: float | None = None) -> float:
+    def rho(self, stage: StageSizing, rate_qps: float | None = None) -> float:
         """Provisioning ratio that maps ``rate_qps`` (default: :meth:`sized_rate`) to the planned count."""
         rate = self.sized_rate(stage) if rate_qps is None else rate_qps
         return rate * stage.visit_ratio / (stage.mu_qps * stage.replicas)
 
-    def sized_rate(self, stage: StagePlan) -> float:
+    def sized_rate(self, stage: StageSizing) -> float:
         """The rate the planned replicas are sized for: their capacity when the hand-off says it,
         else the planned rate lambda."""
         return stage.capacity_qps if stage.window_capacity_qps else self.mean_rate_qps
 
-    def sized_envelope(self, stage: StagePlan) -> tuple[float, ...]:
+    def sized_envelope(self, stage: StageSizing) -> tuple[float, ...]:
         """Per plan window w_i, the rate the planned replicas are sized for. With the hand-off's
         capacity: what they serve within the SLO of a burst that lasts as long again (the capacity
         at the first plan window >= 2 w_i, the last beyond it): the tuner sees an excess only once
@@ -282,21 +288,21 @@ def observe(tracker: EnvelopeTracker, plan: TunerPlan, now_ns: int, config: "Tun
 # ---- steps
 
 
-def demand(rate_qps: float, planned_qps: float, plan: TunerPlan, stage: StagePlan, rho_mode: str) -> int:
+def demand(rate_qps: float, planned_qps: float, plan: TunerPlan, stage: StageSizing, rho_mode: str) -> int:
     """k_{m,i}: replicas of ``stage`` that a live ``rate_qps`` asks for at a window whose planned
     (sized-for) rate is ``planned_qps``."""
     rho = plan.rho(stage, planned_qps) if rho_mode == "per-window" and planned_qps > 0 else plan.rho(stage)
     return replicas_for_rate(rate_qps, stage, rho)
 
 
-def replicas_for_rate(rate_qps: float, stage: StagePlan, rho: float) -> int:
+def replicas_for_rate(rate_qps: float, stage: StageSizing, rho: float) -> int:
     """ceil(rate * s_m / (mu_m * rho)), with a tolerance so the planned rate gives exactly R_m."""
     if stage.visit_ratio == 0:
         return 0
     return max(0, math.ceil(rate_qps * stage.visit_ratio / (stage.mu_qps * rho) - _EPS))
 
 
-def stage_up_target(plan: TunerPlan, stage: StagePlan, running: int, live: EnvelopeSnapshot,
+def stage_up_target(plan: TunerPlan, stage: StageSizing, running: int, live: EnvelopeSnapshot,
                     slack_sigma: float, rho_mode: str) -> tuple[int, Trigger | None]:
     """max(running, k over triggering windows) and the window that asked for the most."""
     if live.windows_s != plan.envelope.windows_s:
@@ -314,7 +320,7 @@ def stage_up_target(plan: TunerPlan, stage: StagePlan, running: int, live: Envel
     return best, top
 
 
-def down_target(plan: TunerPlan, stage: StagePlan, running: int, live: "LiveTraffic", rho_mode: str,
+def down_target(plan: TunerPlan, stage: StageSizing, running: int, live: "LiveTraffic", rho_mode: str,
                 slack_sigma: float) -> int:
     """min(running, max(k at the stage's rho, the planned count, what the recent envelope would scale
     straight back up to)). Below the planned count is the planner's call (it re-plans on its interval).
@@ -343,7 +349,7 @@ def _changes(before: Mapping[str, int], after: Mapping[str, int], reason: str,
     return tuple(out)
 
 
-def stage_shares(plan: TunerPlan, stage: StagePlan, shares: Mapping[str, float], replicas: int,
+def stage_shares(plan: TunerPlan, stage: StageSizing, shares: Mapping[str, float], replicas: int,
                  live: LiveTraffic, quiet: bool, config: TunerConfig) -> ShareChange | None:
     """Loki's accuracy scaling in the fast loop, for a stage with a ladder running ``shares`` on
     ``replicas`` replicas: when the shares do not cover the live envelope (``slipstream.tuner.ladder.mix_load``

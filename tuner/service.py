@@ -27,11 +27,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import AsyncIterator, Awaitable, Callable, Mapping
 
 import numpy as np
 
+from slipstream.schemas.records import ScalingAction, StageConfig, TunerHandoff
 from slipstream.streams import topics
 from slipstream.streams.control_rules import next_epoch
 from slipstream.streams.placement import layout
@@ -48,7 +49,7 @@ from slipstream.tuner.policy import (ScaleDecision, ShareChange, StageChange, Tu
 
 log = logging.getLogger(__name__)
 
-Publish = Callable[[str, str, Mapping, str], Awaitable[None]]  # (topic, record type, value, key)
+Publish = Callable[[str, str, StageConfig | ScalingAction, str], Awaitable[None]]  # (topic, record type, value, key)
 GrowPartitions = Callable[[str, int], Awaitable[int]]  # (topic, count) -> count after
 
 
@@ -73,31 +74,30 @@ class ServiceSettings:
         return replicas if self.max_instances is None else layout(replicas, self.max_instances).workers
 
 
-def stage_config_record(pipeline: Pipeline, latest: Mapping | None, stage: str, replicas: int,
-                        partitions: int, reason: str, shares: Mapping[str, float] | None = None) -> dict:
+def stage_config_record(pipeline: Pipeline, latest: StageConfig | None, stage: str, replicas: int,
+                        partitions: int, reason: str, shares: Mapping[str, float] | None = None) -> StageConfig:
     """The stage's latest StageConfig with the tuner's replicas (and ``shares``: its routing, every
     variant the latest one named kept, at 0 when not given one); the spec's defaults if none was seen."""
     if latest is None:
         d = pipeline.stage(stage).defaults
-        latest = {"pipeline": pipeline.name, "stage": stage, "variant": d.variant, "hardware": d.hardware,
-                  "max_batch": d.max_batch, "batch_timeout_ms": d.batch_timeout_ms, "replicas": d.replicas,
-                  "partitions": d.partitions, "epoch": 0, "planner_mode": "defaults",
-                  "predicted_p99_ms": None, "routing": {}, "cost_per_hour": 0.0, "reason": ""}
-    hw = pipeline.hardware.get(latest["hardware"])
+        latest = StageConfig(pipeline=pipeline.name, stage=stage, variant=d.variant, hardware=d.hardware,
+                             max_batch=d.max_batch, batch_timeout_ms=d.batch_timeout_ms, replicas=d.replicas,
+                             partitions=d.partitions, epoch=0, planner_mode="defaults", predicted_p99_ms=None)
+    hw = pipeline.hardware.get(latest.hardware)
     price = hw.cost_per_hour if hw is not None else 0.0
-    routing = latest.get("routing") or {}
+    routing = latest.routing
     if shares is not None:
         routing = {**{v: 0.0 for v in routing}, **shares}
-    return {**latest, "replicas": replicas, "partitions": partitions, "epoch": next_epoch(latest["epoch"]),
-            "cost_per_hour": replicas * price, "reason": reason, "routing": dict(routing)}
+    return replace(latest, replicas=replicas, partitions=partitions, epoch=next_epoch(latest.epoch),
+                   cost_per_hour=replicas * price, reason=reason, routing=dict(routing))
 
 
 def scaling_action_record(pipeline: str, change: StageChange, partitions: int, at_ns: int,
-                          cost_per_hour: float) -> dict:
-    return {"pipeline": pipeline, "stage": change.stage, "replicas": change.replicas,
-            "previous_replicas": change.previous, "partitions": partitions, "reason": describe(change),
-            "window_s": change.window_s, "live_rate_qps": change.live_rate_qps,
-            "planned_rate_qps": change.planned_rate_qps, "at_ns": at_ns, "cost_per_hour": cost_per_hour}
+                          cost_per_hour: float) -> ScalingAction:
+    return ScalingAction(pipeline=pipeline, stage=change.stage, replicas=change.replicas,
+                         previous_replicas=change.previous, partitions=partitions, reason=describe(change),
+                         window_s=change.window_s, live_rate_qps=change.live_rate_qps,
+                         planned_rate_qps=change.planned_rate_qps, at_ns=at_ns, cost_per_hour=cost_per_hour)
 
 
 def describe_shares(change: ShareChange) -> str:
@@ -124,7 +124,7 @@ class TunerService:
         self.pipeline, self.plan, self.config, self.actuator = pipeline, plan, config, actuator
         self.settings = settings
         self.partitions = dict(partitions)  # stage -> partitions of its input topic
-        self.latest_configs: dict[str, Mapping] = {}
+        self.latest_configs: dict[str, StageConfig] = {}
         self._publish, self._grow, self._clock = publish, grow, clock
         self.metrics = metrics
         self.tracker = self._tracker(plan)
@@ -140,16 +140,16 @@ class TunerService:
             for stage, n in self.partitions.items():
                 metrics.partitions.labels(pipeline.name, stage).set(n)
 
-    def on_handoff(self, record: Mapping) -> None:
+    def on_handoff(self, record: TunerHandoff) -> None:
         """A TunerHandoff from the control topic: the planner's new plan, taken at the next tick."""
-        if record.get("pipeline") != self.pipeline.name or int(record["epoch"]) <= self.handoff_epoch:
+        if record.pipeline != self.pipeline.name or record.epoch <= self.handoff_epoch:
             return
         try:
-            plan = planfile.from_dict(record, pipeline=self.pipeline)
+            plan = planfile.from_handoff(record, pipeline=self.pipeline)
         except planfile.PlanFileError as exc:
-            log.warning("tuner hand-off epoch %s ignored: %s", record.get("epoch"), exc)
+            log.warning("tuner hand-off epoch %s ignored: %s", record.epoch, exc)
             return
-        self.handoff_epoch = int(record["epoch"])
+        self.handoff_epoch = record.epoch
         self._next_plan = plan
 
     async def _follow_plan(self, now_ns: int) -> None:
@@ -183,12 +183,11 @@ class TunerService:
         """An InferenceResult from the results topic: its hops' batch times, for the stages' pace."""
         self.pace.add(record, self._expected)
 
-    def on_stage_config(self, record: Mapping) -> None:
+    def on_stage_config(self, record: StageConfig) -> None:
         """Remember the latest StageConfig per stage (from the control topic) to republish from."""
-        stage = record.get("stage")
-        prev = self.latest_configs.get(stage)
-        if prev is None or int(record["epoch"]) >= int(prev["epoch"]):
-            self.latest_configs[stage] = dict(record)
+        prev = self.latest_configs.get(record.stage)
+        if prev is None or record.epoch >= prev.epoch:
+            self.latest_configs[record.stage] = record
 
     async def tick(self) -> ScaleDecision:
         now = self._clock()
@@ -233,7 +232,7 @@ class TunerService:
         config = stage_config_record(self.pipeline, self.latest_configs.get(stage), stage, replicas, have,
                                      describe_shares(change), change.shares)
         self.latest_configs[stage] = config
-        log.info("%s %s: shares %s", self.pipeline.name, stage, config["reason"])
+        log.info("%s %s: shares %s", self.pipeline.name, stage, config.reason)
         if self._publish is not None:
             await self._publish(topics.control(self.pipeline.name), "StageConfig", config, stage)
 
@@ -252,9 +251,9 @@ class TunerService:
                                      have, describe(change) + (f"; {describe_shares(shares)}" if shares else ""),
                                      shares.shares if shares else None)
         self.latest_configs[stage] = config
-        action = scaling_action_record(name, change, have, now_ns, config["cost_per_hour"])
+        action = scaling_action_record(name, change, have, now_ns, config.cost_per_hour)
         log.info("%s %s: %d -> %d replicas (%s)", name, stage, change.previous, change.replicas,
-                 action["reason"])
+                 action.reason)
         if self.metrics is not None:
             self.metrics.partitions.labels(name, stage).set(have)
         if self._publish is not None:

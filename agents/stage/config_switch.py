@@ -13,13 +13,14 @@ them in force; a hung replica's replacement reaches service the same way.
 from __future__ import annotations
 
 import asyncio
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 from slipstream.agents.control import ActiveConfig, accept, defaults
 from slipstream.agents.metrics import StageMetrics
 from slipstream.agents.replicas import Fleet, Replica
 from slipstream.agents.stage import log, log_failure
 from slipstream.agents.stage.pool import ReplicaPool
+from slipstream.schemas.records import StageConfig
 from slipstream.streams.spec import Pipeline
 from slipstream.streams.timeline import mark
 
@@ -32,7 +33,7 @@ class ConfigSwitch:
         self.config: ActiveConfig = defaults(pipe, stage)
         self.pending: tuple[ActiveConfig, Fleet] | None = None
 
-    async def start(self, held: Sequence[Mapping]) -> None:
+    async def start(self, held: Sequence[StageConfig]) -> None:
         """Put in force the config to start with: of ``held`` (this stage's StageConfigs on the
         control topic when the worker started, in order), the newest the worker accepts and can
         load; the spec's defaults when there is none."""
@@ -42,7 +43,7 @@ class ConfigSwitch:
         mark("model-loaded", instances=len(fleet.replicas))
         self.pool.keep_spares(self.config, self._waiting)
 
-    async def _initial(self, held: Sequence[Mapping]) -> tuple[ActiveConfig, Fleet]:
+    async def _initial(self, held: Sequence[StageConfig]) -> tuple[ActiveConfig, Fleet]:
         chain, cfg = [], self.config
         for rec in held:
             if (new := self._accepted(rec, cfg)) is not None:
@@ -61,7 +62,7 @@ class ConfigSwitch:
     def _waiting(self) -> bool:
         return self.pending is not None
 
-    async def offer(self, rec: dict) -> bool:
+    async def offer(self, rec: StageConfig) -> bool:
         """A StageConfig from the control topic: accept (and prepare its replicas) or reject."""
         current_cfg, current = self.pending if self.pending else (self.config, self.pool.fleet)
         cfg = self._accepted(rec, current_cfg)
@@ -78,11 +79,11 @@ class ConfigSwitch:
         self.wake()
         return True
 
-    def _accepted(self, rec: Mapping, current: ActiveConfig) -> ActiveConfig | None:
+    def _accepted(self, rec: StageConfig, current: ActiveConfig) -> ActiveConfig | None:
         """``rec`` as the config to follow ``current``, or None (logged and counted when it was
         meant for this stage)."""
         cfg, why = accept(self.pipe, self.stage, rec, current)
-        if cfg is None and rec.get("pipeline") == self.pipe.name and rec.get("stage") == self.stage:
+        if cfg is None and rec.pipeline == self.pipe.name and rec.stage == self.stage:
             log.warning("control record rejected: %s", why)
             self.metrics.lab(self.metrics.config_rejected).inc()
         return cfg

@@ -22,6 +22,7 @@ from slipstream.agents.admission import admit
 from slipstream.agents.metrics import StageMetrics
 from slipstream.agents.stage import log
 from slipstream.agents.window import Item
+from slipstream.schemas.records import StageConfig, TunerHandoff
 from slipstream.streams import contract, control_io, topics
 from slipstream.streams.limits import Limits
 from slipstream.streams.shedding import SourceGate
@@ -102,7 +103,7 @@ class Intake:
         answered = []
         if got.refused:
             log.warning("refused %d request(s): %s", len(got.refused),
-                        "; ".join(f"{it.req['request_id']}: {out.value['reason']}" for it, out in got.refused[:5]))
+                        "; ".join(f"{it.req.request_id}: {out.value['reason']}" for it, out in got.refused[:5]))
             self.metrics.lab(self.metrics.results, status="error").inc(len(got.refused))
             answered.append(([it for it, _ in got.refused], [([out], it) for it, out in got.refused]))
         if got.dropped:
@@ -124,7 +125,7 @@ class Intake:
         self._fetches = [f for f in self._fetches if f[0] not in revoked]
         self._held = sum(len(f[1]) for f in self._fetches)
 
-    def on_plan(self, kind: str, rec: dict) -> None:
+    def on_plan(self, kind: str, rec: StageConfig | TunerHandoff) -> None:
         """A checked control record (the source stage's ``slipstream.agents.app.ControlFeed``): the plan in force."""
         self.plan_in_force.add(kind, rec)
         self._set_gate_rate()

@@ -49,7 +49,7 @@ class Server:
             try:
                 await self.work_off(replica, cfg, variants, [it], s, one)
             except Exception as exc:
-                log.exception("request %s failed alone: error result", it.req.get("request_id"))
+                log.exception("request %s failed alone: error result", it.req.request_id)
                 one = one or [(failed(self.pipe, self.stage, it, f"{self.stage}: internal error: {exc!r}",
                                       time.time_ns()), it)]
             answers += one
@@ -88,7 +88,7 @@ class Server:
         try:
             what = f"model run {self.stage}/{variant} of {len(batch)} on replica {replica.index}"
             bad, outs = await run_bounded(replica, self.heartbeat, self.run_deadline_s, what, check_and_run,
-                                          replica.executors[variant], [it.req["payload"] for it in batch])
+                                          replica.executors[variant], [it.req.payload for it in batch])
             error = None
         except RunPastDeadline as exc:  # its requests get error results; a new replica takes its place
             bad, outs, error = [None] * len(batch), None, str(exc)

@@ -38,7 +38,7 @@ import yaml
 from slipstream.loadgen.bench.relay import RELAY_HEADER
 from slipstream.streams import admin, codec, kafka as kclient, topics
 from slipstream.streams.client import make_request
-from slipstream.streams.config import AT_LEAST_ONCE, EXACTLY_ONCE, KafkaSettings
+from slipstream.streams.config import AT_LEAST_ONCE, BOOTSTRAP_ENV, EXACTLY_ONCE, PROCESSING_ENV, KafkaSettings
 from slipstream.streams.procs import ReadyProcess, worker_argv
 from slipstream.streams.spec import load_pipeline
 from slipstream.streams.topics import TopicSpec
@@ -187,7 +187,7 @@ def _throughput(settings: KafkaSettings, pipe, src: str, dst: str, n: int, proc_
 
 def run(settings: KafkaSettings, n_latency: int = 400, rate_qps: float = 100.0, n_throughput: int = BACKLOG,
         repeats: int = 3, seed: int = 7, progress=print) -> dict:
-    env = {"SLIPSTREAM_BOOTSTRAP": settings.bootstrap}
+    env = {BOOTSTRAP_ENV: settings.bootstrap}
     out: dict = {"latency": {}, "throughput": {}}
     with tempfile.TemporaryDirectory() as tmp:
         tag = uuid.uuid4().hex[:6]
@@ -199,7 +199,7 @@ def run(settings: KafkaSettings, n_latency: int = 400, rate_qps: float = 100.0, 
         asyncio.run(admin.ensure_topics(settings, [TopicSpec(t, 1) for t in relay_topics]))
         progress(f"starting 3 stage workers per processing mode ({', '.join(MODES.values())}) and 3 relays")
         workers = [ReadyProcess(worker_argv(Path(tmp) / f"{pipes[who].name}.yaml", f"s{i}", "warn"),
-                                env={**env, "SLIPSTREAM_PROCESSING": mode}, name=f"{who}-s{i}")
+                                env={**env, PROCESSING_ENV: mode}, name=f"{who}-s{i}")
                    for who, mode in MODES.items() for i in range(3)]
         relays = [ReadyProcess([sys.executable, "-m", "slipstream.loadgen.bench.relay", relay_topics[i],
                                 relay_topics[i + 1], f"relay-{tag}-{i}"], RELAY_READY, env, f"relay{i}")
@@ -238,7 +238,7 @@ def run(settings: KafkaSettings, n_latency: int = 400, rate_qps: float = 100.0, 
                 tput[who].append(_throughput(
                     settings, p1, topics.stage_input(p1.name, "s0"), topics.results(p1.name), n_throughput,
                     lambda: ReadyProcess(worker_argv(path1, "s0", "warn"),
-                                         env={**env, "SLIPSTREAM_PROCESSING": mode}, name="s0")))
+                                         env={**env, PROCESSING_ENV: mode}, name="s0")))
             src, dst = f"tput-{tag}-{r}-a", f"tput-{tag}-{r}-b"
             asyncio.run(admin.ensure_topics(settings, [TopicSpec(src, 1), TopicSpec(dst, 1)]))
             tput_r.append(_throughput(settings, p1, src, dst, n_throughput, lambda: ReadyProcess(
@@ -286,7 +286,7 @@ def profile(settings: KafkaSettings, out: str, n: int = 30000, max_batch: int = 
     import signal
     import subprocess
 
-    env = {"SLIPSTREAM_BOOTSTRAP": settings.bootstrap}
+    env = {BOOTSTRAP_ENV: settings.bootstrap}
     with tempfile.TemporaryDirectory() as tmp:
         path = noop_pipeline(f"prof-{uuid.uuid4().hex[:6]}", 1, Path(tmp), max_batch=max_batch)
         pipe = load_pipeline(path)

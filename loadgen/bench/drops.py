@@ -70,7 +70,7 @@ def _window(pipe: Pipeline, stage: str, ex, records: list, bounds: contract.Boun
         gate = SourceGate(stage)
         got = admit(pipe, [(("in", 0), records, now)], bounds, now, lambda d: gate.judge(d, now, 0))
         if got.items:
-            bad, outs = check_and_run(ex, [it.req["payload"] for it in got.items])
+            bad, outs = check_and_run(ex, [it.req.payload for it in got.items])
             done = time.time_ns()
             for rs in batch_outputs(pipe, stage, ex.variant, 1.0, got.items, outs, None, now, done, "bench"):
                 _encode(rs)

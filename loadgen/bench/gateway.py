@@ -30,7 +30,7 @@ import yaml
 
 from slipstream.streams import admin, topics
 from slipstream.streams.client import PipelineClient, make_request
-from slipstream.streams.config import KafkaSettings
+from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings
 from slipstream.streams.procs import ReadyProcess, worker_argv
 from slipstream.streams.spec import load_pipeline
 
@@ -162,7 +162,7 @@ def run(kafka: KafkaSettings, n: int = 400, rate: float = 100.0, repeats: int = 
         path = noop_pipeline(f"bench-gw-{uuid.uuid4().hex[:8]}", Path(tmp), slo_ms=10_000)
         pipe = load_pipeline(path)
         asyncio.run(admin.ensure_topics(kafka, topics.all_topics(pipe)))
-        env = {"SLIPSTREAM_BOOTSTRAP": kafka.bootstrap}
+        env = {BOOTSTRAP_ENV: kafka.bootstrap}
         worker = ReadyProcess(worker_argv(str(path), "relay", loglevel="warn"), env=env, name="worker relay")
         gw = ReadyProcess([sys.executable, "-m", "slipstream.cli", "gateway", "--pipeline", str(path),
                            "--addr", "127.0.0.1:0"], ready=READY, env=env, name="gateway")

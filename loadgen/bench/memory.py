@@ -14,7 +14,7 @@ from pathlib import Path
 
 from slipstream.streams import admin, topics
 from slipstream.streams.assets import deploy_dir
-from slipstream.streams.config import KafkaSettings
+from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings
 from slipstream.streams.procs import ReadyProcess, worker_argv
 from slipstream.streams.spec import load_pipeline
 
@@ -66,7 +66,7 @@ def run(settings: KafkaSettings, kinds=KINDS, timeout_s: float = 600.0, progress
         path = PIPELINES / file
         asyncio.run(admin.ensure_topics(settings, topics.all_topics(load_pipeline(path))))
         progress(f"{what}: starting a {file} {stage} worker")
-        p = ReadyProcess(worker_argv(path, stage, "warn"), env={"SLIPSTREAM_BOOTSTRAP": settings.bootstrap},
+        p = ReadyProcess(worker_argv(path, stage, "warn"), env={BOOTSTRAP_ENV: settings.bootstrap},
                          name=f"{file}:{stage}")
         try:
             p.wait_ready(timeout_s)  # a first start exports the model (cached after)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -24,7 +24,7 @@ import yaml
 
 from slipstream.streams import admin, topics
 from slipstream.streams.client import PipelineClient, make_request
-from slipstream.streams.config import KafkaSettings
+from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings
 from slipstream.streams.control_io import KafkaPublisher
 from slipstream.streams.procs import worker_argv
 from slipstream.streams.spec import load_pipeline
@@ -74,7 +74,7 @@ async def run_round(mode: str, kafka: KafkaSettings, folder: Path, *, rate_qps: 
     cap = MODES[mode]
     logs = folder / name
     actuator = LocalProcessActuator(lambda stage: worker_argv(path, stage, "warn", cap), log_dir=logs,
-                                    env={"SLIPSTREAM_BOOTSTRAP": kafka.bootstrap}, max_instances=cap)
+                                    env={BOOTSTRAP_ENV: kafka.bootstrap}, max_instances=cap)
     publisher = KafkaPublisher(kafka)
     await publisher.start()
     config = None
@@ -82,8 +82,8 @@ async def run_round(mode: str, kafka: KafkaSettings, folder: Path, *, rate_qps: 
 
     async def apply(step: Step) -> None:
         nonlocal config
-        config = stage_config_record(pipe, config, STAGE, step.replicas, 4, "bench scaling")
-        config["variant"] = step.variant
+        config = replace(stage_config_record(pipe, config, STAGE, step.replicas, 4, "bench scaling"),
+                         variant=step.variant)
         await publisher.publish(topics.control(pipe.name), "StageConfig", config, STAGE)
         await asyncio.to_thread(actuator.set_replicas, STAGE, step.replicas)
 

@@ -31,7 +31,7 @@ from slipstream.loadgen import chaos
 from slipstream.streams import broker, codec, kafka as kclient, topics
 from slipstream.loadgen.faults.cluster import Cluster, use_cluster
 from slipstream.loadgen.live.run import READY  # one parser of the worker's ready line
-from slipstream.streams.config import KafkaSettings
+from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings
 
 FREEZE_S = KafkaSettings().session_timeout_s + 5.0  # past the worker's consumer-group session timeout
 
@@ -75,7 +75,7 @@ class Stack:
                               "--mode", mode, "--interval", str(replan_s)],
         }
         services = {k: v for k, v in services.items() if k in services_for(replan_s)}
-        env = {**os.environ, "SLIPSTREAM_BOOTSTRAP": settings.bootstrap}
+        env = {**os.environ, BOOTSTRAP_ENV: settings.bootstrap}
         self.supervisor = local_supervisor(pipe, str(pipeline_file), self.published.tuner_plan.planned_replicas,
                                            capacity, log_dir=log_dir, env=env, loglevel="warn",
                                            profiles=str(store.root), services=services)
@@ -337,7 +337,7 @@ def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
     interrupt_on_sigterm()
     report = Path(opts.report_dir)
     cluster, started = use_cluster(opts.brokers, opts.port, opts.kafka_state)
-    os.environ["SLIPSTREAM_BOOTSTRAP"] = cluster.bootstrap
+    os.environ[BOOTSTRAP_ENV] = cluster.bootstrap
     settings = KafkaSettings.from_env()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = fresh_pipeline(opts.pipeline_file, report, f"chaos{cluster.brokers}-{int(time.time()) % 100000}")

@@ -1,12 +1,12 @@
 """The Kafka a fault run uses (``slipstream chaos``, ``slipstream soak``), and how to restart its brokers."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import click
 
 from slipstream.streams import broker
+from slipstream.streams.config import bootstrap_from_env
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ def use_cluster(brokers: int, port: int | None = None, state: str | None = None)
         broker.cluster_up(c, progress=click.echo)
         return Cluster(c.bootstrap, local=c), started
     b = broker.default_broker(state, port or broker.SINGLE_PORT)
-    env = os.environ.get("SLIPSTREAM_BOOTSTRAP")
+    env = bootstrap_from_env()
     if env and port is None:  # a broker this command may restart only if `kafka up` of this checkout runs it
         return (Cluster(env, single=b) if env == b.bootstrap and broker.running_pid(b) else Cluster(env)), False
     started = broker.running_pid(b) is None

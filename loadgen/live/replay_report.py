@@ -7,7 +7,6 @@ soak run."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import click
 import numpy as np
 
 from slipstream.loadgen.run_record import RunRecord
+from slipstream.streams.config import cache_from_env
 
 ENVELOPE_WINDOWS_S = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 51.2)
 
@@ -35,7 +35,8 @@ def payload_factory(pipe, payload_file: str | None):
 
     stage = pipe.stage(pipe.source)
     variant = stage.variant(stage.defaults.variant)
-    kw = {"cache_dir": os.environ["SLIPSTREAM_CACHE"]} if os.environ.get("SLIPSTREAM_CACHE") else {}
+    cache = cache_from_env()
+    kw = {"cache_dir": cache} if cache else {}
     ex = load_executor(variant, pipe.hardware[stage.defaults.hardware], **kw)
     try:
         data = ex.example_payload()

@@ -18,7 +18,7 @@ from slipstream.loadgen.compare import ModeNotApplicable
 from slipstream.loadgen.cpu import CpuSampler
 from slipstream.loadgen.run_record import RunRecord
 from slipstream.streams import broker
-from slipstream.streams.config import KafkaSettings
+from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings, bootstrap_from_env
 from slipstream.tuner.service import ServiceSettings
 
 READY = re.compile(rb"slipstream-worker ready stage=\S+ partitions=[1-9]\d* .*?at_ns=(\d+)")
@@ -58,12 +58,12 @@ class Published:
 def ensure_broker(state_dir: Path) -> bool:
     """Start the local broker (its state under ``state_dir``) unless SLIPSTREAM_BOOTSTRAP names one;
     True when it was started here."""
-    if os.environ.get("SLIPSTREAM_BOOTSTRAP"):
+    if bootstrap_from_env():
         return False
     b = broker.default_broker(root=state_dir)
     started = broker.running_pid(b) is None
     broker.up(b, progress=click.echo)
-    os.environ["SLIPSTREAM_BOOTSTRAP"] = b.bootstrap
+    os.environ[BOOTSTRAP_ENV] = b.bootstrap
     return started
 
 
@@ -133,7 +133,7 @@ def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, setting
     click.echo(f"plan: {plan.cost_per_hour:.3f} $/h, predicted p99 {plan.p99_text()} "
                f"for {plan.rate_qps:.1f} qps")
 
-    async def publish() -> dict:
+    async def publish():
         epoch = next_epoch(await latest_epoch(settings, pipe.name))
         pub = KafkaPublisher(settings)
         await pub.start()
@@ -144,7 +144,7 @@ def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, setting
             await pub.stop()
 
     record = asyncio.run(publish())
-    return Published(plan, problem, int(record["epoch"]), planfile.from_dict(record, pipeline=pipe))
+    return Published(plan, problem, record.epoch, planfile.from_handoff(record, pipeline=pipe))
 
 
 TUNER_TICK_S = ServiceSettings.interval_s  # the live tuner's decision period
@@ -206,7 +206,7 @@ class Workers:
         self.started_ns = time.time_ns()  # the logs may hold ready lines of an earlier run: not these
         capacity = LocalCapacity(opts.reserve_cores)
         supervisor = local_supervisor(pipe, pipeline_file, published.tuner_plan.planned_replicas, capacity,
-                                      log_dir=log_dir, env={"SLIPSTREAM_BOOTSTRAP": settings.bootstrap},
+                                      log_dir=log_dir, env={BOOTSTRAP_ENV: settings.bootstrap},
                                       profiles=str(store.root))
         self.stages = list(supervisor.initial)
         self.actuator = supervisor.actuator

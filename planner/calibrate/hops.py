@@ -69,9 +69,9 @@ def timeouts_of(plan: Mapping[str, Any] | None, control: Iterable[tuple[int, Map
     """stage -> the shortest batch timeout in ms it had in a run: its longest in the plan document
     (``Plan.to_dict``) or, if shorter, one a re-plan set (``control``: the run's StageConfig records,
     (timestamp ns, record) as :func:`configs_in_force` gives them).
-    A batch that waited that long may have waited for the timeout (:func:`dispatch_ms`): a re-plan
-    that shortened resize's from 27.4 to 25.1 ms made every batch of its last 13 s look like 25 ms of
-    the worker's own time, when the plan's timeout alone was checked."""
+    A batch that waited that long may have waited for the timeout (:func:`dispatch_ms`); checking
+    only the plan's timeout, a re-plan that shortens it (say from 27.4 to 25.1 ms) would make every
+    later batch look like 25 ms of the worker's own time."""
     out = {sp["stage"]: max(a["batch_timeout_ms"] for a in sp["assignments"])
            for sp in (plan or {}).get("stages", []) if sp["assignments"]}
     for _at, rec in control:

@@ -33,9 +33,9 @@ def merged_sizes(new: Mapping[str, Any], old: Mapping[str, Any], origin: str) ->
     batch sizes the new runs did not measure, rescaled by how the two compare at the sizes both
     measured (the geometric mean of new / old there; the new runs' pace sets the level, the older
     measurement the shape); ``new`` itself when the old entry has no sizes to add. Without this, a
-    refit on a run of batches of 1 (the demo's plan) gave resize-260 its batch-1 scale (x1.77) at
-    every size, where batches of 2-8 had run x0.86-1.09: the estimator ran a baseline's batches of 8
-    at 1.7x their measured time and over-dropped."""
+    refit on a run of batches of 1 (the demo's plan) would give resize-260 its batch-1 scale (x1.77)
+    at every size, where batches of 2-8 run at x0.86-1.09, and the estimator would run a baseline's
+    batches of 8 at 1.7x their measured time and drop too many."""
     old_by = old.get("by_batch") or {}
     own = new.get("by_batch") or ({b: new["scale"] for b in new.get("sizes", {})} if len(new.get("sizes", {})) == 1 else {})
     extra = {b: v for b, v in old_by.items() if b not in own}

@@ -19,11 +19,12 @@ at the time it was judged. Without a hand-off nothing is shed (the workers' own 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from slipstream.planner.sim.params import ReplicaChange, ShareChange
+from slipstream.schemas.records import TunerHandoff
 from slipstream.streams.control_io import planned_capacity_qps
 from slipstream.streams.shedding import SourceGate
 
@@ -47,7 +48,7 @@ class InForce:
             self.replicas[change.stage] = sum(counts)
 
 
-def capacity_steps(handoff: Mapping, plan, schedule: Sequence) -> tuple[list[int], list[float | None]]:
+def capacity_steps(handoff: TunerHandoff, plan, schedule: Sequence) -> tuple[list[int], list[float | None]]:
     """(times ns, capacity qps from then on): the plan's at 0, then after each replica or share change."""
     state = InForce({sp.stage: sp.replicas for sp in plan.stages},
                     {sp.stage: dict(sp.routing or {}) for sp in plan.stages},

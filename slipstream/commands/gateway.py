@@ -8,7 +8,7 @@ import time
 import click
 
 from slipstream.options import MetricsAddrType
-from slipstream.streams.config import KafkaSettings
+from slipstream.streams.config import GATEWAY_ADDR_ENV, GATEWAY_GRPC_PORT_ENV, KafkaSettings
 from slipstream.streams.spec import SpecError, load_pipeline
 
 
@@ -16,11 +16,11 @@ from slipstream.streams.spec import SpecError, load_pipeline
 @click.option("--pipeline", "pipeline_file", required=True, type=click.Path(exists=True, dir_okay=False),
               help="Pipeline spec (YAML).")
 @click.option("--addr", type=MetricsAddrType(), default="127.0.0.1:8080", show_default=True,
-              envvar="SLIPSTREAM_GATEWAY_ADDR", show_envvar=True,
+              envvar=GATEWAY_ADDR_ENV, show_envvar=True,
               help="Serve HTTP here (port 0: any free port; containers: 0.0.0.0:8080).")
 @click.option("--grace-ms", type=click.FloatRange(min=0), default=500.0, show_default=True,
               help="Waited past a request's deadline for its result before answering 504.")
-@click.option("--grpc-port", type=click.IntRange(0, 65535), default=None, envvar="SLIPSTREAM_GATEWAY_GRPC_PORT",
+@click.option("--grpc-port", type=click.IntRange(0, 65535), default=None, envvar=GATEWAY_GRPC_PORT_ENV,
               show_envvar=True, help="Serve the protocol's gRPC GRPCInferenceService too, on this port of "
                                      "--addr's host (0: any free port).")
 @click.option("--window-s", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,

@@ -17,8 +17,9 @@ import click
 
 from slipstream.options import state_dir
 from slipstream.streams import broker
+from slipstream.streams.config import BOOTSTRAP_ENV, KAFKA_HOST_ENV, KAFKA_STATE_ENV, KAFKA_VERSION_ENV
 
-state_opt = click.option("--state", envvar="SLIPSTREAM_STATE_KAFKA", default=None,
+state_opt = click.option("--state", envvar=KAFKA_STATE_ENV, default=None,
                          help="State folder for data, logs and PID files [default: STATE_DIR/kafka, or "
                               "STATE_DIR/kafka-NAME for a cluster].")
 port_opt = click.option("--port", type=int, default=None,
@@ -28,10 +29,10 @@ brokers_opt = click.option("--brokers", type=click.IntRange(1, 9), default=None,
                            help="Run a replicated cluster of this many brokers (3: replication 3, min ISR 2) "
                                 "[default: the single broker; for --name, what the cluster was made with].")
 name_opt = click.option("--name", default=None, help=f"Cluster name [default: {broker.CLUSTER_NAME}].")
-version_opt = click.option("--kafka-version", "version", envvar="SLIPSTREAM_KAFKA_VERSION", default=None,
+version_opt = click.option("--kafka-version", "version", envvar=KAFKA_VERSION_ENV, default=None,
                            type=click.Choice(broker.SUPPORTED),
                            help=f"Kafka release to start [default: {broker.DEFAULT_VERSION}].")
-host_opt = click.option("--host", envvar="SLIPSTREAM_KAFKA_HOST", default=broker.LOOPBACK, show_default=True,
+host_opt = click.option("--host", envvar=KAFKA_HOST_ENV, default=broker.LOOPBACK, show_default=True,
                         help="The single broker's client address, listened on and advertised (Kubernetes "
                              "pods on a bridge: its address; deploy/k8s/local-cluster.sh).")
 
@@ -69,7 +70,7 @@ def up(state, port, brokers, name, version, host, timeout) -> None:
     try:
         if isinstance(target, broker.LocalCluster):
             broker.cluster_up(target, timeout_s=timeout, progress=click.echo)
-            click.echo(f"SLIPSTREAM_BOOTSTRAP={target.bootstrap}")
+            click.echo(f"{BOOTSTRAP_ENV}={target.bootstrap}")
         else:
             broker.up(target, timeout_s=timeout, progress=click.echo)
     except broker.BrokerError as exc:

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from slipstream.streams import admin, topics
-from slipstream.streams.config import KafkaSettings
+from slipstream.streams.config import GATEWAY_URL_ENV, KafkaSettings
 from slipstream.specs import load_or_fail
 
 
@@ -41,7 +41,7 @@ def topics_cmd(pipeline_file: str) -> None:
 @click.option("--accuracy-floor", type=float, default=None, help="Lowest acceptable variant accuracy.")
 @click.option("--slo-ms", type=float, default=None, help="Deadline after creation [default: pipeline SLO].")
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the result.")
-@click.option("--gateway", "gateway_url", default=None, metavar="URL", envvar="SLIPSTREAM_GATEWAY_URL",
+@click.option("--gateway", "gateway_url", default=None, metavar="URL", envvar=GATEWAY_URL_ENV,
               show_envvar=True, help="Go through the gateway at URL (e.g. http://127.0.0.1:8080) "
                                      "[default: straight to Kafka].")
 def submit(pipeline_file, input_path, content_type, accuracy_floor, slo_ms, timeout, gateway_url) -> None:

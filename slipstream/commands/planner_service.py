@@ -57,13 +57,13 @@ def planner_cmd(pipeline_file, profiles_dir, mode, interval_s, lookback_s, once,
         click.echo(f"forecast {out.forecast_qps:.1f} qps -> {p.mode} plan {status}; cost "
                    f"{p.cost_per_hour:.3f} $/h, p99 ({LATE}) predicted {p.p99_text()}, measured {measured}")
         for rec in out.configs:
-            click.echo("  " + json.dumps({k: rec[k] for k in ("stage", "variant", "hardware", "max_batch",
-                                                               "replicas", "epoch")}))
+            click.echo("  " + json.dumps({k: getattr(rec, k) for k in ("stage", "variant", "hardware", "max_batch",
+                                                                        "replicas", "epoch")}))
         if explain:
             for line in explain_lines(p, replanner.runner_up(out), measured_p99_ms):
                 click.echo(f"    {line}")
         if handoff and out.changed and out.handoff is not None:
-            planfile.save(planfile.from_dict(handoff_record(out.handoff, pipe.name, out.configs[0]["epoch"])),
+            planfile.save(planfile.from_handoff(handoff_record(out.handoff, pipe.name, out.configs[0].epoch)),
                           pipe.name, handoff)
         if once:
             stop.set()

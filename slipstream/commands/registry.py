@@ -10,6 +10,7 @@ import click
 
 from slipstream.options import state_dir
 from slipstream.streams import registry_server as rs
+from slipstream.streams.config import SCHEMA_REGISTRY_ENV
 
 
 def _registry(port: int) -> rs.LocalRegistry:
@@ -34,7 +35,7 @@ def up(port, timeout) -> None:
     except (rs.RegistryServerError, OSError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
-    click.echo(f"SLIPSTREAM_SCHEMA_REGISTRY_URL={r.url}")
+    click.echo(f"{SCHEMA_REGISTRY_ENV}={r.url}")
 
 
 @registry.command()

@@ -5,13 +5,15 @@ from pathlib import Path
 
 import click
 
+from slipstream.streams.config import RESEARCH_DATA_ENV
+
 RESEARCH_DATA = Path(__file__).resolve().parents[3] / "shared" / "research-data"
 
 
 @click.command("reproduce")
 @click.argument("paper", type=click.Choice(["inferline", "loki", "ipa", "clockwork", "infaas", "all"]))
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=RESEARCH_DATA,
-              envvar="SLIPSTREAM_RESEARCH_DATA", show_envvar=True, show_default=True,
+              envvar=RESEARCH_DATA_ENV, show_envvar=True, show_default=True,
               help="The published traces and profiles (read where they lie, never copied).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/reproduce"),
               show_default=True, help="Where each paper's table (PAPER.md) and plots go.")

@@ -1,14 +1,15 @@
 """`slipstream worker`: run one stage worker (or a pipeline's join worker) in the foreground."""
 from __future__ import annotations
 
-import os
 import sys
 
 import click
 
 from slipstream.agents.join import MAX_CLOSED  # standard library only: cheap at the CLI's import
 from slipstream.streams.app import AppSettings
-from slipstream.streams.config import KafkaSettings
+from slipstream.streams.config import (COMMIT_INTERVAL_ENV, JOIN_MEMORY_ENV, MAX_INSTANCES_ENV, METRICS_ADDR_ENV,
+                                       METRICS_PORT_ENV, PROFILES_ENV, KafkaSettings, cache_from_env,
+                                       metrics_port_set)
 from slipstream.options import metrics_addr_option
 from slipstream.specs import load_checked
 from slipstream.streams.spec import SpecError
@@ -20,18 +21,18 @@ from slipstream.streams.spec import SpecError
 @click.option("--stage", required=True, help="Stage name, or 'join' for the fan-out join worker.")
 @click.option("--web-port", type=int, default=None, help="Faust web server port [default: off].")
 @metrics_addr_option()
-@click.option("--max-instances", type=click.IntRange(min=1), default=None, envvar="SLIPSTREAM_MAX_INSTANCES",
+@click.option("--max-instances", type=click.IntRange(min=1), default=None, envvar=MAX_INSTANCES_ENV,
               help="Model instances this worker may hold (replicas beyond it need more workers) "
                    "[default: this host's cores].")
-@click.option("--profiles", "profiles_dir", default=None, envvar="SLIPSTREAM_PROFILES",
+@click.option("--profiles", "profiles_dir", default=None, envvar=PROFILES_ENV,
               type=click.Path(file_okay=False),
               help="The planner's profile store: latency predictors start from its numbers [default: from "
                    "the model's warm-up].")
 @click.option("--commit-interval-s", type=click.FloatRange(min=0, min_open=True), default=AppSettings.commit_interval_s,
-              show_default=True, envvar="SLIPSTREAM_COMMIT_INTERVAL_S",
+              show_default=True, envvar=COMMIT_INTERVAL_ENV,
               help="Seconds between faust's periodic offset commits (besides the commit at revocation).")
 @click.option("--join-memory", type=click.IntRange(min=1), default=MAX_CLOSED, show_default=True,
-              envvar="SLIPSTREAM_JOIN_MEMORY",
+              envvar=JOIN_MEMORY_ENV,
               help="Join worker: answered request ids it remembers at most (the oldest forgotten first; "
                    "~150 bytes each), besides its 15-minute bound.")
 @click.option("--loglevel", default="warn", show_default=True,
@@ -47,8 +48,8 @@ def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_addr, m
     exit_with_parent(on_lost=lambda: click.echo("slipstream-worker: the process that started this worker "
                                                 "is gone: stopping", err=True))
 
-    if os.environ.get("SLIPSTREAM_METRICS_PORT"):
-        raise click.UsageError("SLIPSTREAM_METRICS_PORT is gone: set SLIPSTREAM_METRICS_ADDR=HOST:PORT "
+    if metrics_port_set():
+        raise click.UsageError(f"{METRICS_PORT_ENV} is not read: set {METRICS_ADDR_ENV}=HOST:PORT "
                                "(containers: 0.0.0.0:9100)")
     try:
         pipe = load_checked(pipeline_file)
@@ -65,7 +66,7 @@ def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_addr, m
         app = build_join_app(pipe, kafka, web_port=web_port, metrics_addr=metrics_addr,
                              commit_interval_s=commit_interval_s, max_closed=join_memory)[0]
     else:
-        cache = os.environ.get("SLIPSTREAM_CACHE")
+        cache = cache_from_env()
         factory = (lambda v, h: load_executor(v, h, cache_dir=cache)) if cache else load_executor
         from slipstream.streams.profile_store import ProfileStore
 

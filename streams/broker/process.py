@@ -111,13 +111,13 @@ def running_jar_version(b: LocalBroker) -> str | None:
 
 def data_version(b: LocalBroker) -> str | None:
     """The Kafka release that formatted (and last ran) the node's data; None when it is not formatted.
-    Data formatted before releases were recorded was formatted by 3.9.1, the only release then."""
+    Data without a recorded release (no ``kafka.version`` file) is taken as 3.9.1's."""
     if not (b.state_dir / "data" / "meta.properties").exists():
         return None
     try:
         return b.version_file.read_text().strip()
     except FileNotFoundError:
-        return "3.9.1"  # the release every local broker ran before kafka.version was written
+        return "3.9.1"  # a state dir without kafka.version holds the data of Kafka 3.9.1
 
 
 def check_data_version(b: LocalBroker) -> None:

@@ -7,6 +7,7 @@ tuner, reading the same topic, still publishes; and two writers that write the s
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -73,10 +74,10 @@ async def test_poisoned_control_records_are_skipped_and_every_worker_keeps_servi
     control = topics.control(pipe.name)
     from slipstream.streams import codec
 
-    huge = stage_config_record(pipe, None, "s", 2, 2, "poison: the largest epoch") | {"epoch": EPOCH_MAX}
-    unknown = stage_config_record(pipe, None, "s", 2, 2, "poison: unknown variant") | {"variant": "zzz"}
+    huge = replace(stage_config_record(pipe, None, "s", 2, 2, "poison: the largest epoch"), epoch=EPOCH_MAX)
+    unknown = replace(stage_config_record(pipe, None, "s", 2, 2, "poison: unknown variant"), variant="zzz")
     await write_raw(kafka, control,
-                    (b"\xff\xfe", codec.encode("StageConfig", huge | {"reason": "bad key"}), "StageConfig"),
+                    (b"\xff\xfe", codec.encode("StageConfig", replace(huge, reason="bad key")), "StageConfig"),
                     (b"s", codec.encode("StageConfig", huge), "StageConfig"),
                     (b"s", b"\xc3\x01garbage", "StageConfig"),
                     (b"s", codec.encode("StageConfig", unknown), "StageConfig"),
@@ -88,7 +89,7 @@ async def test_poisoned_control_records_are_skipped_and_every_worker_keeps_servi
         await pub.start()
         try:  # after the poison, a valid config from the tuner's writer: everything to variant b
             await pub.publish(control, "StageConfig",
-                              stage_config_record(pipe, None, "s", 2, 2, "test: to b") | {"variant": "b"}, "s")
+                              replace(stage_config_record(pipe, None, "s", 2, 2, "test: to b"), variant="b"), "s")
         finally:
             await pub.stop()
         async with PipelineClient(pipe, kafka) as client:
@@ -109,18 +110,18 @@ async def test_the_tuner_reads_past_a_poisoned_epoch_and_equal_written_epochs_ap
     from slipstream.streams import codec
     from slipstream.streams.control_io import KafkaArrivals
     from slipstream.tuner.actuators import DryRunActuator
-    from slipstream.tuner.policy import StageChange, StagePlan, TunerConfig, TunerPlan
+    from slipstream.tuner.policy import StageChange, StageSizing, TunerConfig, TunerPlan
     from slipstream.tuner.service import TunerService
 
     path = two_variant_pipeline(unique, tmp_path)
     pipe = load_pipeline(path)
     await admin.ensure_topics(kafka, topics.all_topics(pipe))
     control = topics.control(pipe.name)
-    huge = stage_config_record(pipe, None, "s", 2, 2, "poison: the largest epoch") | {"epoch": EPOCH_MAX}
+    huge = replace(stage_config_record(pipe, None, "s", 2, 2, "poison: the largest epoch"), epoch=EPOCH_MAX)
     await write_raw(kafka, control, (b"s", codec.encode("StageConfig", huge), "StageConfig"))
     # the race of the planner and the tuner: both write the same epoch field, the later one must win
-    planner_rec = stage_config_record(pipe, None, "s", 2, 2, "planner") | {"epoch": 5, "variant": "a"}
-    tuner_rec = stage_config_record(pipe, None, "s", 2, 2, "tuner") | {"epoch": 5, "variant": "b"}
+    planner_rec = replace(stage_config_record(pipe, None, "s", 2, 2, "planner"), epoch=5, variant="a")
+    tuner_rec = replace(stage_config_record(pipe, None, "s", 2, 2, "tuner"), epoch=5, variant="b")
     pub = KafkaPublisher(kafka)
     await pub.start()
     workers = Workers(path, kafka.bootstrap)
@@ -128,14 +129,14 @@ async def test_the_tuner_reads_past_a_poisoned_epoch_and_equal_written_epochs_ap
         first = await pub.publish(control, "StageConfig", planner_rec, "s")
         second = await pub.publish(control, "StageConfig", tuner_rec, "s")
         assert second > first
-        plan = TunerPlan.from_sample(list(range(100)), (1.0,), (StagePlan("s", 2, 25.0, 1.0),))
+        plan = TunerPlan.from_sample(list(range(100)), (1.0,), (StageSizing("s", 2, 25.0, 1.0),))
         service = TunerService(pipe, plan, TunerConfig(), DryRunActuator(), partitions={"s": 2},
                                publish=pub.publish)
         seen = asyncio.Event()
 
         def on_config(rec) -> None:
             service.on_stage_config(rec)
-            if rec["epoch"] == second:
+            if rec.epoch == second:
                 seen.set()
 
         arrivals = KafkaArrivals(kafka, pipe.name, "s", on_stage_config=on_config, spec=pipe, lookback_s=0)
@@ -149,7 +150,7 @@ async def test_the_tuner_reads_past_a_poisoned_epoch_and_equal_written_epochs_ap
             await arrivals.stop()
         await service._apply(StageChange("s", 2, 2, "scale-up", None, 40.0, 20.0), 0)
         published = service.latest_configs["s"]
-        assert published["variant"] == "b" and 0 < published["epoch"] <= EPOCH_MAX // 2**10
+        assert published.variant == "b" and 0 < published.epoch <= EPOCH_MAX // 2**10
         (running,) = workers.start("s")
         async with PipelineClient(pipe, kafka) as client:
             ids, results = await served_by(client, pipe, "b")
@@ -172,8 +173,9 @@ async def test_a_worker_started_after_many_configs_loads_only_the_newest(kafka, 
     pub = KafkaPublisher(kafka)
     await pub.start()
     try:
-        epochs = [await pub.publish(control, "StageConfig", stage_config_record(pipe, None, "s", 1, 2, f"test: {i}")
-                                    | {"variant": "ab"[i % 2], "max_batch": 1 + i % 3}, "s") for i in range(6)]
+        epochs = [await pub.publish(control, "StageConfig",
+                                    replace(stage_config_record(pipe, None, "s", 1, 2, f"test: {i}"),
+                                            variant="ab"[i % 2], max_batch=1 + i % 3), "s") for i in range(6)]
     finally:
         await pub.stop()
     workers = Workers(path, kafka.bootstrap)

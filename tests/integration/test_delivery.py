@@ -14,6 +14,7 @@ from aiokafka.errors import MessageSizeTooLargeError
 
 from slipstream.agents.delivery import Delivery
 from slipstream.agents.routing import Out
+from slipstream.schemas.records import InferenceRequest
 from slipstream.streams import admin, kafka as kclient, topics
 from slipstream.streams.client import make_request
 from slipstream.streams.codec import CodecError
@@ -91,7 +92,7 @@ async def test_records_refused_past_the_retry_bound_are_replaced_by_error_result
     await admin.ensure_topics(kafka, topics.all_topics(pipe))
     never = f"{unique}-never"  # never created: refused (transiently, says Kafka) for as long as one asks
     reqs = [make_request(pipe, b"x") for _ in range(3)]
-    items = [SimpleNamespace(req=r, record=None) for r in reqs]
+    items = [SimpleNamespace(req=InferenceRequest.from_dict(r), record=None) for r in reqs]
     failures: list[str] = []
     prod = kclient.producer(kafka, request_timeout_ms=1000)
     await prod.start()
@@ -114,7 +115,7 @@ async def test_a_batch_the_broker_refuses_has_each_record_replaced_by_an_error_r
     await admin.ensure_topics(kafka, [*topics.all_topics(pipe), TopicSpec(narrow, 1, {"max.message.bytes": "2000"})])
     failures: list[str] = []
     reqs = [make_request(pipe, b"x" * 20) for _ in range(30)]
-    items = [SimpleNamespace(req=r, record=None) for r in reqs]
+    items = [SimpleNamespace(req=InferenceRequest.from_dict(r), record=None) for r in reqs]
     prod = kclient.producer(kafka)
     await prod.start()
     try:
@@ -164,7 +165,7 @@ async def test_after_the_broker_refuses_a_batch_the_producer_is_replaced_and_lat
 
     async def deliver(req: dict) -> list[int]:
         sent = await d.send_all([(Out(narrow, req["request_id"], "InferenceRequest", req),
-                                  SimpleNamespace(req=req, record=None))])
+                                  SimpleNamespace(req=InferenceRequest.from_dict(req), record=None))])
         return await asyncio.wait_for(d.settle(sent), 60)
     try:
         assert await deliver(first) == []  # the broker now knows the producer's sequence on the partition

@@ -19,6 +19,7 @@ from slipstream.agents.acks import Release
 from slipstream.agents.routing import Out, ended
 from slipstream.agents.transactions import PartitionTransactions, transactional_id
 from slipstream.loadgen.collect import check_exactly_once
+from slipstream.schemas.records import InferenceRequest
 from slipstream.streams import admin, codec, kafka as kclient, topics
 from slipstream.streams.client import PipelineClient, make_request
 from slipstream.streams.config import EXACTLY_ONCE, KafkaSettings
@@ -112,8 +113,7 @@ async def test_a_zombie_producer_is_fenced_and_its_outputs_and_offsets_never_com
     tp = (src, 0)
 
     def result(rid: str) -> Out:
-        req = make_request(pipe, b"x")
-        req["request_id"] = rid
+        req = InferenceRequest.from_dict({**make_request(pipe, b"x"), "request_id": rid})
         return ended(pipe, req, "done", "", time.time_ns())
 
     # the zombie: mid-window, its outputs are in the log (uncommitted) and its offsets are added

@@ -56,7 +56,7 @@ async def test_scale_up_and_down_inside_a_worker_never_pauses_the_running_instan
     try:
         await asyncio.to_thread(worker.wait_ready)
 
-        async def set_replicas(previous: dict | None, n: int) -> dict:
+        async def set_replicas(previous, n: int):
             rec = stage_config_record(pipe, previous, "slow", n, 4, f"test: {n} instance(s)")
             await publisher.publish(topics.control(pipe.name), "StageConfig", rec, "slow")
             return rec

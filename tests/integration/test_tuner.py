@@ -13,7 +13,7 @@ from slipstream.streams.topics import all_topics
 from slipstream.streams import control_io as kafka_io
 from slipstream.tuner.actuators import DryRunActuator
 from slipstream.tuner.envelope import doubling_windows
-from slipstream.tuner.policy import StagePlan, TunerConfig, TunerPlan
+from slipstream.tuner.policy import StageSizing, TunerConfig, TunerPlan
 from slipstream.tuner.service import ServiceSettings, TunerService
 
 from .helpers import drain
@@ -31,7 +31,7 @@ async def test_rate_step_on_the_input_topic_scales_up_grows_and_publishes(kafka,
     await admin.ensure_topics(kafka, all_topics(pipe))
     rng = np.random.default_rng(0)
     sample = np.cumsum(rng.exponential(1 / 20, 6000))  # planned: 20 qps, 1 replica of mu 25
-    plan = TunerPlan.from_sample(sample, doubling_windows(0.05), (StagePlan("src", 1, 25.0, 1.0),))
+    plan = TunerPlan.from_sample(sample, doubling_windows(0.05), (StageSizing("src", 1, 25.0, 1.0),))
 
     now = time.time_ns()
     prod = kclient.producer(kafka)

@@ -4,18 +4,20 @@ without --plan says clearly when none comes."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import numpy as np
 import yaml
 from click.testing import CliRunner
 
 from slipstream.commands.tuner import tuner_cmd
+from slipstream.schemas.records import TunerHandoff
 from slipstream.streams import admin, topics
 from slipstream.streams.control_io import KafkaPublisher, latest_epoch, latest_handoff
 from slipstream.streams.spec import parse_pipeline
 from slipstream.tuner import planfile
 from slipstream.tuner.envelope import doubling_windows
-from slipstream.tuner.policy import StagePlan, TunerPlan
+from slipstream.tuner.policy import StageSizing, TunerPlan
 from slipstream.tuner.service import stage_config_record
 
 from .test_tuner import spec
@@ -24,17 +26,17 @@ from .test_tuner import spec
 def handoff(name: str, epoch: int, replicas: int) -> dict:
     """A TunerHandoff record as the planner publishes it (planfile's document plus epoch and at_ns)."""
     sample = np.cumsum(np.random.default_rng(epoch).exponential(1 / 20, 2000))
-    plan = TunerPlan.from_sample(sample, doubling_windows(0.05), (StagePlan("src", replicas, 25.0, 1.0),))
+    plan = TunerPlan.from_sample(sample, doubling_windows(0.05), (StageSizing("src", replicas, 25.0, 1.0),))
     return planfile.to_dict(plan, name) | {"epoch": epoch, "at_ns": 1_000 * epoch}
 
 
-async def publish(kafka, name: str, *records: tuple[str, dict]) -> None:
+async def publish(kafka, name: str, *records: tuple[str, object]) -> None:
     pub = KafkaPublisher(kafka)
     await pub.start()
     try:
         for kind, rec in records:
             await pub.publish(topics.control(name), kind, rec, key=topics.HANDOFF_KEY if kind == "TunerHandoff"
-                              else rec["stage"])
+                              else rec.stage)
     finally:
         await pub.stop()
 
@@ -52,11 +54,11 @@ async def test_the_latest_handoff_is_read_and_a_stage_config_is_never_taken_for_
     await publish(kafka, unique, ("StageConfig", config))
     assert await latest_handoff(kafka, unique) is None  # a StageConfig only: no hand-off
     first, second = handoff(unique, 1, 1), handoff(unique, 2, 2)
-    later_config = {**config, "epoch": 7}
+    later_config = replace(config, epoch=7)
     await publish(kafka, unique, ("TunerHandoff", first), ("TunerHandoff", second), ("StageConfig", later_config))
     got = await latest_handoff(kafka, unique)
-    assert got == second | {"epoch": 2}  # read from the topic, a record's epoch is its offset
-    assert planfile.from_dict(got, pipeline=pipe).planned_replicas == {"src": 2}
+    assert got == TunerHandoff.from_dict(second | {"epoch": 2})  # read from the topic, its epoch is its offset
+    assert planfile.from_handoff(got, pipeline=pipe).planned_replicas == {"src": 2}
     assert await latest_epoch(kafka, unique) == 3  # the offset of later_config, not its field (7), and
     # the epoch reader takes StageConfigs only
 
@@ -73,7 +75,7 @@ async def test_without_a_handoff_the_reader_waits_for_the_first(kafka, unique):
     task = asyncio.create_task(planner())
     got = await latest_handoff(kafka, unique, wait_s=60, on_wait=lambda topic, w: waiting.set())
     await task
-    assert got == record | {"epoch": 0}  # its offset
+    assert got == TunerHandoff.from_dict(record | {"epoch": 0})  # its offset
 
 
 async def test_without_a_handoff_the_reader_gives_up_after_the_wait(kafka, unique):

@@ -18,7 +18,7 @@ from slipstream.streams.spec import parse_pipeline
 from slipstream.streams.topics import all_topics
 from slipstream.tuner.actuators import DryRunActuator
 from slipstream.tuner.envelope import doubling_windows
-from slipstream.tuner.policy import StagePlan, TunerConfig, TunerPlan
+from slipstream.tuner.policy import StageSizing, TunerConfig, TunerPlan
 from slipstream.tuner.run import run_tuner
 
 
@@ -71,7 +71,7 @@ async def test_the_tuner_exports_a_stages_lag_read_from_the_broker_with_no_worke
     finally:
         await prod.stop()
     sample = np.cumsum(np.random.default_rng(0).exponential(1 / 20, 2000))
-    plan = TunerPlan.from_sample(sample, doubling_windows(0.05), (StagePlan("src", 1, 25.0, 1.0),))
+    plan = TunerPlan.from_sample(sample, doubling_windows(0.05), (StageSizing("src", 1, 25.0, 1.0),))
     port, stop = free_port(), asyncio.Event()
     tuner = asyncio.create_task(run_tuner(pipe, plan, TunerConfig(), DryRunActuator(), dry_run=True, settings=kafka,
                                           interval_s=0.2, lookback_s=0.0, stop=stop,

@@ -17,7 +17,7 @@ from slipstream.streams.procs import worker_argv
 from slipstream.streams.spec import load_pipeline
 from slipstream.tuner.actuators import LocalProcessActuator
 from slipstream.tuner.envelope import doubling_windows
-from slipstream.tuner.policy import StagePlan, TunerConfig, TunerPlan
+from slipstream.tuner.policy import StageSizing, TunerConfig, TunerPlan
 from slipstream.tuner.run import run_tuner
 
 from .helpers import assert_exactly_once
@@ -46,7 +46,7 @@ async def test_rate_step_scales_bottleneck_up_fast_and_down_after_quiet(kafka, u
     rng = np.random.default_rng(1)
     sample = np.cumsum(rng.exponential(1 / 5, 600))
     plan = TunerPlan.from_sample(sample, doubling_windows(0.1, 8.0),
-                                 (StagePlan("pre", 1, 200.0, 1.0), StagePlan("slow", 1, 6.0, 1.0)))
+                                 (StageSizing("pre", 1, 200.0, 1.0), StageSizing("slow", 1, 6.0, 1.0)))
     config = TunerConfig(activation_s=2.0, down_window_s=2.0, down_horizon_s=6.0, max_replicas=3)
     actuator = LocalProcessActuator(lambda stage: worker_argv(path, stage, "warn", config.max_replicas),
                                     env={"SLIPSTREAM_BOOTSTRAP": kafka.bootstrap}, log_dir=tmp_path,

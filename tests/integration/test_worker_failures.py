@@ -51,8 +51,7 @@ async def test_an_output_the_broker_refuses_becomes_an_error_result_and_the_work
         from slipstream.streams.control_io import KafkaPublisher
         from slipstream.tuner.service import stage_config_record
 
-        rec = stage_config_record(pipe, None, "resize", 1, 1, "test: route to both")
-        rec["routing"] = {"small": 0.5, "big": 0.5}
+        rec = stage_config_record(pipe, None, "resize", 1, 1, "test: route to both", {"small": 0.5, "big": 0.5})
         pub = KafkaPublisher(kafka)
         await pub.start()
         await pub.publish(topics.control(pipe.name), "StageConfig", rec, "resize")

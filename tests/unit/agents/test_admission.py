@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,10 +19,12 @@ from slipstream.agents.replicas import Fleet
 from slipstream.agents.metrics import StageMetrics
 from slipstream.agents.window import Item
 from slipstream.agents.zoo import load_executor
+from slipstream.schemas.records import InferenceRequest
 from slipstream.streams import batching, codec, contract, kafka as kclient, topics
 from slipstream.streams.client import make_request
 from slipstream.streams.config import KafkaSettings
 from slipstream.streams.spec import load_pipeline
+from tests.control_records import handoff as typed_handoff, stage_config
 
 TP = ("in", 0)
 
@@ -43,7 +46,7 @@ def test_each_record_is_admitted_refused_with_an_error_result_or_dead_lettered(t
     records = [rec(i, codec.encode("InferenceRequest", r)) for i, r in enumerate((good, bad_frag, no_id, other))]
     records.append(rec(4, b"junk"))
     got = admit(pipe, [(TP, records, 7)], contract.Bounds.of(pipe, "s0", 1 << 20), time.time_ns())
-    assert [(it.offset, it.req["request_id"], it.arrival_ns) for it in got.items] == [(0, good["request_id"], 7)]
+    assert [(it.offset, it.req.request_id, it.arrival_ns) for it in got.items] == [(0, good["request_id"], 7)]
     ((item, out),) = got.refused
     assert item.offset == 1 and out.topic == topics.results(pipe.name) and out.key == bad_frag["request_id"]
     assert out.value["status"] == "error" and "fragment='abc'" in out.value["reason"]
@@ -58,8 +61,8 @@ async def test_a_window_that_fails_serves_its_items_alone_and_fails_only_the_poi
     sw = w.StageWorker(pipe, "s0", KafkaSettings(), load_executor, StageMetrics.create(pipe.name, "s0"))
     sw.pool.put_in_force(await sw.pool.prepare(sw.switch.config, Fleet()))
     now = time.time_ns()
-    reqs = [make_request(pipe, f"p{i}".encode()) for i in range(4)]
-    reqs[2] = dict(reqs[2], deadline_ns=None)  # past the door by a bug: the window's decisions raise on it
+    reqs = [InferenceRequest.from_dict(make_request(pipe, f"p{i}".encode())) for i in range(4)]
+    reqs[2] = replace(reqs[2], deadline_ns=None)  # past the door by a bug: the window's decisions raise on it
     window = [Item(rec(i, b""), r, now, TP, i) for i, r in enumerate(reqs)]
     replica = sw.pool.idle()
     answers = await sw.server.serve_window(replica, sw.switch.config, sw.pool.fleet.variants, window,
@@ -115,7 +118,7 @@ def test_a_record_without_the_header_or_a_usable_key_is_judged_after_decoding(tm
     got = admit(pipe, [(TP, [bare, junk], 7)], contract.Bounds.of(pipe, "s0", 1 << 20), now,
                 lambda deadline: gate.judge(deadline, now, 0))
     ((item, why),) = got.dropped
-    assert item.offset == 0 and item.req["payload"] == b"x" and why.startswith("deadline")
+    assert item.offset == 0 and item.req.payload == b"x" and why.startswith("deadline")
     assert [r.offset for _, r, _ in got.dead] == [1]
 
 
@@ -127,11 +130,11 @@ def test_the_source_worker_sheds_what_the_bottleneck_cannot_serve_before_decodin
     async def finish(window, answers):
         answered.extend(outs[0].value for outs, _ in answers)
     monkeypatch.setattr(sw.commits, "finish", finish)
-    handoff = {"pipeline": pipe.name, "epoch": 3, "stages": [
+    handoff = typed_handoff(pipeline=pipe.name, epoch=3, stages=[
         {"stage": "s0", "replicas": 1, "mu_qps": 1000.0, "visit_ratio": 1.0},
-        {"stage": "s1", "replicas": 2, "mu_qps": 10.0, "visit_ratio": 1.0}]}  # the bottleneck: 20 req/s
+        {"stage": "s1", "replicas": 2, "mu_qps": 10.0, "visit_ratio": 1.0}])  # the bottleneck: 20 req/s
     sw.on_plan("TunerHandoff", handoff)
-    sw.on_plan("StageConfig", {"pipeline": pipe.name, "stage": "s1", "epoch": 4, "replicas": 1})  # scaled in: 10
+    sw.on_plan("StageConfig", stage_config(pipeline=pipe.name, stage="s1", epoch=4, replicas=1))  # scaled in: 10
     assert sw.intake.gate.rate_qps == pytest.approx(10.0)
     decoded = []
     real = codec.codec("InferenceRequest").decode

@@ -5,12 +5,12 @@ from types import SimpleNamespace
 from slipstream.agents import routing
 from slipstream.agents.delivery import Delivery
 from slipstream.streams.spec import parse_pipeline
+from tests.control_records import request
 
 PIPE = parse_pipeline({
     "name": "p", "slo_ms": 100, "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},
     "stages": [{"name": "s", "variants": [{"name": "v", "model": "noop", "accuracy": 1.0}]}], "edges": []})
-REQ = {"request_id": "r1", "pipeline": "p", "created_ns": 1, "deadline_ns": 2, "content_type": "x",
-       "payload": b"in", "hops": [], "fragment": "1", "path": [], "accuracy": 1.0}
+REQ = request(request_id="r1", pipeline="p", created_ns=1, deadline_ns=2, content_type="x", payload=b"in")
 ITEM = SimpleNamespace(req=REQ, record=SimpleNamespace(value=b"raw-input", topic="t", partition=3, offset=42))
 
 

@@ -15,10 +15,12 @@ from slipstream.agents.control import accept, defaults
 from slipstream.agents.executors import DigestMismatch, check_digest, pinned
 from slipstream.agents.metrics import StageMetrics
 from slipstream.agents.worker import StageWorker
+from slipstream.schemas.records import StageConfig
 from slipstream.streams.config import KafkaSettings
 from slipstream.streams.executor import Emit, ItemOutput
 from slipstream.streams.spec import Hardware, Variant, load_pipeline
 from tests.unit.agents.test_onnx_kind import linear_onnx
+from tests.control_records import stage_config
 
 CPU = Hardware("cpu-1", "cpu", 0.0, 1)
 
@@ -94,10 +96,10 @@ def pipe(tmp_path: Path):
     return load_pipeline(tmp_path / "p.yaml")
 
 
-def config(epoch: int, digests: dict, variant: str = "a", replicas: int = 1) -> dict:
-    return {"pipeline": "p", "stage": "s", "variant": variant, "hardware": "cpu-1", "max_batch": 2,
-            "batch_timeout_ms": 5.0, "replicas": replicas, "partitions": 1, "epoch": epoch,
-            "planner_mode": "test", "routing": {}, "digests": digests}
+def config(epoch: int, digests: dict, variant: str = "a", replicas: int = 1) -> StageConfig:
+    return stage_config(pipeline="p", stage="s", variant=variant, hardware="cpu-1", max_batch=2,
+                        batch_timeout_ms=5.0, replicas=replicas, partitions=1, epoch=epoch,
+                        planner_mode="test", routing={}, digests=digests)
 
 
 def test_accept_carries_the_pins_and_refuses_a_pin_on_an_unknown_variant(pipe):
@@ -105,9 +107,9 @@ def test_accept_carries_the_pins_and_refuses_a_pin_on_an_unknown_variant(pipe):
     assert why == "" and cfg.digests == {"a": "aaaaaaaaaaaa"}
     assert accept(pipe, "s", config(1, {"zz": "aaaaaaaaaaaa"}), defaults(pipe, "s")) == \
         (None, "digests: unknown variant 'zz' (stage s has ['a', 'b'])")
-    rec = config(1, {})
-    del rec["digests"]  # written before pins: nothing pinned
-    assert accept(pipe, "s", rec, defaults(pipe, "s"))[0].digests == {}
+    rec = config(1, {}).to_dict()
+    del rec["digests"]  # a record without pins: nothing pinned
+    assert accept(pipe, "s", StageConfig.from_dict(rec), defaults(pipe, "s"))[0].digests == {}
 
 
 def test_a_worker_refuses_a_config_pinning_another_model_and_keeps_serving_its_own(pipe):

@@ -15,9 +15,11 @@ from slipstream.agents.stage.intake import Intake
 from slipstream.agents.stage.pool import ReplicaPool
 from slipstream.agents.stage.windows import Windows
 from slipstream.agents.window import Item
+from slipstream.schemas.records import StageConfig
 from slipstream.streams.config import KafkaSettings
 from slipstream.streams.heartbeat import Heartbeat
 from slipstream.streams.spec import parse_pipeline
+from tests.control_records import handoff as typed_handoff, request as typed_request, stage_config as typed_config
 
 PIPE = parse_pipeline({
     "name": "pp", "slo_ms": 100, "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},
@@ -31,7 +33,7 @@ def metrics() -> StageMetrics:
 
 
 def item(offset: int) -> Item:
-    return Item(SimpleNamespace(offset=offset), {"request_id": f"r{offset}"}, 0, TP, offset)
+    return Item(SimpleNamespace(offset=offset), typed_request(request_id=f"r{offset}"), 0, TP, offset)
 
 
 class Predictor:
@@ -78,8 +80,8 @@ def test_intake_forgets_revoked_fetches_and_its_gate_follows_the_share():
     intake.forget({("in", 1)})
     intake.update_room()
     assert intake.room.is_set() and len(list(intake.values())) == 3
-    intake.on_plan("TunerHandoff", {"pipeline": "pp", "epoch": 1, "stages": [
-        {"stage": "s", "replicas": 1, "mu_qps": 100.0, "visit_ratio": 1.0}]})
+    intake.on_plan("TunerHandoff", typed_handoff(pipeline="pp", epoch=1, stages=[
+        {"stage": "s", "replicas": 1, "mu_qps": 100.0, "visit_ratio": 1.0}]))
     full = intake.gate.rate_qps
     intake.set_share(1, 4)
     assert full and intake.gate.rate_qps == pytest.approx(full / 4)
@@ -133,10 +135,9 @@ class FakePool:
         pass
 
 
-def stage_config(epoch: int, batch: int = 4) -> dict:
-    return {"pipeline": "pp", "stage": "s", "variant": "a", "hardware": "cpu-1", "max_batch": batch,
-            "batch_timeout_ms": 5.0, "replicas": 1, "partitions": 1, "epoch": epoch, "planner_mode": "t",
-            "routing": {}, "digests": {}}
+def stage_config(epoch: int, batch: int = 4) -> StageConfig:
+    return typed_config(pipeline="pp", stage="s", variant="a", hardware="cpu-1", max_batch=batch,
+                        batch_timeout_ms=5.0, replicas=1, partitions=1, epoch=epoch, planner_mode="t")
 
 
 async def test_a_config_goes_in_force_at_the_boundary_and_a_replacement_yields_to_a_newer_config():

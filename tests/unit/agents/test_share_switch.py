@@ -13,6 +13,7 @@ from slipstream.streams import codec, kafka as kclient
 from slipstream.streams.config import KafkaSettings
 from slipstream.streams.control_io import read_record
 from slipstream.streams.spec import parse_pipeline
+from tests.control_records import request
 
 PIPE = parse_pipeline({
     "name": "sp", "slo_ms": 300, "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},
@@ -32,7 +33,7 @@ def config(offset: int, routing: dict, replicas: int = 2) -> dict:
 
 class Item:
     def __init__(self, i: int) -> None:
-        self.req = {"request_id": f"r-{i}", "accuracy_floor": None}
+        self.req = request(request_id=f"r-{i}")
 
 
 def counting_worker() -> tuple[w.StageWorker, list[str]]:

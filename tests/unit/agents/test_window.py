@@ -10,13 +10,14 @@ from slipstream.agents.window import Item, Take, Wait, WindowPlanner
 from slipstream.streams import batching, topics
 from slipstream.streams.executor import Emit, ItemOutput
 from slipstream.streams.spec import load_pipeline
+from tests.control_records import request
 
 MS = 1_000_000
 
 
 def item(i: int, arrival_ms: float = 0, deadline_ms: float = 1e6, tp: str = "p0", floor=None) -> Item:
-    req = {"request_id": f"r{i}", "pipeline": "p", "created_ns": 0, "deadline_ns": int(deadline_ms * MS),
-           "accuracy_floor": floor, "payload": b"x", "hops": []}
+    req = request(request_id=f"r{i}", pipeline="p", created_ns=0, deadline_ns=int(deadline_ms * MS),
+                  accuracy_floor=floor, payload=b"x")
     return Item(record=None, req=req, arrival_ns=int(arrival_ms * MS), tp=tp, offset=i)
 
 
@@ -118,5 +119,5 @@ def test_split_variants_common_case_equals_the_per_item_rule(routing):
     groups, dropped = w.split_variants(window, cfg, acc)
     expect: dict = {}
     for it in window:
-        expect.setdefault(choose_variant(it.req["request_id"], None, cfg, acc)[0], []).append(it.offset)
+        expect.setdefault(choose_variant(it.req.request_id, None, cfg, acc)[0], []).append(it.offset)
     assert {v: [it.offset for it in its] for v, its in groups.items()} == expect and dropped == []

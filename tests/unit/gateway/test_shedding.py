@@ -6,6 +6,7 @@ import pytest
 
 from slipstream.gateway.shedding import MAX_RETRY_S, Load, Outcomes, decide, service_rate
 from slipstream.streams.control_io import planned_capacity_qps
+from tests.control_records import handoff as typed_handoff
 
 MS = 1_000_000
 LOAD = Load(in_flight=0, observed_qps=100.0, planned_qps=None, base_ms=20.0)
@@ -43,8 +44,8 @@ def test_the_lower_of_observed_and_planned_rates_is_used():
 
 
 def test_planned_capacity_is_the_slowest_stage_with_the_replicas_in_force():
-    handoff = {"stages": [{"stage": "a", "replicas": 1, "mu_qps": 100.0, "visit_ratio": 1.0},
-                          {"stage": "b", "replicas": 2, "mu_qps": 50.0, "visit_ratio": 2.0}]}
+    handoff = typed_handoff(stages=[{"stage": "a", "replicas": 1, "mu_qps": 100.0, "visit_ratio": 1.0},
+                                    {"stage": "b", "replicas": 2, "mu_qps": 50.0, "visit_ratio": 2.0}])
     assert planned_capacity_qps(handoff, {}) == pytest.approx(50.0)  # b: 50 * 2 / 2
     assert planned_capacity_qps(handoff, {"b": 4}) == pytest.approx(100.0)  # the tuner scaled b
     assert planned_capacity_qps(None, {"b": 4}) is None
@@ -53,16 +54,16 @@ def test_planned_capacity_is_the_slowest_stage_with_the_replicas_in_force():
 def test_planned_capacity_is_bounded_by_what_the_host_serves_at_the_shares_in_force():
     rungs = [{"variant": "big", "rate_qps": 50.0, "cpu_ms_per_item": 40.0},
              {"variant": "small", "rate_qps": 100.0, "cpu_ms_per_item": 10.0}]
-    handoff = {"stages": [{"stage": "a", "replicas": 8, "mu_qps": 100.0, "visit_ratio": 1.0},
-                          {"stage": "b", "replicas": 8, "mu_qps": 50.0, "visit_ratio": 1.0}],
-               "capacity": [{"stage": "a", "cpu_ms_per_item": 5.0},
-                            {"stage": "b", "cpu_ms_per_item": 40.0, "ladder": rungs}],
-               "host": {"free_cores": 1.5, "request_cpu_ms": 5.0}}
+    handoff = typed_handoff(stages=[{"stage": "a", "replicas": 8, "mu_qps": 100.0, "visit_ratio": 1.0},
+                                    {"stage": "b", "replicas": 8, "mu_qps": 50.0, "visit_ratio": 1.0}],
+                            capacity=[{"stage": "a", "cpu_ms_per_item": 5.0},
+                                      {"stage": "b", "cpu_ms_per_item": 40.0, "ladder": rungs}],
+                            host={"free_cores": 1.5, "request_cpu_ms": 5.0})
     # replicas alone: 400 (b, 8 x 50); the host: 1.5 cores / (5 + 5 + 40 ms) = 30 qps
     assert planned_capacity_qps(handoff, {}) == pytest.approx(30.0)
     # the tuner moved b to the cheaper variant: 1.5 / (5 + 5 + 10 ms) = 75 qps
     assert planned_capacity_qps(handoff, {}, {"b": {"small": 1.0}}) == pytest.approx(75.0)
-    assert planned_capacity_qps({**handoff, "host": None}, {}) == pytest.approx(400.0)  # no host: no bound
+    assert planned_capacity_qps(replace(handoff, host=None), {}) == pytest.approx(400.0)  # no host: no bound
 
 
 def test_outcomes_count_busy_throughput_and_the_unloaded_latency():
@@ -123,9 +124,9 @@ def test_busy_time_kept_as_a_sum_is_the_overlap_of_every_busy_interval_with_the_
 
 
 def test_a_ladder_stage_serves_at_the_shares_in_force():
-    handoff = {"stages": [{"stage": "c", "replicas": 1, "mu_qps": 20.0, "visit_ratio": 1.0}],
-               "capacity": [{"stage": "c", "ladder": [{"variant": "big", "rate_qps": 20.0},
-                                                       {"variant": "small", "rate_qps": 60.0}]}]}
+    handoff = typed_handoff(stages=[{"stage": "c", "replicas": 1, "mu_qps": 20.0, "visit_ratio": 1.0}],
+                            capacity=[{"stage": "c", "ladder": [{"variant": "big", "rate_qps": 20.0},
+                                                                {"variant": "small", "rate_qps": 60.0}]}])
     assert planned_capacity_qps(handoff, {"c": 2}) == pytest.approx(40.0)  # the plan's variant
     assert planned_capacity_qps(handoff, {"c": 2}, {"c": {"big": 1.0, "small": 0.0}}) == pytest.approx(40.0)
     # half the items on a variant three times as fast: 2 / (0.5/20 + 0.5/60) = 60
@@ -137,7 +138,7 @@ def test_a_ladder_stage_serves_at_the_shares_in_force():
 
 @pytest.mark.parametrize("mu_qps", [5e-324, 1e-300, 1e-9, 1e-6])
 def test_a_vanishing_planned_rate_sheds_with_numbers_not_an_overflow(mu_qps):
-    handoff = {"stages": [{"stage": "s", "replicas": 1, "mu_qps": mu_qps, "visit_ratio": 1.0}]}
+    handoff = typed_handoff(stages=[{"stage": "s", "replicas": 1, "mu_qps": mu_qps, "visit_ratio": 1.0}])
     load = replace(LOAD, in_flight=3, observed_qps=None, planned_qps=planned_capacity_qps(handoff, {}))
     d = decide(load, 400)
     assert not d.admit and 1 <= d.retry_after_s <= MAX_RETRY_S

@@ -3,6 +3,7 @@ on simulated arrivals, at the capacity of the hand-off record the planner publis
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from slipstream.planner.plan import Assignment
 from slipstream.planner.service import handoff, handoff_record
 from slipstream.planner.sim.gate import capacity_steps, judge_arrivals
 from slipstream.planner.sim.params import ReplicaChange
+from slipstream.schemas.records import TunerHandoff
 from slipstream.streams import contract
 from slipstream.streams.client import make_request
 from tests.unit.agents.test_admission import TP, pipeline, written
@@ -57,12 +59,12 @@ def test_the_capacity_follows_the_replicas_in_force():
     assert times == [0, 10_000_000_000] and caps == pytest.approx([CAPACITY_QPS, 3 * CAPACITY_QPS], rel=1e-6)
 
 
-def agent_refusals(record: dict, created_ns: np.ndarray, serve_ns: int, tmp_path) -> list[tuple[int, str]]:
+def agent_refusals(record: TunerHandoff, created_ns: np.ndarray, serve_ns: int, tmp_path) -> list[tuple[int, str]]:
     """What a source worker refuses of these requests, each read at its creation: its intake's gate
     rate from the hand-off (``Intake.on_plan``), its admission judging each record."""
     pipe = pipeline(tmp_path)
     worker = Intake(pipe, "s0", StageMetrics.create(pipe.name, "s0"), *[None] * 4)
-    worker.on_plan("TunerHandoff", dict(record, pipeline=pipe.name))
+    worker.on_plan("TunerHandoff", replace(record, pipeline=pipe.name))
     bounds = contract.Bounds.of(pipe, "s0", 1 << 20)
     out = []
     for i, c in enumerate(created_ns.tolist()):

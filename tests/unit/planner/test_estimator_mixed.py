@@ -17,6 +17,7 @@ from slipstream.planner.problem import parse_problem
 from slipstream.planner.service import stage_configs
 from slipstream.loadgen.synthetic import random_problem
 from planner_builders import single_plan
+from tests.control_records import request
 
 FAST, SLOW = 10.0, 30.0  # ms, any batch of 1..4 on cpu; slow takes 1 ms on gpu
 
@@ -67,24 +68,24 @@ def test_the_worker_and_the_estimator_route_each_request_id_to_the_same_variant(
     served = {i: {FAST: "fast", SLOW: "slow"}[round(ms)] for i, ms in zip(ids, res.latency_ms.tolist())}
 
     rec = stage_configs("p", MIXED, problem(), epoch=1)[0]
-    cfg = ActiveConfig(rec["variant"], rec["hardware"], rec["max_batch"], rec["batch_timeout_ms"], rec["epoch"],
-                       rec["routing"], rec["replicas"])
-    groups, dropped = split_variants([Item(None, {"request_id": i}, 0, None, k) for k, i in enumerate(ids)], cfg,
+    cfg = ActiveConfig(rec.variant, rec.hardware, rec.max_batch, rec.batch_timeout_ms, rec.epoch, rec.routing,
+                       rec.replicas)
+    groups, dropped = split_variants([Item(None, request(request_id=i), 0, None, k) for k, i in enumerate(ids)], cfg,
                                      {"fast": 0.7, "slow": 0.9})
-    worker = {it.req["request_id"]: v for v, items in groups.items() for it in items}
+    worker = {it.req.request_id: v for v, items in groups.items() for it in items}
     assert not dropped and worker == served
     assert 0.5 < sum(v == "fast" for v in served.values()) / len(ids) < 0.7  # about its 60 % share
 
 
 def test_the_published_config_is_the_simulated_pool_and_costs_what_it_runs_on():
     rec = stage_configs("p", MIXED, problem(), epoch=1)[0]
-    assert (rec["variant"], rec["hardware"], rec["max_batch"], rec["replicas"]) == ("fast", "cpu", 4, 2)
-    assert rec["routing"] == {"fast": 0.6, "slow": 0.4}
-    assert rec["cost_per_hour"] == pytest.approx(2 * 0.2)  # both replicas on cpu, not 0.2 + 2.5
+    assert (rec.variant, rec.hardware, rec.max_batch, rec.replicas) == ("fast", "cpu", 4, 2)
+    assert rec.routing == {"fast": 0.6, "slow": 0.4}
+    assert rec.cost_per_hour == pytest.approx(2 * 0.2)  # both replicas on cpu, not 0.2 + 2.5
     from slipstream.loadgen.simulate import config_events  # a simulated run is priced as deployed too
 
     (ev,) = config_events(problem(), MIXED)
-    assert (ev.replicas, ev.cost_per_hour, ev.hardware) == (2, pytest.approx(rec["cost_per_hour"]), "cpu")
+    assert (ev.replicas, ev.cost_per_hour, ev.hardware) == (2, pytest.approx(rec.cost_per_hour), "cpu")
 
 
 def test_a_variant_without_a_profile_on_the_primarys_hardware_is_refused():

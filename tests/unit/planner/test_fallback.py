@@ -76,10 +76,10 @@ def test_the_planner_service_publishes_the_highest_capacity_plan_and_says_so(ove
     arrivals = np.sort(poisson_arrivals(500.0, 5.0, 3))
     out, state = replanner.step(ReplanState(), arrivals, int(5.0 * 1e9))
     assert not out.plan.feasible and out.changed and state.epoch == 1
-    assert [c["stage"] for c in out.configs] == ["resize", "classify"]
+    assert [c.stage for c in out.configs] == ["resize", "classify"]
     doomed = replace(out.plan, predicted_p99_ms=float("inf"))  # more than 1 % late: an infinite p99
     for c in (*out.configs, *stage_configs("p", doomed, overloaded, 2)):  # the workers apply them:
-        check("StageConfig", c["stage"], c, "p")  # the control rules accept them
+        check("StageConfig", c.stage, c.to_dict(), "p")  # the control rules accept them
     registry = CollectorRegistry()
     PlannerMetrics("p", registry).observe(out)
     assert registry.get_sample_value("slipstream_planner_infeasible", {"pipeline": "p"}) == 1
@@ -104,7 +104,7 @@ def test_an_infeasible_replan_replaces_the_serving_plan_only_when_it_serves_more
     small = make_planner("milp").plan(replace(overloaded, rate_qps=5.0, arrivals_s=poisson_arrivals(5.0, 10.0, 2)))
     assert capacity_qps(overloaded, small)[0] < capacity_qps(overloaded, highest)[0]
     out3, state3 = replanner.step(replace(state, plan=small), overload + 0.0, int(5.0 * 1e9))
-    assert out3.changed and state3.plan is out3.plan and [c["replicas"] for c in out3.configs] != [1, 1]
+    assert out3.changed and state3.plan is out3.plan and [c.replicas for c in out3.configs] != [1, 1]
 
 
 def test_an_infeasible_replan_keeps_a_serving_plan_that_keeps_up_with_the_forecast(overloaded):

@@ -43,10 +43,10 @@ def test_a_loki_stage_names_every_variant_profiled_on_its_hardware_most_accurate
     floored = replace(p, accuracy_floor=0.76)
     assert ladders(floored, plan(floored)) == {"classify": {"lite2": 1.0, "lite1": 0.0}}
     assert ladders(p, plan(p, mode="milp")) == {} and ladders(p, plan(p, mode="inferline")) == {}
-    configs = {c["stage"]: c for c in stage_configs("ic", plan(p), p, 3)}
-    assert configs["classify"]["routing"] == {"lite2": 1.0, "lite1": 0.0, "lite0": 0.0}
-    assert configs["resize"]["routing"] == {}
-    assert {c["stage"]: c["routing"] for c in stage_configs("ic", plan(p, mode="milp"), p, 3)}["classify"] == {}
+    configs = {c.stage: c for c in stage_configs("ic", plan(p), p, 3)}
+    assert configs["classify"].routing == {"lite2": 1.0, "lite1": 0.0, "lite0": 0.0}
+    assert configs["resize"].routing == {}
+    assert {c.stage: c.routing for c in stage_configs("ic", plan(p, mode="milp"), p, 3)}["classify"] == {}
 
 
 def test_each_rung_is_what_one_replica_of_the_pool_serves_on_it():

@@ -63,8 +63,8 @@ def test_replanner_publishes_only_on_change_and_handoff_reproduces_replicas():
     schema = json.loads(SCHEMA.read_text())
     fields = {f["name"] for f in schema["fields"]}
     for rec in out.configs:
-        assert set(rec) == fields
-        assert rec["epoch"] == 1 and rec["pipeline"] == "demo" and rec["replicas"] <= rec["partitions"]
+        assert set(rec.to_dict()) == fields
+        assert rec.epoch == 1 and rec.pipeline == "demo" and rec.replicas <= rec.partitions
     h = out.handoff
     for stage, reps in h.replicas.items():
         k = h.planned_rate_qps * h.visit_ratio[stage] / (h.mu_qps[stage] * h.rho[stage])
@@ -78,7 +78,7 @@ def test_replanner_publishes_only_on_change_and_handoff_reproduces_replicas():
     arr3 = np.arange(0, 60, 1 / 120.0)
     out3, st3 = rp.step(st2, arr3, 60 * 10**9)
     assert out3.changed and st3.epoch == 2
-    assert sum(r["replicas"] for r in out3.configs) > sum(r["replicas"] for r in out.configs)
+    assert sum(r.replicas for r in out3.configs) > sum(r.replicas for r in out.configs)
 
 
 def test_explain_runner_up_is_for_the_problem_the_plan_was_made_for():

@@ -1,7 +1,10 @@
 """The pure parts of the control-topic readers: records picked by their schema header, the newest
 hand-off of the pipeline (the broker side: tests/integration/test_tuner_handoff.py)."""
+from dataclasses import replace
+
 from aiokafka.structs import ConsumerRecord
 
+from slipstream.schemas.records import TunerHandoff
 from slipstream.streams import codec, kafka as kclient
 from slipstream.streams.control_io import control_records, newest_handoff
 
@@ -23,13 +26,14 @@ def test_records_are_picked_by_their_schema_header_and_undecodable_ones_skipped(
                record(1, "TunerHandoff", codec.encode("TunerHandoff", HANDOFF)),
                record(2, "TunerHandoff", b"not avro"),
                record(3, None, codec.encode("StageConfig", CONFIG))]  # no header: a StageConfig
-    assert control_records(records, "TunerHandoff", "p") == [HANDOFF | {"epoch": 1}]
+    assert control_records(records, "TunerHandoff", "p") == [TunerHandoff.from_dict(HANDOFF | {"epoch": 1})]
     # read from the topic, a record's epoch is its offset, whatever the field says
-    assert [r["epoch"] for r in control_records(records, "StageConfig", "p")] == [0, 3]
+    assert [r.epoch for r in control_records(records, "StageConfig", "p")] == [0, 3]
 
 
 def test_the_newest_handoff_is_the_pipelines_highest_epoch():
     assert newest_handoff([], "p") is None
-    older, other = {**HANDOFF, "epoch": 3}, {**HANDOFF, "pipeline": "q", "epoch": 8}
-    assert newest_handoff([HANDOFF, older, other], "p") == HANDOFF
+    newest = TunerHandoff.from_dict(HANDOFF)
+    older, other = replace(newest, epoch=3), replace(newest, pipeline="q", epoch=8)
+    assert newest_handoff([newest, older, other], "p") == newest
     assert newest_handoff([other], "p") is None

@@ -41,9 +41,9 @@ def test_valid_records_pass_and_read_with_their_offset_as_epoch():
     check("StageConfig", "s", CONFIG, "p", PIPE)
     check("TunerHandoff", "~handoff", HANDOFF, "p", PIPE)
     kind, rec = read_record(record(codec.encode("StageConfig", CONFIG), offset=41), "p", PIPE)
-    assert kind == "StageConfig" and rec["epoch"] == 41 and rec["variant"] == "a"
+    assert kind == "StageConfig" and rec.epoch == 41 and rec.variant == "a"
     kind, rec = read_record(record(codec.encode("TunerHandoff", HANDOFF), b"~handoff", "TunerHandoff", 42), "p")
-    assert kind == "TunerHandoff" and rec["epoch"] == 42
+    assert kind == "TunerHandoff" and rec.epoch == 42
 
 
 @pytest.mark.parametrize("key, says", [(None, "key: missing"), (b"\xff\xfe", "key: not UTF-8"),

@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 
 from slipstream.planner.service import handoff, handoff_record
+from slipstream.schemas.records import StageConfig
 from slipstream.streams import codec
 from slipstream.streams.arrivals import poisson_arrivals
 from tests.image_classify import CURVES, image_classify
 from slipstream.tuner import planfile
 from slipstream.tuner.envelope import EnvelopeSnapshot, envelope
 from slipstream.tuner.ladder import Rung, accuracy, covering_shares, descent, mix_load
-from slipstream.tuner.policy import (LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, stage_shares)
+from slipstream.tuner.policy import (LiveTraffic, StageSizing, TunerConfig, TunerPlan, TunerState, decide, stage_shares)
 
 from policy_flow import run_flow
 
@@ -87,7 +88,7 @@ def test_most_accurate_first_down_the_hull():
 
 def plan_of(ladder=LADDER, replicas: int = 1) -> TunerPlan:
     top = BEST
-    stage = StagePlan("classify", replicas, top.rate_qps, 1.0, replicas * top.rate_qps,
+    stage = StageSizing("classify", replicas, top.rate_qps, 1.0, replicas * top.rate_qps,
                       tuple(replicas * x for x in top.window_qps), top.variant, (), ladder)
     return TunerPlan(EnvelopeSnapshot(WINDOWS, (8.0, 6.0, 5.0)), 5.0, (stage,))
 
@@ -215,8 +216,8 @@ async def test_the_service_publishes_the_shares_in_a_stage_config_in_the_tick_th
     plan = make_planner("loki", validate=False).plan(problem)
     record = handoff_record(handoff(problem, plan, envelope), pipe.name, epoch=1)
     tplan = planfile.from_dict(codec.decode("TunerHandoff", codec.encode("TunerHandoff", record)), pipeline=pipe)
-    planned = {c["stage"]: {**c, "epoch": 5} for c in stage_configs(pipe.name, plan, problem, 5)}
-    assert planned["classify"]["routing"] == {"lite2": 1.0, "lite0": 0.0}  # the ladder, loaded with the plan
+    planned = {c.stage: replace(c, epoch=5) for c in stage_configs(pipe.name, plan, problem, 5)}
+    assert planned["classify"].routing == {"lite2": 1.0, "lite0": 0.0}  # the ladder, loaded with the plan
     published = []
 
     async def publish(topic, kind, value, key):
@@ -242,7 +243,7 @@ async def test_the_service_publishes_the_shares_in_a_stage_config_in_the_tick_th
     classify = [p for p in published if p[1] == "StageConfig" and p[3] == "classify"][-1][2]
     assert classify["routing"] == change.shares and set(classify["routing"]) == {"lite2", "lite0"}
     assert classify["routing"]["lite0"] > 0 and classify["replicas"] == 2 and classify["epoch"] > 5
-    assert classify["variant"] == "lite2" and classify["hardware"] == planned["classify"]["hardware"]
+    assert classify["variant"] == "lite2" and classify["hardware"] == planned["classify"].hardware
     assert classify["reason"].startswith(("scale-up", "accuracy-down")) and "accuracy-down" in classify["reason"]
     assert all(p[0] in (topics.control(pipe.name), topics.scaling(pipe.name)) for p in published)
     while True:  # the next move, with the replicas as they are: a StageConfig alone, no ScalingAction
@@ -265,9 +266,9 @@ def test_a_share_record_keeps_naming_every_variant_the_latest_config_named():
     from slipstream.tuner.service import stage_config_record
 
     pipe = load_pipeline("deploy/pipelines/image-classify.yaml")
-    latest = {"pipeline": pipe.name, "stage": "classify", "variant": "lite2", "hardware": "cpu-1", "max_batch": 2,
-              "batch_timeout_ms": 5.0, "replicas": 2, "partitions": 4, "epoch": 9, "planner_mode": "loki",
-              "routing": {"lite2": 1.0, "lite1": 0.0, "lite0": 0.0}, "cost_per_hour": 0.1, "reason": "plan"}
+    latest = StageConfig(pipeline=pipe.name, stage="classify", variant="lite2", hardware="cpu-1", max_batch=2,
+                         batch_timeout_ms=5.0, replicas=2, partitions=4, epoch=9, planner_mode="loki",
+                         routing={"lite2": 1.0, "lite1": 0.0, "lite0": 0.0}, cost_per_hour=0.1, reason="plan")
     rec = stage_config_record(pipe, latest, "classify", 2, 4, "accuracy-down", {"lite2": 0.6, "lite0": 0.4})
-    assert rec["routing"] == {"lite2": 0.6, "lite1": 0.0, "lite0": 0.4} and rec["epoch"] == 10
-    assert stage_config_record(pipe, latest, "classify", 1, 4, "scale-down")["routing"] == latest["routing"]
+    assert rec.routing == {"lite2": 0.6, "lite1": 0.0, "lite0": 0.4} and rec.epoch == 10
+    assert stage_config_record(pipe, latest, "classify", 1, 4, "scale-down").routing == latest.routing

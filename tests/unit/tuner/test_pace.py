@@ -8,7 +8,7 @@ import pytest
 
 from slipstream.tuner.envelope import NS_PER_S, EnvelopeSnapshot, doubling_windows
 from slipstream.tuner.pace import PaceConfig, PaceTracker, hop_ratios
-from slipstream.tuner.policy import LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, stage_up_target
+from slipstream.tuner.policy import LiveTraffic, StageSizing, TunerConfig, TunerPlan, TunerState, decide, stage_up_target
 from slipstream.tuner.service import describe
 
 EXPECTED = {"classify": {"lite0": (20.0, 30.0, 40.0, 50.0)}}
@@ -53,7 +53,7 @@ WINDOWS = doubling_windows(0.1, 12.8)
 
 
 def plan_of(capacity_qps: float) -> TunerPlan:
-    stage = StagePlan("classify", 1, mu_qps=capacity_qps, visit_ratio=1.0, capacity_qps=capacity_qps,
+    stage = StageSizing("classify", 1, mu_qps=capacity_qps, visit_ratio=1.0, capacity_qps=capacity_qps,
                       window_capacity_qps=tuple(capacity_qps for _ in WINDOWS),
                       variant="lite0", service_ms=(20.0,))
     return TunerPlan(EnvelopeSnapshot(WINDOWS, tuple(5.0 for _ in WINDOWS)), 5.0, (stage,))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from slipstream.tuner.envelope import NS_PER_S, EnvelopeSnapshot, doubling_windows
-from slipstream.tuner.policy import (LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, replicas_for_rate,
+from slipstream.tuner.policy import (LiveTraffic, StageSizing, TunerConfig, TunerPlan, TunerState, decide, replicas_for_rate,
                           stage_up_target)
 
 from policy_flow import run_flow
@@ -36,8 +36,8 @@ def gamma(rate: float, cv2: float, seconds: float, seed: int, start: float = 0.0
     return t[t < start + seconds]
 
 
-STAGES = (StagePlan("detect", replicas=4, mu_qps=30.0, visit_ratio=1.0),
-          StagePlan("classify", replicas=3, mu_qps=40.0, visit_ratio=0.5))
+STAGES = (StageSizing("detect", replicas=4, mu_qps=30.0, visit_ratio=1.0),
+          StageSizing("classify", replicas=3, mu_qps=40.0, visit_ratio=0.5))
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +51,14 @@ def plan() -> TunerPlan:
 @pytest.mark.parametrize("lam,s,mu,r", [(100, 1.0, 30, 4), (37.3, 0.37, 3.1, 7), (1000, 2.5, 55.5, 50),
                                         (0.2, 1.0, 0.07, 3)])
 def test_planned_rate_reproduces_planned_replicas(lam, s, mu, r):
-    stage = StagePlan("m", r, mu, s)
+    stage = StageSizing("m", r, mu, s)
     plan = TunerPlan(EnvelopeSnapshot((1.0,), (lam,)), lam, (stage,))
     assert replicas_for_rate(lam, stage, plan.rho(stage)) == r
     assert replicas_for_rate(lam * 1.01, stage, plan.rho(stage)) == math.ceil(r * 1.01 - 1e-9)
 
 
 def test_replica_formula_counts_visit_ratio_and_rho():
-    stage = StagePlan("m", 1, mu_qps=10.0, visit_ratio=0.5)
+    stage = StageSizing("m", 1, mu_qps=10.0, visit_ratio=0.5)
     assert replicas_for_rate(100.0, stage, rho=0.5) == 10  # 100 * 0.5 / (10 * 0.5)
     assert replicas_for_rate(100.0, replace(stage, visit_ratio=0.0), rho=0.5) == 0
 
@@ -225,7 +225,7 @@ def test_config_rejects_nonsense():
     with pytest.raises(ValueError):
         TunerConfig(min_replicas=5, max_replicas=2)
     with pytest.raises(ValueError):
-        StagePlan("x", 0, 1.0, 1.0)
+        StageSizing("x", 0, 1.0, 1.0)
 
 
 def test_traffic_back_at_the_planned_rate_returns_every_stage_to_its_planned_count(plan):

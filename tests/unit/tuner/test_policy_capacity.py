@@ -15,7 +15,7 @@ from slipstream.planner.service import handoff, handoff_record
 from slipstream.streams import codec
 from slipstream.tuner import planfile
 from slipstream.tuner.envelope import NS_PER_S, EnvelopeSnapshot, doubling_windows, envelope
-from slipstream.tuner.policy import LiveTraffic, StagePlan, TunerConfig, TunerPlan, TunerState, decide, stage_up_target
+from slipstream.tuner.policy import LiveTraffic, StageSizing, TunerConfig, TunerPlan, TunerState, decide, stage_up_target
 
 from policy_flow import run_flow
 
@@ -82,7 +82,7 @@ WINDOWS = doubling_windows(0.1, 12.8)  # 0.1 .. 12.8 s
 
 def flat_plan(replicas: int, capacity_qps: float) -> TunerPlan:
     """A stage whose planned replicas serve ``capacity_qps`` at every window; the sample was quiet."""
-    stage = StagePlan("m", replicas, mu_qps=capacity_qps / replicas, visit_ratio=1.0, capacity_qps=capacity_qps,
+    stage = StageSizing("m", replicas, mu_qps=capacity_qps / replicas, visit_ratio=1.0, capacity_qps=capacity_qps,
                       window_capacity_qps=tuple(capacity_qps for _ in WINDOWS))
     return TunerPlan(EnvelopeSnapshot(WINDOWS, tuple(5.0 for _ in WINDOWS)), 5.0, (stage,))
 
@@ -125,18 +125,18 @@ def test_scale_down_returns_to_the_plan_and_never_below_it():
 
 
 def test_a_capacity_must_cover_every_window():
-    stage = StagePlan("m", 1, 10.0, 1.0, 10.0, (20.0, 10.0))
+    stage = StageSizing("m", 1, 10.0, 1.0, 10.0, (20.0, 10.0))
     with pytest.raises(ValueError, match="one per plan window"):
         TunerPlan(EnvelopeSnapshot(WINDOWS, tuple(1.0 for _ in WINDOWS)), 1.0, (stage,))
     with pytest.raises(ValueError, match="capacity_qps > 0"):
-        StagePlan("m", 1, 10.0, 1.0, 0.0, (20.0, 10.0))
+        StageSizing("m", 1, 10.0, 1.0, 0.0, (20.0, 10.0))
 
 
 def test_a_burst_is_taken_to_last_as_long_again():
     """A window's live rate is held to the capacity at twice the window (the burst goes on while new
     replicas load), the last window to its own."""
     caps = tuple(30.0 + 60.0 / (1 + i) for i in range(len(WINDOWS)))  # falling toward the sustained rate
-    stage = StagePlan("m", 1, 30.0, 1.0, 30.0, caps)
+    stage = StageSizing("m", 1, 30.0, 1.0, 30.0, caps)
     plan = TunerPlan(EnvelopeSnapshot(WINDOWS, tuple(5.0 for _ in WINDOWS)), 5.0, (stage,))
     assert plan.sized_envelope(stage) == caps[1:] + caps[-1:]
     rates = [0.0] * len(WINDOWS)

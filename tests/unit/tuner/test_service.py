@@ -10,6 +10,7 @@ import asyncio
 import numpy as np
 import pytest
 
+from slipstream.schemas.records import StageConfig
 from slipstream.streams import codec, topics
 from slipstream.streams.spec import parse_pipeline
 from slipstream.tuner import planfile
@@ -86,10 +87,10 @@ async def test_rate_step_grows_partitions_scales_and_publishes(setup):
     svc = TunerService(pipe, plan, TunerConfig(activation_s=1.0), act, partitions={"detect": 2, "classify": 4},
                        publish=publish, grow=grow, metrics=TunerMetrics(pipe.name, reg),
                        settings=ServiceSettings(reorder_s=0.0), clock=clock)
-    svc.on_stage_config({"pipeline": "shop", "stage": "detect", "variant": "v", "hardware": "cpu-1",
-                         "max_batch": 16, "batch_timeout_ms": 5.0, "replicas": 3, "partitions": 2, "epoch": 7,
-                         "planner_mode": "milp", "predicted_p99_ms": 120.0, "routing": {}, "cost_per_hour": 0.15,
-                         "reason": "plan"})
+    svc.on_stage_config(StageConfig(pipeline="shop", stage="detect", variant="v", hardware="cpu-1",
+                                    max_batch=16, batch_timeout_ms=5.0, replicas=3, partitions=2, epoch=7,
+                                    planner_mode="milp", predicted_p99_ms=120.0, routing={}, cost_per_hour=0.15,
+                                    reason="plan"))
     svc.feed(poisson_ns(50, 0, 10, seed=2))
     clock.ns = 10 * NS_PER_S
     decision = await svc.tick()
@@ -147,16 +148,16 @@ async def test_run_feeds_a_source_and_decides_until_stopped(setup):
 
 
 def test_plan_from_the_planners_handoff_reproduces_its_rho(setup):
-    from slipstream.planner.service import TunerHandoff, handoff_record
+    from slipstream.planner.service import PlannedHandoff, handoff_record
 
     _, plan = setup
     rho = {"detect": 60 / (4 * 20), "classify": 60 / (2 * 30)}
-    handoff = TunerHandoff(60.0, plan.envelope.windows_s, plan.envelope.rates_qps,
-                           {"detect": 20.0, "classify": 30.0}, rho, {"detect": 1.0, "classify": 1.0},
-                           {"detect": 4, "classify": 2})
+    handoff = PlannedHandoff(60.0, plan.envelope.windows_s, plan.envelope.rates_qps,
+                             {"detect": 20.0, "classify": 30.0}, rho, {"detect": 1.0, "classify": 1.0},
+                             {"detect": 4, "classify": 2})
     record = handoff_record(handoff, "p", epoch=3)
-    assert codec.decode("TunerHandoff", codec.encode("TunerHandoff", record)) == record  # the wire form
-    got = planfile.from_dict(record)
+    assert codec.decode_typed("TunerHandoff", codec.encode("TunerHandoff", record)) == record  # the wire form
+    got = planfile.from_handoff(record)
     assert {s.stage: got.rho(s) for s in got.stages} == pytest.approx(rho)
     with pytest.raises(ValueError):
         handoff_record(replace(handoff, sample_rates=None), "p", epoch=3)
@@ -177,15 +178,15 @@ async def test_a_new_plan_on_the_control_topic_replaces_the_tuners_plan_and_repl
     doubled = replace(plan, envelope=shorter,  # other windows: a new tracker
                       stages=tuple(replace(s, replicas=s.replicas * 2) for s in plan.stages))
     record = {**planfile.to_dict(doubled, pipe.name), "epoch": 7, "at_ns": 0}
-    record = codec.decode("TunerHandoff", codec.encode("TunerHandoff", record))  # as read from Kafka
+    record = codec.decode_typed("TunerHandoff", codec.encode("TunerHandoff", record))  # as read from Kafka
     svc.on_handoff(record)
-    svc.on_handoff({**record, "pipeline": "other", "epoch": 9})  # another pipeline's: ignored
+    svc.on_handoff(replace(record, pipeline="other", epoch=9))  # another pipeline's: ignored
     clock.ns = 1 * NS_PER_S
     await svc.tick()
     assert svc.plan.planned_replicas == {"detect": 4, "classify": 2}
     assert dict(svc.state.replicas) == {"detect": 4, "classify": 2}
     assert act.counts == {"detect": 4, "classify": 2}
-    svc.on_handoff({**record, "stages": [{**s, "replicas": 1} for s in record["stages"]]})  # same epoch
+    svc.on_handoff(replace(record, stages=tuple(replace(s, replicas=1) for s in record.stages)))  # same epoch
     clock.ns = 2 * NS_PER_S
     await svc.tick()
     assert svc.plan.planned_replicas == {"detect": 4, "classify": 2}
@@ -193,7 +194,7 @@ async def test_a_new_plan_on_the_control_topic_replaces_the_tuners_plan_and_repl
 
 def test_a_huge_epoch_read_never_overflows_the_tuners_config():
     """The stage's latest config with an epoch of 2^63-1 (say from a plan file): the republished one is
-    clamped (``slipstream.streams.control_rules.next_epoch``) and encodes; it once raised OverflowError."""
+    clamped (``slipstream.streams.control_rules.next_epoch``) and encodes, with no OverflowError."""
     from slipstream.streams import codec
     from slipstream.streams.control_rules import EPOCH_MAX
     from slipstream.streams.spec import parse_pipeline
@@ -203,9 +204,9 @@ def test_a_huge_epoch_read_never_overflows_the_tuners_config():
                            "hardware": {"cpu-1": {"kind": "cpu", "threads": 1, "cost_per_hour": 0.05}},
                            "stages": [{"name": "s", "variants": [{"name": "v", "model": "m", "accuracy": 0.9}],
                                        "defaults": {"variant": "v", "hardware": "cpu-1"}}]})
-    latest = stage_config_record(pipe, None, "s", 1, 4, "") | {"epoch": 2**63 - 1}
+    latest = replace(stage_config_record(pipe, None, "s", 1, 4, ""), epoch=2**63 - 1)
     rec = stage_config_record(pipe, latest, "s", 2, 4, "scale-up")
-    assert rec["epoch"] == EPOCH_MAX and codec.decode("StageConfig", codec.encode("StageConfig", rec))["replicas"] == 2
+    assert rec.epoch == EPOCH_MAX and codec.decode_typed("StageConfig", codec.encode("StageConfig", rec)).replicas == 2
 
 
 async def test_the_service_as_deployed_acts_on_a_burst_at_the_first_tick_after_it(setup):
@@ -232,11 +233,11 @@ async def test_results_slower_than_the_plan_assumed_scale_up_a_rate_it_serves(se
     from prometheus_client import CollectorRegistry
 
     from slipstream.tuner.envelope import EnvelopeSnapshot
-    from slipstream.tuner.policy import StagePlan, TunerPlan
+    from slipstream.tuner.policy import StageSizing, TunerPlan
 
     pipe, _ = setup
     ws = (0.1, 0.2, 0.4, 0.8, 1.6)
-    stages = tuple(StagePlan(s, 1, 50.0, 1.0, 50.0, tuple(50.0 for _ in ws), v, (10.0, 18.0))
+    stages = tuple(StageSizing(s, 1, 50.0, 1.0, 50.0, tuple(50.0 for _ in ws), v, (10.0, 18.0))
                    for s, v in (("detect", "v"), ("classify", "w")))
     plan = TunerPlan(EnvelopeSnapshot(ws, tuple(5.0 for _ in ws)), 5.0, stages)
     clock, reg = Clock(), CollectorRegistry()
