@@ -42,7 +42,7 @@ import pytest
 from slipstream.loadgen.collect import check_exactly_once
 from slipstream.streams import topics
 from slipstream.streams.client import PipelineClient, make_request
-from slipstream.streams.config import KafkaSettings
+from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings
 from slipstream.streams.spec import load_pipeline
 from tests.integration.helpers import read_topic
 from tests.k8s.kube import (ROOT, VERSION, Watch, bridge_kafka, can_i, condition_true, kube_json, kubectl, pods,
@@ -340,7 +340,7 @@ def test_the_same_step_on_local_processes(app, kafka, tmp_path):
     up = subprocess.Popen([sys.executable, "-m", "slipstream.cli", "up", "--pipeline", str(spec), "--profiles",
                            str(profiles), "--trace", f"poisson:rate={LOW_QPS:g},duration=20", "--log-dir",
                            str(tmp_path / "workers")], cwd=ROOT, stdout=open(tmp_path / "up.log", "wb"),
-                          stderr=subprocess.STDOUT, env={**os.environ, "SLIPSTREAM_BOOTSTRAP": kafka.bootstrap})
+                          stderr=subprocess.STDOUT, env={**os.environ, BOOTSTRAP_ENV: kafka.bootstrap})
 
     async def run() -> tuple[list[dict], list[str], set[str]]:
         async with PipelineClient(pipe, kafka) as client:

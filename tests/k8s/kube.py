@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from slipstream.streams.config import KafkaSettings
+from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings, bootstrap_from_env
 
 # the node has 2 cores: the generated requests (1 CPU per worker: requests = limits) would not fit
 # the 7 pods of the test; the overlay lowers every request and keeps every limit (a worker still
@@ -29,9 +29,9 @@ VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["versi
 
 def bridge_kafka() -> KafkaSettings:
     """The broker ``make k8s-e2e`` starts on the node's bridge, reached by the pods and by this host."""
-    boot = os.environ.get("SLIPSTREAM_BOOTSTRAP")
+    boot = bootstrap_from_env()
     assert boot and "127.0.0.1" not in boot, (
-        "SLIPSTREAM_BOOTSTRAP must name the broker on the node's bridge (make k8s-e2e starts it)")
+        f"{BOOTSTRAP_ENV} must name the broker on the node's bridge (make k8s-e2e starts it)")
     return KafkaSettings(bootstrap=boot)
 
 
