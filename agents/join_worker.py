@@ -42,6 +42,7 @@ from slipstream.agents.join import MAX_CLOSED, Joiner
 from slipstream.agents.metrics import StageMetrics
 from slipstream.agents.ready import serve_worker
 from slipstream.agents.transactions import PartitionTransactions
+from slipstream.schemas.records import InferenceResult
 from slipstream.streams import codec, contract, kafka as kclient, procs, topics
 from slipstream.streams.app import AppSettings, make_app, rejoin_group
 from slipstream.streams.config import KafkaSettings
@@ -197,7 +198,8 @@ class JoinWorker:
         topic = topics.results(self.pipe.name)
         res = fit_result(self.limits, topic, res)
         out = routing.Out(topic, res["request_id"], "InferenceResult", res)
-        if not await self._write(out, at, _Answer(res, _Read(at[0].topic, at[0].partition, at[1], original))):
+        answers = _Answer(InferenceResult.from_dict(res), _Read(at[0].topic, at[0].partition, at[1], original))
+        if not await self._write(out, at, answers):
             return False
         self.metrics.lab(self.metrics.results, status=res["status"]).inc()
         self.metrics.observe_result(res)
@@ -260,7 +262,7 @@ class _Read(NamedTuple):  # the fragment a result answers, as ``slipstream.agent
 
 
 class _Answer(NamedTuple):  # what a joined result answers (``slipstream.agents.delivery.Sent.item``)
-    req: dict
+    req: InferenceResult  # the fields ``slipstream.agents.routing.replacement`` builds an error result from
     record: _Read
 
 

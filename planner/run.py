@@ -112,9 +112,9 @@ async def run_planner(pipe: Pipeline, replanner: Replanner, settings: KafkaSetti
                                * replanner.settings.forecast.lookback_intervals))
     latest_epoch = {"epoch": 0}
 
-    def on_config(rec) -> None:
-        if rec.get("pipeline") == pipe.name:
-            latest_epoch["epoch"] = max(latest_epoch["epoch"], int(rec["epoch"]))
+    def on_config(rec: records.StageConfig) -> None:
+        if rec.pipeline == pipe.name:
+            latest_epoch["epoch"] = max(latest_epoch["epoch"], rec.epoch)
 
     arrivals = KafkaArrivals(settings, pipe.name, pipe.source, on_stage_config=on_config, lookback_s=lookback_s,
                              spec=pipe, on_invalid=on_invalid)

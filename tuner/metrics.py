@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from slipstream.schemas.records import StageConfig
 from slipstream.tuner.policy import LiveTraffic, ScaleDecision, TunerPlan
 
 
@@ -44,10 +45,10 @@ class TunerMetrics:
                                         ["pipeline"], buckets=(1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2),
                                         **kw)
 
-    def observe_config(self, record) -> None:
+    def observe_config(self, record: StageConfig) -> None:
         """A StageConfig read from the control topic (the planner's or the tuner's own)."""
-        if record.get("pipeline") == self.pipeline and record.get("cost_per_hour") is not None:
-            self.cost.labels(self.pipeline, record["stage"]).set(float(record["cost_per_hour"]))
+        if record.pipeline == self.pipeline and record.cost_per_hour is not None:
+            self.cost.labels(self.pipeline, record.stage).set(float(record.cost_per_hour))
 
     def observe_plan(self, plan: TunerPlan) -> None:
         for w, r in zip(plan.envelope.windows_s, plan.envelope.rates_qps):
