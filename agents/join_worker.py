@@ -198,8 +198,7 @@ class JoinWorker:
         topic = topics.results(self.pipe.name)
         res = fit_result(self.limits, topic, res)
         out = routing.Out(topic, res["request_id"], "InferenceResult", res)
-        answers = _Answer(InferenceResult.from_dict(res), _Read(at[0].topic, at[0].partition, at[1], original))
-        if not await self._write(out, at, answers):
+        if not await self._write(out, at, answer(res, _Read(at[0].topic, at[0].partition, at[1], original))):
             return False
         self.metrics.lab(self.metrics.results, status=res["status"]).inc()
         self.metrics.observe_result(res)
@@ -264,6 +263,11 @@ class _Read(NamedTuple):  # the fragment a result answers, as ``slipstream.agent
 class _Answer(NamedTuple):  # what a joined result answers (``slipstream.agents.delivery.Sent.item``)
     req: InferenceResult  # the fields ``slipstream.agents.routing.replacement`` builds an error result from
     record: _Read
+
+
+def answer(res: dict, read: _Read) -> _Answer:
+    """What a joined result answers when it is written: the result, typed, and the fragment read."""
+    return _Answer(InferenceResult.from_dict(res), read)
 
 
 def fit_result(limits: Limits, topic: str, res: dict) -> dict:

@@ -24,3 +24,21 @@ def test_a_joined_result_over_the_limit_becomes_an_error_naming_its_size_and_the
     assert "over the 5000-byte limit of topic results" in out["reason"], out["reason"]
     limits.check("results", b"r", codec.encode("InferenceResult", out, "results"))  # the error itself fits
     assert fit_result(Limits({"results": 100_000}), "results", res) is res
+
+
+def test_a_joined_result_the_broker_refuses_is_replaced_by_an_error_result():
+    """What ``routing.replacement`` builds from a join worker's answer: an error result for the request."""
+    from slipstream.agents import routing
+    from slipstream.agents.join_worker import _Read, answer
+    from slipstream.streams.spec import parse_pipeline
+
+    pipe = parse_pipeline({"name": "p", "slo_ms": 10, "hardware": {"cpu-1": {"kind": "cpu", "cost_per_hour": 0.1}},
+                           "stages": [{"name": "a", "variants": [{"name": "v", "model": "noop", "accuracy": 1.0}],
+                                       "defaults": {"variant": "v", "hardware": "cpu-1"}}]})
+    j = Joiner(timeout_ns=T)
+    j.add(part("r", "1/2", ["a:0/2"], b"x"), 1)
+    res = j.add(part("r", "1/2", ["a:1/2"], b"y"), 2)
+    out = routing.Out("results", "r", "InferenceResult", res)
+    nxt = routing.replacement(pipe, "join", None, out, answer(res, _Read("join", 0, 2, b"")), RuntimeError("refused"))
+    assert nxt.record == "InferenceResult" and nxt.value["status"] == "error" and nxt.value["request_id"] == "r"
+    assert "refused" in nxt.value["reason"]

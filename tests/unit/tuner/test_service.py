@@ -292,3 +292,16 @@ async def test_a_burst_beyond_max_replicas_is_said_in_a_log_line_and_a_gauge(set
         clock.ns = 34 * NS_PER_S
         await svc.tick()  # below the planned rate for longer than the quiet period
     assert short() == 0 and "detect: capacity no longer short" in caplog.text
+
+
+def test_the_cost_gauge_reads_the_typed_stage_configs_of_its_pipeline():
+    """KafkaArrivals hands the tuner typed StageConfigs: the cost gauge follows its own pipeline's."""
+    from prometheus_client import CollectorRegistry
+
+    from tests.control_records import stage_config
+
+    reg = CollectorRegistry()
+    metrics = TunerMetrics("p", reg)
+    metrics.observe_config(stage_config(pipeline="p", stage="s", cost_per_hour=0.25))
+    metrics.observe_config(stage_config(pipeline="other", stage="s", cost_per_hour=9.0))
+    assert reg.get_sample_value("slipstream_tuner_cost_dollars_per_hour", {"pipeline": "p", "stage": "s"}) == 0.25
