@@ -9,6 +9,7 @@ import click
 from slipstream.agents.join import MAX_CLOSED  # standard library only: cheap at the CLI's import
 from slipstream.streams.app import AppSettings
 from slipstream.streams.config import KafkaSettings
+from slipstream.streams.members import MEMBER_FILE_ENV
 from slipstream.options import metrics_addr_option
 from slipstream.specs import load_checked
 from slipstream.streams.spec import SpecError
@@ -34,7 +35,7 @@ from slipstream.streams.spec import SpecError
               envvar="SLIPSTREAM_JOIN_MEMORY",
               help="Join worker: answered request ids it remembers at most (the oldest forgotten first; "
                    "~150 bytes each), besides its 15-minute bound.")
-@click.option("--member-file", default=None, envvar="SLIPSTREAM_MEMBER_FILE", type=click.Path(dir_okay=False),
+@click.option("--member-file", default=None, envvar=MEMBER_FILE_ENV, type=click.Path(dir_okay=False),
               help="Write this worker's consumer-group member ids here after every rebalance, for the "
                    "supervisor that removes them from the group when the worker dies "
                    "(slipstream.streams.members; the local supervisor sets it) [default: not written].")

@@ -7,6 +7,8 @@ import os
 import sys
 import time
 
+from test_actuators import wait_until
+
 from slipstream.streams.members import MEMBER_FILE_ENV, read_members, write_members
 from slipstream.tuner.actuators import LocalProcessActuator
 from slipstream.tuner.supervisor import Supervisor
@@ -21,14 +23,6 @@ MEMBER = [sys.executable, "-c",
 
 def member_argv(role: str) -> list[str]:
     return MEMBER + [role]
-
-
-def wait_until(pred, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
 
 
 class FakeLeaver:
