@@ -28,7 +28,7 @@ from slipstream.streams.timeline import mark
 from slipstream.agents.worker import ExecutorFactory, StageWorker
 from slipstream.schemas.records import StageConfig
 from slipstream.streams import codec, control_io, kafka as kclient, topics
-from slipstream.streams.app import AppSettings, make_app, rejoin_group
+from slipstream.streams.app import AppSettings, join_group_after, make_app, rejoin_group
 from slipstream.streams.config import (KafkaSettings, cache_from_env, metrics_addr_from_env, prefixes_from_env,
                                        schema_registry_from_env, stage_from_env)
 from slipstream.streams.control_rules import InvalidControl, check_key
@@ -63,14 +63,22 @@ def build_stage_app(pipe: Pipeline, stage: str, kafka: KafkaSettings, factory: E
         async for event in stream.noack().events():  # only if faust's per-message path delivered one
             worker.on_records(event.message.tp, [event.message])
 
-    @app.task
-    async def start_worker() -> None:
+    feed: list[ControlFeed] = []
+
+    async def warm() -> None:  # before the group join: a cold member would hold partitions while it loads
         control = ControlFeed(pipe, stage, kafka, worker.metrics.lab(worker.metrics.control_invalid).inc,
                               on_plan=worker.on_plan if stage == pipe.source else None)
         await control.start()
         await worker.start(await control.held())
+        feed.append(control)
+
+    join_group_after(app, warm)
+
+    @app.task
+    async def start_worker() -> None:  # faust runs it after the first assignment, so after warm()
+        await worker.started.wait()
         app.add_future(worker.run_batches())
-        app.add_future(control.follow(worker))
+        app.add_future(feed[0].follow(worker))
 
     async def on_revoked(sender, revoked, **kwargs) -> None:
         await worker.on_revoked(set(revoked), app.consumer._commit)  # faust's thread-safe commit

@@ -44,7 +44,7 @@ from slipstream.agents.ready import serve_worker
 from slipstream.agents.transactions import PartitionTransactions
 from slipstream.schemas.records import InferenceResult
 from slipstream.streams import codec, contract, kafka as kclient, procs, topics
-from slipstream.streams.app import AppSettings, make_app, rejoin_group
+from slipstream.streams.app import AppSettings, join_group_after, make_app, rejoin_group
 from slipstream.streams.config import KafkaSettings
 from slipstream.streams.heartbeat import Heartbeat
 from slipstream.streams.limits import MAX_ERROR_CHARS, Limits, RecordTooLarge, read_limits
@@ -311,10 +311,11 @@ def build_join_app(pipe: Pipeline, kafka: KafkaSettings, timeout_ms: float | Non
         async for event in s.events():
             await worker.on_event(event)
 
-    @app.task
-    async def start_worker() -> None:
+    async def start_worker() -> None:  # before the group join (its producer and limits first)
         await worker.start()
         started.set()
+
+    join_group_after(app, start_worker)
 
     @app.timer(SWEEP_S)
     async def sweep() -> None:

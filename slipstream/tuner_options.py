@@ -59,19 +59,33 @@ common = [
 ]
 
 
+STANDBY_HELP = ("Warm worker processes per stage (and join) beyond what the plan's replicas need: members of "
+                "the stage's group holding the model, so a dead worker's partitions move to a loaded worker "
+                "within about a second (docs/kafka.md, \"Failover\").")
+
+
+def standby_option(default: int):
+    return click.option("--standby", type=click.IntRange(min=0), default=default, show_default=True,
+                        help=STANDBY_HELP)
+
+
 def tuner_options(fn):
     for opt in reversed(common):
         fn = opt(fn)
     return fn
 
 
-def run_local(pipe, pipeline_file, replicas, log_dir, reserve_cores: float, control, profiles: str | None = None) -> None:
-    """Run the workers as local processes with ``control(actuator, max_instances)(stop)`` on top."""
+def run_local(pipe, pipeline_file, replicas, log_dir, reserve_cores: float, control, profiles: str | None = None,
+              standby: int = 0, kafka: KafkaSettings | None = None) -> None:
+    """Run the workers as local processes (``standby`` warm ones more per worker role; a dead one's group
+    members removed at once on ``kafka``, default the environment's) with
+    ``control(actuator, max_instances)(stop)`` on top."""
     from slipstream.tuner.supervisor import LocalCapacity, local_supervisor
 
     capacity = LocalCapacity(reserve_cores)
     supervisor = local_supervisor(pipe, pipeline_file, replicas, capacity,
-                                  log_dir=Path(log_dir) if log_dir else None, loglevel="warn", profiles=profiles)
+                                  log_dir=Path(log_dir) if log_dir else None, loglevel="warn", profiles=profiles,
+                                  standby=standby, kafka=kafka or KafkaSettings.from_env())
     task = control(supervisor.actuator, capacity.max_instances)
 
     async def main() -> None:

@@ -10,17 +10,27 @@
 - the root logger keeps the requested level (``QuietWorker``: faust's spinner set it to DEBUG);
 - the consumer reads committed records only (``isolation_level="read_committed"``, which faust sets only
   with its own ``processing_guarantee="exactly_once"``, whose transactions follow faust's commit timer,
-  not a window): a worker never takes the output of an aborted or open transaction as its input.
+  not a window): a worker never takes the output of an aborted or open transaction as its input;
+- the consumer may be told to join its group only once the worker is warm (:func:`join_group_after`):
+  a member that joined cold would take partitions in the rebalance and hold them unserved while its
+  model loads (a restarted worker beside a warm standby: ``slipstream.tuner.supervisor``).
 """
 from __future__ import annotations
 
+import asyncio
+import logging
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Awaitable, Callable
 
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from slipstream.streams import codec
 from slipstream.streams.config import KafkaSettings
+from slipstream.streams.members import write_members
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -41,8 +51,18 @@ class _ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
 
 
 class _ReadCommittedConsumer(faust_aiokafka.Consumer):
+    before_join: Callable[[], Awaitable[None]] | None = None  # run once before the first subscribe
+    _prepared: asyncio.Task | None = None
+
     def _new_consumer_thread(self):
         return _ReadCommittedThread(self, loop=self.loop, beacon=self.beacon)
+
+    async def subscribe(self, topics) -> None:
+        if self.before_join is not None:
+            if self._prepared is None:
+                self._prepared = asyncio.ensure_future(self.before_join())
+            await self._prepared  # raises what it raised: the app stops, its supervisor restarts it
+        await super().subscribe(topics)
 
 
 class ReadCommittedTransport(faust_aiokafka.Transport):
@@ -114,3 +134,33 @@ async def rejoin_group(app: faust.App) -> None:
         consumer._coordinator.request_rejoin()
 
     await thread.call_thread(rejoin)
+
+
+def join_group_after(app: faust.App, prepare: Callable[[], Awaitable[None]]) -> None:
+    """Make ``app``'s consumer subscribe, and so join its group, only after ``prepare()`` (loading and
+    warming the worker's model) has returned. Until then the group's other members keep every
+    partition. faust starts an app's own tasks (``@app.task``) only after the first assignment, so
+    what must come before the join runs here, in the task that subscribes."""
+    app.consumer.before_join = prepare
+
+
+def group_members(app: faust.App) -> dict[str, str]:
+    """{group id: member id} of ``app``'s consumer ({} before it has one; aiokafka's coordinator:
+    private, a string read across threads)."""
+    consumer = app.consumer._thread._consumer
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is None:
+        return {}
+    return {coordinator.group_id: coordinator.member_id}
+
+
+def report_members(app: faust.App, path: str | Path) -> None:
+    """Write ``app``'s group members to ``path`` (``slipstream.streams.members``) after every rebalance,
+    for the parent process that removes them from the group when this one dies."""
+    async def on_rebalance_complete(sender, **kwargs) -> None:
+        try:
+            write_members(path, group_members(app))
+        except OSError as exc:  # the parent's folder gone: the session timeout still removes this member
+            log.warning("group members not written to %s: %r", path, exc)
+
+    app.on_rebalance_complete.connect(on_rebalance_complete)

@@ -10,6 +10,13 @@ consumers of the stage's group) change, and only that causes a rebalance.
 The worker (``agents``) and the actuators (``tuner``) both read the layout from here, so they agree
 on how many processes and how many instances each without talking to each other.
 
+A stage may also keep *standby* workers: processes beyond the ones its replicas need, each holding
+the same instances, loaded and warm, and a member of the stage's group. With Kafka a standby is not
+idle: it shares the stage's partitions with the others (a member with none only when the topic has
+fewer partitions than the group has members). What it buys is failover: when a worker dies its
+partitions move to members that already hold the model, instead of waiting for a new process to start
+and load it (docs/kafka.md, "Failover").
+
 The cores a process may use are its CPU limit when its cgroup sets one (a Kubernetes pod's
 ``resources.limits.cpu``, ``docker run --cpus``), not the node's count: ``cgroup_cpu_limit`` reads
 cgroup v2's ``cpu.max`` or v1's ``cpu.cfs_quota_us``/``cpu.cfs_period_us``.
@@ -24,21 +31,31 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Layout:
-    workers: int  # worker processes (consumers of the stage's group)
+    workers: int  # worker processes the replicas need (consumers of the stage's group)
     instances: int  # model instances in each worker
+    standby: int = 0  # warm worker processes beyond ``workers``, each with ``instances`` too
 
     @property
     def replicas(self) -> int:
-        """Instances actually running (at least what was asked for; the remainder is rounded up)."""
+        """Instances the plan's replicas run (at least what was asked for; the remainder is rounded
+        up), standby workers not counted."""
         return self.workers * self.instances
 
+    @property
+    def processes(self) -> int:
+        """Worker processes to run: the replicas' workers and the standby ones."""
+        return self.workers + self.standby
 
-def layout(replicas: int, max_instances: int) -> Layout:
-    """The fewest workers that hold ``replicas`` instances, the instances spread evenly over them."""
+
+def layout(replicas: int, max_instances: int, standby: int = 0) -> Layout:
+    """The fewest workers that hold ``replicas`` instances, the instances spread evenly over them,
+    and ``standby`` warm workers more."""
     if replicas < 1 or max_instances < 1:
         raise ValueError(f"need replicas >= 1 and max_instances >= 1, got {replicas}, {max_instances}")
+    if standby < 0:
+        raise ValueError(f"standby workers must be >= 0, got {standby}")
     workers = math.ceil(replicas / max_instances)
-    return Layout(workers, math.ceil(replicas / workers))
+    return Layout(workers, math.ceil(replicas / workers), standby)
 
 
 def cpu_limit_of(cpu_max: str | None = None, quota_us: str | None = None,

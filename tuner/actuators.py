@@ -8,6 +8,11 @@
   a process of its own. Scale-up starts new processes; scale-down stops the *newest* first (the oldest have warm caches and settled partition
   assignments) with SIGTERM, then SIGKILL after ``grace_s``. Exited workers are reaped on every call
   and :meth:`reconcile` replaces them, so a crashed worker comes back.
+  ``standby`` (role -> count) keeps that many warm worker processes of a role beyond what its
+  replicas need (``placement.layout(n, max_instances, standby)``; none for a role at 0 replicas).
+  Every worker is told a file to write its consumer-group members to (``slipstream.streams.members``);
+  :meth:`take_exits` hands the supervisor the files of the workers that exited on their own, so it can
+  remove their members from their groups at once instead of after the session timeout.
 - :class:`DryRunActuator` only remembers the counts (``slipstream tuner --dry-run``).
 - ``slipstream.tuner.k8s.KubernetesActuator`` applies a Deployment's scale subresource (pods of k instances).
 
@@ -18,14 +23,17 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence
 
+from slipstream.streams.config import MEMBER_FILE_ENV
 from slipstream.streams.placement import layout
 from slipstream.streams.procs import lifeline
 
@@ -58,6 +66,17 @@ class Worker:
     stage: str
     proc: subprocess.Popen
     started_ns: int
+    member_file: Path | None = None  # where it writes its group members (slipstream.streams.members)
+
+
+@dataclass(frozen=True)
+class Exit:
+    """A worker that exited on its own: its role, pid, exit code and member file."""
+
+    stage: str
+    pid: int
+    returncode: int
+    member_file: Path | None
 
 
 class LocalProcessActuator:
@@ -67,8 +86,17 @@ class LocalProcessActuator:
                  log_dir: Path | None = None, env: Mapping[str, str] | None = None,
                  restart_backoff_s: tuple[float, float] = (1.0, 30.0),
                  clock: Callable[[], float] = time.monotonic, max_instances: int | None = None,
-                 max_replicas: int | None = None) -> None:
+                 max_replicas: int | None = None, standby: Mapping[str, int] | None = None,
+                 member_dir: Path | None = None) -> None:
+        bad = {k: v for k, v in (standby or {}).items() if v < 0}
+        if bad:
+            raise ValueError(f"standby workers must be >= 0: {bad}")
         self._argv_for = argv_for
+        self.standby = dict(standby or {})
+        # the workers' member files; without one, a folder of this actuator's own (removed at close)
+        self._own_member_dir = member_dir is None
+        self._member_dir = Path(tempfile.mkdtemp(prefix="slipstream-members-")) if member_dir is None else member_dir
+        self._exits: list[Exit] = []
         self.max_instances = max_instances
         self.max_replicas = max_replicas  # this host's capacity: more would add contention, not capacity
         self._replicas: dict[str, int] = {}
@@ -99,7 +127,7 @@ class LocalProcessActuator:
             n = self.max_replicas
         with self._lock:
             self._replicas[stage] = n
-            self._desired[stage] = self.processes_for(n)
+            self._desired[stage] = self.processes_for(n, self.standby.get(stage, 0))
             self._converge(stage)
 
     def replicas(self, stage: str) -> int:
@@ -110,9 +138,11 @@ class LocalProcessActuator:
                 return running
             return min(self._replicas.get(stage, 0), running * self.max_instances)
 
-    def processes_for(self, n: int) -> int:
-        """Worker processes that hold ``n`` replicas."""
-        return n if self.max_instances is None or n == 0 else layout(n, self.max_instances).workers
+    def processes_for(self, n: int, standby: int = 0) -> int:
+        """Worker processes that hold ``n`` replicas, plus ``standby`` warm ones (none when ``n`` is 0)."""
+        if n == 0:
+            return 0
+        return n + standby if self.max_instances is None else layout(n, self.max_instances, standby).processes
 
     # ---- extras
 
@@ -121,6 +151,27 @@ class LocalProcessActuator:
         with self._lock:
             self._reap(stage)
             return [w.proc.pid for w in self._workers.get(stage, [])]
+
+    def desired(self, stage: str) -> int:
+        """Worker processes ``stage`` should run (standby ones included)."""
+        with self._lock:
+            return self._desired.get(stage, 0)
+
+    def members(self, stage: str | None = None) -> list[Path]:
+        """Member files of the running workers (of ``stage``, or of every role)."""
+        with self._lock:
+            roles = [stage] if stage is not None else list(self._workers)
+            for r in roles:
+                self._reap(r)
+            return [w.member_file for r in roles for w in self._workers.get(r, []) if w.member_file is not None]
+
+    def take_exits(self) -> list[Exit]:
+        """The workers that exited on their own since the last call (oldest first)."""
+        with self._lock:
+            for stage in list(self._workers):
+                self._reap(stage)
+            out, self._exits = self._exits, []
+            return out
 
     def reconcile(self) -> int:
         """Replace workers that exited on their own; returns how many were started."""
@@ -150,6 +201,8 @@ class LocalProcessActuator:
             for stage in list(self._workers):
                 self._desired[stage] = 0
                 self._converge(stage)
+            if self._own_member_dir:
+                shutil.rmtree(self._member_dir, ignore_errors=True)
 
     # ---- internals
 
@@ -168,19 +221,22 @@ class LocalProcessActuator:
         argv = list(self._argv_for(stage))
         self._seq += 1
         out = subprocess.DEVNULL
+        member_file = self._member_dir / f"{stage}-{self._seq}.json"
+        member_file.unlink(missing_ok=True)
         if self._log_dir is not None:
             self._log_dir.mkdir(parents=True, exist_ok=True)
             out = open(self._log_dir / f"{stage}-{self._seq}.log", "ab")
         try:
             # own session: SIGTERM reaches the worker's whole process group, not our terminal's
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=self._env, start_new_session=True, pass_fds=self._pass_fds)
+                                    env={**self._env, MEMBER_FILE_ENV: str(member_file)},
+                                    start_new_session=True, pass_fds=self._pass_fds)
         finally:
             if out is not subprocess.DEVNULL:
                 out.close()
         self.started.append((stage, proc.pid))
         log.info("started %s worker pid=%d: %s", stage, proc.pid, " ".join(argv))
-        return Worker(stage, proc, time.time_ns())
+        return Worker(stage, proc, time.time_ns(), member_file)
 
     def _stop(self, victims: list[Worker]) -> None:
         for w in victims:
@@ -203,6 +259,7 @@ class LocalProcessActuator:
             if w.proc.returncode is not None:
                 self.unexpected_exits += 1
                 self._crashes.setdefault(stage, []).append(self._clock())
+                self._exits.append(Exit(stage, w.proc.pid, w.proc.returncode, w.member_file))
                 log.warning("%s worker pid=%d exited on its own rc=%s", stage, w.proc.pid, w.proc.returncode)
         self._workers[stage] = alive
 

@@ -56,7 +56,7 @@ class Stack:
 
     def __init__(self, pipe, pipeline_file: Path, store, settings: KafkaSettings, log_dir: Path, *,
                  mode: str = "milp", sample: np.ndarray, replan_s: float = 30.0, activation_s: float = 1.0,
-                 reserve_cores: float = 0.5) -> None:
+                 reserve_cores: float = 0.5, standby: int = 0) -> None:
         from slipstream.loadgen.live.run import LiveOptions, plan_and_publish
         from slipstream.streams import admin
         from slipstream.tuner.supervisor import LocalCapacity, local_supervisor
@@ -78,7 +78,8 @@ class Stack:
         env = {**os.environ, BOOTSTRAP_ENV: settings.bootstrap}
         self.supervisor = local_supervisor(pipe, str(pipeline_file), self.published.tuner_plan.planned_replicas,
                                            capacity, log_dir=log_dir, env=env, loglevel="warn",
-                                           profiles=str(store.root), services=services)
+                                           profiles=str(store.root), services=services, standby=standby,
+                                           kafka=settings)
         self.services = tuple(services)
         self.workers = tuple(r for r in self.supervisor.initial if r not in services)
         ready = threading.Event()
@@ -108,10 +109,11 @@ class Stack:
         return logs[-1] if logs else None
 
     def settled(self) -> list[str]:
-        """Roles not yet back: no process, or (workers) no ready line in the current process's log."""
+        """Roles not yet back: fewer processes than wanted (standby ones included), or (workers) no ready
+        line in the newest process's log."""
         waiting = []
         for role in self.supervisor.initial:
-            if len(self.supervisor.actuator.pids(role)) < 1:
+            if len(self.supervisor.actuator.pids(role)) < max(1, self.supervisor.actuator.desired(role)):
                 waiting.append(role)
             elif role in self.workers:
                 log = self._newest_log(role)
@@ -324,6 +326,7 @@ class ChaosOptions:
     warmup_s: float = 15.0  # an unscored replay of the trace's first seconds before the first case
     port: int | None = None  # a Kafka of the run's own on this port (started and stopped by it)
     kafka_state: str | None = None  # its state folder [default: .state/kafka or .state/kafka-cluster]
+    standby: int = 1  # warm worker processes per worker role beyond the plan's (slipstream.tuner.supervisor)
 
 
 def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
@@ -352,9 +355,10 @@ def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
                                            freeze_s=opts.freeze_s, broker_down_s=opts.broker_down_s,
                                            services=services_for(opts.replan_s)), opts.only)
     click.echo(f"chaos: {len(cases)} case(s) on {pipe.name}, {cluster.brokers} broker(s) at {cluster.bootstrap}, "
-               f"trace {opts.trace}, fault {opts.fault_at_s:g} s after the first send")
+               f"trace {opts.trace}, fault {opts.fault_at_s:g} s after the first send, {opts.standby} standby "
+               f"worker(s) per role")
     stack = Stack(pipe, path, store, settings, report / "logs", mode=opts.mode, sample=arrivals,
-                  replan_s=opts.replan_s)
+                  replan_s=opts.replan_s, standby=opts.standby)
     outcomes = []
     try:
         stack.wait_settled()
@@ -381,7 +385,8 @@ def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
     finally:
         restarts = tear_down(stack, settings, pipe, cluster, started)
     title = (f"slipstream chaos: {pipe.name}, {cluster.brokers} broker(s), {opts.trace}, fault at "
-             f"{opts.fault_at_s:g} s; {restarts} process restart(s) by the supervisor")
+             f"{opts.fault_at_s:g} s, {opts.standby} standby worker(s) per role, {settings.processing}; "
+             f"{restarts} process restart(s) by the supervisor")
     text = f"{title}\n\n{chaos.format_table(outcomes)}\n\nnotes:\n" + "\n".join(
         f"- {o.case.name}: {o.note}" for o in outcomes if o.note)
     (report / "chaos.md").write_text(text + "\n")

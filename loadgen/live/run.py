@@ -207,7 +207,7 @@ class Workers:
         capacity = LocalCapacity(opts.reserve_cores)
         supervisor = local_supervisor(pipe, pipeline_file, published.tuner_plan.planned_replicas, capacity,
                                       log_dir=log_dir, env={BOOTSTRAP_ENV: settings.bootstrap},
-                                      profiles=str(store.root))
+                                      profiles=str(store.root), kafka=settings)
         self.stages = list(supervisor.initial)
         self.actuator = supervisor.actuator
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from slipstream.fault_options import fault_options
+from slipstream.tuner_options import standby_option
 
 
 @click.command()
@@ -23,8 +24,9 @@ from slipstream.fault_options import fault_options
                    "apart from a shared broker the broker faults must not kill.")
 @click.option("--kafka-state", default=None, help="State folder of that Kafka [default: .state/kafka or "
                                                    ".state/kafka-cluster].")
+@standby_option(1)
 def chaos(pipeline_file, brokers, profiles_dir, mode, replan_s, trace, fault_at_s, broker_down_s, freeze_s,
-          freeze_stage, only, drain_s, report_dir, port, kafka_state) -> None:
+          freeze_stage, only, drain_s, report_dir, port, kafka_state, standby) -> None:
     """Inject faults under an open-loop replay: kill -9 every stage worker, the join, the tuner and the
     planner service, SIGSTOP a worker past its session timeout, kill the broker (one of three with
     --brokers 3). Per case: requests, missing, duplicates, conflicting statuses, recovery time.
@@ -33,7 +35,7 @@ def chaos(pipeline_file, brokers, profiles_dir, mode, replan_s, trace, fault_at_
 
     run_suite(ChaosOptions(pipeline_file, trace, fault_at_s, brokers, broker_down_s, freeze_s or FREEZE_S,
                            freeze_stage, tuple(only), profiles_dir, report_dir or f"reports/chaos-{brokers}b",
-                           mode, replan_s, drain_s, port=port, kafka_state=kafka_state))
+                           mode, replan_s, drain_s, port=port, kafka_state=kafka_state, standby=standby))
 
 
 commands = [chaos]

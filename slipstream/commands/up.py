@@ -5,10 +5,12 @@ import click
 
 from slipstream.planner.modes import MODES
 from slipstream.options import key_values, state_default
-from slipstream.tuner_options import (pipeline_of, plan_of, read_sample, run_local, tuner_config, tuner_only,
-                                      tuner_options)
+from slipstream.tuner_options import (pipeline_of, plan_of, read_sample, run_local, standby_option, tuner_config,
+                                      tuner_only, tuner_options)
 from slipstream.streams.config import KafkaSettings
 from slipstream.tuner import planfile
+
+STANDBY = 1  # warm workers per stage: failover in about a second for one more model copy per stage
 
 
 @click.command("up")
@@ -30,8 +32,9 @@ from slipstream.tuner import planfile
               help="With --profiles: the planner service re-plans from live arrivals this often (0: never).")
 @click.option("--log-dir", default=state_default("workers"), show_default="STATE_DIR/workers",
               help="Worker stdout/stderr logs.")
+@standby_option(STANDBY)
 def up_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, lookback_s, metrics_addr,
-           reserve_cores, plan_file, sample, mu, profiles_dir, trace_spec, mode, replan_s, log_dir) -> None:
+           reserve_cores, plan_file, sample, mu, profiles_dir, trace_spec, mode, replan_s, log_dir, standby) -> None:
     """Run the pipeline's initial plan as local worker processes, with the tuner on top.
 
     The plan comes from the planner (--profiles and --trace: plan now, publish the StageConfigs and
@@ -51,7 +54,7 @@ def up_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, look
         published = plan_and_publish(pipe, store, trace_arrivals(trace_spec, 0), opts, settings)
         run_local(pipe, pipeline_file, published.tuner_plan.planned_replicas, log_dir, reserve_cores,
             lambda actuator, cap: control_plane(pipe, published, store, opts, settings, actuator, cap),
-            profiles=profiles_dir)
+            profiles=profiles_dir, standby=standby, kafka=settings)
         return
     if plan_file:
         plan = plan_of(plan_file, pipe)
@@ -61,7 +64,7 @@ def up_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, look
         raise click.UsageError("give --profiles and --trace, or --plan, or --sample and --mu for every stage")
     config, settings = tuner_config(activation_s, max_replicas, rho_mode), KafkaSettings.from_env()
     run_local(pipe, pipeline_file, plan.planned_replicas, log_dir, reserve_cores,
-        tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_addr))
+        tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_addr), standby=standby, kafka=settings)
 
 
 commands = [up_cmd]

@@ -7,9 +7,9 @@ import click
 
 from slipstream.agents.join import MAX_CLOSED  # standard library only: cheap at the CLI's import
 from slipstream.streams.app import AppSettings
-from slipstream.streams.config import (COMMIT_INTERVAL_ENV, JOIN_MEMORY_ENV, MAX_INSTANCES_ENV, METRICS_ADDR_ENV,
-                                       METRICS_PORT_ENV, PROFILES_ENV, KafkaSettings, cache_from_env,
-                                       metrics_port_set)
+from slipstream.streams.config import (COMMIT_INTERVAL_ENV, JOIN_MEMORY_ENV, MAX_INSTANCES_ENV, MEMBER_FILE_ENV,
+                                       METRICS_ADDR_ENV, METRICS_PORT_ENV, PROFILES_ENV, KafkaSettings,
+                                       cache_from_env, metrics_port_set)
 from slipstream.options import metrics_addr_option
 from slipstream.specs import load_checked
 from slipstream.streams.spec import SpecError
@@ -35,10 +35,15 @@ from slipstream.streams.spec import SpecError
               envvar=JOIN_MEMORY_ENV,
               help="Join worker: answered request ids it remembers at most (the oldest forgotten first; "
                    "~150 bytes each), besides its 15-minute bound.")
+@click.option("--member-file", default=None, envvar=MEMBER_FILE_ENV, type=click.Path(dir_okay=False),
+              help="Write this worker's consumer-group member ids here after every rebalance, for the "
+                   "supervisor that removes them from the group when the worker dies "
+                   "(slipstream.streams.members; the local supervisor sets it) [default: not written].")
 @click.option("--loglevel", default="warn", show_default=True,
               type=click.Choice(["crit", "error", "warn", "info", "debug"]))
 def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_addr, max_instances: int | None,
-           profiles_dir: str | None, commit_interval_s: float, join_memory: int, loglevel: str) -> None:
+           profiles_dir: str | None, commit_interval_s: float, join_memory: int, member_file: str | None,
+           loglevel: str) -> None:
     """Run one stage worker: consume the stage's input topic, batch, infer, route."""
     from slipstream.agents.app import JOIN, build_join_app, build_stage_app
     from slipstream.streams.procs import exit_with_parent
@@ -74,6 +79,10 @@ def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_addr, m
                               max_replicas=max_instances,
                               profiles=ProfileStore(profiles_dir) if profiles_dir else None,
                               commit_interval_s=commit_interval_s)[0]
+    if member_file:
+        from slipstream.streams.app import report_members
+
+        report_members(app, member_file)
     argv = ["faust", "worker", "--loglevel", loglevel]
     argv += ["--without-web"] if web_port is None else ["--web-port", str(web_port)]
     sys.argv = argv

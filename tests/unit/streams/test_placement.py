@@ -18,6 +18,17 @@ def test_layout_rejects_nonsense():
         layout(0, 4)
     with pytest.raises(ValueError):
         layout(2, 0)
+    with pytest.raises(ValueError):
+        layout(2, 4, standby=-1)
+
+
+@pytest.mark.parametrize("replicas,cap,standby,processes", [(1, 2, 0, 1), (1, 2, 1, 2), (5, 4, 1, 3), (3, 1, 2, 5)])
+def test_standby_workers_add_processes_not_replicas(replicas, cap, standby, processes):
+    got = layout(replicas, cap, standby)
+    plain = layout(replicas, cap)
+    assert got.processes == processes == plain.workers + standby
+    # each standby holds as many instances as the others; the plan's replicas are unchanged
+    assert (got.workers, got.instances, got.replicas) == (plain.workers, plain.instances, plain.replicas)
 
 
 def test_cores_left_counts_cores_not_wholly_reserved():
