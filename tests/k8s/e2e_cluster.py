@@ -45,8 +45,8 @@ from slipstream.streams.client import PipelineClient, make_request
 from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings
 from slipstream.streams.spec import load_pipeline
 from tests.integration.helpers import read_topic
-from tests.k8s.kube import (ROOT, VERSION, Watch, bridge_kafka, can_i, condition_true, kube_json, kubectl, pods,
-                            running, slipstream_cli, write_overlay)
+from tests.k8s.kube import (ROOT, Watch, bridge_kafka, can_i, condition_true, kube_json, kubectl, pods, render,
+                            running, slipstream_cli)
 from slipstream.tuner.k8s import APPLY, FIELD_MANAGER, deployment_name
 
 SPEC = ROOT / "deploy" / "k8s" / "e2e" / "pipeline.yaml"
@@ -70,14 +70,7 @@ def app(tmp_path_factory, kafka):
     name = f"e2e-{uuid.uuid4().hex[:6]}"
     spec = tmp / "pipeline.yaml"
     spec.write_text(SPEC.read_text().replace("name: k8s-e2e", f"name: {name}", 1))
-    slipstream_cli("profile", "--pipeline", str(spec), "--out", str(tmp / "profiles"), "--hardware", "cpu-1",
-               "--batch-sizes", "1,2,4,8", "--reps", "10")
-    slipstream_cli("k8s-manifests", "--pipeline", str(spec), "--image", f"slipstream:{VERSION}",
-               "--control-image", f"slipstream:{VERSION}-control", "--profiles", str(tmp / "profiles"),
-               "--namespace", name, "--bootstrap", kafka.bootstrap, "--out", str(tmp / "base"))
-    overlay = write_overlay(tmp / "base", tmp / "overlay")
-    kubectl("create", "namespace", name)
-    kubectl("label", "namespace", name, "slipstream.io/e2e=true")
+    overlay = render(spec, tmp, kafka.bootstrap, "1,2,4,8")
     dry = kubectl("apply", "-k", str(overlay), "--dry-run=server")
     watch = Watch(name).start()
     t0 = time.time_ns()

@@ -34,8 +34,7 @@ from slipstream.agents.models.export import DEFAULT_CACHE_DIR
 from slipstream.gateway.client import answer_result, infer_body
 from slipstream.streams.spec import load_pipeline
 from slipstream.tuner.k8s import deployment_name
-from tests.k8s.kube import (ROOT, VERSION, bridge_kafka, condition_true, kube_json, kubectl, pods,
-                            slipstream_cli, write_overlay)
+from tests.k8s.kube import ROOT, bridge_kafka, condition_true, kube_json, kubectl, pods, render
 
 DEMO = ROOT / "deploy" / "pipelines" / "image-classify.yaml"
 MODELS_STAGE = "classify"
@@ -83,14 +82,7 @@ def demo(tmp_path_factory, kafka, model_server):
     onnx_variants(doc, *model_server)
     spec = tmp / "pipeline.yaml"
     spec.write_text(yaml.safe_dump(doc, sort_keys=False))
-    slipstream_cli("profile", "--pipeline", str(spec), "--out", str(tmp / "profiles"), "--hardware", "cpu-1",
-                   "--batch-sizes", "1,2,4", "--reps", "5")
-    slipstream_cli("k8s-manifests", "--pipeline", str(spec), "--image", f"slipstream:{VERSION}",
-                   "--control-image", f"slipstream:{VERSION}-control", "--profiles", str(tmp / "profiles"),
-                   "--namespace", name, "--bootstrap", kafka.bootstrap, "--out", str(tmp / "base"))
-    overlay = write_overlay(tmp / "base", tmp / "overlay")
-    kubectl("create", "namespace", name)
-    kubectl("label", "namespace", name, "slipstream.io/e2e=true")
+    overlay = render(spec, tmp, kafka.bootstrap, "1,2,4")
     t0 = time.time_ns()
     kubectl("apply", "-k", str(overlay))
     kubectl("wait", "--for=condition=Available", "deployment", "--all", "-n", name, "--timeout=600s", timeout=620)

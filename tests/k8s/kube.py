@@ -68,6 +68,22 @@ def can_i(verb: str, resource: str, name: str, namespace: str, who: str, subreso
     return r.stdout.strip() == "yes"
 
 
+def render(spec: Path, tmp: Path, bootstrap: str, batch_sizes: str) -> Path:
+    """Profile ``spec`` on this host, render its objects with ``slipstream k8s-manifests`` into
+    ``tmp/base`` for the namespace of the pipeline's name (created and labelled here), and write the
+    overlay that fits them to the node: the directory to ``kubectl apply -k``."""
+    name = yaml.safe_load(spec.read_text())["name"]
+    slipstream_cli("profile", "--pipeline", str(spec), "--out", str(tmp / "profiles"), "--hardware", "cpu-1",
+                   "--batch-sizes", batch_sizes, "--reps", "5")
+    slipstream_cli("k8s-manifests", "--pipeline", str(spec), "--image", f"slipstream:{VERSION}",
+                   "--control-image", f"slipstream:{VERSION}-control", "--profiles", str(tmp / "profiles"),
+                   "--namespace", name, "--bootstrap", bootstrap, "--out", str(tmp / "base"))
+    overlay = write_overlay(tmp / "base", tmp / "overlay")
+    kubectl("create", "namespace", name)
+    kubectl("label", "namespace", name, "slipstream.io/e2e=true")
+    return overlay
+
+
 def write_overlay(base: Path, out: Path) -> Path:
     """A kustomization over ``base`` (``slipstream k8s-manifests --out``) lowering each container's and
     init container's CPU request to ``REQUEST_CPU`` (limits kept), by a strategic-merge patch per
