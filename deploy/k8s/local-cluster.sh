@@ -356,7 +356,9 @@ YAML
     --kubeconfig "$K8S_STATE/kubelet.kubeconfig" --root-dir "$K8S_STATE/kubelet" \
     --hostname-override "$NODE" --node-ip "$HOST_IP"
   wait_for kubelet 60 curl -sf "http://127.0.0.1:$((API_PORT + 4))/healthz"
-  kctl wait --for=condition=Ready "node/$NODE" --timeout=90s >/dev/null || {
+  # the kubelet answers /healthz before it has registered its node, and `wait --for=condition`
+  # refuses an object that does not exist yet: wait for the node's creation first
+  { kctl wait --for=create "node/$NODE" --timeout=60s && kctl wait --for=condition=Ready "node/$NODE" --timeout=90s; } >/dev/null || {
     echo "node $NODE not Ready; kubelet log:" >&2; tail -n 30 "$K8S_STATE/logs/kubelet.log" >&2; return 1; }
 }
 
