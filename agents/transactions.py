@@ -21,12 +21,17 @@ one transaction (begin, send, add offsets, commit); what is released meanwhile g
 (``slipstream.agents.routing.replacement``: an error result, then a dead letter). Every other failure
 ends the attempt, and what comes next depends on whether the commit was asked for:
 
-- **fenced** (``ProducerFenced``/``InvalidProducerEpoch``: a newer producer holds the transactional id,
-  i.e. the partition has a new owner): stop. The producer is closed, its outputs dropped (not acked),
-  and nothing more is written for the partition here; the new owner makes them again from the
-  committed offset. (The coordinator also bumps the epoch of a transaction it times out, but every
-  step here is bounded well inside ``transaction.timeout.ms``, so only a process frozen past its
-  session timeout sees that, and its group has moved the partition by then.)
+- **fenced** (``ProducerFenced``/``InvalidProducerEpoch``: a newer producer holds the transactional id):
+  stop. The producer is closed, its outputs dropped (not acked), and nothing more is written for the
+  partition here until it is assigned here again. Usually the partition has a new owner, which makes
+  them again from the committed offset. But the fencing producer may be a stale one: a start still
+  retrying on a worker the partition was revoked from while the next owner's start finished first
+  (faust calls ``on_rebalance_complete``, which opens the producers, from its own task, so a
+  revocation does not wait for it), or the coordinator timing out a transaction. Then the partition
+  is still assigned here and nobody would ever read it, so the consumer rejoins its group, as for a
+  re-read: the partition is assigned again (here or elsewhere) and its new producer fences the stale
+  one. (A start whose partition is revoked before it finishes is cancelled, or its producer stopped
+  at once, which keeps that race rare.)
 - **before the commit** (a send the broker refused, offsets not added, a step past its deadline, the
   producer's sender dead): the attempt's outcome is known, nothing of it can commit. Retry: a new
   producer with the same transactional id (its start makes the coordinator abort the open
@@ -91,6 +96,10 @@ class _Lost(Exception):
     """The partition's outputs here are dropped: fenced (STOP) or to be read again (REREAD)."""
 
 
+class _Revoked(Exception):
+    """The partition whose producer was being started is no longer assigned here."""
+
+
 class _Refused(Exception):
     """Records of the attempt the broker did not take (the first failure shown)."""
 
@@ -123,39 +132,68 @@ class PartitionTransactions:
         self._queue: dict[Hashable, list[tuple[Release, asyncio.Future]]] = {}
         self._runners: dict[Hashable, asyncio.Task] = {}
         self._lost: set[Hashable] = set()  # dropped here until assigned again (logged once)
+        self._owned: set[Hashable] = set()  # assigned here (opened and not closed since)
+        self._starting: dict[Hashable, asyncio.Task] = {}  # producer starts in progress
         # a partition whose producer cannot start: only a restart helps (the worker sets its liveness)
         self.on_stuck: Callable[[str], None] = lambda why: log.error("%s", why)
 
     # ------------------------------------------------------------------ ownership
 
     async def open(self, tps: Iterable[Hashable]) -> None:
-        """Start the producers of newly assigned partitions (fencing their previous owners)."""
+        """Start the producers of newly assigned partitions (fencing their previous owners). A start
+        whose partition is revoked meanwhile (:meth:`close`) is cancelled, or its producer stopped;
+        a partition's starts run one after the other."""
+        tps = set(tps)
+        self._owned |= tps
         new = [tp for tp in tps if tp not in self._producers]
 
-        async def start(tp):
+        async def start(tp, before: asyncio.Task | None) -> None:
             try:
-                self._producers[tp] = await self._new_producer(tp)
-                self._lost.discard(tp)
+                if before is not None:  # a start from an earlier assignment, cancelled or about to finish
+                    await asyncio.gather(before, return_exceptions=True)
+                if tp in self._producers:
+                    return
+                prod = await self._new_producer(tp)
+            except _Revoked:
+                return
             except Exception as exc:  # noqa: BLE001 - nothing of tp commits here: read again after a restart
                 self._lost.add(tp)
                 self.on_stuck(f"producer of {tp[0]}[{tp[1]}] not started in {START_TRIES} tries ({exc!r}): "
                               f"its inputs are left uncommitted")
+                return
+            finally:
+                if self._starting.get(tp) is asyncio.current_task():
+                    del self._starting[tp]
+            if tp not in self._owned:  # revoked while starting: the partition's next owner writes it
+                log.warning("%s[%d] was revoked while its producer started: stopped unused", tp[0], tp[1])
+                await kclient.stop_producer(prod, STEP_TIMEOUT_S)
+                return
+            self._producers[tp] = prod
+            self._lost.discard(tp)
 
-        await asyncio.gather(*(start(tp) for tp in new))
+        tasks = {tp: asyncio.ensure_future(start(tp, self._starting.get(tp))) for tp in new}
+        self._starting.update(tasks)
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
         if new:
-            log.info("transactional producers started for %s", sorted(f"{t}[{p}]" for t, p in new))
+            log.info("transactional producers started for %s", sorted(f"{t}[{p}]" for t, p in new
+                                                                      if (t, p) in self._producers))
 
     async def _new_producer(self, tp: Hashable):
         """A started producer of ``tp``'s transactional id (its start fences every older one); each
         start bounded by STEP_TIMEOUT_S, tried START_TRIES times (a broker away), then the last
-        failure raised."""
+        failure raised; cancelled as soon as ``tp`` is revoked (:meth:`close`)."""
         backoff = 0.1
         for tries in range(1, START_TRIES + 1):
+            if tp not in self._owned:  # Python 3.11's wait_for may swallow the cancel of a start that just failed
+                raise _Revoked()
             prod = kclient.transactional_producer(self.kafka, transactional_id(self.group_id, tp[0], tp[1]),
                                                   **self.overrides)
             try:
                 await asyncio.wait_for(prod.start(), STEP_TIMEOUT_S)
                 return prod
+            except asyncio.CancelledError:  # revoked meanwhile (:meth:`close`)
+                await kclient.stop_producer(prod, STEP_TIMEOUT_S)
+                raise
             except Exception as exc:  # noqa: BLE001 - the coordinator away: again, backing off
                 await kclient.stop_producer(prod, STEP_TIMEOUT_S)
                 if tries == START_TRIES:
@@ -166,13 +204,18 @@ class PartitionTransactions:
                 backoff = min(backoff * 2, self.max_backoff_s)
 
     async def close(self, tps: Iterable[Hashable]) -> None:
-        """After revocation: let queued transactions of ``tps`` finish, then stop their producers."""
+        """After revocation: cancel the producer starts of ``tps`` still in progress, let their queued
+        transactions finish, then stop their producers."""
         tps = list(tps)
+        self._owned -= set(tps)
+        for tp in tps:  # not awaited: a start ends at its next step once its partition is not owned
+            if tp in self._starting:
+                self._starting[tp].cancel()
         await self.flush(tps)
         await asyncio.gather(*(self._stop(tp) for tp in tps))
 
     async def close_all(self) -> None:
-        await self.close(list(self._producers))
+        await self.close(set(self._producers) | self._owned | set(self._starting))
 
     async def flush(self, tps: Iterable[Hashable] | None = None) -> None:
         """Wait until every transaction queued for ``tps`` (default: all) has committed or failed."""
@@ -268,9 +311,14 @@ class PartitionTransactions:
             self.on_failure("fenced" if action == STOP else "re-read")
             self._lost.add(tp)
             await self._stop(tp)
-            if action == STOP:
+            if action == STOP and tp not in self._owned:
                 log.error("producer of %s[%d] fenced (%r): a newer owner has the partition; %d output(s) "
                           "dropped here", tp[0], tp[1], failed.cause, len(records))
+            elif action == STOP:  # still assigned here: a stale producer fenced this one (module docstring)
+                log.error("producer of %s[%d] fenced (%r) while the partition is assigned here: %d output(s) "
+                          "dropped, the group is rejoined so that its next owner reads it again", tp[0], tp[1],
+                          failed.cause, len(records))
+                await self.on_reread(tp)
             else:
                 log.error("transaction of %s[%d] failed in its %s (%r): the partition is read again from its "
                           "committed offset", tp[0], tp[1], failed.phase, failed.cause)

@@ -96,12 +96,14 @@ def sample_for(arrivals_s: np.ndarray, now_s: float, rate_qps: float, sample_s: 
 
 
 def envelope_windows(service_ms: float, longest_s: float = 60.0) -> tuple[float, ...]:
+    """Windows from the service time up, doubling, to ``longest_s``; ``(longest_s,)`` alone when the
+    service time is longer (a sample shorter than one service time still has one window)."""
     w = max(service_ms / 1000.0, 1e-3)
     out = []
     while w <= longest_s:
         out.append(w)
         w *= 2
-    return tuple(out)
+    return tuple(out) or (longest_s,)
 
 
 EnvelopeFn = Callable[[np.ndarray, Sequence[float]], np.ndarray]

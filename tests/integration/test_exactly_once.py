@@ -130,10 +130,19 @@ async def test_a_zombie_producer_is_fenced_and_its_outputs_and_offsets_never_com
             await zombie.commit_transaction()
         assert kclient.is_fenced(exc.value), repr(exc.value)
         assert await new.commit([Release(tp, ["e0"], [(result("new-owner"), None)], 1)])
-        # a fenced PartitionTransactions drops what it had not committed (its events stay unacked)
+        # a fenced PartitionTransactions drops what it had not committed (its events stay unacked); the
+        # partition still assigned to it (the fencing producer a stale start elsewhere), it asks its
+        # consumer to read the partition again, so the partition is not left unread
+        reread: list = []
+
+        async def on_reread(tp_):
+            reread.append(tp_)
+
+        new.on_reread = on_reread
         newer = PartitionTransactions(settings, group, pipe, "pre")
         await newer.open([tp])
         assert await new.commit([Release(tp, ["e1"], [(result("fenced"), None)], 2)]) == []
+        assert reread == [tp]
         await newer.close_all()
     finally:
         await zombie.stop()

@@ -60,25 +60,56 @@ def test_only_the_brokers_fencing_answer_counts_as_fencing():
     assert kclient.is_out_of_order(OutOfOrderSequenceNumber()) and not kclient.is_out_of_order(ProducerFenced())
 
 
-async def test_a_producer_that_cannot_start_is_tried_a_bounded_number_of_times_then_reported(monkeypatch):
-    import asyncio
+def unreachable_transactions(**kw):
+    """PartitionTransactions on a port nothing listens on: every producer start is refused at once."""
     import socket
 
     import slipstream.agents.transactions as txn
     from slipstream.streams.spec import parse_pipeline
 
-    with socket.socket() as s:  # a port nothing listens on: every start is refused at once
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     pipe = parse_pipeline({"name": "p", "slo_ms": 100, "hardware": {"cpu-1": {"kind": "cpu", "threads": 1,
                            "cost_per_hour": 0.05}}, "stages": [{"name": "s", "variants": [
                            {"name": "v", "model": "noop", "accuracy": 1.0}]}], "edges": []})
+    return txn.PartitionTransactions(KafkaSettings(bootstrap=f"127.0.0.1:{port}", processing=EXACTLY_ONCE),
+                                     "g", pipe, "s", **kw)
+
+
+async def test_a_producer_that_cannot_start_is_tried_a_bounded_number_of_times_then_reported(monkeypatch):
+    import asyncio
+
+    import slipstream.agents.transactions as txn
+
     monkeypatch.setattr(txn, "START_TRIES", 2)
-    txns = txn.PartitionTransactions(KafkaSettings(bootstrap=f"127.0.0.1:{port}", processing=EXACTLY_ONCE),
-                                     "g", pipe, "s", max_backoff_s=0.1)
+    txns = unreachable_transactions(max_backoff_s=0.1)
     stuck: list[str] = []
     txns.on_stuck = stuck.append
     await asyncio.wait_for(txns.open([("t", 0)]), 10)
     assert len(stuck) == 1 and "t[0] not started in 2 tries" in stuck[0], stuck
     (fut,) = txns.submit([txn.Release(("t", 0), [], [], 1)])  # nothing of the partition commits here
     assert fut.result() is False
+
+
+async def test_a_partition_revoked_while_its_producer_starts_is_not_kept_nor_reported_stuck(monkeypatch):
+    """A start still retrying when its partition is revoked would fence the next owner's producer
+    when it finally succeeds: the revocation cancels it."""
+    import asyncio
+
+    import slipstream.agents.transactions as txn
+
+    monkeypatch.setattr(txn, "START_TRIES", 50)  # minutes of retries unless cancelled
+    created = asyncio.Event()
+    make = txn.kclient.transactional_producer
+    monkeypatch.setattr(txn.kclient, "transactional_producer", lambda *a, **kw: (created.set(), make(*a, **kw))[1])
+    txns = unreachable_transactions(max_backoff_s=1.0)
+    stuck: list[str] = []
+    txns.on_stuck = stuck.append
+    opening = asyncio.ensure_future(txns.open([("t", 0)]))
+    await asyncio.wait_for(created.wait(), 10)
+    await asyncio.wait_for(txns.close([("t", 0)]), 10)
+    await asyncio.wait_for(opening, 10)  # the start was cancelled, not left retrying
+    assert stuck == []
+    (fut,) = txns.submit([txn.Release(("t", 0), [], [], 1)])
+    assert fut.result() is False  # no producer of the revoked partition here

@@ -131,3 +131,10 @@ def test_a_replan_keeps_a_plan_that_still_holds_unless_the_new_one_saves_enough(
     moved, st3 = rp.step(replace(st, plan=doubled), arr + 0.0, 60 * 10**9)
     assert moved.changed and st3.plan is moved.plan and st3.epoch == st.epoch + 1
     assert moved.plan.cost_per_hour <= 0.9 * doubled.cost_per_hour
+
+
+def test_a_sample_shorter_than_one_service_time_still_has_an_envelope_window():
+    from slipstream.planner.service import envelope_windows
+
+    assert envelope_windows(40.0, 0.01) == (0.01,)  # two arrivals 10 ms apart, 40 ms of service
+    assert envelope_windows(250.0, 1.0) == (0.25, 0.5, 1.0)
