@@ -27,6 +27,7 @@ from slipstream.streams.config import KafkaSettings
 from slipstream.streams.heartbeat import Heartbeat
 from slipstream.streams.limits import Limits
 from slipstream.streams.spec import Pipeline
+from slipstream.streams.timeline import mark
 
 # A window's outputs are sent in one burst; the linger only has to cover the burst, and a producer
 # batch (per partition) holds a whole window of small records, so a window is one produce request per
@@ -148,4 +149,6 @@ class Commits:
         """Partitions assigned: start their transactional producers (exactly-once), fencing their
         previous owners."""
         if self.txns is not None:
+            t0 = time.monotonic()
             await self.txns.open(assigned)
+            mark("producers-started", partitions=len(assigned), ms=f"{(time.monotonic() - t0) * 1000:.0f}")
