@@ -69,6 +69,7 @@ class PaceTracker:
         self.config = config
         self._ratios: dict[str, deque[tuple[int, float, float]]] = {}
         self._sums: dict[str, list[float]] = {}  # stage -> [sum of weights, sum of ratio x weight]
+        self._read: deque[tuple[int, dict[str, float]]] = deque()  # read()'s paces, and when
 
     def add(self, result: Mapping, expected: Expected) -> None:
         for stage, at_ns, ratio, weight in hop_ratios(result, expected):
@@ -92,4 +93,22 @@ class PaceTracker:
                 sums[0] = sums[1] = 0.0  # no rounding left behind
             elif sums[0] >= c.min_batches - 1e-9:
                 out[stage] = min(c.ceiling, max(c.floor, sums[1] / sums[0]))
+        return out
+
+    def read(self, now_ns: int, horizon_s: float) -> tuple[dict[str, float], dict[str, float]]:
+        """(:meth:`pace` now, :meth:`peak` over the last ``horizon_s`` with this reading)."""
+        now = self.pace(now_ns)
+        self._read.append((now_ns, now))
+        return now, self.peak(now_ns, horizon_s)
+
+    def peak(self, now_ns: int, horizon_s: float) -> dict[str, float]:
+        """Per stage, the highest pace :meth:`read` read in the last ``horizon_s`` (a stage it never
+        read: left out, pace 1)."""
+        start = now_ns - int(horizon_s * NS_PER_S)
+        while self._read and self._read[0][0] <= start:
+            self._read.popleft()
+        out: dict[str, float] = {}
+        for _, paces in self._read:
+            for stage, p in paces.items():
+                out[stage] = max(p, out.get(stage, p))
         return out

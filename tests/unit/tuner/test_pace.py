@@ -49,6 +49,17 @@ def test_pace_is_held_between_floor_and_ceiling_and_needs_enough_batches():
     assert t.pace(100) == {"classify": 3.0}  # a wrong measurement adds replicas only so far
 
 
+def test_the_peak_is_the_highest_pace_read_over_the_horizon():
+    t = PaceTracker(PaceConfig(window_s=2.0, min_batches=1))
+    seen = []
+    for sec, ms in enumerate([30.0, 60.0, 30.0, 30.0, 30.0, 30.0]):  # one batch of 1 a second: 1.5, then 3.0
+        t.add(result(("classify", "lite0", 1, sec * NS_PER_S, ms)), {"classify": {"lite0": (20.0,)}})
+        seen.append(t.read(sec * NS_PER_S + NS_PER_S // 2, 3.0))
+    assert [now["classify"] for now, _ in seen] == pytest.approx([1.5, 2.25, 2.25, 1.5, 1.5, 1.5])
+    assert [peak["classify"] for _, peak in seen] == pytest.approx([1.5, 2.25, 2.25, 2.25, 2.25, 1.5])
+    assert t.peak(100 * NS_PER_S, 3.0) == {}  # nothing read in the horizon: pace 1
+
+
 WINDOWS = doubling_windows(0.1, 12.8)
 
 
