@@ -217,23 +217,27 @@ def ladder_keeps_up(problem: Problem, plan: Plan) -> float:
 
 
 def defers(problem: Problem, new: Plan, serving: Plan | None, serving_now: Plan | None) -> str:
-    """Why a loki re-plan that would load a model waits ("": it does not): the plan in place falls
-    short of the forecast (``serving_now``, judged for it, is None or misses the SLO, and its replicas
-    do not keep up with it: a burst, not a latency miss the tuner cannot mend) and the tuner keeps up
-    with the forecast on its ladder (:func:`ladder_keeps_up`), so redeploying would load models in
-    the middle of the burst the ladder is serving. Once the burst is over the plan in place holds
-    again and the re-plan goes ahead (``slipstream.planner.fallback.replaces``)."""
+    """Why a loki re-plan waits ("": it does not): the plan in place falls short of the forecast
+    (``serving_now``, judged for it, is None or misses the SLO, and its replicas do not keep up with
+    it: a burst, not a latency miss the tuner cannot mend) and the tuner keeps up with the forecast on
+    its ladder (:func:`ladder_keeps_up`): the tuner's shares carry the burst. Redeploying would load
+    models in the middle of it or, loading none, publish the re-plan's routing shares over those the
+    tuner moved to for the live envelope at the workers' pace, which the tuner then moves back (run 3
+    of the loki step, docs/results.md: a re-plan to half lite2, half lite1 in the burst, moved back
+    to lite0 by three share moves in 0.6 s). Once the burst is over the plan in place holds again and
+    the re-plan goes ahead (``slipstream.planner.fallback.replaces``)."""
     if serving is None or not ladders(problem, serving) or (serving_now is not None and serving_now.feasible) \
             or capacity_qps(problem, serving)[0] >= problem.rate_qps:
         return ""
+    keeps_up = ladder_keeps_up(problem, serving)
+    if keeps_up < problem.rate_qps:
+        return ""
     before, after = named_variants(problem, serving), named_variants(problem, new)
     loads = sorted(st for st, named in after.items() if before.get(st) != named)
-    keeps_up = ladder_keeps_up(problem, serving)
-    if not loads or keeps_up < problem.rate_qps:
-        return ""
-    return (f"the re-plan would load models on {', '.join(loads)} while the plan in place keeps up with "
-            f"{problem.rate_qps:.1f} qps on its ladder ({keeps_up:.1f} qps): that plan stays, the tuner's "
-            f"shares carry the burst")
+    what = (f"load models on {', '.join(loads)}" if loads else
+            f"reset the routing shares the tuner moves on {', '.join(sorted(ladders(problem, serving)))}")
+    return (f"the re-plan would {what} while the plan in place keeps up with {problem.rate_qps:.1f} qps on "
+            f"its ladder ({keeps_up:.1f} qps): that plan stays, the tuner's shares carry the burst")
 
 
 @dataclass(frozen=True)

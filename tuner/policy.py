@@ -43,8 +43,8 @@ envelope and lambda = the planned rate):
   (``slipstream.tuner.ladder``): after the replicas, :func:`stage_shares` moves routing shares to cheaper
   variants at once when the shares in force do not cover the live envelope on the target replicas,
   the least accuracy that covers it; and back towards the plan's only after the quiet period, as far
-  as the envelope of the last ``down_horizon_s`` allows (so the next tick does not move them down
-  again). A stage that the shares cover is not reported short.
+  as the envelope of the last ``down_horizon_s`` allows at the highest pace of that horizon (so the
+  next tick does not move them down again). A stage that the shares cover is not reported short.
 """
 from __future__ import annotations
 
@@ -215,6 +215,12 @@ class LiveTraffic:
     recent: EnvelopeSnapshot  # the same over the last down_horizon_s
     down_rate_qps: float  # peak down_window_s rate over the last down_horizon_s
     pace: Mapping[str, float] = field(default_factory=dict)  # per stage (slipstream.tuner.pace); absent: 1
+    peak_pace: Mapping[str, float] = field(default_factory=dict)  # the highest over the last down_horizon_s
+
+    def slowest(self, stage: str) -> float:
+        """The stage's pace that a move back to slower variants is judged at: the highest of now and
+        the last ``down_horizon_s`` (the recent envelope's horizon)."""
+        return max(self.pace.get(stage, 1.0), self.peak_pace.get(stage, 1.0))
 
 
 @dataclass(frozen=True)
@@ -274,15 +280,15 @@ def tracker_windows(plan: TunerPlan, config: "TunerConfig") -> tuple[float, ...]
 
 
 def observe(tracker: EnvelopeTracker, plan: TunerPlan, now_ns: int, config: "TunerConfig",
-            pace: Mapping[str, float] | None = None) -> LiveTraffic:
+            pace: Mapping[str, float] | None = None, peak_pace: Mapping[str, float] | None = None) -> LiveTraffic:
     """Read what the policy needs out of a live tracker built with :func:`tracker_windows` (and the
-    workers' ``pace``, ``slipstream.tuner.pace``)."""
+    workers' ``pace`` now and its peak over ``down_horizon_s``, ``slipstream.tuner.pace``)."""
     ws = plan.envelope.windows_s
     up = tracker.recent(now_ns, config.up_horizon_s)
     down = tracker.recent(now_ns, config.down_horizon_s)
     return LiveTraffic(EnvelopeSnapshot(ws, tuple(up.rate(w) for w in ws)),
                        EnvelopeSnapshot(ws, tuple(down.rate(w) for w in ws)),
-                       down.rate(config.down_window_s), dict(pace or {}))
+                       down.rate(config.down_window_s), dict(pace or {}), dict(peak_pace or {}))
 
 
 # ---- steps
@@ -350,17 +356,21 @@ def _changes(before: Mapping[str, int], after: Mapping[str, int], reason: str,
 
 
 def stage_shares(plan: TunerPlan, stage: StageSizing, shares: Mapping[str, float], replicas: int,
-                 live: LiveTraffic, quiet: bool, config: TunerConfig) -> ShareChange | None:
+                 live: LiveTraffic, quiet: bool, config: TunerConfig, slowest: StageSizing | None = None
+                 ) -> ShareChange | None:
     """Loki's accuracy scaling in the fast loop, for a stage with a ladder running ``shares`` on
-    ``replicas`` replicas: when the shares do not cover the live envelope (``slipstream.tuner.ladder.mix_load``
-    > 1), at once the shares that give up the least accuracy below the plan's and cover it
-    (``slipstream.tuner.ladder.covering_shares``); else, once ``quiet``, those that cover the envelope of the
-    last ``down_horizon_s`` when they are more accurate than ``shares`` (back towards the plan's as
-    the burst ages out of it). Shares that move cover the envelope times ``1 + share_headroom``: at
-    a step the envelope's longer windows fill over seconds, and the queue built meanwhile drains in
-    the slack (in the simulated step of ``tests/unit/loadgen/test_simulate_shares.py``, 98.3-99.5 %
-    of the SLO met without it, 99.5-100 % with 0.1, for 0.001 of mean accuracy); moving back, the
-    live envelope then stays below what they cover by as much: no flapping. None: keep ``shares``."""
+    ``replicas`` replicas (``stage`` at the live pace): when the shares do not cover the live envelope
+    (``slipstream.tuner.ladder.mix_load`` > 1), at once the shares that give up the least accuracy
+    below the plan's and cover it (``slipstream.tuner.ladder.covering_shares``); else, once ``quiet``,
+    those that cover the envelope of the last ``down_horizon_s`` on ``slowest`` (the stage at
+    :meth:`LiveTraffic.slowest`, the highest pace of the same horizon; default ``stage``) when they are
+    more accurate than ``shares`` (back towards the plan's as the burst ages out of it; at the pace of
+    the moment they followed its dips and flapped, docs/tuner.md "When"). Shares that move cover the
+    envelope times ``1 + share_headroom``: at a step the envelope's longer windows fill over seconds,
+    and the queue built meanwhile drains in the slack (in the simulated step of
+    ``tests/unit/loadgen/test_simulate_shares.py``, 98.3-99.5 % of the SLO met without it, 99.5-100 %
+    with 0.1, for 0.001 of mean accuracy); moving back, the live envelope then stays below what they
+    cover by as much: no flapping. None: keep ``shares``."""
     index, ladder, planned = plan.sized_index(), stage.ladder, stage.planned_shares
     before, slack = accuracy(shares, ladder), 1 + config.share_headroom
     load = mix_load(shares, ladder, live.envelope.rates_qps, index, replicas)
@@ -369,9 +379,10 @@ def stage_shares(plan: TunerPlan, stage: StageSizing, shares: Mapping[str, float
                               config.share_step)
         reason = "accuracy-down"
     elif quiet:
-        new = covering_shares(ladder, planned, [r * slack for r in live.recent.rates_qps], index, replicas,
+        slow = (slowest or stage).ladder
+        new = covering_shares(slow, planned, [r * slack for r in live.recent.rates_qps], index, replicas,
                               config.share_step)
-        load = mix_load(shares, ladder, live.recent.rates_qps, index, replicas)
+        load = mix_load(shares, slow, live.recent.rates_qps, index, replicas)
         if accuracy(new, ladder) <= before + _EPS:
             return None
         reason = "accuracy-up"
@@ -389,12 +400,13 @@ def decide(live: LiveTraffic, planned: TunerPlan, state: TunerState, now_ns: int
            config: TunerConfig = TunerConfig()) -> tuple[ScaleDecision, TunerState]:
     """Up fast (this call), down slow (after the quiet period), then the stages' shares; see the
     module docstring."""
+    slowest = planned.at_pace({s.stage: live.slowest(s.stage) for s in planned.stages})
     planned = planned.at_pace(live.pace)
     decision, after = _replicas(live, planned, state, now_ns, config)
     quiet = after.last_change_ns == state.last_change_ns and now_ns - state.last_change_ns >= config.quiet_ns
-    moves = [c for s in planned.stages if s.ladder and s.stage in state.shares
+    moves = [c for s, slow in zip(planned.stages, slowest.stages) if s.ladder and s.stage in state.shares
              if (c := stage_shares(planned, s, state.shares[s.stage], decision.targets[s.stage], live, quiet,
-                                   config)) is not None]
+                                   config, slow)) is not None]
     shares = {**state.shares, **{c.stage: c.shares for c in moves}}
     covered = {s.stage for s in planned.stages if s.stage in shares and mix_load(
         shares[s.stage], s.ladder, live.envelope.rates_qps, planned.sized_index(), decision.targets[s.stage])

@@ -193,7 +193,7 @@ class TunerService:
         now = self._clock()
         await self._follow_plan(now)
         t0 = time.perf_counter()
-        live = observe(self.tracker, self.plan, now, self.config, self.pace.pace(now))
+        live = observe(self.tracker, self.plan, now, self.config, *self.pace.read(now, self.config.down_horizon_s))
         decision, self.state = decide(live, self.plan, self.state, now, self.config)
         spent = time.perf_counter() - t0
         if self.metrics is not None:

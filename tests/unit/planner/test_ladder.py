@@ -1,6 +1,7 @@
 """A loki plan's ladders (slipstream.planner.capacity.ladders): the variants each stage's pool keeps loaded, named in
 its StageConfig with share 0 and handed to the tuner with what one replica serves on each; and a
-re-plan that would load models in a burst the ladder serves waits (slipstream.planner.service.defers)."""
+re-plan in a burst the ladder serves waits, whether it would load models or only reset the tuner's shares
+(slipstream.planner.service.defers)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -71,9 +72,21 @@ def test_a_replan_that_loads_models_waits_while_the_ladder_carries_the_burst():
     why = defers(p, other_hw, serving, None)
     assert "classify, resize" in why and "80.0 qps" in why
     assert defers(p, other_hw, serving, replace(serving, feasible=True)) == ""  # it holds: fallback decides
-    same = plan(p, variants=(("lite2", 0.3), ("lite0", 0.7)), replicas=2)
-    assert named_variants(p, same) == named_variants(p, serving) and defers(p, same, serving, None) == ""
     assert defers(problem(rate_qps=200.0), other_hw, serving, None) == ""  # beyond the ladder: re-plan
     quiet = problem(rate_qps=20.0)  # its replicas keep up (28.6): a miss on latency, the tuner cannot mend it
     assert defers(quiet, other_hw, serving, replace(serving, feasible=False)) == ""
     assert defers(p, other_hw, plan(p, mode="inferline"), None) == ""  # no ladder, nothing to wait for
+
+
+def test_a_replan_that_loads_no_model_waits_too_rather_than_reset_the_tuners_shares():
+    """Run 3 of the loki step (docs/results.md): in the burst, a re-plan on the same hardware (so no
+    model load) published half lite2, half lite1 over the tuner's lite0; the tuner moved them back
+    within 0.6 s. It waits like one that loads models, and goes ahead once the plan in place holds."""
+    p = problem(rate_qps=80.0)
+    serving = plan(p, replicas=1)
+    same = plan(p, variants=(("lite2", 0.3), ("lite0", 0.7)), replicas=2)
+    assert named_variants(p, same) == named_variants(p, serving)  # nothing to load
+    why = defers(p, same, serving, None)
+    assert "reset the routing shares the tuner moves on classify" in why and "80.0 qps" in why
+    assert defers(p, same, serving, replace(serving, feasible=True)) == ""  # the plan in place holds
+    assert defers(problem(rate_qps=200.0), same, serving, None) == ""  # beyond the ladder: re-plan

@@ -133,6 +133,30 @@ def test_shares_come_back_after_the_quiet_period_as_the_burst_ages_out_and_do_no
     assert d.share_changes[0].shares == PLANNED and s.shares["classify"] == PLANNED
 
 
+def test_shares_move_back_at_the_highest_pace_of_the_recent_horizon_so_a_dip_does_not_flap_them():
+    """A steady 8 req/s on one replica: the best rung alone covers it at pace 1.1, not at 1.5. The
+    workers' pace rises to 1.5, the shares move down; it dips to 1.1 for a while and rises again. At
+    the dip, judged at the pace of the moment, the shares went back to the best rung, and the rise
+    moved them down again (the runs s21 and s22: 7-15 moves at a steady rate); judged at the highest
+    pace of the recent horizon, as the envelope is, they stay down: one move, none back."""
+    plan, cfg = plan_of(), TunerConfig(activation_s=1.0, max_replicas=1)  # quiet period 3 s
+
+    def at(pace: float, peak: float) -> LiveTraffic:
+        return replace(live(8.0), pace={"classify": pace}, peak_pace={"classify": peak})
+
+    s = TunerState.initial(plan, 0)
+    moves = []
+    for t, pace, peak in [(1, 1.5, 1.5), (5, 1.1, 1.5), (9, 1.5, 1.5), (13, 1.1, 1.5), (17, 1.5, 1.5)]:
+        d, s = decide(at(pace, peak), plan, s, t * 10**9, cfg)
+        moves += d.share_changes
+    assert [c.reason for c in moves] == ["accuracy-down"]
+    assert moves[0].shares["cheap"] + moves[0].shares["mid"] > 0
+    # the same dip without the peak (a tuner that kept none): the pace of the moment decides
+    d, _ = decide(at(1.1, 1.1), plan, s, 21 * 10**9, cfg)
+    assert [c.reason for c in d.share_changes] == ["accuracy-up"] and d.share_changes[0].shares == PLANNED
+    assert at(1.1, 1.5).slowest("classify") == 1.5 and live(8.0).slowest("classify") == 1.0
+
+
 def test_a_stage_without_a_ladder_moves_no_share():
     plan = plan_of(ladder=())
     d, s = decide(live(30.0), plan, TunerState.initial(plan, 0), 10**9, TunerConfig(max_replicas=2))
