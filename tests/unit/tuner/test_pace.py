@@ -49,26 +49,6 @@ def test_pace_is_held_between_floor_and_ceiling_and_needs_enough_batches():
     assert t.pace(100) == {"classify": 3.0}  # a wrong measurement adds replicas only so far
 
 
-def test_the_pace_rises_within_rise_s_and_falls_over_window_s():
-    """A second replica starts on shared cores: every batch slows from 1.2 to 2.0 of what was assumed.
-    Within 1.5 s the pace says 1.8 (the mean over 10 s alone: 1.32); once they run at 1.2 again, it
-    falls as the slow batches leave the 10 s."""
-    t = PaceTracker(PaceConfig(window_s=10.0, rise_s=2.0, min_batches=10))
-    expected = {"classify": {"lite0": (20.0,)}}
-
-    def run(start_s: float, end_s: float, ratio: float) -> None:  # a batch of 1 every 0.1 s
-        for i in range(round((end_s - start_s) * 10)):
-            t.add(result(("classify", "lite0", 1, int((start_s + 0.1 * i) * NS_PER_S), 20.0 * ratio)), expected)
-
-    run(0.0, 10.0, 1.2)
-    assert t.pace(10 * NS_PER_S) == {"classify": pytest.approx(1.2)}
-    run(10.0, 11.5, 2.0)
-    assert t.pace(int(11.5 * NS_PER_S)) == {"classify": pytest.approx(1.8, abs=0.01)}
-    run(11.5, 14.0, 1.2)
-    assert t.pace(14 * NS_PER_S) == {"classify": pytest.approx(1.32, abs=0.01)}
-    assert t.pace(22 * NS_PER_S) == {"classify": pytest.approx(1.2)}  # the slow batches left the 10 s
-
-
 def test_the_peak_is_the_highest_pace_read_over_the_horizon():
     t = PaceTracker(PaceConfig(window_s=2.0, min_batches=1))
     seen = []
