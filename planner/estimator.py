@@ -132,7 +132,7 @@ def simulate(problem: Problem, plan: Plan, options: SimOptions = SimOptions()) -
         stagewise.run(world, stages, reqs, vis_in, sent)
     else:
         stages[0].group.seed(reqs, vis_in, sent)
-        world.colocate(arr_ns.tolist())
+        world.colocate(sent.tolist())  # what the gate refused was judged from its header: no request CPU
         for c in sorted(o.schedule, key=lambda c: c.time_s):
             world.engine.at(int(c.time_s * NS_PER_S), CHANGE, _group_of(stages, c), c)
         world.engine.run()

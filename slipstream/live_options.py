@@ -23,7 +23,7 @@ common = [
     click.option("--request-cpu-ms", default=0.0, show_default=True, type=click.FloatRange(min=0.0),
                  help="Host CPU ms per request beyond what the profiles and the calibration's free cores account "
                       "for (the workers' decode, produce and fetch): the planner and the estimator add it "
-                      "per arrival (HostModel.request_cpu_ms). The 2-core s21 runs measured about 6.5."),
+                      "per request the source admits (HostModel.request_cpu_ms). The 2-core s21 runs measured about 6.5."),
     click.option("--replan-s", default=30.0, show_default=True,
                  help="The planner service re-plans from live arrivals this often during the run (0: never)."),
     click.option("--hop-ms", default=6.0, show_default=True,

@@ -85,9 +85,9 @@ class SharedHost:
 
 
 class Colocated:
-    """The co-located processes' work: ``HostModel.request_cpu_ms`` of one core's work on the shared
-    host at each request's arrival (the broker's, the load generator's, the gateway's share of it),
-    one arrival scheduled at a time."""
+    """The per-request work beyond the models': ``HostModel.request_cpu_ms`` of one core's work on the
+    shared host at the arrival of each request it is given (the admitted ones), one arrival scheduled
+    at a time."""
 
     __slots__ = ("engine", "host", "arrivals", "work_ns", "i")
 

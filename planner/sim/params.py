@@ -246,10 +246,14 @@ class HostModel:
 
     ``cores``: the host's (its cgroup's CPU limit when one is set). ``background_cores``: cores other
     work keeps busy whatever the rate (a calibration's fit of what the batches could not use, or a
-    declared fixed load). ``request_cpu_ms``: CPU the co-located processes (broker, load generator,
-    gateway, control plane) spend per pipeline request, over all its hops. Running work shares the
-    free cores ``cores - background_cores`` (processor sharing): a batch demands its hardware's
-    threads, a request's co-located work one core, and while the demands sum to D each runs at
+    declared fixed load). ``request_cpu_ms``: CPU per request the source stage admits beyond the
+    profiles' model time, over all its hops: the workers' decode, produce and fetch, and the broker's,
+    load generator's and gateway's share. A request the source refuses from its expiry header (shed
+    or expired, ``slipstream.streams.shedding``) costs its worker about 20 us (``slipstream bench
+    drops``) and is charged none of it, as the planner's :func:`~slipstream.planner.cores.host_qps`
+    and the gate's drain rate charge it per request served. Running work shares the free cores
+    ``cores - background_cores`` (processor sharing): a batch demands its hardware's threads, a
+    request's per-request work one core, and while the demands sum to D each runs at
     ``rate(D) = min(1, free cores / D)``."""
 
     cores: float

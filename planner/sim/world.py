@@ -65,7 +65,8 @@ class World:
         return (self.host, cores) if cores > 0 else (self.device, 1)
 
     def colocate(self, arrivals_ns: list[int]) -> None:
-        """The co-located processes' work of each request on the shared host (``HostModel.request_cpu_ms``)."""
+        """The per-request work (``HostModel.request_cpu_ms``) of each request the source admitted, at
+        its arrival, on the shared host."""
         if isinstance(self.host, SharedHost) and self.host.model.request_cpu_ms > 0:
             Colocated(self.engine, self.host, arrivals_ns)
 

@@ -2,6 +2,7 @@
 (``slipstream.loadgen.live.run.like_for_like``), with the calibration in force or one fitted on other runs."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -19,9 +20,11 @@ from slipstream.options import state_default
                    "in force: fit on some runs, check on others.")
 @click.option("--activation-s", type=float, default=None, show_default="LiveOptions.activation_s",
               help="As the live runs had it.")
+@click.option("--request-cpu-ms", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
+              help="As the live runs had it: host CPU per admitted request beyond the models (HostModel.request_cpu_ms).")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--detail", is_flag=True, help="Also each run's per-stage table (residence, hop components).")
-def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_s, seed, detail) -> None:
+def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_s, request_cpu_ms, seed, detail) -> None:
     """The estimator on finished live runs, like for like: each run's own arrivals, replica changes,
     re-plans, plan and each model's measured pace (est. p99; drawn p99: the pace drawn from the
     calibration instead), with the calibration in force ($SLIPSTREAM_CALIBRATION) or one fitted with --fit."""
@@ -37,9 +40,11 @@ def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_
     pipe, store = load_pipeline(pipeline_file), ProfileStore(profiles_dir)
     doc = fit_report(list(fit_dirs), pipe, profiles_dir, store=False) if fit_dirs else store.calibration
     click.echo(f"calibration: {_named(doc)}")
-    opts = LiveOptions(seed=seed) if activation_s is None else LiveOptions(activation_s=activation_s, seed=seed)
+    opts = LiveOptions(seed=seed, request_cpu_ms=request_cpu_ms)
+    if activation_s is not None:
+        opts = replace(opts, activation_s=activation_s)
     click.echo(f"{'report':<40}{'p99 ms':>9}{'est. p99':>10}{'est/meas':>9}{'seeds ms':>12}{'SLO met':>9}{'est. SLO':>9}"
-               f"{'drawn p99':>10}{'drawn/meas':>11}")
+               f"{'drawn p99':>10}{'drawn/meas':>11}{'drawn SLO':>10}")
     for rep in map(Path, report_dirs):
         run = RunRecord(rep)
         summary, plan = run.summary(), run.plan()
@@ -53,7 +58,8 @@ def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_
         click.echo(f"{str(rep):<40}{est.measured_p99_ms:>9.1f}{est.estimated_p99_ms:>10.1f}"
                    f"{est_ratio(est.estimated_p99_ms, est.measured_p99_ms):>9}{seeds:>12}"
                    f"{100 * est.measured_attainment:>8.2f}%{100 * est.estimated_attainment:>8.2f}%"
-                   f"{est.drawn_p99_ms:>10.1f}{est_ratio(est.drawn_p99_ms, est.measured_p99_ms):>11}")
+                   f"{est.drawn_p99_ms:>10.1f}{est_ratio(est.drawn_p99_ms, est.measured_p99_ms):>11}"
+                   f"{100 * est.drawn_attainment:>9.2f}%")
         if detail:
             click.echo(format_like_for_like(est) + "\n")
 

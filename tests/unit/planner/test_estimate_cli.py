@@ -77,3 +77,20 @@ def test_estimate_replays_the_batching_the_run_saw_on_the_control_topic(tmp_path
     seen = CliRunner().invoke(estimate_cmd, args)
     assert seen.exit_code == 0, seen.output
     assert abs(ratio(seen.output) - 1.0) < 0.05
+
+
+def test_estimate_charges_the_per_request_cpu_the_runs_declared(tmp_path):
+    from slipstream.loadgen.live.calibration import fit_report
+    from slipstream.streams.spec import load_pipeline
+
+    ProfileStore(tmp_path / "p").save(Profile("va", "cpu", {1: BatchPoint(3, 4), 4: BatchPoint(8, 10)}))
+    (tmp_path / "one.yaml").write_text(PIPE)
+    report = finished_run(tmp_path)
+    doc = fit_report(report, load_pipeline(tmp_path / "one.yaml"), tmp_path / "p", store=False)
+    ProfileStore(tmp_path / "p").calibrations.save({**doc, "host": {"cores": 1.0, "free_cores": 1.0,
+                                                                    "mean_concurrency": 1.0}})
+    args = ["--report", str(report), "--pipeline", str(tmp_path / "one.yaml"), "--profiles", str(tmp_path / "p")]
+    alone, shared = (CliRunner().invoke(estimate_cmd, [*args, "--request-cpu-ms", ms]) for ms in ("0", "60"))
+    assert alone.exit_code == 0 and shared.exit_code == 0, alone.output + shared.output
+    # each request's 60 ms of other work shares the one core with its 20 ms batch
+    assert ratio(shared.output) > ratio(alone.output) + 0.5

@@ -62,3 +62,22 @@ def test_the_forward_prediction_sees_the_host_s_knee():
     # past the knee the requests queue behind the co-located work: late, then dropped
     assert 0.99 > attainment(60.0, host) > attainment(70.0, host) > 0.8 > attainment(80.0, host)
     assert attainment(100.0, host) < 0.5
+
+
+def test_a_request_refused_at_the_source_costs_the_host_nothing():
+    # 1 core, 10 ms a request beyond the 10 ms batch: the host serves 50 qps, and the source gate
+    # (the hand-off's drain rate) sheds about half of 100 qps from the header. The admitted requests
+    # alone, with no gate, must be served exactly as beside the shed ones: a shed request costs its
+    # worker about 20 us, not the per-request work of one it decodes.
+    from slipstream.loadgen.simulate import published_handoff
+    from slipstream.planner.estimator import SimOptions
+
+    plan = single_plan({"a": [Assignment("v", "h", 1, 1, 1.0, 0.0)]})
+    host = HostModel(1.0, 0.0, D_MS)
+    offered = replace(problem(rate=100.0, slo_ms=400.0), arrivals_s=poisson_arrivals(100.0, 20.0, 3), host=host)
+    gated = simulate(offered, plan, SimOptions(handoff=published_handoff(offered, plan)))
+    assert 0.3 < gated.shed_share < 0.7
+    admitted = ~gated.shed
+    alone = simulate(replace(offered, arrivals_s=offered.arrivals_s[admitted]), plan)
+    assert gated.latency_ms[admitted] == pytest.approx(alone.latency_ms, nan_ok=True)
+    assert gated.attainment == pytest.approx(alone.attainment * admitted.mean())
