@@ -192,6 +192,17 @@ def bootstrap_from_env(env: Mapping[str, str] | None = None) -> str | None:
     return _env(env).get(BOOTSTRAP_ENV) or None
 
 
+def export_bootstrap(bootstrap: str | None) -> str | None:
+    """Set ``SLIPSTREAM_BOOTSTRAP`` for this process and the ones it starts (None: unset it); returns
+    the value it replaced, for the caller to put back when its run ends."""
+    previous = os.environ.get(BOOTSTRAP_ENV)
+    if bootstrap is None:
+        os.environ.pop(BOOTSTRAP_ENV, None)
+    else:
+        os.environ[BOOTSTRAP_ENV] = bootstrap
+    return previous
+
+
 def cache_from_env(env: Mapping[str, str] | None = None) -> str | None:
     """``SLIPSTREAM_CACHE``: the model cache directory (``slipstream.agents.zoo``); unset or empty: None,
     the zoo's default."""

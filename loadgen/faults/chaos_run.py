@@ -31,7 +31,7 @@ from slipstream.loadgen import chaos
 from slipstream.streams import broker, codec, kafka as kclient, topics
 from slipstream.loadgen.faults.cluster import Cluster, use_cluster
 from slipstream.loadgen.live.run import READY  # one parser of the worker's ready line
-from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings
+from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings, export_bootstrap
 
 FREEZE_S = KafkaSettings().session_timeout_s + 5.0  # past the worker's consumer-group session timeout
 
@@ -340,7 +340,7 @@ def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
     interrupt_on_sigterm()
     report = Path(opts.report_dir)
     cluster, started = use_cluster(opts.brokers, opts.port, opts.kafka_state)
-    os.environ[BOOTSTRAP_ENV] = cluster.bootstrap
+    previous = export_bootstrap(cluster.bootstrap)  # for the run's processes; put back after it
     settings = KafkaSettings.from_env()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = fresh_pipeline(opts.pipeline_file, report, f"chaos{cluster.brokers}-{int(time.time()) % 100000}")
@@ -384,6 +384,7 @@ def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
                        + f"  ({time.monotonic() - t0:.0f} s)")
     finally:
         restarts = tear_down(stack, settings, pipe, cluster, started)
+        export_bootstrap(previous)
     title = (f"slipstream chaos: {pipe.name}, {cluster.brokers} broker(s), {opts.trace}, fault at "
              f"{opts.fault_at_s:g} s, {opts.standby} standby worker(s) per role, {settings.processing}; "
              f"{restarts} process restart(s) by the supervisor")

@@ -76,3 +76,18 @@ def test_the_check_sees_each_kind_of_read():
            'g = os.environ.get("HOME")\nh = {**os.environ, "PYTHONUNBUFFERED": "1"}\nos.environ[BOOTSTRAP_ENV] = "x"\n')
     assert env_reads(src) == [3, 4, 5, 6, 7, 8]
     assert spelled_names('x = {"SLIPSTREAM_BOOTSTRAP": 1}\ny = "set SLIPSTREAM_BOOTSTRAP first"\n') == [1]
+
+
+def test_an_exported_bootstrap_is_put_back_as_it_was(monkeypatch):
+    import os
+
+    from slipstream.streams.config import BOOTSTRAP_ENV, export_bootstrap
+
+    monkeypatch.setenv(BOOTSTRAP_ENV, "x")  # the session's value, put back at teardown
+    monkeypatch.delenv(BOOTSTRAP_ENV)
+    previous = export_bootstrap("127.0.0.1:19200")  # a chaos run's own broker
+    assert os.environ[BOOTSTRAP_ENV] == "127.0.0.1:19200" and previous is None
+    export_bootstrap(previous)
+    assert BOOTSTRAP_ENV not in os.environ  # not left pointing at a broker that is gone
+    assert export_bootstrap("a:1") is None and export_bootstrap("b:2") == "a:1"
+    assert export_bootstrap("a:1") == "b:2" and os.environ[BOOTSTRAP_ENV] == "a:1"
