@@ -23,7 +23,7 @@ from slipstream.loadgen.chaos import window_attainment
 from slipstream.loadgen.faults.chaos_run import Stack, fresh_pipeline, interrupt_on_sigterm, tear_down
 from slipstream.loadgen.faults.cluster import use_cluster
 from slipstream.streams import broker, topics
-from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings
+from slipstream.streams.config import KafkaSettings, export_bootstrap
 from slipstream.streams.lag import LagReader, stage_groups
 
 
@@ -76,7 +76,7 @@ def run_soak(opts: SoakOptions) -> str:
     interrupt_on_sigterm()
     report = Path(opts.report_dir)
     cluster, started = use_cluster(opts.brokers)
-    os.environ[BOOTSTRAP_ENV] = cluster.bootstrap
+    previous = export_bootstrap(cluster.bootstrap)  # for the run's processes; put back after it
     settings = KafkaSettings.from_env()
     path = fresh_pipeline(opts.pipeline_file, report, f"soak{cluster.brokers}-{int(time.time()) % 100000}")
     pipe = load_pipeline(path)
@@ -136,6 +136,7 @@ def run_soak(opts: SoakOptions) -> str:
         outcome = asyncio.run(main())
     finally:
         restarts = tear_down(stack, settings, pipe, cluster, started)
+        export_bootstrap(previous)
     by_id = outcome.collector.results
     sent_idx = np.flatnonzero(outcome.sent_mask)
     ids = [schedule.request_id(run_id, int(j)) for j in sent_idx]
