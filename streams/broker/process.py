@@ -60,7 +60,8 @@ def render_config(b: LocalBroker) -> str:
     for key, value in {"DATA_DIR": b.state_dir / "data", "PORT": b.port, "CONTROLLER_PORT": b.controller_port,
                        "ADVERTISED_PORT": b.advertised_port or b.port, "HOST": b.host,
                        "NODE_ID": b.node_id, "VOTERS": b.quorum_voters, "RF": b.replication,
-                       "MIN_ISR": b.min_isr}.items():
+                       "MIN_ISR": b.min_isr, "BROKER_SESSION_MS": 3000 if b.replication > 1 else 9000,
+                       "BROKER_HEARTBEAT_MS": 500 if b.replication > 1 else 2000}.items():
         text = text.replace(f"@{key}@", str(value))
     return text
 

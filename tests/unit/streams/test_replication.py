@@ -79,9 +79,11 @@ def test_the_cluster_has_its_own_ports_voters_and_folders(tmp_path):
     cfg = broker.render_config(c.nodes[1])
     assert "node.id=2\n" in cfg and "controller.quorum.voters=1@127.0.0.1:19095,2@127.0.0.1:19097,3@127.0.0.1:19099" in cfg
     assert "offsets.topic.replication.factor=3\n" in cfg and "min.insync.replicas=2\n" in cfg
+    assert "broker.session.timeout.ms=3000\n" in cfg  # a killed broker's leaderships move in 3 s
     assert not re.search(r"@[A-Z_]+@", cfg)  # every placeholder filled
     one = broker.render_config(single)
     assert "controller.quorum.voters=1@127.0.0.1:19093" in one and "offsets.topic.replication.factor=1\n" in one
+    assert "broker.session.timeout.ms=9000\n" in one  # Kafka's default: nobody to fail over to
     assert c.bootstrap == "127.0.0.1:19094,127.0.0.1:19096,127.0.0.1:19098"
 
 
