@@ -5,6 +5,13 @@ import click
 
 from slipstream.options import state_default
 
+# also `slipstream estimate`'s: it replays finished runs with the value they had
+request_cpu_ms_option = click.option(
+    "--request-cpu-ms", default=0.0, show_default=True, type=click.FloatRange(min=0.0),
+    help="Host CPU ms per request beyond what the profiles and the calibration's free cores account for (the "
+         "workers' decode, produce and fetch): the planner and the estimator add it per request the source "
+         "admits (HostModel.request_cpu_ms). The 2-core s21 runs measured about 6.5.")
+
 common = [
     click.option("--pipeline", "pipeline_file", default="deploy/pipelines/image-classify.yaml", show_default=True,
                  type=click.Path(exists=True, dir_okay=False)),
@@ -20,10 +27,7 @@ common = [
                  help="Per stage; also capped by this host's cores less --reserve-cores."),
     click.option("--reserve-cores", default=0.5, show_default=True,
                  help="Cores kept for the broker, load generator and control plane."),
-    click.option("--request-cpu-ms", default=0.0, show_default=True, type=click.FloatRange(min=0.0),
-                 help="Host CPU ms per request beyond what the profiles and the calibration's free cores account "
-                      "for (the workers' decode, produce and fetch): the planner and the estimator add it "
-                      "per request the source admits (HostModel.request_cpu_ms). The 2-core s21 runs measured about 6.5."),
+    request_cpu_ms_option,
     click.option("--replan-s", default=30.0, show_default=True,
                  help="The planner service re-plans from live arrivals this often during the run (0: never)."),
     click.option("--hop-ms", default=6.0, show_default=True,

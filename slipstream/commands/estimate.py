@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from slipstream.live_options import request_cpu_ms_option
 from slipstream.options import state_default
 
 
@@ -20,8 +21,7 @@ from slipstream.options import state_default
                    "in force: fit on some runs, check on others.")
 @click.option("--activation-s", type=float, default=None, show_default="LiveOptions.activation_s",
               help="As the live runs had it.")
-@click.option("--request-cpu-ms", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
-              help="As the live runs had it: host CPU per admitted request beyond the models (HostModel.request_cpu_ms).")
+@request_cpu_ms_option
 @click.option("--seed", default=0, show_default=True)
 @click.option("--detail", is_flag=True, help="Also each run's per-stage table (residence, hop components).")
 def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_s, request_cpu_ms, seed, detail) -> None:

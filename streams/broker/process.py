@@ -51,6 +51,11 @@ def _java_opts(b: LocalBroker) -> list[str]:
             f"-D{b.release.log_config_property}=file:{KAFKA_DEPLOY / b.release.log_config}"]
 
 
+# a broker's session and heartbeat (deploy/kafka/server.properties says why a cluster's differ)
+CLUSTER_LIVENESS_MS = {"BROKER_SESSION_MS": 3000, "BROKER_HEARTBEAT_MS": 500}
+KAFKA_LIVENESS_MS = {"BROKER_SESSION_MS": 9000, "BROKER_HEARTBEAT_MS": 2000}  # Kafka's defaults
+
+
 def render_config(b: LocalBroker) -> str:
     """deploy/kafka/server.properties, plus the release's own settings, with this node's placeholders filled."""
     text = (KAFKA_DEPLOY / "server.properties").read_text()
@@ -60,8 +65,7 @@ def render_config(b: LocalBroker) -> str:
     for key, value in {"DATA_DIR": b.state_dir / "data", "PORT": b.port, "CONTROLLER_PORT": b.controller_port,
                        "ADVERTISED_PORT": b.advertised_port or b.port, "HOST": b.host,
                        "NODE_ID": b.node_id, "VOTERS": b.quorum_voters, "RF": b.replication,
-                       "MIN_ISR": b.min_isr, "BROKER_SESSION_MS": 3000 if b.replication > 1 else 9000,
-                       "BROKER_HEARTBEAT_MS": 500 if b.replication > 1 else 2000}.items():
+                       "MIN_ISR": b.min_isr, **(CLUSTER_LIVENESS_MS if b.replication > 1 else KAFKA_LIVENESS_MS)}.items():
         text = text.replace(f"@{key}@", str(value))
     return text
 
