@@ -3,7 +3,8 @@
 - :class:`LatencyCurve` is the profile of one (variant, hardware): measured high-percentile latency per
   batch size, with a fit for sizes not measured (IPA: quadratic in batch size, linear fallback).
 - :class:`RecentLatency` is Clockwork's predictor: a high percentile over the last few runs of each
-  batch size, seeded from the curve, so a worker's predictions follow what its hardware does now.
+  batch size, seeded from the curve, so a worker's predictions follow what its hardware does now. A
+  lone stall (one run far slower than predicted) counts only once the next run of its size confirms it.
 """
 from __future__ import annotations
 
@@ -76,6 +77,11 @@ PREDICT_PERCENTILE = 99.0  # ... and the percentile of them it predicts (the est
 # SLO (say 428 ms against 400 ms) would have every later request dropped as certain to be late, so
 # nothing would run again to correct it and the stage would answer nothing.
 PREDICT_HORIZON_S = 5.0
+# A run over STALL_FACTOR x its prediction is a stall (a preempted thread, a page fault, a neighbour's
+# burst) until the next run of the same size is as slow. Taken for the pace at once, one stall would
+# drop every queued request for the horizon: on a 2-core host one 388-577 ms run of a 10-ms model
+# dropped 165-173 requests in each of three runs.
+STALL_FACTOR = 4.0
 
 
 @dataclass
@@ -85,7 +91,9 @@ class RecentLatency:
 
     Before a size has been seen (or when its runs are all older than the horizon), the curve's value
     is scaled by how the runs seen so far compare with the curve (the median ratio), so a
-    slower-than-profiled machine is noticed at once.
+    slower-than-profiled machine is noticed at once. A run over :data:`STALL_FACTOR` x its prediction
+    is held back until the next run of its size is as slow (then both count); a faster next run
+    discards it.
     """
 
     curve: LatencyCurve
@@ -95,11 +103,21 @@ class RecentLatency:
     horizon_s: float = PREDICT_HORIZON_S
     _recent: dict[int, deque] = field(default_factory=dict)  # batch -> (at_ns, latency_ns) of its runs
     _ratios: deque = field(default_factory=lambda: deque(maxlen=32))
+    _stalls: dict[int, tuple[int, int]] = field(default_factory=dict)  # batch -> its unconfirmed stall
     # the median of _ratios, computed once per observation when asked (a cache: not compared or shown)
     _scale: float | None = field(default=None, compare=False, repr=False)
 
     def observe(self, batch: int, latency_ns: int) -> None:
         at = self.clock() if self.clock is not None else 0
+        stall = self._stalls.pop(batch, None)
+        if latency_ns > STALL_FACTOR * self.predict_ns(batch):
+            if stall is None:
+                self._stalls[batch] = (at, latency_ns)  # held back until the next run of this size
+                return
+            self._record(batch, *stall)  # confirmed: both runs are the pace now
+        self._record(batch, at, latency_ns)
+
+    def _record(self, batch: int, at: int, latency_ns: int) -> None:
         self._recent.setdefault(batch, deque(maxlen=self.window)).append((at, latency_ns))
         self._ratios.append(latency_ns / max(self.curve.ns(batch), 1))
         self._scale = None

@@ -53,17 +53,31 @@ def test_unseen_size_scale_is_numpys_median_of_the_ratios():
         assert r.predict_ns(5) == int(curve.ns(5) * scale)
 
 
-def test_a_stalled_run_is_forgotten_after_the_horizon_even_when_nothing_runs_again():
-    """A run past the SLO makes the predictor call every request late, so nothing runs to correct
-    it: the runs older than the horizon no longer count, and the scaled profile speaks again."""
+def test_a_lone_stall_is_not_taken_for_the_pace():
+    """One run far slower than predicted (a preempted thread) would have the predictor call every
+    queued request late for the whole horizon: it is held back, and a normal next run discards it."""
+    r = RecentLatency(LatencyCurve.fit({1: 25, 4: 60}))
+    for v in (25, 26, 428):
+        r.observe(1, v * MS)
+    assert r.predict_ns(1) == 26 * MS
+    r.observe(1, 27 * MS)
+    assert r.predict_ns(1) == 27 * MS
+    r.observe(1, 430 * MS)  # a second stall, not right after the first: held back again
+    assert r.predict_ns(1) == 27 * MS
+    assert r.predict_ns(4) == int(60 * MS * 1.04)  # nor does a stall move the scale of unseen sizes
+
+
+def test_a_stall_confirmed_by_the_next_run_is_the_pace_until_the_horizon():
+    """Two slow runs in a row are the pace; runs older than the horizon no longer count even when
+    nothing runs again (a confirmed stall past the SLO stops every run), and the profile speaks again."""
     now = [0]
     r = RecentLatency(LatencyCurve.fit({1: 25, 4: 60}), clock=lambda: now[0], horizon_s=5.0)
-    for v in (25, 26, 428, 27):
+    for v in (25, 26, 24, 25, 26, 428, 431):
         r.observe(1, v * MS)
         now[0] += 100 * MS
-    assert r.predict_ns(1) == 428 * MS
+    assert r.predict_ns(1) == 431 * MS
     now[0] += 4 * 1000 * MS
-    assert r.predict_ns(1) == 428 * MS  # within the horizon: still the stall
+    assert r.predict_ns(1) == 431 * MS  # within the horizon: still the stall
     now[0] += 1000 * MS
     assert r.predict_ns(1) < 100 * MS  # past it: the profile x the median ratio of the runs seen
     r.observe(1, 30 * MS)
