@@ -77,11 +77,13 @@ PREDICT_PERCENTILE = 99.0  # ... and the percentile of them it predicts (the est
 # SLO (say 428 ms against 400 ms) would have every later request dropped as certain to be late, so
 # nothing would run again to correct it and the stage would answer nothing.
 PREDICT_HORIZON_S = 5.0
-# A run over STALL_FACTOR x its prediction is a stall (a preempted thread, a page fault, a neighbour's
-# burst) until the next run of the same size is as slow. Taken for the pace at once, one stall would
-# drop every queued request for the horizon: on a 2-core host one 388-577 ms run of a 10-ms model
-# dropped 165-173 requests in each of three runs.
-STALL_FACTOR = 4.0
+# A run over STALL_FACTOR x the median of its size's recent runs is a stall (a preempted thread, a
+# page fault, a neighbour's burst) until the next run of the same size is as slow. Taken for the pace
+# at once, one stall drops every queued request for the horizon: on a 2-core host one 388-577 ms run of
+# lite0 (median 34 ms, the slowest of its last ten 161-210 ms) dropped 165-173 requests in each of
+# three runs. The factor sits above that host's ordinary tail (5-6x the median).
+STALL_FACTOR = 8.0
+STALL_MIN_RUNS = 3  # fewer recent runs of a size: the median is the scaled profile's latency
 
 
 @dataclass
@@ -91,8 +93,8 @@ class RecentLatency:
 
     Before a size has been seen (or when its runs are all older than the horizon), the curve's value
     is scaled by how the runs seen so far compare with the curve (the median ratio), so a
-    slower-than-profiled machine is noticed at once. A run over :data:`STALL_FACTOR` x its prediction
-    is held back until the next run of its size is as slow (then both count); a faster next run
+    slower-than-profiled machine is noticed at once. A run over :data:`STALL_FACTOR` x the median of
+    its size's recent runs is held back until the next run of its size is as slow (then both count); a faster next run
     discards it.
     """
 
@@ -110,7 +112,7 @@ class RecentLatency:
     def observe(self, batch: int, latency_ns: int) -> None:
         at = self.clock() if self.clock is not None else 0
         stall = self._stalls.pop(batch, None)
-        if latency_ns > STALL_FACTOR * self.predict_ns(batch):
+        if latency_ns > STALL_FACTOR * self._median_ns(batch):
             if stall is None:
                 self._stalls[batch] = (at, latency_ns)  # held back until the next run of this size
                 return
@@ -123,15 +125,29 @@ class RecentLatency:
         self._scale = None
 
     def predict_ns(self, batch: int) -> int:
+        vals = self._runs_ns(batch)
+        if not vals:
+            return self._profiled_ns(batch)
+        k = min(len(vals) - 1, math.ceil(self.percentile / 100.0 * len(vals)) - 1)
+        return vals[max(k, 0)]
+
+    def _runs_ns(self, batch: int) -> list[int]:
+        """The latencies of this size's runs within the horizon, sorted (the expired ones are forgotten)."""
         seen = self._recent.get(batch)
-        if seen and self.clock is not None:  # runs are in time order: the expired ones lead
+        if not seen:
+            return []
+        if self.clock is not None:  # runs are in time order: the expired ones lead
             since = self.clock() - int(self.horizon_s * 1e9)
             while seen and seen[0][0] < since:
                 seen.popleft()
-        if seen:
-            vals = sorted(lat for _, lat in seen)
-            k = min(len(vals) - 1, math.ceil(self.percentile / 100.0 * len(vals)) - 1)
-            return int(vals[max(k, 0)])
+        return sorted(lat for _, lat in seen)
+
+    def _median_ns(self, batch: int) -> float:
+        vals = self._runs_ns(batch)
+        return statistics.median(vals) if len(vals) >= STALL_MIN_RUNS else self._profiled_ns(batch)
+
+    def _profiled_ns(self, batch: int) -> int:
+        """The curve's latency scaled by the median ratio of the runs seen to the curve."""
         if self._scale is None:
             self._scale = float(statistics.median(self._ratios)) if self._ratios else 1.0  # = np.median, 20x faster
         return int(self.curve.ns(batch) * self._scale)
