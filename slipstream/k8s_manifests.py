@@ -83,10 +83,11 @@ def hardware_resources(hw: Hardware, instances: int = 1) -> dict[str, Any]:
 
 
 def worker_deployment(pipe: Pipeline, role: str, placement: Placement | None, *, image: str, gpu_image: str,
-                      namespace: str = "default", create_topics: bool = True,
-                      max_pod_cpus: int = MAX_POD_CPUS) -> dict[str, Any]:
+                      namespace: str = "default", create_topics: bool = True, max_pod_cpus: int = MAX_POD_CPUS,
+                      standby: int = 0) -> dict[str, Any]:
     """A stage's worker Deployment on ``placement`` (``role="join"``, no placement: the join worker,
-    one pod). A stage's has no ``spec.replicas`` (the tuner's) and ``pod_instances`` per pod."""
+    one pod and ``standby`` warm ones). A stage's has no ``spec.replicas`` (the tuner's) and
+    ``pod_instances`` per pod."""
     hw = pipe.hardware[placement.hardware] if placement else None
     gpu = hw is not None and hw.kind == "cuda"
     img = gpu_image if gpu else image
@@ -96,7 +97,7 @@ def worker_deployment(pipe: Pipeline, role: str, placement: Placement | None, *,
     c = container("worker", img, pipe.name, args, hardware_resources(hw, k) if hw else SMALL, mounts)
     node = {"nodeSelector": dict(GPU_NODE_SELECTOR), "tolerations": list(GPU_TOLERATIONS)} if gpu else None
     dep = deployment(deployment_name(pipe.name, role), pipe.name, namespace, {f"{LABEL}/stage": role},
-                      None if hw else 1, [c], node=node, volumes=volumes,
+                      None if hw else 1 + standby, [c], node=node, volumes=volumes,
                       extra_labels={f"{LABEL}/hardware": hw.name} if hw else None,
                       topics_image=img if create_topics else None)
     if inits:
@@ -140,15 +141,17 @@ def planner_deployment(pipe: Pipeline, placements: Mapping[str, Placement], prof
 
 
 def tuner_manifests(pipe: Pipeline, instances: Mapping[str, int], *, image: str,
-                    namespace: str = "default") -> list[dict[str, Any]]:
+                    namespace: str = "default", standby: int = 0) -> list[dict[str, Any]]:
     """The tuner service and its RBAC: ServiceAccount, Role (the scale subresource of this pipeline's
     stage workers only), RoleBinding, Deployment. Its plans come from the planner on the control topic;
-    ``instances``: each stage's instances per pod (its workers' ``--max-instances``)."""
+    ``instances``: each stage's instances per pod (its workers' ``--max-instances``); ``standby``: warm
+    pods per stage beyond them (``slipstream.tuner.k8s``)."""
     name = deployment_name(pipe.name, "tuner")
     workers = sorted(deployment_name(pipe.name, s.name) for s in pipe.stages)
     per_pod = [a for s, k in instances.items() for a in ("--pod-instances", f"{s}={k}")]
     c = container("tuner", image, pipe.name, ["tuner", "--pipeline", SPEC_PATH, "--actuator", "k8s",
-                                               "--namespace", "$(POD_NAMESPACE)", *per_pod], SMALL)
+                                               "--namespace", "$(POD_NAMESPACE)", "--standby", str(standby),
+                                               *per_pod], SMALL)
     return plain([
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": object_meta(name, pipe.name, namespace)},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": object_meta(name, pipe.name, namespace),
@@ -216,11 +219,12 @@ def pipeline_manifests(pipe: Pipeline, spec_text: str, *, image: str, profiles: 
                        gpu_image: str | None = None, control_image: str | None = None, namespace: str = "default",
                        placements: Mapping[str, Placement] | None = None, planner_mode: str = "milp",
                        bootstrap: str = DEFAULT_BOOTSTRAP, create_topics: bool = True,
-                       max_pod_cpus: int = MAX_POD_CPUS) -> list[dict[str, Any]]:
+                       max_pod_cpus: int = MAX_POD_CPUS, standby: int = 0) -> list[dict[str, Any]]:
     """Everything a pipeline runs on: its ConfigMaps, every worker (``Pipeline.worker_roles``: the stages
     and, when needed, the join), the planner, the tuner and the gateway. ``gpu_image`` (default ``image``) runs the
     stages placed on ``cuda`` hardware, ``control_image`` (default ``image``; the Dockerfile's target
-    ``control``) the planner and the tuner."""
+    ``control``) the planner and the tuner. ``standby``: warm pods per stage and join beyond what their
+    replicas need (the tuner keeps the stages'; ``slipstream.tuner.k8s``)."""
     place = dict(placements or default_placements(pipe))
     missing = sorted({s.name for s in pipe.stages} - set(place))
     unknown = sorted(p.hardware for p in place.values() if p.hardware not in pipe.hardware)
@@ -232,11 +236,12 @@ def pipeline_manifests(pipe: Pipeline, spec_text: str, *, image: str, profiles: 
             profiles_configmap(pipe.name, profiles, namespace)]
     for role in pipe.worker_roles({s: p.replicas for s, p in place.items()}):
         docs.append(worker_deployment(pipe, role, place.get(role), image=image, gpu_image=gpu_image or image,
-                                      namespace=namespace, create_topics=create_topics, max_pod_cpus=max_pod_cpus))
+                                      namespace=namespace, create_topics=create_topics, max_pod_cpus=max_pod_cpus,
+                                      standby=standby))
     control = control_image or image
     docs.append(planner_deployment(pipe, place, profiles, image=control, mode=planner_mode, namespace=namespace,
                                    create_topics=create_topics))
     instances = {s: pod_instances(p.replicas, pipe.hardware[p.hardware], max_pod_cpus) for s, p in place.items()}
 
-    return docs + tuner_manifests(pipe, instances, image=control, namespace=namespace) + gateway_manifests(
-        pipe, image=image, namespace=namespace, create_topics=create_topics)
+    tuner = tuner_manifests(pipe, instances, image=control, namespace=namespace, standby=standby)
+    return docs + tuner + gateway_manifests(pipe, image=image, namespace=namespace, create_topics=create_topics)

@@ -4,7 +4,11 @@ A pod is one worker process holding up to ``k`` model instances (``--max-instanc
 its CPU and memory limits ``k`` times the hardware's; ``slipstream.k8s_manifests`` writes both). A
 stage's replica count means the same number of model copies here as with the local actuator: ``n``
 replicas run in ``slipstream.streams.placement.layout(n, k).workers`` pods, and each pod's worker loads
-``layout(n, k).instances`` of them, reading ``n`` from the StageConfig on the control topic.
+``layout(n, k).instances`` of them, reading ``n`` from the StageConfig on the control topic. With
+``standby`` warm pods per stage (as ``slipstream up`` keeps warm worker processes) a stage at ``n > 0``
+runs ``layout(n, k, standby).processes`` pods: members of its group that hold the model, so a killed
+pod's partitions move to a loaded worker after the group's session timeout, not after a new pod's start
+(tens of seconds on a small node, docs/kubernetes.md).
 
 The tuner alone owns ``spec.replicas`` of the worker Deployments: the generated manifests leave it
 out, and the actuator sets it with a server-side apply of the ``scale`` subresource under its own field
@@ -30,11 +34,12 @@ def deployment_name(pipeline: str, role: str) -> str:
     return f"slipstream-{pipeline}-{role}"[:63].rstrip("-")
 
 
-def pods_for(replicas: int, instances_per_pod: int) -> int:
-    """Pods (worker processes) that hold ``replicas`` model copies, ``instances_per_pod`` at most each."""
+def pods_for(replicas: int, instances_per_pod: int, standby: int = 0) -> int:
+    """Pods (worker processes) that hold ``replicas`` model copies, ``instances_per_pod`` at most each,
+    and ``standby`` warm ones more (none for a stage at 0 replicas)."""
     if replicas < 0:
         raise ValueError(f"replicas must be >= 0, got {replicas}")
-    return 0 if replicas == 0 else layout(replicas, instances_per_pod).workers
+    return 0 if replicas == 0 else layout(replicas, instances_per_pod, standby).processes
 
 
 def scale_apply(name: str, namespace: str, pods: int) -> dict[str, Any]:
@@ -54,32 +59,37 @@ class KubernetesActuator:
     default 1), by a server-side apply of ``deployments/scale``, the only thing the tuner's Role
     (``SCALE_RULE``) allows. ``apps`` is a ``kubernetes.client.AppsV1Api`` (default: one configured
     in-cluster, else from kubeconfig). Every call is bounded by ``timeout_s`` (the client's
-    ``_request_timeout``; it raises past it)."""
+    ``_request_timeout``; it raises past it). ``standby``: warm pods more per stage at one replica or more."""
 
     def __init__(self, pipeline: str, namespace: str = "default", *, instances: Mapping[str, int] | None = None,
-                 in_cluster: bool | None = None, apps: Any = None, timeout_s: float = API_TIMEOUT_S) -> None:
+                 standby: int = 0, in_cluster: bool | None = None, apps: Any = None,
+                 timeout_s: float = API_TIMEOUT_S) -> None:
         self.pipeline = pipeline
         self.namespace = namespace
         self.instances = dict(instances or {})
         if any(k < 1 for k in self.instances.values()):
             raise ValueError(f"instances per pod must be >= 1, got {self.instances}")
+        if standby < 0:
+            raise ValueError(f"standby pods must be >= 0, got {standby}")
+        self.standby = standby
         self._asked: dict[str, int] = {}
         self._apps = apps if apps is not None else _apps_api(in_cluster)
         self._timeout = (timeout_s, timeout_s)
 
     def set_replicas(self, stage: str, n: int) -> None:
         name = deployment_name(self.pipeline, stage)
-        body = scale_apply(name, self.namespace, pods_for(n, self.instances.get(stage, 1)))
+        body = scale_apply(name, self.namespace, pods_for(n, self.instances.get(stage, 1), self.standby))
         self._apps.patch_namespaced_deployment_scale(name, self.namespace, body, field_manager=FIELD_MANAGER,
                                                      force=True, _content_type=APPLY,
                                                      _request_timeout=self._timeout)
         self._asked[stage] = n
 
     def replicas(self, stage: str) -> int:
-        """Model copies the stage's pods hold: its pods times instances per pod, at most what was asked."""
+        """Model copies the stage's pods hold: its pods less the standby ones times instances per pod, at
+        most what was asked."""
         scale = self._apps.read_namespaced_deployment_scale(deployment_name(self.pipeline, stage), self.namespace,
                                                             _request_timeout=self._timeout)
-        held = int(scale.spec.replicas or 0) * self.instances.get(stage, 1)
+        held = max(0, int(scale.spec.replicas or 0) - self.standby) * self.instances.get(stage, 1)
         return min(held, self._asked[stage]) if stage in self._asked else held
 
 

@@ -40,8 +40,12 @@ from slipstream.streams.spec import Pipeline
 @click.option("--max-pod-cpus", default=MAX_POD_CPUS, show_default=True, type=click.IntRange(min=1),
               help="Largest worker pod: a stage's pod holds the most model instances (a divisor of its planned "
                    "replicas) whose threads fit this many CPUs.")
+@click.option("--standby", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Warm pods per stage and join beyond what their replicas need, holding the model: a killed "
+                   "pod's partitions move to one within the group's session timeout instead of waiting for a new "
+                   "pod. Each costs a pod's requests (docs/kubernetes.md).")
 def k8s_manifests_cmd(pipeline_file, image, control_image, gpu_image, profiles_dir, plan_file, replicas, namespace, planner_mode,
-                      bootstrap, strimzi_cluster, topic_replicas, strimzi_api, out_dir, max_pod_cpus) -> None:
+                      bootstrap, strimzi_cluster, topic_replicas, strimzi_api, out_dir, max_pod_cpus, standby) -> None:
     """Every object the pipeline runs on (kubectl apply -f -, or -k with --out): its ConfigMaps, a
     Deployment per stage sized by its hardware, the join's when the pipeline has one, the planner and
     the tuner (with its RBAC), and with --strimzi its topics. docs/kubernetes.md."""
@@ -58,7 +62,7 @@ def k8s_manifests_cmd(pipeline_file, image, control_image, gpu_image, profiles_d
             pipe, Path(pipeline_file).read_text(), image=image, gpu_image=gpu_image, control_image=control_image,
             profiles=read_profiles(profiles_dir), namespace=namespace, placements=place, planner_mode=planner_mode,
             bootstrap=bootstrap or (f"{strimzi_cluster}-kafka-bootstrap:9092" if strimzi_cluster else DEFAULT_BOOTSTRAP),
-            create_topics=not strimzi_cluster, max_pod_cpus=max_pod_cpus)
+            create_topics=not strimzi_cluster, max_pod_cpus=max_pod_cpus, standby=standby)
         if strimzi_cluster:
             docs += strimzi_topics(pipe, strimzi_cluster, replicas=topic_replicas, namespace=namespace,
                                    api=strimzi_api)

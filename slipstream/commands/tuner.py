@@ -6,8 +6,8 @@ import asyncio
 import click
 
 from slipstream.options import key_values
-from slipstream.tuner_options import (plan_from_topic, pipeline_of, plan_of, run_local, stop_on_signals,
-                                      tuner_config, tuner_only, tuner_options)
+from slipstream.tuner_options import (STANDBY, plan_from_topic, pipeline_of, plan_of, run_local, standby_option,
+                                      stop_on_signals, tuner_config, tuner_only, tuner_options)
 from slipstream.streams.config import KafkaSettings
 from slipstream.tuner.actuators import DryRunActuator
 from slipstream.tuner.policy import ScaleDecision
@@ -36,8 +36,9 @@ def _print_decision(decision: ScaleDecision) -> None:
 @click.option("--pod-instances", multiple=True,
               help="k8s: STAGE=K model instances per pod of the stage (its workers' --max-instances, written "
                    "by k8s-manifests); n replicas run in ceil(n/K) pods [default: 1].")
+@standby_option(STANDBY)
 def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, lookback_s, metrics_addr,
-              reserve_cores, plan_file, wait_plan_s, dry_run, actuator, namespace, pod_instances) -> None:
+              reserve_cores, plan_file, wait_plan_s, dry_run, actuator, namespace, pod_instances, standby) -> None:
     """Scale stage replicas from the live traffic envelope (InferLine's tuner). The plan comes from
     --plan, else from the planner's latest hand-off on the control topic; later hand-offs are followed."""
     pipe = pipeline_of(pipeline_file)
@@ -51,7 +52,8 @@ def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, l
     plan, epoch = (plan_of(plan_file, pipe), None) if plan_file else plan_from_topic(pipe, settings, wait_plan_s)
     if not dry_run and actuator == "local":
         run_local(pipe, pipeline_file, plan.planned_replicas, None, reserve_cores,
-            tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_addr, epoch))
+            tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_addr, epoch),
+            standby=standby, kafka=settings)
         return
 
     async def main() -> None:
@@ -62,7 +64,7 @@ def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, l
         else:
             from slipstream.tuner.k8s import KubernetesActuator
             try:
-                act = KubernetesActuator(pipe.name, namespace, instances=per_pod)
+                act = KubernetesActuator(pipe.name, namespace, instances=per_pod, standby=standby)
             except RuntimeError as exc:
                 raise click.ClickException(str(exc)) from None
         await run_tuner(pipe, plan, config, act, dry_run=dry_run, settings=settings, interval_s=interval_s,

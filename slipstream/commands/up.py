@@ -5,12 +5,10 @@ import click
 
 from slipstream.planner.modes import MODES
 from slipstream.options import key_values, state_default
-from slipstream.tuner_options import (pipeline_of, plan_of, read_sample, run_local, standby_option, tuner_config,
-                                      tuner_only, tuner_options)
+from slipstream.tuner_options import (STANDBY, pipeline_of, plan_of, read_sample, run_local, standby_option,
+                                      tuner_config, tuner_only, tuner_options)
 from slipstream.streams.config import KafkaSettings
 from slipstream.tuner import planfile
-
-STANDBY = 1  # warm workers per stage: failover in about a second for one more model copy per stage
 
 
 @click.command("up")

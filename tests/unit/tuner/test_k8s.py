@@ -232,7 +232,7 @@ class _ApiServer(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def api_server():
-    _ApiServer.requests = []
+    _ApiServer.requests, _ApiServer.replicas = [], 2
     server = HTTPServer(("127.0.0.1", 0), _ApiServer)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -305,6 +305,31 @@ def test_a_stage_planned_at_3_replicas_runs_exactly_3_model_copies(tmp_path, api
     assert per_worker * threads <= cpu_limit and det["resources"]["requests"] == det["resources"]["limits"]
 
 
+def test_standby_pods_hold_the_model_beside_the_replicas_pods(tmp_path, api_server):
+    """With --standby 1 the tuner keeps one warm pod per stage beyond what its replicas need (none at
+    0 replicas), reads the replicas back without it, and the join runs one pod more."""
+    docs = by_name(render(tmp_path, "--standby", "1"))
+    tuner_args = pod(docs["slipstream-shop-tuner"])["containers"][0]["args"]
+    assert tuner_args[tuner_args.index("--standby") + 1] == "1"
+    assert docs["slipstream-shop-join"]["spec"]["replicas"] == 2
+    (tmp_path / "d").mkdir()
+    default_args = pod(by_name(render(tmp_path / "d"))["slipstream-shop-tuner"])["containers"][0]["args"]
+    assert default_args[default_args.index("--standby") + 1] == "0"
+    act = _actuator(api_server, instances={"detect": 2}, standby=1)
+    for n in (3, 1, 0):
+        act.set_replicas("detect", n)
+    assert [b["spec"]["replicas"] for m, _, _, b in _ApiServer.requests if m == "PATCH"] == [3, 2, 0]
+    act.set_replicas("detect", 3)
+    _ApiServer.replicas = 3  # 2 pods of 2 copies and the standby: 4 held, 3 asked
+    assert act.replicas("detect") == 3
+    _ApiServer.replicas = 2  # one pod lost: the standby holds no replica
+    assert act.replicas("detect") == 2
+    _ApiServer.replicas = 1
+    assert act.replicas("detect") == 0
+    with pytest.raises(ValueError):
+        _actuator(api_server, standby=-1)
+
+
 def test_pods_for_and_pod_instances():
     from slipstream.k8s_manifests import pod_instances
     from slipstream.streams.spec import Hardware
@@ -316,6 +341,7 @@ def test_pods_for_and_pod_instances():
     assert [pod_instances(n, cpu4) for n in (1, 2, 3, 4)] == [1, 2, 1, 2]
     assert pod_instances(4, gpu) == 1 and pod_instances(4, cpu1, max_pod_cpus=2) == 2
     assert [pods_for(n, 3) for n in (0, 1, 3, 4, 7)] == [0, 1, 1, 2, 3]
+    assert [pods_for(n, 3, standby=1) for n in (0, 1, 3, 4, 7)] == [0, 2, 2, 3, 4]
     with pytest.raises(ValueError):
         pods_for(-1, 2)
 
