@@ -77,6 +77,12 @@ PREDICT_PERCENTILE = 99.0  # ... and the percentile of them it predicts (the est
 # SLO (say 428 ms against 400 ms) would have every later request dropped as certain to be late, so
 # nothing would run again to correct it and the stage would answer nothing.
 PREDICT_HORIZON_S = 5.0
+# ... and once a size has not run for PREDICT_IDLE_S, its runs are forgotten (the scaled profile speaks
+# again). A stage whose predictions call every queued request late runs nothing, so nothing corrects
+# them: a slow second on a busy host (lite2 at 394 and 682 ms while the planner solved) otherwise
+# dropped every request for the whole horizon. After this long the stage tries again; if the host is
+# still slow the first run says so.
+PREDICT_IDLE_S = 1.0
 # A run over STALL_FACTOR x the median of its size's recent runs is a stall (a preempted thread, a
 # page fault, a neighbour's burst) until the next run of the same size is as slow. Taken for the pace
 # at once, one stall drops every queued request for the horizon: on a 2-core host one 388-577 ms run of
@@ -89,7 +95,8 @@ STALL_MIN_RUNS = 3  # fewer recent runs of a size: the median is the scaled prof
 @dataclass
 class RecentLatency:
     """p-th percentile of the last ``window`` observed latencies per batch size (Clockwork), of the
-    runs of the last ``horizon_s`` on ``clock`` (epoch or simulated ns; None: no horizon).
+    runs of the last ``horizon_s`` on ``clock`` (epoch or simulated ns; None: no horizon), none once the
+    size has not run for ``idle_s``.
 
     Before a size has been seen (or when its runs are all older than the horizon), the curve's value
     is scaled by how the runs seen so far compare with the curve (the median ratio), so a
@@ -103,6 +110,7 @@ class RecentLatency:
     percentile: float = PREDICT_PERCENTILE
     clock: Callable[[], int] | None = field(default=None, compare=False, repr=False)
     horizon_s: float = PREDICT_HORIZON_S
+    idle_s: float = PREDICT_IDLE_S
     _recent: dict[int, deque] = field(default_factory=dict)  # batch -> (at_ns, latency_ns) of its runs
     _ratios: deque = field(default_factory=lambda: deque(maxlen=32))
     _stalls: dict[int, tuple[int, int]] = field(default_factory=dict)  # batch -> its unconfirmed stall
@@ -132,12 +140,16 @@ class RecentLatency:
         return vals[max(k, 0)]
 
     def _runs_ns(self, batch: int) -> list[int]:
-        """The latencies of this size's runs within the horizon, sorted (the expired ones are forgotten)."""
+        """The latencies of this size's runs within the horizon, sorted (the expired ones are forgotten,
+        and all of them once the newest is ``idle_s`` old)."""
         seen = self._recent.get(batch)
         if not seen:
             return []
         if self.clock is not None:  # runs are in time order: the expired ones lead
-            since = self.clock() - int(self.horizon_s * 1e9)
+            now = self.clock()
+            if now - seen[-1][0] > self.idle_s * 1e9:
+                seen.clear()
+            since = now - int(self.horizon_s * 1e9)
             while seen and seen[0][0] < since:
                 seen.popleft()
         return sorted(lat for _, lat in seen)

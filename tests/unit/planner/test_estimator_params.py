@@ -160,10 +160,11 @@ def test_a_variant_with_its_own_spread_runs_and_is_predicted_with_it():
         spread[name] = np.std(lat) / np.mean(lat)
     assert spread["pooled"] == pytest.approx(0.6, rel=0.2) and spread["own"] == pytest.approx(0.05, rel=0.2)
     # a deadline 1.35x the profile: the worker's predictor (the slowest of its last 10 runs) stays
-    # under it with v's own spread and goes over it with the pooled one, so only that one drops
+    # under it with v's own spread and goes over it with the pooled one, so only that one drops (about
+    # a third: after PREDICT_IDLE_S of drops the predictor forgets the slow runs and tries again)
     tight = one_stage({1: 50.0}, slo_ms=50.0 * 1.35)
     assert simulate(replace(tight, arrivals_s=arrivals, service=own, hop_ms=0.0, seed=4), plan).drop_rate == 0
-    assert simulate(replace(tight, arrivals_s=arrivals, service=pooled, hop_ms=0.0, seed=4), plan).drop_rate > 0.5
+    assert simulate(replace(tight, arrivals_s=arrivals, service=pooled, hop_ms=0.0, seed=4), plan).drop_rate > 0.25
     with pytest.raises(ValueError, match="by_variant"):
         ServiceTime("deterministic", by_variant=(("v@cpu", ((50.0, 0.05),)),))
     with pytest.raises(ValueError, match=r"by_variant\['v@cpu'\].*ascending"):

@@ -69,18 +69,23 @@ def test_a_lone_stall_is_not_taken_for_the_pace():
     assert r.predict_ns(4) == int(60 * MS * 34.5 / 30)  # nor do stalls move the scale of unseen sizes
 
 
-def test_a_stall_confirmed_by_the_next_run_is_the_pace_until_the_horizon():
-    """Two slow runs in a row are the pace; runs older than the horizon no longer count even when
-    nothing runs again (a confirmed stall past the SLO stops every run), and the profile speaks again."""
+def test_a_stall_confirmed_by_the_next_run_is_the_pace_until_the_stage_idles():
+    """Two slow runs in a row are the pace. A pace past the SLO stops every run (each queued request
+    is called late), so nothing would correct it: once the size has not run for the idle time its runs
+    are forgotten and the profile speaks again; while it runs, the horizon ages them out."""
     now = [0]
-    r = RecentLatency(LatencyCurve.fit({1: 25, 4: 60}), clock=lambda: now[0], horizon_s=5.0)
+    r = RecentLatency(LatencyCurve.fit({1: 25, 4: 60}), clock=lambda: now[0], horizon_s=5.0, idle_s=1.0)
     for v in (25, 26, 24, 25, 26, 428, 431):
         r.observe(1, v * MS)
         now[0] += 100 * MS
     assert r.predict_ns(1) == 431 * MS
-    now[0] += 4 * 1000 * MS
-    assert r.predict_ns(1) == 431 * MS  # within the horizon: still the stall
-    now[0] += 1000 * MS
-    assert r.predict_ns(1) < 100 * MS  # past it: the profile x the median ratio of the runs seen
+    now[0] += 800 * MS
+    assert r.predict_ns(1) == 431 * MS  # 0.9 s since the last run: still the stall
+    now[0] += 200 * MS
+    assert r.predict_ns(1) < 100 * MS  # idle past 1 s: the profile x the median ratio of the runs seen
     r.observe(1, 30 * MS)
     assert r.predict_ns(1) == 30 * MS
+    for _ in range(60):  # running every 0.1 s: only the runs of the last 5 s count
+        now[0] += 100 * MS
+        r.observe(1, 40 * MS)
+    assert r.predict_ns(1) == 40 * MS
