@@ -5,7 +5,8 @@
   themselves so an undecodable record reaches the dead-letter topic instead of faust's silent skip);
 - agents are declared with ``concurrency=1`` by their callers (issue #606 loses messages otherwise);
 - the web server is off unless a port is given (several workers share one host);
-- ``consumer_metadata_max_age_ms`` is short (5 s) so new partitions are seen within seconds, not 5 min;
+- ``consumer_metadata_max_age_ms`` is short (5 s, as every client's: ``slipstream.streams.kafka``) so new
+  partitions are seen within seconds, not 5 min;
 - no tables, so partition growth never trips ``PartitionsMismatch``;
 - the root logger keeps the requested level (``QuietWorker``: faust's spinner set it to DEBUG);
 - the consumer reads committed records only (``isolation_level="read_committed"``, which faust sets only
@@ -27,6 +28,7 @@ import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from slipstream.streams import codec
+from slipstream.streams.kafka import METADATA_MAX_AGE_MS
 from slipstream.streams.config import KafkaSettings
 from slipstream.streams.members import write_members
 
@@ -38,7 +40,7 @@ class AppSettings:
     app_id: str
     kafka: KafkaSettings
     web_port: int | None = None  # None = web server off
-    metadata_max_age_ms: int = 5000
+    metadata_max_age_ms: int = METADATA_MAX_AGE_MS
     commit_interval_s: float = 0.5
     rebalance_timeout_s: float = 20.0
 

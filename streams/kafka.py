@@ -16,6 +16,10 @@ from slipstream.streams.limits import MAX_REQUEST_BYTES, Limits
 
 SCHEMA_HEADER = "slipstream-schema"
 FETCH_MAX_WAIT_MS = 500  # a consumer's long poll (aiokafka's default); see consumer()
+# Every client refreshes its metadata this often (aiokafka's default is 5 min), so partitions the tuner
+# adds are written by producers and read by groups within seconds: with the default a producer kept
+# writing only the old partitions for minutes, and the consumers added for the new ones sat idle.
+METADATA_MAX_AGE_MS = 5000
 # For readers of the results topic that need no answer within milliseconds (the tuner's pace, the
 # planner's measured p99, a load generator's collector: a result's times are stamped by the worker):
 # the broker holds a fetch until this much is there or the wait is over, so a follower fetches ~10
@@ -26,7 +30,8 @@ FOLLOWER_FETCH = {"fetch_min_bytes": 1024 * 1024, "fetch_max_wait_ms": 100}
 def producer(settings: KafkaSettings, **overrides: Any) -> AIOKafkaProducer:
     """Idempotent, acks=all: a write is confirmed once every in-sync replica has it, and a retry after a
     lost acknowledgement is not written twice (the broker drops the sequence number it already has)."""
-    kw = dict(acks="all", enable_idempotence=True, linger_ms=1, max_request_size=MAX_REQUEST_BYTES)
+    kw = dict(acks="all", enable_idempotence=True, linger_ms=1, max_request_size=MAX_REQUEST_BYTES,
+              metadata_max_age_ms=METADATA_MAX_AGE_MS)
     kw.update(overrides)
     return AIOKafkaProducer(**settings.aiokafka_kwargs(), **kw)
 
@@ -135,7 +140,8 @@ def consumer(settings: KafkaSettings, *topics: str, group_id: str | None = None,
     answers a connection's requests in order, so offsets or metadata asked on a client that is
     fetching wait behind the fetch: ask them on a client of their own (``slipstream.streams.control_io``)."""
     kw = dict(group_id=group_id, auto_offset_reset="earliest", enable_auto_commit=group_id is not None,
-              metadata_max_age_ms=5000, fetch_max_wait_ms=FETCH_MAX_WAIT_MS, isolation_level="read_committed")
+              metadata_max_age_ms=METADATA_MAX_AGE_MS, fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+              isolation_level="read_committed")
     kw.update(overrides)
     return AIOKafkaConsumer(*topics, **settings.aiokafka_kwargs(), **kw)
 
