@@ -232,8 +232,21 @@ class Injected:
     steps: list[str] = field(default_factory=list)
 
 
+BUSIEST, CONTROLLER = "busiest", "controller"
+
+
+def pick_node(choice: str, busiest: int, controller: int | None) -> int:
+    """The node a cluster fault kills: ``busiest`` (the leader of most of the pipeline's partitions),
+    ``controller`` (the active controller; the busiest when it is not known) or a node number."""
+    if choice == BUSIEST:
+        return busiest
+    if choice == CONTROLLER:
+        return controller if controller is not None else busiest
+    return int(choice)
+
+
 async def inject(case: chaos.FaultCase, stack: Stack, cluster: Cluster, first_send: asyncio.Event,
-                 fault_at_s: float, out: Injected) -> None:
+                 fault_at_s: float, out: Injected, broker_node: str = BUSIEST) -> None:
     """Wait ``fault_at_s`` after the first send, then do what the case says."""
     if case.action == chaos.NONE:
         return
@@ -267,22 +280,26 @@ async def inject(case: chaos.FaultCase, stack: Stack, cluster: Cluster, first_se
     if cluster.local is None:
         out.note = "skipped: needs the local cluster (--brokers 3)"
         return
-    node = await busiest_node(stack.settings, [t.name for t in topics.all_topics(stack.pipe)])
+    controller = await asyncio.to_thread(broker.active_controller, cluster.local)
+    busiest = await busiest_node(stack.settings, [t.name for t in topics.all_topics(stack.pipe)])
+    node = pick_node(broker_node, busiest, controller)
     pid = broker.running_pid(cluster.local.nodes[node - 1])
     out.fault_ns = time.time_ns()
     os.kill(pid, signal.SIGKILL)
+    roles = [r for r, n in (("the active controller", controller), ("leader of most partitions", busiest)) if n == node]
     await asyncio.sleep(case.hold_s)
     t0 = time.monotonic()
     await asyncio.to_thread(broker.start_node, cluster.local, node)
     listed = time.monotonic() - t0
     await asyncio.to_thread(broker.wait_in_sync, cluster.local, node)
-    out.steps.append(f"SIGKILL broker node {node} (leader of most partitions) pid {pid}; restarted after "
+    role = ", ".join(roles) or "neither the active controller nor the leader of most partitions"
+    out.steps.append(f"SIGKILL broker node {node} ({role}; controller {controller}) pid {pid}; restarted after "
                      f"{case.hold_s:g} s, all brokers listed by every node {listed:.1f} s later, node {node} "
                      f"back in every in-sync replica set {time.monotonic() - t0:.1f} s later")
 
 
 async def run_case(case: chaos.FaultCase, stack: Stack, cluster: Cluster, arrivals: np.ndarray, payload: bytes,
-                   run_id: str, fault_at_s: float, drain_s: float):
+                   run_id: str, fault_at_s: float, drain_s: float, broker_node: str = BUSIEST):
     """One case: replay with the fault injected; (outcome, sent id -> ns, result records, what was done)."""
     from slipstream.loadgen.replay import ReplayOptions, ReplayTarget, replay
     from slipstream.loadgen.schedule import build_schedule
@@ -297,7 +314,7 @@ async def run_case(case: chaos.FaultCase, stack: Stack, cluster: Cluster, arriva
         if sent:
             first_send.set()
 
-    fault = asyncio.create_task(inject(case, stack, cluster, first_send, fault_at_s, injected))
+    fault = asyncio.create_task(inject(case, stack, cluster, first_send, fault_at_s, injected, broker_node))
     outcome = await replay(schedule, target, settings, lambda i: payload, ReplayOptions(run_id, drain_s=drain_s),
                            progress=progress)
     await fault
@@ -327,6 +344,13 @@ class ChaosOptions:
     port: int | None = None  # a Kafka of the run's own on this port (started and stopped by it)
     kafka_state: str | None = None  # its state folder [default: .state/kafka or .state/kafka-cluster]
     standby: int = 1  # warm worker processes per worker role beyond the plan's (slipstream.tuner.supervisor)
+    broker_node: str = BUSIEST  # the node a cluster fault kills (pick_node)
+
+    def __post_init__(self) -> None:
+        if self.broker_node not in (BUSIEST, CONTROLLER) and not (
+                self.broker_node.isdigit() and 1 <= int(self.broker_node) <= self.brokers):
+            raise ValueError(f"broker node must be {BUSIEST!r}, {CONTROLLER!r} or 1..{self.brokers}, "
+                             f"got {self.broker_node!r}")
 
 
 def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
@@ -374,7 +398,7 @@ def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
             click.echo(f"\n== case {k + 1}/{len(cases)}: {case.name}")
             run_id = f"c{k:02d}-{stamp}"
             out, sent, records, injected = asyncio.run(run_case(case, stack, cluster, arrivals, payload, run_id,
-                                                          opts.fault_at_s, opts.drain_s))
+                                                          opts.fault_at_s, opts.drain_s, opts.broker_node))
             outcomes.append(out)
             (report / "cases").mkdir(parents=True, exist_ok=True)
             (report / "cases" / f"{k:02d}.json").write_text(json.dumps(

@@ -23,7 +23,8 @@ node's JVM, its PID), ``probe`` (asking a running broker, its version included),
 ``cluster`` (the two shapes' up, wait, down and status). The names
 below are the package's interface; each is defined once, in its part.
 """
-from slipstream.streams.broker.cluster import cluster_down, cluster_status, cluster_up, start_node, wait_cluster, wait_in_sync
+from slipstream.streams.broker.cluster import (active_controller, cluster_down, cluster_status, cluster_up, quorum_leader,
+                                    start_node, wait_cluster, wait_in_sync)
 from slipstream.streams.broker.layout import (CLUSTER_NAME, CLUSTER_PORT, LOOPBACK, SINGLE_PORT, BrokerError, LocalBroker,
                                    LocalCluster, default_broker, local_cluster)
 from slipstream.streams.broker.probe import broker_features, broker_version, is_ready, live_brokers
@@ -33,7 +34,7 @@ from slipstream.streams.broker.single import down, status, up, wait_ready
 from slipstream.streams.broker.versions import DEFAULT_VERSION, OLDEST_VERSION, SUPPORTED, KafkaRelease, release
 
 __all__ = ["CLUSTER_NAME", "CLUSTER_PORT", "DEFAULT_VERSION", "KAFKA_DEPLOY", "LOOPBACK", "OLDEST_VERSION", "SINGLE_PORT",
-           "SUPPORTED", "BrokerError", "KafkaRelease", "LocalBroker", "LocalCluster", "broker_features",
+           "SUPPORTED", "BrokerError", "KafkaRelease", "LocalBroker", "LocalCluster", "active_controller", "broker_features",
            "broker_version", "cluster_down", "cluster_status", "cluster_up", "data_version", "default_broker", "down",
-           "fetch_jars", "is_ready", "live_brokers", "local_cluster", "release", "render_config", "running_jar_version",
+           "fetch_jars", "is_ready", "live_brokers", "local_cluster", "quorum_leader", "release", "render_config", "running_jar_version",
            "running_pid", "start_node", "start_process", "status", "up", "wait_cluster", "wait_in_sync", "wait_ready"]

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
+from typing import Iterable
 
 from slipstream.streams.broker.layout import BrokerError, LocalCluster
 from slipstream.streams.broker.probe import _out_of_sync, broker_version, is_ready, live_brokers
@@ -65,6 +67,42 @@ def start_node(c: LocalCluster, node_id: int, timeout_s: float = 120.0) -> int:
                                           progress=lambda _: None)
     wait_cluster(c, timeout_s)
     return pid
+
+
+# A KRaft voter's own log names each quorum state it enters: "[RaftManager id=2] Completed transition
+# to Leader(... epoch=3, ..." on the leader, "Completed transition to FollowerState(fetchTimeoutMs=2000,
+# epoch=3, leader=2, ..." on the others.
+_RAFT_LEADER = re.compile(r"\[RaftManager id=(\d+)\] Completed transition to Leader\(.*?\bepoch=(\d+)")
+_RAFT_FOLLOWER = re.compile(r"Completed transition to FollowerState\(.*?\bepoch=(\d+), leader=(\d+)")
+
+
+def quorum_leader(lines: Iterable[str]) -> int | None:
+    """The KRaft leader (the active controller) of the highest epoch any of ``lines`` (the voters'
+    ``server.log`` lines) names, or None."""
+    best: tuple[int, int] | None = None  # (epoch, leader)
+    for line in lines:
+        if "Completed transition to" not in line:
+            continue
+        if m := _RAFT_LEADER.search(line):
+            seen = (int(m.group(2)), int(m.group(1)))
+        elif m := _RAFT_FOLLOWER.search(line):
+            seen = (int(m.group(1)), int(m.group(2)))
+        else:
+            continue
+        if best is None or seen[0] > best[0]:
+            best = seen
+    return None if best is None else best[1]
+
+
+def active_controller(c: LocalCluster) -> int | None:
+    """The node that is the cluster's active controller, read from the running nodes' logs (a local
+    cluster's logs are ours; Kafka tells a client only a random broker as "the controller" in KRaft)."""
+    def lines():
+        for b in c.nodes:
+            if running_pid(b) is not None and b.log_file.exists():
+                with b.log_file.open(errors="replace") as f:
+                    yield from f
+    return quorum_leader(lines())
 
 
 def wait_in_sync(c: LocalCluster, node_id: int, timeout_s: float = 120.0) -> None:

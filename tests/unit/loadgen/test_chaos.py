@@ -97,3 +97,16 @@ def test_the_table_and_the_backlog_plots_are_drawn(tmp_path):
                          {"name": "baseline", "sent": sent, "results": records, "fault_ns": None}],
                         tmp_path / "b.png")
     assert (tmp_path / "t.png").stat().st_size > 1000 and (tmp_path / "b.png").stat().st_size > 1000
+
+
+def test_the_cluster_fault_kills_the_busiest_node_the_controller_or_a_given_one():
+    from slipstream.loadgen.faults.chaos_run import ChaosOptions, pick_node
+
+    assert pick_node("busiest", 3, 1) == 3
+    assert pick_node("controller", 3, 1) == 1
+    assert pick_node("controller", 3, None) == 3  # the controller not found in the logs: the busiest
+    assert pick_node("2", 3, 1) == 2
+    assert ChaosOptions("p.yaml", brokers=3, broker_node="controller").broker_node == "controller"
+    for bad in ("4", "0", "leader"):
+        with pytest.raises(ValueError, match="broker node"):
+            ChaosOptions("p.yaml", brokers=3, broker_node=bad)

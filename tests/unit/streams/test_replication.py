@@ -104,3 +104,25 @@ def test_cluster_ids_never_start_with_a_dash(monkeypatch):
     ids = iter([uuid_mod.UUID(bytes=b"\xfb" + bytes(15)), uuid_mod.UUID(bytes=bytes(16))])  # '-w...', 'AAA...'
     monkeypatch.setattr(process.uuid, "uuid4", lambda: next(ids))
     assert process._cluster_id() == "A" * 22
+
+
+RAFT_LOG = [
+    "[2026-11-28 22:01:52,946] INFO [RaftManager id=2] Completed transition to Leader(localVoterNode=VoterNode("
+    "voterKey=ReplicaKey(id=2, directoryId=Aj), listeners=Endpoints(endpoints={}), supportedKRaftVersion=x), "
+    "epoch=1, epochStartOffset=0, highWatermark=Optional.empty, voterStates={}) from CandidateState(localId=2, "
+    "epoch=1) (org.apache.kafka.raft.QuorumState)\n",
+    "[2026-11-28 22:01:53,298] INFO [RaftManager id=1] Completed transition to FollowerState(fetchTimeoutMs=1000, "
+    "epoch=1, leader=2, leaderEndpoints=Endpoints(endpoints={}), votedKey=Optional.empty) from Unattached\n",
+    "[2026-11-28 22:03:35,100] INFO [RaftManager id=3] Completed transition to FollowerState(fetchTimeoutMs=1000, "
+    "epoch=2, leader=1, leaderEndpoints=Endpoints(endpoints={}), votedKey=Optional.empty) from Candidate\n",
+    "[2026-11-28 22:03:35,200] INFO [RaftManager id=1] Completed transition to ProspectiveState(epoch=2, "
+    "leaderId=OptionalInt.empty) from FollowerState(fetchTimeoutMs=1000, epoch=2, leader=1)\n",
+]
+
+
+def test_the_active_controller_is_the_leader_of_the_newest_quorum_epoch_in_the_logs():
+    assert broker.quorum_leader(RAFT_LOG[:2]) == 2
+    assert broker.quorum_leader(RAFT_LOG) == 1  # epoch 2's leader, whatever the lines' order
+    assert broker.quorum_leader(reversed(RAFT_LOG)) == 1
+    assert broker.quorum_leader(RAFT_LOG[3:]) is None  # a transition that names no leader
+
