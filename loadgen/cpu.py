@@ -1,24 +1,34 @@
-"""CPU seconds per kind of process on this host during a run, sampled from ``/proc``.
+"""CPU seconds per kind of process of this run on this host, sampled from ``/proc``.
 
 On a small host the broker, the load generator and the control plane share the cores with the stage
 workers, and past capacity their share grows with the offered load, not with what is served
-(issue 40). :class:`CpuSampler` reads every process's ``utime + stime`` (``/proc/<pid>/stat``) every
-``period_s`` on a thread and keeps, per process, what it used since first seen (a process that exits
-keeps its last sample: at most ``period_s`` of its CPU is missed). :func:`kind_of` names a process by
-its command line: ``worker <stage>``, ``join``, ``gateway``, ``broker``; this process is ``load
-generator + control plane`` (the replay, and the tuner and planner when the run hosts them), and so
-is a ``slipstream compare-live`` or ``demo`` process when the sampler runs beside it
-(``python -m slipstream.loadgen.cpu SECONDS``).
+(issue 40). :class:`CpuSampler` reads ``utime + stime`` (``/proc/<pid>/stat``) every ``period_s`` on a
+thread and keeps, per process, what it used since first seen (a process that exits keeps its last
+sample: at most ``period_s`` of its CPU is missed).
+
+It counts this run's processes only (:func:`ours`): this process, the processes it started (its
+descendants: workers, a gateway) and the broker listening on the run's bootstrap ports. The host is
+shared: another run's broker, workers or load generator are not this run's cost (before, every
+``kafka.Kafka`` process on the host counted as "broker"). :func:`kind_of` names a process by its command
+line: ``worker <stage>``, ``join``, ``gateway``, ``broker``; this process is ``load generator + control
+plane`` (the replay, and the tuner and planner when the run hosts them), and so is a ``slipstream
+compare-live`` or ``demo`` process sampled from beside it (``python -m slipstream.loadgen.cpu SECONDS
+PID [BOOTSTRAP]``).
+
+A tick reads the ``stat`` of every process (for the parent links) and the command line of a process
+only once, when it becomes one of ours.
 """
 from __future__ import annotations
 
 import os
 import threading
 from pathlib import Path
+from typing import Iterable, Mapping
 
 TICK = os.sysconf("SC_CLK_TCK")
 SELF = "load generator + control plane"
 LIVE_COMMANDS = ("compare-live", "demo", "goodput")  # slipstream commands that replay and host the tuner
+LISTEN = "0A"  # TCP state LISTEN in /proc/net/tcp
 
 
 def kind_of(argv: list[str]) -> str | None:
@@ -35,13 +45,60 @@ def kind_of(argv: list[str]) -> str | None:
     return None
 
 
-def _cpu_s(pid: str) -> float | None:
+def ours(roots: Iterable[str], parent: Mapping[str, str]) -> set[str]:
+    """``roots`` and every process descending from one of them (``parent``: pid -> parent pid)."""
+    children: dict[str, list[str]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in out:
+            out.add(pid)
+            todo += children.get(pid, ())
+    return out
+
+
+def ports_of(bootstrap: str) -> set[int]:
+    """The ports of a bootstrap list (``host:port[,host:port...]``)."""
+    return {int(h.rsplit(":", 1)[1]) for h in bootstrap.split(",") if ":" in h}
+
+
+def listening_inodes(ports: set[int], tables: Iterable[str]) -> set[str]:
+    """Socket inodes listening on ``ports``, from the text of ``/proc/net/tcp``-style tables."""
+    out = set()
+    for table in tables:
+        for line in table.splitlines()[1:]:
+            f = line.split()
+            if len(f) > 9 and f[3] == LISTEN and int(f[1].rsplit(":", 1)[1], 16) in ports:
+                out.add(f[9])
+    return out
+
+
+def listeners(ports: set[int]) -> set[str]:
+    """The pids of the processes listening on ``ports`` on this host (the run's brokers)."""
+    if not ports:
+        return set()
+    tables = [p.read_text() for p in (Path("/proc/net/tcp"), Path("/proc/net/tcp6")) if p.exists()]
+    inodes = {f"socket:[{i}]" for i in listening_inodes(ports, tables)}
+    out = set()
+    for proc in (p for p in Path("/proc").iterdir() if p.name.isdigit()):
+        try:
+            if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):
+                out.add(proc.name)
+        except OSError:
+            continue
+    return out
+
+
+def _stat(pid: str) -> tuple[str, float] | None:
+    """(parent pid, CPU seconds) of a process."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2:].split()  # after the command name, which may hold spaces
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (fields 14 and 15 of stat)
+    return fields[1], (int(fields[11]) + int(fields[12])) / TICK  # ppid; utime, stime (fields 14, 15)
 
 
 def _argv(pid: str) -> list[str]:
@@ -52,8 +109,13 @@ def _argv(pid: str) -> list[str]:
 
 
 class CpuSampler:
-    def __init__(self, period_s: float = 0.5) -> None:
+    """CPU seconds per kind of ``roots`` (this process by default), their descendants and the
+    processes listening on ``ports`` (the run's brokers)."""
+
+    def __init__(self, period_s: float = 0.5, ports: Iterable[int] = (), roots: Iterable[int] | None = None) -> None:
         self.period_s = period_s
+        self.ports = set(ports)
+        self._roots = {str(p) for p in roots} if roots is not None else {str(os.getpid())}
         self._first: dict[str, tuple[str, float]] = {}  # pid -> (kind, CPU s when first seen)
         self._last: dict[str, float] = {}
         self._stop = threading.Event()
@@ -61,20 +123,20 @@ class CpuSampler:
 
     def sample(self) -> None:
         me = str(os.getpid())
-        for pid in (p.name for p in Path("/proc").iterdir() if p.name.isdigit()):
+        stats = {pid: s for pid in (p.name for p in Path("/proc").iterdir() if p.name.isdigit())
+                 if (s := _stat(pid)) is not None}
+        for pid in ours(self._roots & stats.keys(), {p: s[0] for p, s in stats.items()}):
             if pid not in self._first:
-                kind = SELF if pid == me else kind_of(_argv(pid))
-                if kind is None or (cpu := _cpu_s(pid)) is None:
-                    continue
-                self._first[pid] = (kind, cpu)
-            if (cpu := _cpu_s(pid)) is not None:
-                self._last[pid] = cpu
+                kind = SELF if pid == me else kind_of(_argv(pid)) or "other"
+                self._first[pid] = (kind, stats[pid][1])
+            self._last[pid] = stats[pid][1]
 
     def _run(self) -> None:
         while not self._stop.wait(self.period_s):
             self.sample()
 
     def start(self) -> "CpuSampler":
+        self._roots |= listeners(self.ports)
         self.sample()
         self._thread.start()
         return self
@@ -90,11 +152,11 @@ class CpuSampler:
         return dict(sorted(out.items()))
 
 
-if __name__ == "__main__":  # python -m slipstream.loadgen.cpu SECONDS: CPU seconds per kind over the next SECONDS
+if __name__ == "__main__":  # python -m slipstream.loadgen.cpu SECONDS PID [BOOTSTRAP]: CPU s per kind over SECONDS
     import sys
     import time
 
-    sampler = CpuSampler().start()
+    sampler = CpuSampler(roots=[int(sys.argv[2])], ports=ports_of(sys.argv[3]) if len(sys.argv) > 3 else ()).start()
     time.sleep(float(sys.argv[1]))
     for kind, cpu in sampler.stop().items():
         print(f"{kind:<32}{cpu:>9.1f} s")

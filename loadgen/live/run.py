@@ -15,7 +15,7 @@ import click
 import numpy as np
 
 from slipstream.loadgen.compare import ModeNotApplicable
-from slipstream.loadgen.cpu import CpuSampler
+from slipstream.loadgen.cpu import CpuSampler, ports_of
 from slipstream.loadgen.run_record import RunRecord
 from slipstream.streams import broker
 from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings, bootstrap_from_env
@@ -324,7 +324,7 @@ def live_run(pipe, pipeline_file: str, arrivals: np.ndarray, sample: np.ndarray,
         workers.wait_ready()
         url = gateway_url(gw) if gw is not None else None
         click.echo(f"workers ready; replaying{f' through the gateway at {url}' if url else ''}")
-        sampler = CpuSampler().start() if opts.sample_cpu else None
+        sampler = CpuSampler(ports=ports_of(settings.bootstrap)).start() if opts.sample_cpu else None
         try:
             summary = replay_report(pipe, arrivals, payload_factory(pipe, None), seed=opts.seed,
                                     report_dir=str(report_dir), run_id=f"{opts.mode}-{int(time.time())}",

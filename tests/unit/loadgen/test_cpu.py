@@ -1,8 +1,10 @@
 """Processes named by their command line for the CPU sampler (``slipstream.loadgen.cpu``), and what it counts."""
 import os
+import subprocess
+import sys
 import time
 
-from slipstream.loadgen.cpu import SELF, CpuSampler, kind_of
+from slipstream.loadgen.cpu import SELF, CpuSampler, kind_of, listening_inodes, ours, ports_of
 
 
 def test_processes_are_named_by_their_role():
@@ -22,3 +24,40 @@ def test_the_sampler_counts_this_process_cpu_since_it_started():
         pass
     used = sampler.stop()
     assert 0.2 <= used[SELF] <= 0.3 + 2.0 * os.cpu_count(), used
+
+
+def test_a_run_owns_its_roots_and_their_descendants_only():
+    parent = {"10": "1", "11": "10", "12": "11", "20": "1", "21": "20", "30": "1"}
+    assert ours({"10", "30"}, parent) == {"10", "11", "12", "30"}
+    assert ours({"99"}, parent) == {"99"}  # a root with no children
+
+
+TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:4BD8 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1 0
+   1: 0100007F:4A8C 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 222 1 0
+   2: 0100007F:4BD8 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 333 1 0
+"""
+
+
+def test_the_run_broker_is_the_one_listening_on_its_bootstrap_port():
+    assert ports_of("127.0.0.1:19416,127.0.0.1:19418") == {19416, 19418}
+    # 0x4BD8 = 19416 listening (inode 111); 0x4A8C = 19084 is another run's broker; 333 is a connection
+    assert listening_inodes({19416}, [TCP]) == {"111"}
+    assert listening_inodes({19092}, [TCP]) == set()
+
+
+def test_the_sampler_leaves_other_processes_on_the_host_out():
+    # a busy process that is no descendant of this one (its shell parent exits at once), as another
+    # run's broker or worker is
+    code = "import time\nt = time.process_time()\nwhile time.process_time() - t < 5: pass"
+    pid = int(subprocess.run(["sh", "-c", f'{sys.executable} -c "{code}" >/dev/null 2>&1 & echo $!'],
+                             capture_output=True, text=True, check=True).stdout)
+    try:
+        mine = CpuSampler(period_s=0.05).start()
+        theirs = CpuSampler(period_s=0.05, roots=[pid]).start()
+        time.sleep(0.5)
+        used, other = mine.stop(), theirs.stop()
+    finally:
+        os.kill(pid, 9)
+    assert set(used) == {SELF}, used
+    assert other.get("other", 0) > 0.2, other  # the same process, counted when it is the root
