@@ -103,10 +103,13 @@ async def publish_plan(publisher: KafkaPublisher, pipeline: str, configs, handof
 async def run_planner(pipe: Pipeline, replanner: Replanner, settings: KafkaSettings, *, interval_s: float,
                       lookback_s: float, stop: asyncio.Event,
                       on_step: Callable[[ReplanOutput, float | None], None] | None = None,
-                      initial: ReplanState | None = None, on_invalid: Callable[[], None] | None = None) -> None:
+                      initial: ReplanState | None = None, on_invalid: Callable[[], None] | None = None,
+                      arrivals_source: Callable[..., KafkaArrivals] = KafkaArrivals) -> None:
     """``on_step(output, measured_p99_ms)`` after each re-plan; the measured p99 is over the results
     of the last interval (None before any). With ``initial`` (a plan already in force, e.g. published
-    at start-up) the first re-plan comes one interval later and republishes only a different plan."""
+    at start-up) the first re-plan comes one interval later and republishes only a different plan.
+    ``arrivals_source`` makes the arrivals reader (``slipstream.streams.shared_arrivals`` when the tuner runs
+    in the same process)."""
     window = ArrivalWindow(max(lookback_s, replanner.settings.sample_s,
                                replanner.settings.forecast.interval_s
                                * replanner.settings.forecast.lookback_intervals))
@@ -116,8 +119,8 @@ async def run_planner(pipe: Pipeline, replanner: Replanner, settings: KafkaSetti
         if rec.pipeline == pipe.name:
             latest_epoch["epoch"] = max(latest_epoch["epoch"], rec.epoch)
 
-    arrivals = KafkaArrivals(settings, pipe.name, pipe.source, on_stage_config=on_config, lookback_s=lookback_s,
-                             spec=pipe, on_invalid=on_invalid)
+    arrivals = arrivals_source(settings, pipe.name, pipe.source, on_stage_config=on_config, lookback_s=lookback_s,
+                               spec=pipe, on_invalid=on_invalid)
     publisher = KafkaPublisher(settings)
     await arrivals.start()
     await publisher.start()

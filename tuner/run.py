@@ -21,13 +21,15 @@ async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuat
                     settings: KafkaSettings, interval_s: float, lookback_s: float, stop: asyncio.Event,
                     metrics_addr: MetricsAddr | None, on_decision=None, max_instances: int | None = None,
                     plan_epoch: int | None = None, lag_interval_s: float = 5.0,
-                    pace: PaceConfig = PaceConfig()) -> None:
+                    pace: PaceConfig = PaceConfig(), arrivals_source=None) -> None:
     """Run the tuner service on Kafka until ``stop`` is set: arrivals from the input topic, configs
     from the control topic, decisions applied through ``actuator`` and published (unless dry-run).
     ``plan_epoch``: ``plan`` is the planner's hand-off of that epoch (read from the control topic), so
     only later hand-offs replace it. The results topic's hop timings give the workers' pace
     (``slipstream.tuner.pace``). Every ``lag_interval_s`` each worker role's consumer lag is read
-    from the broker (``slipstream.streams.lag``) into ``slipstream_group_lag_records``."""
+    from the broker (``slipstream.streams.lag``) into ``slipstream_group_lag_records``. ``arrivals_source``:
+    what makes the arrivals reader (``KafkaArrivals``'s signature; ``slipstream.streams.shared_arrivals``
+    when the planner service runs in the same process), ``KafkaArrivals`` by default."""
     from slipstream.streams import control_io as kafka_io
     from slipstream.tuner.metrics import TunerMetrics
 
@@ -57,9 +59,9 @@ async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuat
         service.on_stage_config(record)
         metrics.observe_config(record)
 
-    arrivals = kafka_io.KafkaArrivals(settings, pipe.name, pipe.source, on_stage_config=on_stage_config,
-                                      on_handoff=service.on_handoff, lookback_s=lookback_s, spec=pipe,
-                                      on_invalid=metrics.control_invalid.labels(pipe.name).inc)
+    arrivals = (arrivals_source or kafka_io.KafkaArrivals)(
+        settings, pipe.name, pipe.source, on_stage_config=on_stage_config, on_handoff=service.on_handoff,
+        lookback_s=lookback_s, spec=pipe, on_invalid=metrics.control_invalid.labels(pipe.name).inc)
     if publisher:
         await publisher.start()
     await arrivals.start()

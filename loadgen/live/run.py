@@ -165,6 +165,7 @@ def control_plane(pipe, published: Published, store, opts: LiveOptions, settings
     control topic); both until ``stop``."""
     from slipstream.planner.run import run_planner
     from slipstream.planner.service import ReplanSettings, Replanner, ReplanState
+    from slipstream.streams.shared_arrivals import SharedArrivals
     from slipstream.tuner.envelope import envelope
     from slipstream.tuner.pace import PaceConfig
     from slipstream.tuner.run import run_tuner
@@ -180,14 +181,17 @@ def control_plane(pipe, published: Published, store, opts: LiveOptions, settings
                        f"{out.plan.cost_per_hour:.3f} $/h", err=True)
 
     async def control(stop: asyncio.Event) -> None:
+        # the tuner and the planner service read the same arrivals: one reader (streams.shared_arrivals)
+        shared = SharedArrivals(settings, pipe.name, pipe.source, spec=pipe, lookback_s=0.0)
         tasks = [run_tuner(pipe, published.tuner_plan, config, actuator, dry_run=False, settings=settings,
                            interval_s=TUNER_TICK_S, lookback_s=0.0, stop=stop, metrics_addr=None,
                            on_decision=on_decision, max_instances=max_instances,
-                           pace=PaceConfig(ceiling=opts.pace_ceiling))]
+                           pace=PaceConfig(ceiling=opts.pace_ceiling), arrivals_source=shared.reader)]
         if opts.replan_s > 0:
             tasks.append(run_planner(pipe, replanner, settings, interval_s=opts.replan_s, lookback_s=0.0,
                                      stop=stop, on_step=on_step,
-                                     initial=ReplanState(published.epoch, published.plan)))
+                                     initial=ReplanState(published.epoch, published.plan),
+                                     arrivals_source=shared.reader))
         await asyncio.gather(*tasks)
 
     return control
