@@ -109,7 +109,7 @@ async def replay(schedule: Schedule, target: ReplayTarget, settings: KafkaSettin
     via_kafka = target.gateway_url is None
     if via_kafka:
         results_c = kafka.consumer(settings, topics.results(target.pipeline), auto_offset_reset="latest",
-                                   **kafka.FOLLOWER_FETCH)
+                                   **kafka.REPORT_FETCH)
         producer = kafka.producer(settings)
         client = None
         await asyncio.gather(results_c.start(), control_c.start(), producer.start())

@@ -59,7 +59,7 @@ class MeasuredLatency:
 
     async def follow(self) -> None:
         cons = kclient.consumer(self.settings, self.topic, group_id=None, auto_offset_reset="latest",
-                                **kclient.FOLLOWER_FETCH)
+                                **kclient.REPORT_FETCH)
         await cons.start()
         try:
             async for msg in cons:

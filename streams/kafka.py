@@ -20,11 +20,13 @@ FETCH_MAX_WAIT_MS = 500  # a consumer's long poll (aiokafka's default); see cons
 # adds are written by producers and read by groups within seconds: with the default a producer kept
 # writing only the old partitions for minutes, and the consumers added for the new ones sat idle.
 METADATA_MAX_AGE_MS = 5000
-# For readers of the results topic that need no answer within milliseconds (the tuner's pace, the
-# planner's measured p99, a load generator's collector: a result's times are stamped by the worker):
-# the broker holds a fetch until this much is there or the wait is over, so a follower fetches ~10
-# times a second instead of once per result (each fetch costs the follower and the broker CPU).
+# For readers of the results topic that need no answer within milliseconds (a result's times are
+# stamped by the worker): the broker holds a fetch until this much is there or the wait is over, so
+# a follower fetches a few times a second instead of once per result (each fetch costs the follower
+# and the broker CPU). The tuner's pace reads them within one of its 100-ms ticks; the planner's
+# measured p99 (over 10 s or more) and a load generator's collector need them within a second.
 FOLLOWER_FETCH = {"fetch_min_bytes": 1024 * 1024, "fetch_max_wait_ms": 100}
+REPORT_FETCH = {"fetch_min_bytes": 1024 * 1024, "fetch_max_wait_ms": FETCH_MAX_WAIT_MS}
 
 
 def producer(settings: KafkaSettings, **overrides: Any) -> AIOKafkaProducer:
