@@ -15,13 +15,16 @@ plane`` (the replay, and the tuner and planner when the run hosts them), and so 
 compare-live`` or ``demo`` process sampled from beside it (``python -m slipstream.loadgen.cpu SECONDS
 PID [BOOTSTRAP]``).
 
-A tick reads the ``stat`` of every process (for the parent links) and the command line of a process
-only once, when it becomes one of ours.
+A tick reads the ``stat`` of the processes found so far; every ``rescan_s`` it reads every process's
+(for the parent links) to find new ones, and a process's command line once, when it becomes one of
+ours. A process started after :meth:`CpuSampler.start` counts from no CPU, so finding it late loses
+nothing.
 """
 from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -91,14 +94,18 @@ def listeners(ports: set[int]) -> set[str]:
     return out
 
 
-def _stat(pid: str) -> tuple[str, float] | None:
-    """(parent pid, CPU seconds) of a process."""
+def _stat(pid: str) -> tuple[str, float, float] | None:
+    """(parent pid, CPU seconds, start time in seconds since boot) of a process."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2:].split()  # after the command name, which may hold spaces
-    return fields[1], (int(fields[11]) + int(fields[12])) / TICK  # ppid; utime, stime (fields 14, 15)
+    f = stat[stat.rindex(")") + 2:].split()  # after the command name, which may hold spaces
+    return f[1], (int(f[11]) + int(f[12])) / TICK, int(f[19]) / TICK  # ppid; utime + stime; starttime
+
+
+def _uptime_s() -> float:
+    return float(Path("/proc/uptime").read_text().split()[0])
 
 
 def _argv(pid: str) -> list[str]:
@@ -112,30 +119,38 @@ class CpuSampler:
     """CPU seconds per kind of ``roots`` (this process by default), their descendants and the
     processes listening on ``ports`` (the run's brokers)."""
 
-    def __init__(self, period_s: float = 0.5, ports: Iterable[int] = (), roots: Iterable[int] | None = None) -> None:
-        self.period_s = period_s
+    def __init__(self, period_s: float = 0.5, ports: Iterable[int] = (), roots: Iterable[int] | None = None,
+                 rescan_s: float = 2.0) -> None:
+        self.period_s, self.rescan_s = period_s, rescan_s
         self.ports = set(ports)
         self._roots = {str(p) for p in roots} if roots is not None else {str(os.getpid())}
         self._first: dict[str, tuple[str, float]] = {}  # pid -> (kind, CPU s when first seen)
         self._last: dict[str, float] = {}
+        self._t0 = 0.0  # seconds since boot at start: a process started later counts from 0 CPU
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
 
-    def sample(self) -> None:
+    def sample(self, rescan: bool = True) -> None:
+        """Every process's stat, to find this run's (``rescan``), or only those found before."""
         me = str(os.getpid())
-        stats = {pid: s for pid in (p.name for p in Path("/proc").iterdir() if p.name.isdigit())
-                 if (s := _stat(pid)) is not None}
-        for pid in ours(self._roots & stats.keys(), {p: s[0] for p, s in stats.items()}):
+        pids = (p.name for p in Path("/proc").iterdir() if p.name.isdigit()) if rescan else list(self._first)
+        stats = {pid: s for pid in pids if (s := _stat(pid)) is not None}
+        found = ours(self._roots & stats.keys(), {p: s[0] for p, s in stats.items()}) if rescan else stats
+        for pid in found:
             if pid not in self._first:
                 kind = SELF if pid == me else kind_of(_argv(pid)) or "other"
-                self._first[pid] = (kind, stats[pid][1])
+                self._first[pid] = (kind, 0.0 if stats[pid][2] > self._t0 else stats[pid][1])
             self._last[pid] = stats[pid][1]
 
     def _run(self) -> None:
+        last_scan = time.monotonic()
         while not self._stop.wait(self.period_s):
-            self.sample()
+            rescan = time.monotonic() - last_scan >= self.rescan_s
+            self.sample(rescan)
+            last_scan = time.monotonic() if rescan else last_scan
 
     def start(self) -> "CpuSampler":
+        self._t0 = _uptime_s()
         self._roots |= listeners(self.ports)
         self.sample()
         self._thread.start()
@@ -154,7 +169,6 @@ class CpuSampler:
 
 if __name__ == "__main__":  # python -m slipstream.loadgen.cpu SECONDS PID [BOOTSTRAP]: CPU s per kind over SECONDS
     import sys
-    import time
 
     sampler = CpuSampler(roots=[int(sys.argv[2])], ports=ports_of(sys.argv[3]) if len(sys.argv) > 3 else ()).start()
     time.sleep(float(sys.argv[1]))

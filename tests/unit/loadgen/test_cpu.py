@@ -61,3 +61,16 @@ def test_the_sampler_leaves_other_processes_on_the_host_out():
         os.kill(pid, 9)
     assert set(used) == {SELF}, used
     assert other.get("other", 0) > 0.2, other  # the same process, counted when it is the root
+
+
+def test_a_process_started_during_the_run_counts_whole_however_late_it_is_found():
+    sampler = CpuSampler(period_s=0.05, rescan_s=60.0).start()  # no rescan before stop()
+    code = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(5)"
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        time.sleep(1.0)
+        used = sampler.stop()
+    finally:
+        child.kill()
+        child.wait()
+    assert used.get("other", 0) >= 0.25, used  # its CPU before it was found is counted
