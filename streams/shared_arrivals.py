@@ -12,7 +12,8 @@ aiokafka's offset requests, issue 40) and a third of the broker's requests.
 its own would: a reader that starts later first gets the records and the history handed out before
 (the control topic is read from its start, so a reader of its own would have read them too). A reader
 has the interface of ``KafkaArrivals`` (``start``, ``stop``, async iteration), so ``run_tuner`` and
-``run_planner`` take either; the source starts with the first reader and stops with the last.
+``run_planner`` take either; the source starts with the first reader and stops with the last. When
+the source fails, every reader raises its exception.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import numpy as np
 from slipstream.streams.config import KafkaSettings
 from slipstream.streams.control_io import KafkaArrivals
 
-END = None  # put on a reader's queue when the source ends
+END = None  # put on a reader's queue when the source ends; its exception when it fails
 
 
 class SharedArrivals:
@@ -74,7 +75,7 @@ class SharedArrivals:
             self._pump = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
-        first = True
+        first, end = True, END
         try:
             async for chunk in self._source:
                 if first:
@@ -82,9 +83,11 @@ class SharedArrivals:
                     first = False
                 for r in list(self._readers):
                     r.queue.put_nowait(chunk)
+        except Exception as exc:  # the source failed: every reader raises it, as its own source would
+            end = exc
         finally:
             for r in list(self._readers):
-                r.queue.put_nowait(END)
+                r.queue.put_nowait(end)
 
     async def _leave(self, reader: "_Reader") -> None:
         if reader in self._readers:
@@ -124,4 +127,6 @@ class _Reader:
     async def _chunks(self) -> AsyncIterator[np.ndarray]:
         await self.start()
         while (chunk := await self.queue.get()) is not END:
+            if isinstance(chunk, Exception):
+                raise chunk
             yield chunk

@@ -39,6 +39,8 @@ class FakeSource:
                 self.on_stage_config(x)
             elif kind == "handoff":
                 self.on_handoff(x)
+            elif kind == "fail":
+                raise x
             else:
                 self.on_invalid()
 
@@ -101,3 +103,20 @@ async def test_a_reader_of_another_pipeline_is_refused():
     shared = SharedArrivals(None, "p", "s", source=FakeSource)
     with pytest.raises(ValueError, match="other/s"):
         shared.reader(None, "other", "s", on_stage_config=print)
+
+
+async def test_when_the_source_fails_every_reader_raises_its_exception():
+    shared = SharedArrivals(None, "p", "s", source=FakeSource)
+    src = FakeSource.made[-1]
+    readers = [shared.reader(None, "p", "s", on_stage_config=print) for _ in range(2)]
+    for r in readers:
+        await r.start()
+    src.feed.put_nowait(("chunk", [1]))
+    src.feed.put_nowait(("fail", ConnectionError("broker away")))
+    for r in readers:
+        it = r.__aiter__()
+        assert list(await it.__anext__()) == [1]
+        with pytest.raises(ConnectionError, match="broker away"):
+            await asyncio.wait_for(it.__anext__(), 1.0)
+    for r in readers:
+        await r.stop()
