@@ -4,11 +4,13 @@ host").
 A problem with a host (``Problem.host``, a ``HostModel``: declared, or a calibration's) shares its
 cores between the plan's replicas and the co-located processes: the broker, the load generator, the
 gateway and the control plane (``background_cores`` whatever the rate, ``request_cpu_ms`` per
-request). At pipeline rate r a plan keeps busy
+request), and the workers' own work per window (``window_cpu_ms``, counted at windows of one item:
+once per stage a request visits, ``HostModel.per_request_ms``). At pipeline rate r a plan keeps busy
 
     r x sum over stages of visit_ratio x CPU ms per item / 1000   (the replicas: ``Config.cpu_ms_per_item``,
                                                                    threads x l(b) / b on CPU hardware)
-  + background_cores + r x request_cpu_ms / 1000                   (the co-located processes)
+  + background_cores + r x (request_cpu_ms                         (the co-located processes
+                            + sum of visit ratios x window_cpu_ms) / 1000     and the workers' windows)
 
 and no mode plans what keeps more busy than the host has at the problem's rate (:func:`host_excess`,
 the estimator check's first step; the MILP has it as a constraint; a tightening round's higher
@@ -36,7 +38,7 @@ def cores_busy(problem: Problem, plan: Plan, rate_qps: float) -> tuple[float, fl
     """(cores the replicas keep busy, cores the co-located processes keep busy) at ``rate_qps``."""
     if problem.host is None:
         return 0.0, 0.0
-    return rate_qps * cpu_ms_per_request(problem, plan) / 1000.0, problem.host.colocated_cores(rate_qps)
+    return rate_qps * cpu_ms_per_request(problem, plan) / 1000.0, problem.colocated_cores(rate_qps)
 
 
 def host_qps(problem: Problem, plan: Plan) -> float:
@@ -45,7 +47,7 @@ def host_qps(problem: Problem, plan: Plan) -> float:
     host = problem.host
     if host is None:
         return math.inf
-    per_request = cpu_ms_per_request(problem, plan) + host.request_cpu_ms
+    per_request = cpu_ms_per_request(problem, plan) + host.per_request_ms(problem.windows_per_request())
     return host.free_cores / (per_request / 1000.0) if per_request > 0 else math.inf
 
 

@@ -121,7 +121,7 @@ def diagnose(problem: Problem, configs: Mapping[str, list[Config]], budget: floa
     if problem.max_replicas is not None and sum(need.values()) > problem.max_replicas:
         return f"max_replicas {problem.max_replicas} < {sum(need.values())} replicas needed at {rate:.1f} qps"
     if problem.host is not None:
-        others = problem.host.colocated_cores(problem.rate_qps)
+        others = problem.colocated_cores()
         least = sum(problem.stage_rate(s) * min(c.cpu_ms_per_item for c in cs) / 1000.0 for s, cs in configs.items())
         if least + others > problem.host.cores:
             return (f"host: at {problem.rate_qps:.1f} qps the co-located processes keep {others:.2f} cores busy "
@@ -153,7 +153,7 @@ def solve(problem: Problem, opts: MilpOptions = MilpOptions(), warm: Plan | None
         cs = [c for c in cs if lat(c) <= budget + 1e-9 and (not floor or c.accuracy >= floor)]
         configs[s] = cs
     paths = problem.paths()
-    room = math.inf if problem.host is None else problem.host.cores - problem.host.colocated_cores(problem.rate_qps)
+    room = math.inf if problem.host is None else problem.host.cores - problem.colocated_cores()
     if any(not cs for cs in configs.values()) or room <= 0:
         return infeasible(opts.mode, diagnose(problem, configs, budget, rate, opts),
                           solve_time_s=time.perf_counter() - t0, rate_qps=rate)
@@ -327,7 +327,7 @@ def binding(problem: Problem, configs: Mapping[str, list[Config]], stages: Mappi
     if problem.host is not None:
         busy = sum(problem.stage_rate(s) * c.cpu_ms_per_item / 1000.0 for s, cs in configs.items()
                    for c, n in zip(cs, rep[s]) if n >= 0.5)
-        room = problem.host.cores - problem.host.colocated_cores(problem.rate_qps)
+        room = problem.host.cores - problem.colocated_cores()
         if room - busy < 0.05 * problem.host.cores:
             out.append(f"binding: host cores, the replicas keep {busy:.2f} of the {room:.2f} the co-located "
                        "processes leave busy")

@@ -137,6 +137,19 @@ class Problem(StageGraph):
     def stage_rate(self, stage: str, rate_qps: float | None = None) -> float:
         return (self.rate_qps if rate_qps is None else rate_qps) * self.visit_ratio(stage)
 
+    def windows_per_request(self) -> float:
+        """Windows one request makes at windows of one item: the sum of its stages' visit ratios
+        (what ``HostModel.per_request_ms`` and ``colocated_cores`` take)."""
+        return sum(self.visit_ratio(s) for s in self.topo_order)
+
+    def colocated_cores(self, rate_qps: float | None = None) -> float:
+        """Cores the host's co-located processes and the workers' own work keep busy at ``rate_qps``
+        (default the problem's; 0 without a host)."""
+        if self.host is None:
+            return 0.0
+        return self.host.colocated_cores(self.rate_qps if rate_qps is None else rate_qps,
+                                         self.windows_per_request())
+
     def batch_sizes_for(self, curve: LatencyCurve) -> tuple[int, ...]:
         """Batch sizes a curve may be used at: never beyond the largest measured size."""
         top = max(curve.points_ms)
@@ -144,15 +157,15 @@ class Problem(StageGraph):
 
 
 def declared_host(cores: float | None = None, background_cores: float = 0.0,
-                  request_cpu_ms: float = 0.0) -> HostModel:
+                  request_cpu_ms: float = 0.0, window_cpu_ms: float = 0.0) -> HostModel:
     """A host as declared: ``cores`` (None: this process's, its cgroup's CPU limit when one is set,
-    else the machine's count), what runs there whatever the rate (``background_cores``) and per
+    else the machine's count), what runs there whatever the rate (``background_cores``), per
     request (``request_cpu_ms``: the broker's, the load generator's and the gateway's CPU time over a
-    request's hops)."""
+    request's hops) and per window a stage's worker takes (``window_cpu_ms``; ``HostModel``)."""
     if cores is None:
         limit, count = cgroup_cpu_limit(), float(os.cpu_count() or 1)
         cores = count if limit is None else min(limit, count)
-    return HostModel(float(cores), float(background_cores), float(request_cpu_ms))
+    return HostModel(float(cores), float(background_cores), float(request_cpu_ms), float(window_cpu_ms))
 
 
 def fit_colocated(rates_qps, busy_cores) -> tuple[float, float]:
@@ -218,6 +231,7 @@ class HostDoc(Doc):
         "auto", description="the host's cores; auto: this process's cgroup CPU limit, else the machine's count")
     background_cores: float = Field(0.0, ge=0, description="cores other work takes whatever the rate")
     request_cpu_ms: float = Field(0.0, ge=0, description="co-located CPU ms per request: broker, load generator, gateway")
+    window_cpu_ms: float = Field(0.0, ge=0, description="CPU ms per window a stage's worker takes: fetch, produce, commit")
 
 
 class ProblemDoc(Doc):
@@ -289,7 +303,7 @@ def _host(h: HostDoc | None) -> HostModel | None:
     if h is None:
         return None
     try:
-        return declared_host(None if h.cores == "auto" else h.cores, h.background_cores, h.request_cpu_ms)
+        return declared_host(None if h.cores == "auto" else h.cores, h.background_cores, h.request_cpu_ms, h.window_cpu_ms)
     except ValueError as exc:
         raise _fail("host", "background_cores below cores", str(exc)) from None
 

@@ -67,7 +67,7 @@ class PlannedHandoff:
     visit_ratio: Mapping[str, float]
     replicas: Mapping[str, int]
     capacity: Mapping[str, StageCapacity] = field(default_factory=dict)  # what the plan can serve, per stage
-    host: tuple[float, float] | None = None  # (free cores, co-located CPU ms per request): the problem's host
+    host: tuple[float, float, float] | None = None  # the problem's host: (free cores, CPU ms per request, per window)
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,8 @@ def handoff(problem: Problem, plan: Plan, envelope: EnvelopeFn | None = None) ->
         s_m = problem.visit_ratio(sp.stage)
         mu[sp.stage], sm[sp.stage], reps[sp.stage] = m, s_m, sp.replicas
         rho[sp.stage] = (plan.rate_qps * s_m) / (sp.replicas * m) if sp.replicas and m else math.inf
-    host = None if problem.host is None else (problem.host.free_cores, problem.host.request_cpu_ms)
+    host = None if problem.host is None else (problem.host.free_cores, problem.host.request_cpu_ms,
+                                              problem.host.window_cpu_ms)
     return PlannedHandoff(plan.rate_qps, windows, rates, mu, rho, sm, reps, stage_capacity(problem, plan, windows), host)
 
 
@@ -151,7 +152,8 @@ def handoff_record(h: PlannedHandoff, pipeline: str, epoch: int, at_ns: int = 0)
                                       "cpu_ms_per_item": float(r.cpu_ms_per_item)} for r in c.ladder],
                           "cpu_ms_per_item": float(c.cpu_ms_per_item)}
                          for c in h.capacity.values() if math.isfinite(c.rate_qps) and c.window_qps],
-            "host": None if h.host is None else {"free_cores": float(h.host[0]), "request_cpu_ms": float(h.host[1])}})
+            "host": None if h.host is None else {"free_cores": float(h.host[0]), "request_cpu_ms": float(h.host[1]),
+                                                  "window_cpu_ms": float(h.host[2])}})
 
 
 def _finite(ms: float | None) -> float | None:

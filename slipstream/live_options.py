@@ -10,7 +10,14 @@ request_cpu_ms_option = click.option(
     "--request-cpu-ms", default=0.0, show_default=True, type=click.FloatRange(min=0.0),
     help="Host CPU ms per request beyond what the profiles and the calibration's free cores account for (the "
          "workers' decode, produce and fetch): the planner and the estimator add it per request the source "
-         "admits (HostModel.request_cpu_ms). The 2-core s21 runs measured about 6.5.")
+         "admits (HostModel.request_cpu_ms). The 2-core s21 runs measured about 6.5 in all at windows of one; "
+         "with --window-cpu-ms, this is only the part paid per request whatever the batches.")
+window_cpu_ms_option = click.option(
+    "--window-cpu-ms", default=0.0, show_default=True, type=click.FloatRange(min=0.0),
+    help="Host CPU ms per window a stage's worker takes beyond the model's (fetch, produce, commit), however "
+         "many requests it holds: the estimator charges it per window it runs, the planner's host bound and the "
+         "source gate once per stage a request visits (HostModel.window_cpu_ms). A request then costs "
+         "--request-cpu-ms plus this per stage at windows of one, less as windows fill.")
 
 common = [
     click.option("--pipeline", "pipeline_file", default="deploy/pipelines/image-classify.yaml", show_default=True,
@@ -28,6 +35,7 @@ common = [
     click.option("--reserve-cores", default=0.5, show_default=True,
                  help="Cores kept for the broker, load generator and control plane."),
     request_cpu_ms_option,
+    window_cpu_ms_option,
     click.option("--replan-s", default=30.0, show_default=True,
                  help="The planner service re-plans from live arrivals this often during the run (0: never)."),
     click.option("--hop-ms", default=6.0, show_default=True,

@@ -374,13 +374,15 @@ def _shares(routing: Mapping[str, Mapping[str, float]] | None, stage: str) -> di
 
 def host_capacity_qps(handoff: TunerHandoff, routing: Mapping[str, Mapping[str, float]] | None = None) -> float:
     """What the hand-off's host serves whatever the replicas (``slipstream.planner.cores.host_qps``): its free
-    cores over the CPU one request takes, the co-located processes' plus each stage's visits times
-    its CPU per item (a loki stage's at its ``routing`` shares in force); inf without a host."""
+    cores over the CPU one request takes, the co-located processes' per request, the workers' per
+    window once per stage visit (windows of one item, ``HostModel.per_request_ms``), plus each
+    stage's visits times its CPU per item (a loki stage's at its ``routing`` shares in force); inf
+    without a host."""
     host = handoff.host
     if host is None or host.free_cores <= 0:
         return math.inf
     visits = {s.stage: s.visit_ratio for s in handoff.stages}
-    ms = host.request_cpu_ms
+    ms = host.request_cpu_ms + host.window_cpu_ms * sum(visits.values())
     for c in handoff.capacity:
         rungs = {r.variant: r.cpu_ms_per_item for r in c.ladder}
         shares = _shares(routing, c.stage)

@@ -135,6 +135,7 @@ def _handoff(key: str, rec: Mapping[str, Any], pipe: Pipeline | None) -> None:
     if host is not None:
         _finite("host.free_cores", host["free_cores"], 0.0, MAX_CORES)
         _finite("host.request_cpu_ms", host["request_cpu_ms"], 0.0, MAX_MS)
+        _finite("host.window_cpu_ms", host.get("window_cpu_ms", 0.0), 0.0, MAX_MS)
 
 
 def _served(where: str, rec: Mapping[str, Any]) -> None:

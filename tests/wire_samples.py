@@ -44,5 +44,5 @@ SAMPLES: dict[str, dict] = {
                                   "window_qps": [400.0, 120.0], "service_ms": [11.6, 21.0],
                                   "cpu_ms_per_item": 10.5}],
                       "cpu_ms_per_item": 10.5}],
-        "host": {"free_cores": 1.35, "request_cpu_ms": 6.5}},
+        "host": {"free_cores": 1.35, "request_cpu_ms": 3.5, "window_cpu_ms": 1.5}},
 }

@@ -39,6 +39,7 @@ class LiveOptions:
     reserve_cores: float = 0.5
     # host CPU per request the profiles and the calibration's host fit leave out (HostModel.request_cpu_ms)
     request_cpu_ms: float = 0.0
+    window_cpu_ms: float = 0.0  # and per window a stage's worker takes (HostModel.window_cpu_ms)
     replan_s: float = 30.0  # the planner service's interval during the run (0: plan once, at start)
     pace_ceiling: float = 3.0  # slipstream.tuner.pace.PaceConfig.ceiling; 1: the tuner ignores the workers' pace
     sample_cpu: bool = False  # CPU seconds per kind of process during the replay (slipstream.loadgen.cpu)
@@ -93,21 +94,22 @@ def local_problem(pipe, store, opts: LiveOptions, **kw):
     kw.setdefault("cores", available_cpus())
     problem = problem_from_pipeline(pipe, store, activation_s=opts.activation_s, hop_ms=opts.hop_ms,
                                     max_replicas=cap * len(pipe.stages), max_stage_replicas=cap, **kw)
-    return replace(problem, host=colocated_host(problem.host, opts.request_cpu_ms, kw["cores"]))
+    return replace(problem, host=colocated_host(problem.host, opts.request_cpu_ms, kw["cores"], opts.window_cpu_ms))
 
 
-def colocated_host(host, request_cpu_ms: float, cores: float | None):
+def colocated_host(host, request_cpu_ms: float, cores: float | None, window_cpu_ms: float = 0.0):
     """The host a live run plans on: the calibration's (its cores, and as ``background_cores`` what
     its batches could not use, which holds the flat load of the broker, the load generator and the
-    control plane) with ``request_cpu_ms`` per request on top; without a calibration, this host's
-    ``cores`` with that per-request load alone (None: no host model)."""
+    control plane) with ``request_cpu_ms`` per request and ``window_cpu_ms`` per window on top
+    (``HostModel``); without a calibration, this host's ``cores`` with that load alone (None: no
+    host model)."""
     from slipstream.planner.sim.params import HostModel
 
-    if request_cpu_ms <= 0:
+    if request_cpu_ms <= 0 and window_cpu_ms <= 0:
         return host
     if host is None:
-        return HostModel(float(cores), request_cpu_ms=request_cpu_ms) if cores else None
-    return replace(host, request_cpu_ms=request_cpu_ms)
+        return HostModel(float(cores), request_cpu_ms=request_cpu_ms, window_cpu_ms=window_cpu_ms) if cores else None
+    return replace(host, request_cpu_ms=request_cpu_ms, window_cpu_ms=window_cpu_ms)
 
 
 def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, settings: KafkaSettings) -> Published:

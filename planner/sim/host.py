@@ -1,5 +1,6 @@
 """Where batches run: at full speed (:class:`Dedicated`), or sharing a host's cores (:class:`SharedHost`)
-with each other and with the co-located processes' work (:class:`Colocated`).
+with each other, with the co-located processes' work per request (:class:`Colocated`) and with the
+workers' own work per window (:class:`Windows`).
 
 A server hands a batch's work (ns of run time at full speed) to ``host.run(job, work_ns, now, key,
 demand)`` (``demand``: the cores it keeps busy, its hardware's threads); the host calls
@@ -82,6 +83,24 @@ class SharedHost:
         if self.jobs:
             left = (self.jobs[0][0] - self.v) / self.model.rate(self.demand)
             self.engine.at(now + max(0, math.ceil(left - 1e-6)), DONE, self, self.version)
+
+
+class Windows:
+    """The workers' own work per window (``HostModel.window_cpu_ms``): one core's work on the shared
+    host each time a stage's server takes a window (:meth:`taken`), whatever it holds; nothing waits
+    on it."""
+
+    __slots__ = ("host", "work_ns")
+
+    def __init__(self, host: SharedHost) -> None:
+        self.host = host
+        self.work_ns = int(round(host.model.window_cpu_ms * 1_000_000))
+
+    def taken(self, now: int) -> None:
+        self.host.run(self, self.work_ns, now, -1)
+
+    def fire(self, now: int, token: object) -> None:
+        return  # a window's own work is done: nothing waits on it
 
 
 class Colocated:

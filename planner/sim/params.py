@@ -246,19 +246,31 @@ class HostModel:
 
     ``cores``: the host's (its cgroup's CPU limit when one is set). ``background_cores``: cores other
     work keeps busy whatever the rate (a calibration's fit of what the batches could not use, or a
-    declared fixed load). ``request_cpu_ms``: CPU per request the source stage admits beyond the
-    profiles' model time, over all its hops: the workers' decode, produce and fetch, and the broker's,
-    load generator's and gateway's share. A request the source refuses from its expiry header (shed
-    or expired, ``slipstream.streams.shedding``) costs its worker about 20 us (``slipstream bench
-    drops``) and is charged none of it, as the planner's :func:`~slipstream.planner.cores.host_qps`
-    and the gate's drain rate charge it per request served. Running work shares the free cores
+    declared fixed load). Beyond the profiles' model time, the CPU of the pipeline's traffic comes in
+    two parts:
+
+    - ``request_cpu_ms``, per request the source stage admits, whatever the batches: what each record
+      costs over all its hops (its Avro, the broker's share of its bytes, the load generator's send);
+    - ``window_cpu_ms``, per window a stage's worker takes: what a window costs its worker and the
+      broker once, however many requests it holds (a fetch, a produce, a commit, the hand-off to
+      the model). At windows of one item a request pays it once per stage it visits; past the knee
+      windows fill and it is shared (issue 40: the classify worker's CPU per request fell from 24.3
+      ms at batches of 1.0 to 21.1 at 4.4).
+
+    A request the source refuses from its expiry header (shed or expired,
+    ``slipstream.streams.shedding``) costs its worker about 20 us (``slipstream bench drops``) and is
+    charged neither. The planner's host bound (:func:`~slipstream.planner.cores.host_qps`) and the
+    gate's drain rate charge both at windows of one item (:meth:`per_request_ms`): what the host
+    serves at the knee, which past it the host exceeds as windows fill (the estimator simulates the
+    windows it runs, the bound does not count on them). Running work shares the free cores
     ``cores - background_cores`` (processor sharing): a batch demands its hardware's threads, a
-    request's per-request work one core, and while the demands sum to D each runs at
+    request's or a window's own work one core, and while the demands sum to D each runs at
     ``rate(D) = min(1, free cores / D)``."""
 
     cores: float
     background_cores: float = 0.0
     request_cpu_ms: float = 0.0
+    window_cpu_ms: float = 0.0
 
     def __post_init__(self) -> None:
         _finite_at_least("HostModel.cores", self.cores)
@@ -269,6 +281,7 @@ class HostModel:
             raise ValueError(f"HostModel.background_cores must be < cores ({self.cores!r}), "
                              f"got {self.background_cores!r}")
         _finite_at_least("HostModel.request_cpu_ms", self.request_cpu_ms)
+        _finite_at_least("HostModel.window_cpu_ms", self.window_cpu_ms)
 
     @property
     def free_cores(self) -> float:
@@ -277,9 +290,15 @@ class HostModel:
     def rate(self, demand: float) -> float:
         return min(1.0, self.free_cores / demand) if demand > 0 else 1.0
 
-    def colocated_cores(self, rate_qps: float) -> float:
-        """Cores the co-located processes keep busy at ``rate_qps`` pipeline requests per second."""
-        return self.background_cores + rate_qps * self.request_cpu_ms / 1000.0
+    def per_request_ms(self, windows: float) -> float:
+        """CPU ms one request takes beyond the models' when it makes ``windows`` windows of its own
+        (the sum of its stages' visit ratios at windows of one item)."""
+        return self.request_cpu_ms + windows * self.window_cpu_ms
+
+    def colocated_cores(self, rate_qps: float, windows: float) -> float:
+        """Cores the co-located processes and the workers' own work keep busy at ``rate_qps``
+        pipeline requests per second, each making ``windows`` windows (:meth:`per_request_ms`)."""
+        return self.background_cores + rate_qps * self.per_request_ms(windows) / 1000.0
 
 
 @dataclass(frozen=True)

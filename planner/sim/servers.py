@@ -142,6 +142,7 @@ class Queue:
         idle = self.idle
         s = self.group.settings
         times = self.times
+        windows = self.group.world.windows
         while idle and self.head < len(times):
             head = self.head
             t, w = next_window(times, head, now, s)
@@ -150,6 +151,8 @@ class Queue:
                 return
             end = self.head = head + w
             server = idle.popleft()
+            if windows is not None:
+                windows.taken(now)
             if not server.take(now, self.taken, times[head:end], self.reqs[head:end], self.sent[head:end]):
                 idle.appendleft(server)  # the whole window was dropped: still free
             self.taken += w

@@ -18,7 +18,7 @@ from slipstream.planner.plan import Plan
 from slipstream.planner.problem import HardwareOption, Problem
 from slipstream.planner.sim.engine import Draws, Engine
 from slipstream.planner.sim.groups import InstanceGroup, Latency, Mix, PartitionGroup
-from slipstream.planner.sim.host import Colocated, Dedicated, SharedHost
+from slipstream.planner.sim.host import Colocated, Dedicated, SharedHost, Windows
 from slipstream.planner.sim.params import HostModel, Network, ServiceTime, Transit
 from slipstream.planner.sim.record import Log
 from slipstream.planner.sim.servers import Queue
@@ -41,6 +41,8 @@ class World:
         self.engine = Engine()
         self.device = Dedicated(self.engine)  # an accelerator's batches run beside the host's cores
         self.host = self.device if host is None else SharedHost(self.engine, host)
+        # the workers' own work per window taken (HostModel.window_cpu_ms), or None
+        self.windows = Windows(self.host) if host is not None and host.window_cpu_ms > 0 else None
         self.log = Log()
         self.deadline = deadline
         self.request_ids = request_ids  # what a mixed stage's routing rule reads (None: str(i))

@@ -20,7 +20,7 @@ from slipstream.live_options import live_options
               help="step: from half the knee to the offered rate a third of the way in.")
 @click.option("--duration", "duration_s", default=60.0, show_default=True)
 @click.option("--report", "report_dir", default="reports/goodput", show_default=True)
-def goodput_bench(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, reserve_cores, request_cpu_ms, replan_s, hop_ms,
+def goodput_bench(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, reserve_cores, request_cpu_ms, window_cpu_ms, replan_s, hop_ms,
             pace_ceiling, seed, calibrate, knee_qps, factors, modes, paths, arrivals, duration_s, report_dir) -> None:
     """Sweep the offered rate past capacity, to Kafka or through the gateway: a table and a PNG of goodput, attainment and
     accuracy against offered load, with the CPU each kind of process spent (needs the broker)."""
@@ -33,7 +33,7 @@ def goodput_bench(pipeline_file, plan_seconds, profiles_dir, activation_s, max_r
 
     plan_s = plan_seconds or duration_s / 3
     opts = LiveOptions(activation_s=activation_s, max_replicas=max_replicas, hop_ms=hop_ms, seed=seed,
-                       reserve_cores=reserve_cores, request_cpu_ms=request_cpu_ms, replan_s=replan_s, pace_ceiling=pace_ceiling)
+                       reserve_cores=reserve_cores, request_cpu_ms=request_cpu_ms, window_cpu_ms=window_cpu_ms, replan_s=replan_s, pace_ceiling=pace_ceiling)
     started = ensure_broker(state_dir())
     try:
         pipe, store, _, _ = prepare(pipeline_file, bench_goodput.trace_for("poisson", knee_qps, knee_qps, duration_s),

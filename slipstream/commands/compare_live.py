@@ -23,7 +23,7 @@ COMPARE_TRACE = "step:rates=6/18/6,at=20/50,cv2=4,transition=5,duration=70"
 @click.option("--refit", "refit_after", is_flag=True,
               help="At the end, store a calibration fitted on every mode's run as one: the next run plans and "
                    "predicts with each variant these modes served measured.")
-def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, reserve_cores, request_cpu_ms, replan_s,
+def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, reserve_cores, request_cpu_ms, window_cpu_ms, replan_s,
                  hop_ms, pace_ceiling, seed, calibrate, spec, modes, report_dir, refit_after) -> None:
     """Planner modes on the real broker at small scale: cost, attainment, measured vs estimator p99."""
     from slipstream.loadgen.compare import compare_runs, failures, format_comparison
@@ -34,14 +34,14 @@ def compare_live(pipeline_file, plan_seconds, profiles_dir, activation_s, max_re
         pipe, store, arrivals, sample = prepare(pipeline_file, spec, seed, profiles_dir, plan_seconds)
         store = calibrated(pipe, pipeline_file, store, calibrate,
                            LiveOptions(mode="milp", activation_s=activation_s, max_replicas=max_replicas, hop_ms=hop_ms,
-                                       seed=seed, reserve_cores=reserve_cores, request_cpu_ms=request_cpu_ms, replan_s=replan_s), Path(report_dir))
+                                       seed=seed, reserve_cores=reserve_cores, request_cpu_ms=request_cpu_ms, window_cpu_ms=window_cpu_ms, replan_s=replan_s), Path(report_dir))
         summaries = {}
 
         def runner(mode: str, tuned: bool):
             name = f"{mode}{'+tuner' if tuned else ''}"
             click.echo(f"\n== {name}")
             opts = LiveOptions(mode=mode, tune=tuned, activation_s=activation_s, max_replicas=max_replicas,
-                               hop_ms=hop_ms, seed=seed, reserve_cores=reserve_cores, request_cpu_ms=request_cpu_ms,
+                               hop_ms=hop_ms, seed=seed, reserve_cores=reserve_cores, request_cpu_ms=request_cpu_ms, window_cpu_ms=window_cpu_ms,
                                replan_s=replan_s if tuned else 0.0, pace_ceiling=pace_ceiling)
             run = live_run(pipe, pipeline_file, arrivals, sample, store, Path(report_dir) / name, opts,
                            f"{pipe.name} {name} {spec}")

@@ -40,14 +40,14 @@ DEFAULT_TRACE = "step:rates=6/18/6,at=45/105,cv2=4,transition=5,duration=240"
 @click.option("--mode", type=click.Choice(MODES), default="milp",
               show_default=True)
 @click.option("--report", "report_dir", default="reports/demo", show_default=True)
-def demo(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, reserve_cores, request_cpu_ms, replan_s, hop_ms,
+def demo(pipeline_file, plan_seconds, profiles_dir, activation_s, max_replicas, reserve_cores, request_cpu_ms, window_cpu_ms, replan_s, hop_ms,
          pace_ceiling, seed, calibrate, spec, mode, report_dir) -> None:
     """Run the example pipeline end to end: broker, profile, calibrate, plan, workers + tuner, replay, report."""
     started = ensure_broker(state_dir())
     try:
         pipe, store, arrivals, sample = prepare(pipeline_file, spec, seed, profiles_dir, plan_seconds)
         opts = LiveOptions(mode=mode, activation_s=activation_s, max_replicas=max_replicas, hop_ms=hop_ms, seed=seed,
-                           reserve_cores=reserve_cores, request_cpu_ms=request_cpu_ms, replan_s=replan_s, pace_ceiling=pace_ceiling)
+                           reserve_cores=reserve_cores, request_cpu_ms=request_cpu_ms, window_cpu_ms=window_cpu_ms, replan_s=replan_s, pace_ceiling=pace_ceiling)
         store = calibrated(pipe, pipeline_file, store, calibrate, opts, Path(report_dir))
         run = live_run(pipe, pipeline_file, arrivals, sample, store,
                        Path(report_dir), opts, f"demo: {pipe.name}, {mode} + tuner, {spec}")

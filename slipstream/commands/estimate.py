@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from slipstream.live_options import request_cpu_ms_option
+from slipstream.live_options import request_cpu_ms_option, window_cpu_ms_option
 from slipstream.options import state_default
 
 
@@ -22,9 +22,10 @@ from slipstream.options import state_default
 @click.option("--activation-s", type=float, default=None, show_default="LiveOptions.activation_s",
               help="As the live runs had it.")
 @request_cpu_ms_option
+@window_cpu_ms_option
 @click.option("--seed", default=0, show_default=True)
 @click.option("--detail", is_flag=True, help="Also each run's per-stage table (residence, hop components).")
-def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_s, request_cpu_ms, seed, detail) -> None:
+def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_s, request_cpu_ms, window_cpu_ms, seed, detail) -> None:
     """The estimator on finished live runs, like for like: each run's own arrivals, replica changes,
     re-plans, plan and each model's measured pace (est. p99; drawn p99: the pace drawn from the
     calibration instead), with the calibration in force ($SLIPSTREAM_CALIBRATION) or one fitted with --fit."""
@@ -40,7 +41,7 @@ def estimate_cmd(report_dirs, pipeline_file, profiles_dir, fit_dirs, activation_
     pipe, store = load_pipeline(pipeline_file), ProfileStore(profiles_dir)
     doc = fit_report(list(fit_dirs), pipe, profiles_dir, store=False) if fit_dirs else store.calibration
     click.echo(f"calibration: {_named(doc)}")
-    opts = LiveOptions(seed=seed, request_cpu_ms=request_cpu_ms)
+    opts = LiveOptions(seed=seed, request_cpu_ms=request_cpu_ms, window_cpu_ms=window_cpu_ms)
     if activation_s is not None:
         opts = replace(opts, activation_s=activation_s)
     click.echo(f"{'report':<40}{'p99 ms':>9}{'est. p99':>10}{'est/meas':>9}{'seeds ms':>12}{'SLO met':>9}{'est. SLO':>9}"

@@ -32,24 +32,27 @@ def build_problem(problem_file, pipeline_file, profiles_dir, trace, rate):
         raise click.ClickException(str(exc)) from None
 
 
-def with_host(problem, cores: str | None, background_cores: float | None, request_cpu_ms: float | None):
+def with_host(problem, cores: str | None, background_cores: float | None, request_cpu_ms: float | None,
+              window_cpu_ms: float | None = None):
     """``problem`` on the host the options declare (``slipstream.planner.problem.declared_host``); unchanged when
     none is given. ``cores`` "auto": this process's (its cgroup's limit, else the machine's count)."""
     from dataclasses import replace
 
     from slipstream.planner.problem import declared_host
 
-    if cores is None and background_cores is None and request_cpu_ms is None:
+    if cores is None and background_cores is None and request_cpu_ms is None and window_cpu_ms is None:
         return problem
     try:
         n = None if cores in (None, "auto") else float(cores)
-        return replace(problem, host=declared_host(n, background_cores or 0.0, request_cpu_ms or 0.0))
+        return replace(problem, host=declared_host(n, background_cores or 0.0, request_cpu_ms or 0.0,
+                                                        window_cpu_ms or 0.0))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--host-cores") from None
 
 
 def host_options(f):
-    """``--host-cores``, ``--host-background-cores``, ``--host-request-cpu-ms``: the host a plan must fit."""
+    """``--host-cores``, ``--host-background-cores``, ``--host-request-cpu-ms``, ``--host-window-cpu-ms``:
+    the host a plan must fit."""
     for o in reversed([
         click.option("--host-cores", default=None, metavar="N|auto",
                      help="Plan for a host of N cores shared with the co-located processes (auto: this "
@@ -58,6 +61,9 @@ def host_options(f):
                      help="Cores other work takes on the host whatever the rate [default: 0]."),
         click.option("--host-request-cpu-ms", type=click.FloatRange(min=0), default=None,
                      help="CPU ms the broker, load generator and gateway spend per request [default: 0]."),
+        click.option("--host-window-cpu-ms", type=click.FloatRange(min=0), default=None,
+                     help="CPU ms a stage's worker spends per window beyond the model's (fetch, produce, commit), "
+                          "counted once per stage a request visits [default: 0]."),
     ]):
         f = o(f)
     return f
@@ -100,7 +106,8 @@ def render(plan, problem, lines) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @host_options
 def plan(problem_file, pipeline_file, profiles_dir, trace, rate, mode, solver, time_limit, no_validate,
-         explain, measured_p99, as_json, host_cores, host_background_cores, host_request_cpu_ms) -> None:
+         explain, measured_p99, as_json, host_cores, host_background_cores, host_request_cpu_ms,
+         host_window_cpu_ms) -> None:
     """Plan each stage's variant, hardware, max batch and replicas inside the SLO (and the host's
     cores, with --host-*)."""
     from slipstream.planner import milp
@@ -108,7 +115,7 @@ def plan(problem_file, pipeline_file, profiles_dir, trace, rate, mode, solver, t
     from slipstream.planner.service import explain as explain_lines
 
     problem = with_host(build_problem(problem_file, pipeline_file, profiles_dir, trace, rate),
-                        host_cores, host_background_cores, host_request_cpu_ms)
+                        host_cores, host_background_cores, host_request_cpu_ms, host_window_cpu_ms)
     result = make_planner(mode, solver=solver, time_limit_s=time_limit, validate=not no_validate).plan(problem)
     lines: list[str] = []
     runner = None

@@ -47,6 +47,24 @@ def test_each_request_s_co_located_work_shares_the_cores():
     assert latencies([0.0], HostModel(2.0, 0.0, 10.0)) == pytest.approx([10.0])  # a core each
 
 
+def test_a_window_s_own_work_is_paid_once_however_many_requests_it_holds():
+    # 1 core, a 4-item batch of 10 ms: 4 ms of the worker's own work per window runs beside it once
+    # (both at half speed for 8 ms, the batch's last 6 ms alone); 4 ms per request would run four
+    # times (five pieces at a fifth of the core for 20 ms, the batch's last 6 ms alone)
+    p = parse_problem({"slo_ms": 1e6, "arrival": {"rate_qps": 10.0, "sim_seconds": 10},
+                       "hardware": {"h": {"cost_per_hour": 1.0}},
+                       "stages": [{"name": "a", "variants": [{"name": "v", "latency_ms": {"h": {"1": D_MS, "4": D_MS}}}]}]})
+    plan = single_plan({"a": [Assignment("v", "h", 4, 1)]})
+
+    def run(arr: list[float], host: HostModel) -> list[float]:
+        return list(simulate(replace(p, arrivals_s=np.array(arr), host=host), plan).latency_ms)
+
+    assert run([0.0] * 4, HostModel(1.0, window_cpu_ms=4.0)) == pytest.approx([14.0] * 4)
+    assert run([0.0] * 4, HostModel(1.0, request_cpu_ms=4.0)) == pytest.approx([26.0] * 4)
+    assert run([0.0], HostModel(1.0, window_cpu_ms=4.0)) == pytest.approx([14.0])  # a window of one: the same
+    assert run([0.0], HostModel(1.0, request_cpu_ms=4.0)) == pytest.approx([14.0])
+
+
 def test_the_forward_prediction_sees_the_host_s_knee():
     # one 1-thread replica serves 100 qps; 1 core, 5 ms a request for the co-located processes: the
     # host serves 1000 / (10 + 5) = 66.7 qps. Off the host the estimator sees no knee below 100 qps.

@@ -157,3 +157,22 @@ def test_the_check_refuses_a_plan_the_host_cannot_run_at_its_rate():
     assert check(replace(p, host=None), plan).feasible
     checked = check(p, plan)
     assert not checked.feasible and checked.reason.startswith("host: at 100.0 qps")
+
+
+def test_a_window_s_own_work_is_counted_once_per_stage_a_request_visits():
+    # 11 ms a request in all at windows of one: 5 per request, 3 per window of each of the two stages.
+    # The planner's host bound and the source gate's drain rate (the hand-off the workers read) count
+    # the same CPU a request: the knee's, where every window holds one request.
+    from slipstream.loadgen.simulate import published_handoff
+    from slipstream.streams.control_io import host_capacity_qps
+
+    split = image(70, cores=2, request_cpu_ms=5.0, window_cpu_ms=3.0)
+    assert split.host == HostModel(2.0, 0.0, 5.0, 3.0)
+    assert split.windows_per_request() == 2.0 and split.host.per_request_ms(2.0) == 11.0
+    one = evaluate(split, "t", {"resize": (milp.assignment_for(_config(split, "resize", "cpu-1", 1), 1),),
+                                "classify": (milp.assignment_for(_config(split, "classify", "cpu-1", 1), 2),)})
+    assert host_qps(split, one) == pytest.approx(HOST_QPS)  # as with 11 ms a request
+    assert cores_busy(split, one, 70.0)[1] == pytest.approx(0.77)
+    assert host_capacity_qps(published_handoff(split, one)) == pytest.approx(HOST_QPS)
+    with pytest.raises(ProblemError, match="host.window_cpu_ms"):
+        image(70, window_cpu_ms=-1.0)

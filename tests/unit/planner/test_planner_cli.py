@@ -64,7 +64,13 @@ def test_plan_on_a_declared_host(tmp_path):
     r = CliRunner().invoke(plan, ["--problem", problem, "--json", "--host-cores", "8", "--host-request-cpu-ms", "10"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
-    assert doc["feasible"] and doc["problem"]["host"] == {"cores": 8.0, "background_cores": 0.0, "request_cpu_ms": 10.0}
+    assert doc["feasible"] and doc["problem"]["host"] == {"cores": 8.0, "background_cores": 0.0, "request_cpu_ms": 10.0,
+                                                          "window_cpu_ms": 0.0}
+    # 2 ms a request and 2 a window, once per stage visit (1 + 1.5 at windows of one): 7 ms, more than 6
+    r = CliRunner().invoke(plan, ["--problem", problem, "--json", "--host-cores", "1", "--host-request-cpu-ms", "2",
+                                  "--host-window-cpu-ms", "2"])
+    doc = json.loads(r.output)
+    assert r.exit_code == 2 and not doc["feasible"] and "host" in doc["notes"][0]
     r = CliRunner().invoke(plan, ["--problem", problem, "--json", "--host-cores", "1", "--host-request-cpu-ms", "6"])
     doc = json.loads(r.output)
     assert r.exit_code == 2 and not doc["feasible"] and "host" in doc["notes"][0]

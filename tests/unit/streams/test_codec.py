@@ -174,6 +174,25 @@ HANDOFF_V4 = ("c301b622f6086b1773ad1c696d6167652d636c6173736966790e0000000000003
               "8080d0e2c6bfce972f0210636c6173736966790000000000c0774000000000008055400400000000000079400000000000"
               "005e40000a6c69746530043333333333332740000000000000354000020a6c69746530d578e9263108e83f000000000000"
               "f03f00000000008055400400000000000079400000000000005e40000433333333333327400000000000003540000000")
+# A TunerHandoff written before the host's CPU per window (schemas/history/TunerHandoff.v5.avsc): the codec
+# at commit 03d9b4a encoding the sample with the host it had then (6.5 ms a request, none per window).
+HANDOFF_V5 = ("c301764b798967f090ac1c696d6167652d636c6173736966790e0000000000003240049a9999999999b93f000000000000f0"
+              "3f000400000000000054400000000000003e40000210636c617373696679020000000000805540000000000000f03f008080"
+              "d0e2c6bfce972f0210636c6173736966790000000000c0774000000000008055400400000000000079400000000000005e40"
+              "000a6c69746530043333333333332740000000000000354000020a6c69746530d578e9263108e83f000000000000f03f0000"
+              "0000008055400400000000000079400000000000005e40000433333333333327400000000000003540000000000000002540"
+              "00000000000000254000029a9999999999f53f0000000000001a40")
+
+
+def test_a_tuner_handoff_written_before_the_cpu_per_window_reads_with_none():
+    data = bytes.fromhex(HANDOFF_V5)
+    assert codec.encode("TunerHandoff", SAMPLES["TunerHandoff"])[2:10] != data[2:10], "the schema did not change"
+    host = {"free_cores": 1.35, "request_cpu_ms": 6.5, "window_cpu_ms": 0.0}  # all of it per request, as then
+    assert codec.decode("TunerHandoff", data) == {**SAMPLES["TunerHandoff"], "host": host}
+    with pytest.raises(CodecError, match="trailing bytes"):
+        codec.decode("TunerHandoff", data + b"\x00")
+
+
 NO_CPU = {"cpu_ms_per_item": 0.0}
 LADDER = SAMPLES["TunerHandoff"]["capacity"][0]["ladder"]
 
