@@ -17,8 +17,9 @@ PID [BOOTSTRAP]``).
 
 A tick reads the ``stat`` of the processes found so far; every ``rescan_s`` it reads every process's
 (for the parent links) to find new ones, and a process's command line once, when it becomes one of
-ours. A process started after :meth:`CpuSampler.start` counts from no CPU, so finding it late loses
-nothing.
+ours. A process that was not running at :meth:`CpuSampler.start` (its pid absent from that scan)
+counts from no CPU, so finding it late loses nothing; its start time is not used, since the kernel
+counts it in 10-ms ticks and a process started within the tick of the start looked older.
 """
 from __future__ import annotations
 
@@ -94,18 +95,14 @@ def listeners(ports: set[int]) -> set[str]:
     return out
 
 
-def _stat(pid: str) -> tuple[str, float, float] | None:
-    """(parent pid, CPU seconds, start time in seconds since boot) of a process."""
+def _stat(pid: str) -> tuple[str, float] | None:
+    """(parent pid, CPU seconds) of a process."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     f = stat[stat.rindex(")") + 2:].split()  # after the command name, which may hold spaces
-    return f[1], (int(f[11]) + int(f[12])) / TICK, int(f[19]) / TICK  # ppid; utime + stime; starttime
-
-
-def _uptime_s() -> float:
-    return float(Path("/proc/uptime").read_text().split()[0])
+    return f[1], (int(f[11]) + int(f[12])) / TICK  # ppid; utime + stime
 
 
 def _argv(pid: str) -> list[str]:
@@ -126,7 +123,7 @@ class CpuSampler:
         self._roots = {str(p) for p in roots} if roots is not None else {str(os.getpid())}
         self._first: dict[str, tuple[str, float]] = {}  # pid -> (kind, CPU s when first seen)
         self._last: dict[str, float] = {}
-        self._t0 = 0.0  # seconds since boot at start: a process started later counts from 0 CPU
+        self._at_start: set[str] | None = None  # every pid at start: a process not among them counts from 0 CPU
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
 
@@ -136,10 +133,12 @@ class CpuSampler:
         pids = (p.name for p in Path("/proc").iterdir() if p.name.isdigit()) if rescan else list(self._first)
         stats = {pid: s for pid in pids if (s := _stat(pid)) is not None}
         found = ours(self._roots & stats.keys(), {p: s[0] for p, s in stats.items()}) if rescan else stats
+        if self._at_start is None:
+            self._at_start = set(stats)
         for pid in found:
             if pid not in self._first:
                 kind = SELF if pid == me else kind_of(_argv(pid)) or "other"
-                self._first[pid] = (kind, 0.0 if stats[pid][2] > self._t0 else stats[pid][1])
+                self._first[pid] = (kind, stats[pid][1] if pid in self._at_start else 0.0)
             self._last[pid] = stats[pid][1]
 
     def _run(self) -> None:
@@ -150,7 +149,6 @@ class CpuSampler:
             last_scan = time.monotonic() if rescan else last_scan
 
     def start(self) -> "CpuSampler":
-        self._t0 = _uptime_s()
         self._roots |= listeners(self.ports)
         self.sample()
         self._thread.start()
