@@ -5,19 +5,25 @@ import click
 
 from slipstream.options import state_default
 
-# also `slipstream estimate`'s: it replays finished runs with the value they had
-request_cpu_ms_option = click.option(
-    "--request-cpu-ms", default=0.0, show_default=True, type=click.FloatRange(min=0.0),
-    help="Host CPU ms per request beyond what the profiles and the calibration's free cores account for (the "
-         "workers' decode, produce and fetch): the planner and the estimator add it per request the source "
-         "admits (HostModel.request_cpu_ms). The 2-core s21 runs measured about 6.5 in all at windows of one; "
-         "with --window-cpu-ms, this is only the part paid per request whatever the batches.")
-window_cpu_ms_option = click.option(
-    "--window-cpu-ms", default=0.0, show_default=True, type=click.FloatRange(min=0.0),
-    help="Host CPU ms per window a stage's worker takes beyond the model's (fetch, produce, commit), however "
-         "many requests it holds: the estimator charges it per window it runs, the planner's host bound and the "
-         "source gate once per stage a request visits (HostModel.window_cpu_ms). A request then costs "
-         "--request-cpu-ms plus this per stage at windows of one, less as windows fill.")
+
+def _host_ms_option(flag: str, help: str):
+    """A host CPU figure in ms, 0 by default (nothing declared)."""
+    return click.option(flag, default=0.0, show_default=True, type=click.FloatRange(min=0.0), help=help)
+
+
+# also `slipstream estimate`'s: it replays finished runs with the values they had
+request_cpu_ms_option = _host_ms_option(
+    "--request-cpu-ms",
+    "Host CPU ms per request beyond what the profiles and the calibration's free cores account for (the "
+    "workers' decode, produce and fetch): the planner and the estimator add it per request the source "
+    "admits (HostModel.request_cpu_ms). The 2-core s21 runs measured about 6.5 in all at windows of one; "
+    "with --window-cpu-ms, this is only the part paid per request whatever the batches.")
+window_cpu_ms_option = _host_ms_option(
+    "--window-cpu-ms",
+    "Host CPU ms per window a stage's worker takes beyond the model's (fetch, produce, commit), however "
+    "many requests it holds: the estimator charges it per window it runs, the planner's host bound and the "
+    "source gate once per stage a request visits (HostModel.window_cpu_ms). A request then costs "
+    "--request-cpu-ms plus this per stage at windows of one, less as windows fill.")
 
 common = [
     click.option("--pipeline", "pipeline_file", default="deploy/pipelines/image-classify.yaml", show_default=True,
