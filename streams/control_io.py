@@ -36,6 +36,7 @@ from slipstream.schemas.records import StageConfig, TunerHandoff, of as record_c
 from slipstream.streams import admin, codec, kafka as kclient, topics
 from slipstream.streams.config import KafkaSettings
 from slipstream.streams.control_rules import KINDS, InvalidControl, check, check_key
+from slipstream.streams.shedding import host_ms_per_request
 from slipstream.streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
@@ -382,7 +383,7 @@ def host_capacity_qps(handoff: TunerHandoff, routing: Mapping[str, Mapping[str, 
     if host is None or host.free_cores <= 0:
         return math.inf
     visits = {s.stage: s.visit_ratio for s in handoff.stages}
-    ms = host.request_cpu_ms + host.window_cpu_ms * sum(visits.values())
+    ms = host_ms_per_request(host.request_cpu_ms, host.window_cpu_ms, sum(visits.values()))
     for c in handoff.capacity:
         rungs = {r.variant: r.cpu_ms_per_item for r in c.ladder}
         shares = _shares(routing, c.stage)

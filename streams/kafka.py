@@ -26,7 +26,7 @@ METADATA_MAX_AGE_MS = 5000
 # and the broker CPU). The tuner's pace reads them within one of its 100-ms ticks; the planner's
 # measured p99 (over 10 s or more) and a load generator's collector need them within a second.
 FOLLOWER_FETCH = {"fetch_min_bytes": 1024 * 1024, "fetch_max_wait_ms": 100}
-REPORT_FETCH = {"fetch_min_bytes": 1024 * 1024, "fetch_max_wait_ms": FETCH_MAX_WAIT_MS}
+REPORT_FETCH = {**FOLLOWER_FETCH, "fetch_max_wait_ms": FETCH_MAX_WAIT_MS}
 
 
 def producer(settings: KafkaSettings, **overrides: Any) -> AIOKafkaProducer:

@@ -4,7 +4,8 @@
   batch size, with a fit for sizes not measured (IPA: quadratic in batch size, linear fallback).
 - :class:`RecentLatency` is Clockwork's predictor: a high percentile over the last few runs of each
   batch size, seeded from the curve, so a worker's predictions follow what its hardware does now. A
-  lone stall (one run far slower than predicted) counts only once the next run of its size confirms it.
+  lone stall (one run far slower than its size's recent median) counts only once the next run of its
+  size confirms it, and a size idle for a second forgets its runs.
 """
 from __future__ import annotations
 
@@ -101,8 +102,8 @@ class RecentLatency:
     Before a size has been seen (or when its runs are all older than the horizon), the curve's value
     is scaled by how the runs seen so far compare with the curve (the median ratio), so a
     slower-than-profiled machine is noticed at once. A run over :data:`STALL_FACTOR` x the median of
-    its size's recent runs is held back until the next run of its size is as slow (then both count); a faster next run
-    discards it.
+    its size's recent runs is held back until the next run of its size is as slow (then both count);
+    a faster next run discards it.
     """
 
     curve: LatencyCurve

@@ -27,6 +27,13 @@ NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
 
 
+def host_ms_per_request(request_cpu_ms: float, window_cpu_ms: float, windows: float) -> float:
+    """Host CPU ms one admitted request takes beyond the models' (``HostModel.per_request_ms``): its
+    own part, and ``window_cpu_ms`` for each of the ``windows`` windows it makes (its stages' visit
+    ratios at windows of one item). The planner's host bound and the gate's drain rate read it."""
+    return request_cpu_ms + windows * window_cpu_ms
+
+
 def expired(stage: str, deadline_ns: int, now_ns: int, serve_ns: int) -> str | None:
     """The ``deadline`` drop reason of a request that cannot finish at ``stage`` in time even served
     at once (``serve_ns``), else None."""

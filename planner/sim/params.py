@@ -20,6 +20,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from slipstream.streams.batching import NS_PER_MS
+from slipstream.streams.shedding import host_ms_per_request
 
 SCALING_MODES = ("instances", "rebalance")
 TRANSIT_KINDS = ("constant", "shifted-exponential", "lognormal", "empirical", "quantiles")
@@ -293,7 +294,7 @@ class HostModel:
     def per_request_ms(self, windows: float) -> float:
         """CPU ms one request takes beyond the models' when it makes ``windows`` windows of its own
         (the sum of its stages' visit ratios at windows of one item)."""
-        return self.request_cpu_ms + windows * self.window_cpu_ms
+        return host_ms_per_request(self.request_cpu_ms, self.window_cpu_ms, windows)
 
     def colocated_cores(self, rate_qps: float, windows: float) -> float:
         """Cores the co-located processes and the workers' own work keep busy at ``rate_qps``
