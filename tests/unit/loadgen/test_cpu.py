@@ -67,7 +67,7 @@ def test_the_sampler_leaves_other_processes_on_the_host_out():
         used, other = mine.stop(), theirs.stop()
     finally:
         os.kill(pid, 9)
-    assert set(used) == {SELF}, used
+    assert used.get("other", 0) < 0.1, used  # its 0.3 s are not this run's (an idle child of pytest may be)
     assert other.get("other", 0) > 0.2, other  # the same process, counted when it is the root
 
 
