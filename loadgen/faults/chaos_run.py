@@ -245,6 +245,12 @@ def pick_node(choice: str, busiest: int, controller: int | None) -> int:
     return int(choice)
 
 
+def check_node(choice: str, nodes: int) -> None:
+    """Refuse a ``--broker-node`` that is not ``busiest``, ``controller`` or one of the ``nodes``."""
+    if choice not in (BUSIEST, CONTROLLER) and not (choice.isdigit() and 1 <= int(choice) <= nodes):
+        raise ValueError(f"broker node must be {BUSIEST!r}, {CONTROLLER!r} or 1..{nodes}, got {choice!r}")
+
+
 async def inject(case: chaos.FaultCase, stack: Stack, cluster: Cluster, first_send: asyncio.Event,
                  fault_at_s: float, out: Injected, broker_node: str = BUSIEST) -> None:
     """Wait ``fault_at_s`` after the first send, then do what the case says."""
@@ -345,12 +351,10 @@ class ChaosOptions:
     kafka_state: str | None = None  # its state folder [default: .state/kafka or .state/kafka-cluster]
     standby: int = 1  # warm worker processes per worker role beyond the plan's (slipstream.tuner.supervisor)
     broker_node: str = BUSIEST  # the node a cluster fault kills (pick_node)
+    controllers: int | None = None  # the cluster's controller-only nodes (broker.local_cluster's default)
 
-    def __post_init__(self) -> None:
-        if self.broker_node not in (BUSIEST, CONTROLLER) and not (
-                self.broker_node.isdigit() and 1 <= int(self.broker_node) <= self.brokers):
-            raise ValueError(f"broker node must be {BUSIEST!r}, {CONTROLLER!r} or 1..{self.brokers}, "
-                             f"got {self.broker_node!r}")
+    def __post_init__(self) -> None:  # the node's number is checked against the cluster (check_node)
+        check_node(self.broker_node, 99)
 
 
 def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
@@ -363,7 +367,9 @@ def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
 
     interrupt_on_sigterm()
     report = Path(opts.report_dir)
-    cluster, started = use_cluster(opts.brokers, opts.port, opts.kafka_state)
+    cluster, started = use_cluster(opts.brokers, opts.port, opts.kafka_state, opts.controllers)
+    if cluster.local:
+        check_node(opts.broker_node, len(cluster.local.nodes))
     previous = export_bootstrap(cluster.bootstrap)  # for the run's processes; put back after it
     settings = KafkaSettings.from_env()
     stamp = time.strftime("%Y%m%d-%H%M%S")

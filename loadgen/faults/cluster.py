@@ -22,12 +22,13 @@ class Cluster:
         return self.local.brokers if self.local else 1
 
 
-def use_cluster(brokers: int, port: int | None = None, state: str | None = None) -> tuple[Cluster, bool]:
+def use_cluster(brokers: int, port: int | None = None, state: str | None = None,
+                controllers: int | None = None) -> tuple[Cluster, bool]:
     """The single local broker (``brokers`` == 1; SLIPSTREAM_BOOTSTRAP wins if set and no ``port`` is
-    given) or the local cluster of ``brokers``; on ``port`` and in ``state`` when given (a Kafka of the
-    run's own, apart from a shared one); started if needed. Returns it and whether it was started here."""
+    given) or the local cluster of ``brokers`` (and ``controllers``: ``broker.local_cluster``); on ``port``
+    and in ``state`` when given (a Kafka of the run's own, apart from a shared one); started if needed. Returns it and whether it was started here."""
     if brokers > 1:
-        c = broker.local_cluster(brokers, port=port, state=state)
+        c = broker.local_cluster(brokers, port=port, state=state, controllers=controllers)
         started = any(broker.running_pid(b) is None for b in c.nodes)
         broker.cluster_up(c, progress=click.echo)
         return Cluster(c.bootstrap, local=c), started

@@ -27,9 +27,12 @@ from slipstream.tuner_options import standby_option
 @click.option("--broker-node", default="busiest", show_default=True,
               help="The node the cluster fault kills: 'busiest' (the leader of most of the pipeline's "
                    "partitions), 'controller' (the active controller) or a node number.")
+@click.option("--controllers", type=click.IntRange(0, 5), default=None,
+              help="A new cluster's controller-only nodes (0: the brokers are the voters) [default: what the "
+                   "cluster was made with, else 3].")
 @standby_option(1)
 def chaos(pipeline_file, brokers, profiles_dir, mode, replan_s, trace, fault_at_s, broker_down_s, freeze_s,
-          freeze_stage, only, drain_s, report_dir, port, kafka_state, broker_node, standby) -> None:
+          freeze_stage, only, drain_s, report_dir, port, kafka_state, broker_node, controllers, standby) -> None:
     """Inject faults under an open-loop replay: kill -9 every stage worker, the join, the tuner and the
     planner service, SIGSTOP a worker past its session timeout, kill the broker (one of three with
     --brokers 3). Per case: requests, missing, duplicates, conflicting statuses, recovery time.
@@ -39,7 +42,7 @@ def chaos(pipeline_file, brokers, profiles_dir, mode, replan_s, trace, fault_at_
     run_suite(ChaosOptions(pipeline_file, trace, fault_at_s, brokers, broker_down_s, freeze_s or FREEZE_S,
                            freeze_stage, tuple(only), profiles_dir, report_dir or f"reports/chaos-{brokers}b",
                            mode, replan_s, drain_s, port=port, kafka_state=kafka_state, standby=standby,
-                           broker_node=broker_node))
+                           broker_node=broker_node, controllers=controllers))
 
 
 commands = [chaos]

@@ -2,7 +2,8 @@
 
 Without ``--brokers``/``--name`` the commands act on the single broker (127.0.0.1:19092, state
 ``STATE_DIR/kafka``, STATE_DIR from ``slipstream --state-dir``, default ``./.state``). With ``--brokers N`` (N > 1) or ``--name NAME`` they act on the cluster NAME (default
-``cluster``): N KRaft nodes on 19094.. (``--port``), state ``STATE_DIR/kafka-NAME``; ``down`` stops exactly
+``cluster``): N brokers on 19094.. (``--port``) and, after them, the KRaft quorum's controller-only nodes
+(``--controllers``, default 3; 0 makes every broker a voter), state ``STATE_DIR/kafka-NAME``; ``down`` stops exactly
 that cluster's processes, by their PIDs.
 
 ``--kafka-version`` (or ``SLIPSTREAM_KAFKA_VERSION``) picks the Kafka release ``up`` starts, one of
@@ -29,6 +30,10 @@ brokers_opt = click.option("--brokers", type=click.IntRange(1, 9), default=None,
                            help="Run a replicated cluster of this many brokers (3: replication 3, min ISR 2) "
                                 "[default: the single broker; for --name, what the cluster was made with].")
 name_opt = click.option("--name", default=None, help=f"Cluster name [default: {broker.CLUSTER_NAME}].")
+controllers_opt = click.option("--controllers", type=click.IntRange(0, 5), default=None,
+                               help="A new cluster's controller-only nodes, its KRaft voters (0: every broker is "
+                                    "also a voter) [default: what the cluster was made with, else "
+                                    f"{broker.DEDICATED_CONTROLLERS}].")
 version_opt = click.option("--kafka-version", "version", envvar=KAFKA_VERSION_ENV, default=None,
                            type=click.Choice(broker.SUPPORTED),
                            help=f"Kafka release to start [default: {broker.DEFAULT_VERSION}].")
@@ -37,13 +42,13 @@ host_opt = click.option("--host", envvar=KAFKA_HOST_ENV, default=broker.LOOPBACK
                              "pods on a bridge: its address; deploy/k8s/local-cluster.sh).")
 
 
-def _target(state, port, brokers, name, version=None, host=broker.LOOPBACK):
+def _target(state, port, brokers, name, version=None, host=broker.LOOPBACK, controllers=None):
     """The single broker, or the cluster that --brokers/--name name."""
     if (brokers is None or brokers == 1) and name is None:
         return broker.default_broker(state, port or broker.SINGLE_PORT, root=state_dir(), version=version, host=host)
     if host != broker.LOOPBACK:
         raise click.BadParameter("only the single broker takes another address", param_hint="--host")
-    return broker.local_cluster(brokers, name, port, state, root=state_dir(), version=version)
+    return broker.local_cluster(brokers, name, port, state, root=state_dir(), version=version, controllers=controllers)
 
 
 def _fail(exc: Exception) -> None:
@@ -63,10 +68,11 @@ def kafka() -> None:
 @name_opt
 @version_opt
 @host_opt
+@controllers_opt
 @click.option("--timeout", default=180.0, show_default=True, help="Seconds to wait for readiness.")
-def up(state, port, brokers, name, version, host, timeout) -> None:
+def up(state, port, brokers, name, version, host, controllers, timeout) -> None:
     """Start the broker or cluster (idempotent) and wait for a metadata round trip listing every broker."""
-    target = _target(state, port, brokers, name, version, host)
+    target = _target(state, port, brokers, name, version, host, controllers)
     try:
         if isinstance(target, broker.LocalCluster):
             broker.cluster_up(target, timeout_s=timeout, progress=click.echo)
@@ -104,9 +110,10 @@ def status(state, port, brokers, name, host, as_json) -> None:
     target = _target(state, port, brokers, name, host=host)
     if isinstance(target, broker.LocalCluster):
         st = broker.cluster_status(target)
-        line = (f"kafka cluster {st['name']!r}: {st['running']}/{st['brokers']} running, {st['listed']} listed "
-                f"by the metadata on {st['bootstrap']} (pids {[n['pid'] for n in st['nodes']]})")
-        line += "".join(f"\n  node {n['node']}: {_version_line(n)}" for n in st["nodes"] if n["pid"])
+        line = (f"kafka cluster {st['name']!r}: {st['running']}/{len(st['nodes'])} nodes running "
+                f"({st['brokers']} brokers, {st['controllers'] or 'no'} controller-only nodes), {st['listed']} "
+                f"brokers listed by the metadata on {st['bootstrap']} (pids {[n['pid'] for n in st['nodes']]})")
+        line += "".join(f"\n  node {n['node']} ({n['roles']}): {_version_line(n)}" for n in st["nodes"] if n["pid"])
     else:
         st = broker.status(target)
         ready = "ready" if st["ready"] else "not answering"
@@ -119,6 +126,8 @@ def status(state, port, brokers, name, host, as_json) -> None:
 
 def _version_line(st: dict) -> str:
     """The release of the running process's jars and what the broker itself answers (ApiVersions)."""
+    if st.get("roles") == broker.CONTROLLER_ONLY:
+        return f"Kafka {st.get('kafka_version') or '(unknown jars)'}: a controller (no client listener)"
     said = st.get("broker")
     answer = (f"the broker reports metadata.version {said['metadata_version']} (supports up to "
               f"{said['metadata_version_max']})" if said else "the broker did not answer ApiVersions")

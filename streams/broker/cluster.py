@@ -20,16 +20,19 @@ def cluster_up(c: LocalCluster, timeout_s: float = 180.0, progress=print) -> lis
     the cluster lists all of them. Returns the PIDs, node 1 first."""
     nodes = c.nodes
     saved = json.loads(c.layout_file.read_text()) if c.layout_file.exists() else {}
-    if saved and (saved.get("brokers"), saved.get("port")) != (c.brokers, c.port):
-        raise BrokerError(f"cluster {c.name!r} in {c.state_dir} was made with {saved.get('brokers')} brokers "
-                          f"on port {saved.get('port')}: stop it and remove that folder to change its shape")
+    shape = {"brokers": c.brokers, "port": c.port, "controllers": c.controllers}
+    made = {**shape, **saved, "controllers": saved.get("controllers", 0)}
+    if saved and {k: made[k] for k in shape} != shape:
+        raise BrokerError(f"cluster {c.name!r} in {c.state_dir} was made with {made['brokers']} brokers and "
+                          f"{made['controllers']} controllers on port {made['port']}: stop it and remove that "
+                          f"folder to change its shape")
     if not saved:
-        for b in nodes:
+        for b in c.broker_nodes:
             if running_pid(b) is None and is_ready(b.bootstrap, 2.0):
                 raise BrokerError(f"a broker not started by slipstream already answers on {b.bootstrap}")
     cluster_id = saved.get("cluster_id") or _cluster_id()
     c.state_dir.mkdir(parents=True, exist_ok=True)
-    c.layout_file.write_text(json.dumps({"brokers": c.brokers, "port": c.port, "cluster_id": cluster_id}))
+    c.layout_file.write_text(json.dumps({**shape, "cluster_id": cluster_id}))
     pids = []
     for b in nodes:
         pid = running_pid(b)
@@ -38,7 +41,8 @@ def cluster_up(c: LocalCluster, timeout_s: float = 180.0, progress=print) -> lis
             progress(f"kafka node {b.node_id} starting (pid {pid}) on {b.bootstrap}")
         pids.append(pid)
     wait_cluster(c, timeout_s)
-    progress(f"kafka cluster {c.name!r} up: {c.brokers} brokers on {c.bootstrap} (pids {pids})")
+    quorum = f", {c.controllers} controllers" if c.controllers else ""
+    progress(f"kafka cluster {c.name!r} up: {c.brokers} brokers on {c.bootstrap}{quorum} (pids {pids})")
     return pids
 
 
@@ -51,7 +55,7 @@ def wait_cluster(c: LocalCluster, timeout_s: float = 180.0) -> None:
             if running_pid(b) is None:
                 tail = b.stdout_file.read_text()[-2000:] if b.stdout_file.exists() else ""
                 raise BrokerError(f"kafka node {b.node_id} of cluster {c.name!r} is not running; last output:\n{tail}")
-        if all(is_ready(b.bootstrap, 2.0, c.brokers) for b in c.nodes):
+        if all(is_ready(b.bootstrap, 2.0, c.brokers) for b in c.broker_nodes):
             return
         time.sleep(0.5)  # polling separate processes: there is no event to wait on
     raise BrokerError(f"cluster {c.name!r} did not list {c.brokers} brokers on every node of {c.bootstrap} within "
@@ -95,10 +99,10 @@ def quorum_leader(lines: Iterable[str]) -> int | None:
 
 
 def active_controller(c: LocalCluster) -> int | None:
-    """The node that is the cluster's active controller, read from the running nodes' logs (a local
+    """The node that is the cluster's active controller, read from the running voters' logs (a local
     cluster's logs are ours; Kafka tells a client only a random broker as "the controller" in KRaft)."""
     def lines():
-        for b in c.nodes:
+        for b in c.voter_nodes:
             if running_pid(b) is not None and b.log_file.exists():
                 with b.log_file.open(errors="replace") as f:
                     yield from f
@@ -139,11 +143,11 @@ def cluster_down(c: LocalCluster, grace_s: float = 30.0, progress=print) -> bool
 def cluster_status(c: LocalCluster) -> dict:
     """Each node's process and jar release, how many brokers the metadata lists, and what the brokers
     report of their version (``probe.broker_version``, per running node)."""
-    nodes = [{"node": b.node_id, "pid": (pid := running_pid(b)), "bootstrap": b.bootstrap,
-              "kafka_version": running_jar_version(b), "broker": broker_version(b.bootstrap, 2.0) if pid else None}
-             for b in c.nodes]
+    nodes = [{"node": b.node_id, "roles": b.roles, "pid": (pid := running_pid(b)),
+              "bootstrap": b.bootstrap if b.is_broker else None, "kafka_version": running_jar_version(b),
+              "broker": broker_version(b.bootstrap, 2.0) if pid and b.is_broker else None} for b in c.nodes]
     running = sum(1 for n in nodes if n["pid"])
     listed = live_brokers(c.bootstrap, 2.0) if running else 0
-    return {"name": c.name, "bootstrap": c.bootstrap, "brokers": c.brokers, "running": running,
-            "listed": listed, "ready": running == c.brokers and listed == c.brokers,
+    return {"name": c.name, "bootstrap": c.bootstrap, "brokers": c.brokers, "controllers": c.controllers,
+            "running": running, "listed": listed, "ready": running == len(nodes) and listed == c.brokers,
             "nodes": nodes, "state_dir": str(c.state_dir)}

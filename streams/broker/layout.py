@@ -1,6 +1,6 @@
 """Where the local brokers live: one KRaft node (:class:`LocalBroker`: ports, state folder, Kafka
-release and its jars, replication of the internal topics) and a replicated cluster of them
-(:class:`LocalCluster`, whose shape is kept in its ``cluster.json``), with the defaults ``slipstream
+release and its jars, replication of the internal topics, its KRaft roles) and a replicated cluster of
+them (:class:`LocalCluster`, whose shape is kept in its ``cluster.json``), with the defaults ``slipstream
 kafka`` uses. The release is ``versions.DEFAULT_VERSION`` unless a caller or ``SLIPSTREAM_KAFKA_VERSION``
 names another supported one; its jars are built in ``build_root/kafka-<version>``.
 """
@@ -19,6 +19,11 @@ SINGLE_PORT = 19092
 CLUSTER_PORT = 19094
 CLUSTER_NAME = "cluster"
 LOOPBACK = "127.0.0.1"  # every listener's address unless the single broker is given another
+COMBINED, BROKER_ONLY, CONTROLLER_ONLY = "broker,controller", "broker", "controller"  # a node's process.roles
+# A cluster's controller-only nodes by default: Kafka's production layout. A killed broker then costs
+# its session timeout alone; on combined nodes, killing the active controller adds the quorum's fetch
+# timeout and an election before that session starts to count (docs/chaos.md).
+DEDICATED_CONTROLLERS = 3
 
 
 class BrokerError(RuntimeError):
@@ -27,7 +32,7 @@ class BrokerError(RuntimeError):
 
 @dataclass(frozen=True)
 class LocalBroker:
-    """One KRaft node (broker and controller in one process)."""
+    """One KRaft node: broker and controller in one process (``roles`` COMBINED), or one of them."""
 
     state_dir: Path
     port: int = SINGLE_PORT
@@ -41,9 +46,21 @@ class LocalBroker:
     advertised_port: int | None = None  # the port clients are sent to (a proxy in front); None: port
     kafka_version: str = DEFAULT_VERSION  # one of versions.SUPPORTED
     host: str = LOOPBACK  # the client listener's address, listened on and advertised (pods: a bridge's)
+    roles: str = COMBINED
 
     def __post_init__(self) -> None:
         release(self.kafka_version)  # refuses an unsupported one by name
+        if self.roles not in (COMBINED, BROKER_ONLY, CONTROLLER_ONLY):
+            raise ValueError(f"roles must be {COMBINED!r}, {BROKER_ONLY!r} or {CONTROLLER_ONLY!r}, got {self.roles!r}")
+
+    @property
+    def is_broker(self) -> bool:
+        """Serves clients (a controller-only node has no client listener)."""
+        return self.roles != CONTROLLER_ONLY
+
+    @property
+    def is_voter(self) -> bool:
+        return self.roles != BROKER_ONLY
 
     @property
     def release(self) -> KafkaRelease:
@@ -86,7 +103,8 @@ class LocalBroker:
 
 @dataclass(frozen=True)
 class LocalCluster:
-    """``brokers`` nodes that form one KRaft quorum; every node is a voter."""
+    """``brokers`` brokers (nodes 1..brokers) and one KRaft quorum: ``controllers`` controller-only nodes
+    after them, or, with 0, the brokers themselves (combined nodes)."""
 
     name: str
     state_dir: Path
@@ -95,24 +113,39 @@ class LocalCluster:
     heap: str = "384m"
     build_root: Path = DEFAULT_STATE_DIR / "build"  # the jars' Maven builds, one folder per release
     kafka_version: str = DEFAULT_VERSION
+    controllers: int = 0
+    controller_heap: str = "256m"
 
     def __post_init__(self) -> None:
-        if self.brokers < 1:
-            raise ValueError(f"brokers must be >= 1, got {self.brokers}")
+        if self.brokers < 1 or self.controllers < 0:
+            raise ValueError(f"brokers must be >= 1 and controllers >= 0, got {self.brokers} and {self.controllers}")
         release(self.kafka_version)
 
     @property
     def nodes(self) -> tuple[LocalBroker, ...]:
-        ports = [(self.port + 2 * i, self.port + 2 * i + 1) for i in range(self.brokers)]
-        voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
+        """Every node, node i at ``nodes[i - 1]``: the brokers, then the controllers. Node i listens on
+        ``port + 2(i-1)`` (clients; brokers only) and the next port (the quorum; voters only)."""
+        count = self.brokers + self.controllers
+        voter_ids = range(self.brokers + 1, count + 1) if self.controllers else range(1, count + 1)
+        voters = ",".join(f"{i}@127.0.0.1:{self.port + 2 * i - 1}" for i in voter_ids)
         rf = min(3, self.brokers)
-        return tuple(LocalBroker(self.state_dir / f"node-{i + 1}", p, c, self.heap, i + 1, voters, rf, min(2, rf),
-                                 self.build_root, kafka_version=self.kafka_version)
-                     for i, (p, c) in enumerate(ports))
+        roles = [COMBINED] * self.brokers if not self.controllers else [BROKER_ONLY] * self.brokers + [CONTROLLER_ONLY] * self.controllers
+        return tuple(LocalBroker(self.state_dir / f"node-{i}", self.port + 2 * (i - 1), self.port + 2 * i - 1,
+                                 self.heap if r != CONTROLLER_ONLY else self.controller_heap, i, voters, rf, min(2, rf),
+                                 self.build_root, kafka_version=self.kafka_version, roles=r)
+                     for i, r in enumerate(roles, start=1))
+
+    @property
+    def broker_nodes(self) -> tuple[LocalBroker, ...]:
+        return tuple(n for n in self.nodes if n.is_broker)
+
+    @property
+    def voter_nodes(self) -> tuple[LocalBroker, ...]:
+        return tuple(n for n in self.nodes if n.is_voter)
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(n.bootstrap for n in self.nodes)
+        return ",".join(n.bootstrap for n in self.broker_nodes)
 
     @property
     def layout_file(self) -> Path:
@@ -130,15 +163,18 @@ def default_broker(state: str | os.PathLike | None = None, port: int = SINGLE_PO
 
 def local_cluster(brokers: int | None = None, name: str | None = None, port: int | None = None,
                   state: str | os.PathLike | None = None, *, root: Path = DEFAULT_STATE_DIR,
-                  version: str | None = None) -> LocalCluster:
-    """The cluster named ``name`` (default ``cluster``). Brokers and port not given are read from the
-    cluster's ``cluster.json`` when it was started before, else 3 and 19094."""
+                  version: str | None = None, controllers: int | None = None) -> LocalCluster:
+    """The cluster named ``name`` (default ``cluster``). Brokers, port and controllers not given are read
+    from the cluster's ``cluster.json`` when it was started before, else 3, 19094 and
+    ``DEDICATED_CONTROLLERS`` (a cluster.json without controllers is a combined one: 0)."""
     name = name or CLUSTER_NAME
     folder = Path(state) if state else root / f"kafka-{name}"
     try:
         saved = json.loads((folder / "cluster.json").read_text())
     except (FileNotFoundError, ValueError):
         saved = {}
+    if controllers is None:
+        controllers = saved.get("controllers", 0) if saved else DEDICATED_CONTROLLERS
     return LocalCluster(name, folder, brokers or saved.get("brokers", 3), port or saved.get("port", CLUSTER_PORT),
-                        build_root=root / "build",
-                        kafka_version=version or kafka_version_from_env() or DEFAULT_VERSION)
+                        build_root=root / "build", kafka_version=version or kafka_version_from_env() or DEFAULT_VERSION,
+                        controllers=controllers)

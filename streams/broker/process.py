@@ -56,16 +56,26 @@ CLUSTER_LIVENESS_MS = {"BROKER_SESSION_MS": 3000, "BROKER_HEARTBEAT_MS": 500}
 KAFKA_LIVENESS_MS = {"BROKER_SESSION_MS": 9000, "BROKER_HEARTBEAT_MS": 2000}  # Kafka's defaults
 
 
+def listener_lines(b: LocalBroker) -> str:
+    """The node's ``process.roles`` and listeners: a broker's client listener (advertised, and between
+    brokers), a voter's quorum listener on the loopback."""
+    client, quorum = f"PLAINTEXT://{b.host}:{b.port}", f"CONTROLLER://127.0.0.1:{b.controller_port}"
+    lines = [f"process.roles={b.roles}", "listeners=" + ",".join(
+        [client] * b.is_broker + [quorum] * b.is_voter)]
+    if b.is_broker:
+        lines += [f"advertised.listeners=PLAINTEXT://{b.host}:{b.advertised_port or b.port}",
+                  "inter.broker.listener.name=PLAINTEXT"]
+    return "\n".join(lines)
+
+
 def render_config(b: LocalBroker) -> str:
     """deploy/kafka/server.properties, plus the release's own settings, with this node's placeholders filled."""
     text = (KAFKA_DEPLOY / "server.properties").read_text()
     if b.release.extra_properties:
         text += f"# Kafka {b.release.major}.x (streams/broker/versions.py)\n" + "".join(
             f"{line}\n" for line in b.release.extra_properties)
-    for key, value in {"DATA_DIR": b.state_dir / "data", "PORT": b.port, "CONTROLLER_PORT": b.controller_port,
-                       "ADVERTISED_PORT": b.advertised_port or b.port, "HOST": b.host,
-                       "NODE_ID": b.node_id, "VOTERS": b.quorum_voters, "RF": b.replication,
-                       "MIN_ISR": b.min_isr, **(CLUSTER_LIVENESS_MS if b.replication > 1 else KAFKA_LIVENESS_MS)}.items():
+    for key, value in {"DATA_DIR": b.state_dir / "data", "LISTENERS": listener_lines(b), "NODE_ID": b.node_id,
+                       "VOTERS": b.quorum_voters, "RF": b.replication, "MIN_ISR": b.min_isr, **(CLUSTER_LIVENESS_MS if b.replication > 1 else KAFKA_LIVENESS_MS)}.items():
         text = text.replace(f"@{key}@", str(value))
     return text
 

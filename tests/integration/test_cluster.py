@@ -1,6 +1,6 @@
-"""The local three-broker cluster (`slipstream kafka up --brokers 3`): topics get replication 3 and
-min ISR 2 by default, and with one broker killed an idempotent acks=all producer still writes, nothing
-lost and nothing doubled; restarted, the killed node answers, lists all brokers and is back in the
+"""The local three-broker cluster (`slipstream kafka up --brokers 3`, its quorum on three controller-only
+nodes): topics get replication 3 and min ISR 2 by default, and with one broker killed (never a voter)
+an idempotent acks=all producer still writes, nothing lost and nothing doubled; restarted, the killed node answers, lists all brokers and is back in the
 in-sync replica set of every partition it holds. Starts and stops its own cluster (state in a temporary
 folder)."""
 from __future__ import annotations
@@ -51,6 +51,8 @@ async def test_replicated_topics_survive_one_broker_killed(cluster, unique):
         assert configs["min.insync.replicas"] == "2"
         leaders = [p["leader"] for p in meta["partitions"]]
     victim = cluster.nodes[leaders[0] - 1]
+    assert victim.is_broker and not victim.is_voter  # killing a broker leaves the quorum whole
+    assert broker.active_controller(cluster) in {n.node_id for n in cluster.voter_nodes} - {victim.node_id}
     os.kill(broker.running_pid(victim), signal.SIGKILL)  # the leader of partition 0
     prod = kclient.producer(settings, request_timeout_ms=30000)
     await prod.start()

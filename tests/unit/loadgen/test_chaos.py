@@ -100,13 +100,17 @@ def test_the_table_and_the_backlog_plots_are_drawn(tmp_path):
 
 
 def test_the_cluster_fault_kills_the_busiest_node_the_controller_or_a_given_one():
-    from slipstream.loadgen.faults.chaos_run import ChaosOptions, pick_node
+    from slipstream.loadgen.faults.chaos_run import ChaosOptions, check_node, pick_node
 
     assert pick_node("busiest", 3, 1) == 3
     assert pick_node("controller", 3, 1) == 1
     assert pick_node("controller", 3, None) == 3  # the controller not found in the logs: the busiest
     assert pick_node("2", 3, 1) == 2
     assert ChaosOptions("p.yaml", brokers=3, broker_node="controller").broker_node == "controller"
-    for bad in ("4", "0", "leader"):
+    for bad in ("0", "leader", "-1"):
         with pytest.raises(ValueError, match="broker node"):
             ChaosOptions("p.yaml", brokers=3, broker_node=bad)
+    check_node("6", 6)  # a controller-only node of 3 brokers and 3 controllers
+    for bad in ("7", "0", "leader"):
+        with pytest.raises(ValueError, match="broker node"):
+            check_node(bad, 6)

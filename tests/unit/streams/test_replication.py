@@ -71,20 +71,47 @@ class _Pipe:
 
 
 def test_the_cluster_has_its_own_ports_voters_and_folders(tmp_path):
-    c = broker.local_cluster(3, "t", state=tmp_path)
+    c = broker.local_cluster(3, "t", state=tmp_path, controllers=0)  # combined: every broker a voter
     single = broker.default_broker()
     ports = [p for n in c.nodes for p in (n.port, n.controller_port)]
     assert ports == list(range(19094, 19100)) and not {single.port, single.controller_port} & set(ports)
     assert len({n.state_dir for n in c.nodes}) == 3 and all(tmp_path in n.state_dir.parents for n in c.nodes)
     cfg = broker.render_config(c.nodes[1])
     assert "node.id=2\n" in cfg and "controller.quorum.voters=1@127.0.0.1:19095,2@127.0.0.1:19097,3@127.0.0.1:19099" in cfg
+    assert "process.roles=broker,controller\n" in cfg
+    assert "listeners=PLAINTEXT://127.0.0.1:19096,CONTROLLER://127.0.0.1:19097\n" in cfg
     assert "offsets.topic.replication.factor=3\n" in cfg and "min.insync.replicas=2\n" in cfg
     assert "broker.session.timeout.ms=3000\n" in cfg  # a killed broker's leaderships move in 3 s
     assert not re.search(r"@[A-Z_]+@", cfg)  # every placeholder filled
     one = broker.render_config(single)
     assert "controller.quorum.voters=1@127.0.0.1:19093" in one and "offsets.topic.replication.factor=1\n" in one
+    assert "process.roles=broker,controller\n" in one
     assert "broker.session.timeout.ms=9000\n" in one  # Kafka's default: nobody to fail over to
     assert c.bootstrap == "127.0.0.1:19094,127.0.0.1:19096,127.0.0.1:19098"
+
+
+def test_a_new_cluster_keeps_its_quorum_on_controller_only_nodes(tmp_path):
+    """Kafka's production layout: killing a broker never kills the active controller with it."""
+    c = broker.local_cluster(3, "t", state=tmp_path)
+    assert c.controllers == broker.DEDICATED_CONTROLLERS == 3
+    assert [n.roles for n in c.nodes] == ["broker"] * 3 + ["controller"] * 3
+    assert c.bootstrap == "127.0.0.1:19094,127.0.0.1:19096,127.0.0.1:19098"  # clients reach brokers only
+    voters = "controller.quorum.voters=4@127.0.0.1:19101,5@127.0.0.1:19103,6@127.0.0.1:19105\n"
+    brk, ctl = broker.render_config(c.nodes[0]), broker.render_config(c.nodes[4])
+    assert voters in brk and voters in ctl and "node.id=5\n" in ctl
+    assert "process.roles=broker\nlisteners=PLAINTEXT://127.0.0.1:19094\n" in brk
+    assert "advertised.listeners=PLAINTEXT://127.0.0.1:19094\n" in brk
+    assert "process.roles=controller\nlisteners=CONTROLLER://127.0.0.1:19103\n" in ctl
+    assert "advertised.listeners" not in ctl and "inter.broker.listener.name" not in ctl
+    assert not re.search(r"@[A-Z_]+@", brk + ctl)
+
+
+def test_a_cluster_made_before_keeps_its_shape(tmp_path):
+    (tmp_path / "cluster.json").write_text('{"brokers": 3, "port": 19094}')  # made before controllers existed
+    assert broker.local_cluster(state=tmp_path).controllers == 0
+    (tmp_path / "cluster.json").write_text('{"brokers": 3, "port": 19094, "controllers": 3}')
+    assert broker.local_cluster(state=tmp_path).controllers == 3
+    assert broker.local_cluster(state=tmp_path, controllers=0).controllers == 0  # the caller's word wins
 
 
 def test_the_single_broker_listens_and_advertises_on_a_given_address(tmp_path):
