@@ -82,6 +82,7 @@ def test_the_cluster_has_its_own_ports_voters_and_folders(tmp_path):
     assert "listeners=PLAINTEXT://127.0.0.1:19096,CONTROLLER://127.0.0.1:19097\n" in cfg
     assert "offsets.topic.replication.factor=3\n" in cfg and "min.insync.replicas=2\n" in cfg
     assert "broker.session.timeout.ms=3000\n" in cfg  # a killed broker's leaderships move in 3 s
+    assert "auto.leader.rebalance.enable=false\n" in cfg  # and stay put when it is back (no second stall)
     assert not re.search(r"@[A-Z_]+@", cfg)  # every placeholder filled
     one = broker.render_config(single)
     assert "controller.quorum.voters=1@127.0.0.1:19093" in one and "offsets.topic.replication.factor=1\n" in one
