@@ -15,7 +15,7 @@ the codec encodes. ``slipstream.streams.codec.decode_typed`` and ``codec.encode`
 """
 from __future__ import annotations
 
-from dataclasses import field, make_dataclass
+from dataclasses import MISSING, field, make_dataclass
 from typing import Any, Callable, Mapping
 
 from slipstream import schemas
@@ -118,6 +118,7 @@ def _record(doc: Mapping[str, Any], classes: dict[str, type]) -> type:
     cls = make_dataclass(short, specs, bases=(Record,), namespace=ns, frozen=True, slots=True, kw_only=True)
     cls.__module__ = __name__
     cls._fast = staticmethod(_fast_from(cls, conv_from))
+    cls.__init__, cls.to_dict = _fast_init(cls, specs), _fast_to(conv_to)
     classes[short] = cls
     return cls
 
@@ -137,6 +138,42 @@ def _fast_from(cls: type, convs: list[tuple[str, Convert]]) -> Callable[[Mapping
             lines += [f"    v = d[{name!r}]", f"    _s{i}(o, v if v is None else _c{i}(v))"]
     exec("\n".join(lines + ["    return o"]), env)  # noqa: S102 - built from the schema's field names
     return env["fast"]
+
+
+def _fast_init(cls: type, specs: list) -> Callable[..., None]:
+    """``cls.__init__`` generated like :func:`_fast_from`: the same keyword-only signature and defaults
+    as the dataclass's own, each slot set straight (every record a worker routes out is built here)."""
+    env: dict[str, Any] = {"_MISSING": MISSING}
+    params, lines = [], []
+    for i, (name, _, f) in enumerate(specs):
+        env[f"_s{i}"] = getattr(cls, name).__set__
+        if f.default is not MISSING:
+            env[f"_d{i}"] = f.default
+            params.append(f"{name}=_d{i}")
+        elif f.default_factory is not MISSING:
+            env[f"_f{i}"] = f.default_factory
+            params.append(f"{name}=_MISSING")
+            lines.append(f"    {name} = _f{i}() if {name} is _MISSING else {name}")
+        else:
+            params.append(name)
+        lines.append(f"    _s{i}(self, {name})")
+    exec(f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(lines or ["    pass"]), env)  # noqa: S102
+    env["__init__"].__qualname__ = f"{cls.__name__}.__init__"
+    return env["__init__"]
+
+
+def _fast_to(convs: list[tuple[str, Convert]]) -> Callable[[Any], dict[str, Any]]:
+    """``to_dict`` generated for a class: one dict display, converters only where a field has one."""
+    env: dict[str, Any] = {}
+    items = []
+    for i, (name, conv) in enumerate(convs):
+        if conv is None:
+            items.append(f"{name!r}: self.{name}")
+        else:
+            env[f"_c{i}"] = conv
+            items.append(f"{name!r}: None if self.{name} is None else _c{i}(self.{name})")
+    exec("def to_dict(self):\n    return {" + ", ".join(items) + "}", env)  # noqa: S102 - the schema's field names
+    return env["to_dict"]
 
 
 def _default(f: Mapping[str, Any], to_obj: Convert):
