@@ -21,7 +21,7 @@ def out_bytes(outs: Iterable[Any]) -> int:
     n = 0
     for o in outs:
         v = o.value
-        n += len(v.get("payload") or v.get("output") or v.get("original") or b"")
+        n += len(getattr(v, "payload", None) or getattr(v, "output", None) or getattr(v, "original", None) or b"")
     return n
 
 

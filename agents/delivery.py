@@ -192,5 +192,5 @@ class Delivery:
 def _rid(s: Sent) -> str:
     if s.item is not None:
         return str(s.item.req.request_id)
-    return str(s.out.value.get("request_id", "-"))
+    return str(getattr(s.out.value, "request_id", "-"))
 

@@ -16,14 +16,18 @@ million ids).
 Combined status: ``error`` if any part erred, else ``dropped`` if any part was dropped, else ``done``.
 The output is JSON: ``{"parts": [{"path": [...], "content_type": ..., "output": ...}]}`` (text
 outputs as strings, other bytes base64). The join appends its own hop, so hops still add up.
+Fragments come in and results go out as typed records (``slipstream.schemas.records.InferenceResult``);
+a changed result is a copy (``dataclasses.replace``: records are frozen).
 """
 from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any, Mapping
+
+from slipstream.agents.routing import hop
+from slipstream.schemas.records import InferenceResult
 
 STATUS_ORDER = {"done": 0, "dropped": 1, "error": 2}
 REMEMBER_CLOSED_NS = 15 * 60 * 10**9
@@ -32,7 +36,7 @@ MAX_CLOSED = 1_000_000  # closed ids remembered at most: ~150 bytes each, ~150 M
 
 @dataclass
 class _Pending:
-    parts: dict[tuple, Mapping[str, Any]] = field(default_factory=dict)
+    parts: dict[tuple, InferenceResult] = field(default_factory=dict)
     total: Fraction = Fraction(0)
 
 
@@ -56,15 +60,15 @@ class Joiner:
         """Whether ``request_id`` is open here (its fragments are not all in yet)."""
         return request_id in self._pending
 
-    def add(self, frag: Mapping[str, Any], now_ns: int) -> dict | None:
+    def add(self, frag: InferenceResult, now_ns: int) -> InferenceResult | None:
         """Add one fragment; returns the joined result when its request is complete (or in error).
         Raises ValueError, changing nothing, when the fragment's share is not a fraction in (0, 1]."""
-        rid = frag["request_id"]
+        rid = frag.request_id
         share = _share(frag)
         if rid in self._closed:
             return None
         p = self._pending.setdefault(rid, _Pending())
-        key = tuple(frag.get("path", []))
+        key = frag.path
         if key in p.parts:
             return None
         p.parts[key] = frag
@@ -73,10 +77,9 @@ class Joiner:
             return None
         res = self._close(rid, now_ns)
         if p.total > 1:
-            res["status"] = "error"
-            res["reason"] = "; ".join(x for x in (
+            res = replace(res, status="error", reason="; ".join(x for x in (
                 f"join: fragments add up to {p.total} > 1 (paths {sorted(p.parts)}): parts of different "
-                f"fan-outs", res["reason"]) if x)
+                f"fan-outs", res.reason) if x))
         return res
 
     def remember(self, closed: list[tuple[str, int]]) -> None:
@@ -104,13 +107,13 @@ class Joiner:
         for rid in request_ids:
             self._closed.pop(rid, None)
 
-    def _close(self, rid: str, now_ns: int) -> dict:
+    def _close(self, rid: str, now_ns: int) -> InferenceResult:
         p = self._pending.pop(rid)
         self._closed[rid] = now_ns
         self._bound()
         return combine(list(p.parts.values()), now_ns, self.worker)
 
-    def expire(self, now_ns: int) -> list[dict]:
+    def expire(self, now_ns: int) -> list[InferenceResult]:
         """Close the requests whose deadline passed more than ``timeout_ns`` ago; forget closed ones
         after ``remember_closed_ns``."""
         while self._closed:  # in closing order
@@ -120,27 +123,25 @@ class Joiner:
             del self._closed[rid]
         out = []
         for rid in [r for r, p in self._pending.items()
-                    if now_ns > next(iter(p.parts.values()))["deadline_ns"] + self.timeout_ns]:
+                    if now_ns > next(iter(p.parts.values())).deadline_ns + self.timeout_ns]:
             p = self._pending[rid]
             missing = 1 - p.total
             res = self._close(rid, now_ns)
-            res["status"] = "dropped" if res["status"] == "done" else res["status"]
             have = ", ".join("/".join(k) or "(root)" for k in sorted(p.parts))
-            res["reason"] = "; ".join(x for x in (
-                f"join timeout: {missing} of the request never arrived (have {len(p.parts)} "
-                f"fragment(s): {have})", res["reason"]) if x)
-            out.append(res)
+            out.append(replace(res, status="dropped" if res.status == "done" else res.status, reason="; ".join(
+                x for x in (f"join timeout: {missing} of the request never arrived (have {len(p.parts)} "
+                            f"fragment(s): {have})", res.reason) if x)))
         return out
 
 
-def _share(frag: Mapping[str, Any]) -> Fraction:
+def _share(frag: InferenceResult) -> Fraction:
     try:
-        share = Fraction(frag.get("fragment", "1"))
+        share = Fraction(frag.fragment)
     except (ValueError, ZeroDivisionError) as exc:
-        raise ValueError(f"request {frag['request_id']}: fragment share {frag.get('fragment')!r} is not a "
+        raise ValueError(f"request {frag.request_id}: fragment share {frag.fragment!r} is not a "
                          f"fraction: {exc}") from None
     if not 0 < share <= 1:
-        raise ValueError(f"request {frag['request_id']}: fragment share {share} is not in (0, 1]")
+        raise ValueError(f"request {frag.request_id}: fragment share {share} is not in (0, 1]")
     return share
 
 
@@ -151,30 +152,25 @@ def _text(b: bytes) -> str | dict:
         return {"base64": base64.b64encode(b).decode()}
 
 
-def combine(parts: list[Mapping[str, Any]], now_ns: int, worker: str) -> dict:
+def combine(parts: list[InferenceResult], now_ns: int, worker: str) -> InferenceResult:
     first = parts[0]
-    status = max((p["status"] for p in parts), key=STATUS_ORDER.__getitem__)
-    reasons = sorted({p["reason"] for p in parts if p["status"] != "done" and p["reason"]})
+    status = max((p.status for p in parts), key=STATUS_ORDER.__getitem__)
+    reasons = sorted({p.reason for p in parts if p.status != "done" and p.reason})
     seen, hops = set(), []
     for p in parts:
-        for h in p.get("hops", []):
-            k = (h["stage"], h["worker"], h["started_ns"], h["finished_ns"])
+        for h in p.hops:
+            k = (h.stage, h.worker, h.started_ns, h.finished_ns)
             if k not in seen:
                 seen.add(k)
                 hops.append(h)
-    hops.sort(key=lambda h: (h["finished_ns"], h["stage"]))
-    last = max(p["finished_ns"] for p in parts)
-    hops.append({"stage": "join", "variant": "join", "batch_size": len(parts), "enqueued_ns": last,
-                 "started_ns": now_ns, "finished_ns": now_ns, "worker": worker,
-                 "received_ns": now_ns})  # combined as the last part is taken
-    done = [p for p in parts if p["status"] == "done" and p.get("output")]
-    output = json.dumps({"parts": [{"path": list(p.get("path", [])), "content_type": p["content_type"],
-                                    "output": _text(p["output"])} for p in done]}).encode()
-    return {
-        "request_id": first["request_id"], "pipeline": first["pipeline"], "status": status,
-        "reason": "; ".join(reasons), "created_ns": first["created_ns"],
-        "deadline_ns": first["deadline_ns"], "finished_ns": now_ns, "content_type": "application/json",
-        "output": output, "hops": hops,
-        "accuracy": sum(p.get("accuracy", 1.0) for p in parts) / len(parts), "parts": len(parts),
-        "fragment": "1", "path": [],
-    }
+    hops.sort(key=lambda h: (h.finished_ns, h.stage))
+    last = max(p.finished_ns for p in parts)
+    hops.append(hop("join", "join", len(parts), last, now_ns, now_ns, worker, now_ns))  # as the last part is taken
+    done = [p for p in parts if p.status == "done" and p.output]
+    output = json.dumps({"parts": [{"path": list(p.path), "content_type": p.content_type,
+                                    "output": _text(p.output)} for p in done]}).encode()
+    return InferenceResult(
+        request_id=first.request_id, pipeline=first.pipeline, status=status, reason="; ".join(reasons),
+        created_ns=first.created_ns, deadline_ns=first.deadline_ns, finished_ns=now_ns,
+        content_type="application/json", output=output, hops=tuple(hops),
+        accuracy=sum(p.accuracy for p in parts) / len(parts), parts=len(parts), fragment="1", path=())

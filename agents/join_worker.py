@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import faust
@@ -141,7 +142,7 @@ class JoinWorker:
             self.held.setdefault(rid, []).append((m.tp, m.offset))
             self.metrics.lab(self.metrics.requests).inc()
             try:
-                res = self.joiner.add(frag, now)
+                res = self.joiner.add(InferenceResult.from_dict(frag), now)
             except ValueError as exc:  # a share that is not a fraction (the contract says so first)
                 if not await self._dead_letter(event, rid, str(exc)):
                     self.held[rid].remove((m.tp, m.offset))  # left unacked
@@ -154,7 +155,7 @@ class JoinWorker:
     async def sweep(self) -> None:
         async with self.lock:
             for res in self.joiner.expire(time.time_ns()):
-                await self._answer(res, self.held[res["request_id"]][-1], None)
+                await self._answer(res, self.held[res.request_id][-1], None)
 
     async def on_revoked(self, revoked: set, commit_offsets) -> None:
         """Before partitions move: forget their open requests (the new owner re-reads their
@@ -179,28 +180,28 @@ class JoinWorker:
         log.info("revoked %d partition(s): committed %s; %d open request(s) left to their new owner",
                  len(revoked), {f"{tp.topic}[{tp.partition}]": o for tp, o in offsets.items()}, len(moved))
 
-    async def _answer(self, res: dict, at: tuple[Any, int], original: bytes | None) -> None:
+    async def _answer(self, res: InferenceResult, at: tuple[Any, int], original: bytes | None) -> None:
         """Write a closed request's result, then ack its fragments. A result neither written nor
         replaced (``slipstream.agents.delivery``: retried, then an error result, then a dead letter) reopens its
         request and leaves its fragments unacked: the worker reports itself not live, and its restart
         reads them again and joins them again."""
-        rid = res["request_id"]
+        rid = res.request_id
         if await self._emit(res, at, original):
             await self._release(rid)
             return
         self.joiner.reopen([rid])
         self.heartbeat.fail(f"request {rid}: joined result neither delivered nor replaced: fragments left unacked")
 
-    async def _emit(self, res: dict, at: tuple[Any, int], original: bytes | None) -> bool:
+    async def _emit(self, res: InferenceResult, at: tuple[Any, int], original: bytes | None) -> bool:
         """Write a result (False: given up); exactly-once: attach it to ``at`` (tp, offset), the fragment
         it commits with. A joined result over the results topic's limit becomes an error result naming
         both sizes."""
         topic = topics.results(self.pipe.name)
         res = fit_result(self.limits, topic, res)
-        out = routing.Out(topic, res["request_id"], "InferenceResult", res)
-        if not await self._write(out, at, answer(res, _Read(at[0].topic, at[0].partition, at[1], original))):
+        out = routing.Out(topic, res.request_id, "InferenceResult", res)
+        if not await self._write(out, at, _Answer(res, _Read(at[0].topic, at[0].partition, at[1], original))):
             return False
-        self.metrics.lab(self.metrics.results, status=res["status"]).inc()
+        self.metrics.lab(self.metrics.results, status=res.status).inc()
         self.metrics.observe_result(res)
         return True
 
@@ -225,7 +226,7 @@ class JoinWorker:
         for release in await self.txns.commit(releases):
             for out, _ in release.outputs:
                 if out.record == "InferenceResult":
-                    self._uncommitted.pop(out.value["request_id"], None)
+                    self._uncommitted.pop(out.value.request_id, None)
             for event in release.events:  # faust's bookkeeping only: the join topic has acks off
                 await self.stream.ack(event)
 
@@ -236,7 +237,7 @@ class JoinWorker:
             return not await self.delivery.settle(await self.delivery.send_all([(out, answers)]))
         self.acks.attach(at[0], at[1], [(out, None)])
         if out.record == "InferenceResult":
-            self._uncommitted[out.value["request_id"]] = at[0]
+            self._uncommitted[out.value.request_id] = at[0]
         return True
 
     async def _dead_letter(self, event: Any, rid: str | None, error: str) -> bool:
@@ -265,24 +266,19 @@ class _Answer(NamedTuple):  # what a joined result answers (``slipstream.agents.
     record: _Read
 
 
-def answer(res: dict, read: _Read) -> _Answer:
-    """What a joined result answers when it is written: the result, typed, and the fragment read."""
-    return _Answer(InferenceResult.from_dict(res), read)
-
-
-def fit_result(limits: Limits, topic: str, res: dict) -> dict:
+def fit_result(limits: Limits, topic: str, res: InferenceResult) -> InferenceResult:
     """``res``, or, when it would not fit ``topic`` (``slipstream.streams.limits``), an error result for its
     request naming its size and the topic's limit."""
     try:
         # single-object framing: its header is the longer, so the size is an upper bound whatever the
         # registry setting, and no registry is asked here
-        limits.check(topic, res["request_id"].encode(), codec.encode("InferenceResult", res),
+        limits.check(topic, res.request_id.encode(), codec.encode("InferenceResult", res),
                      kclient.headers_for("InferenceResult"))
         return res
     except RecordTooLarge as exc:
-        log.error("request %s: joined result not written: %s", res["request_id"], exc)
-        return {**res, "status": "error", "reason": f"join: cannot deliver the joined result: {exc}"[:MAX_ERROR_CHARS],
-                "output": b"", "content_type": ""}
+        log.error("request %s: joined result not written: %s", res.request_id, exc)
+        return replace(res, status="error", reason=f"join: cannot deliver the joined result: {exc}"[:MAX_ERROR_CHARS],
+                       output=b"", content_type="")
 
 
 def build_join_app(pipe: Pipeline, kafka: KafkaSettings, timeout_ms: float | None = None,

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from slipstream.schemas.records import InferenceResult
 from slipstream.streams import topics
 from slipstream.streams.metrics_http import Endpoint, MetricsAddr, Ready, serve, standard_collectors
 
@@ -154,22 +155,22 @@ class StageMetrics:
         results = topics.results(self.pipeline)
         self.observe_results([o.value for o in outs if o.topic == results and o.record == "InferenceResult"])
 
-    def observe_result(self, r: Mapping[str, Any]) -> None:
+    def observe_result(self, r: InferenceResult) -> None:
         """One result on the results topic: end-to-end latency and SLO met/missed."""
         self.observe_results([r])
 
-    def observe_results(self, rs: list[Mapping[str, Any]]) -> None:
+    def observe_results(self, rs: list[InferenceResult]) -> None:
         """Results on the results topic: each one's end-to-end latency (done ones) and SLO met/missed."""
         e2e: list[float] = []
         met, missed = 0, {}
         for r in rs:
-            done = r["status"] == "done"
+            done = r.status == "done"
             if done:
-                e2e.append((r["finished_ns"] - r["created_ns"]) / NS_PER_S)
-            if done and r["finished_ns"] <= r["deadline_ns"]:
+                e2e.append((r.finished_ns - r.created_ns) / NS_PER_S)
+            if done and r.finished_ns <= r.deadline_ns:
                 met += 1
             else:
-                missed[r["status"]] = missed.get(r["status"], 0) + 1
+                missed[r.status] = missed.get(r.status, 0) + 1
         observe_many(self.lab(self.e2e), e2e)
         if met:
             self.lab(self.slo_met).inc(met)

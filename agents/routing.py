@@ -10,17 +10,19 @@
   join topic, where ``slipstream.agents.join`` sums fragments back to 1.
 
 Every record carries the hops so far plus this stage's own ``HopTiming``. The request comes in typed
-(``slipstream.schemas.records.InferenceRequest``, as ``slipstream.agents.admission`` decodes it); the
-records go out as the dicts the codec writes, the request's hops converted once per output.
+(``slipstream.schemas.records.InferenceRequest``, as ``slipstream.agents.admission`` decodes it) and
+the records go out typed (``InferenceResult``, ``InferenceRequest``, ``DeadLetter``): the codec turns
+them into the dicts it writes (``slipstream.streams.codec.encode``).
 """
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
-from slipstream.schemas.records import InferenceRequest
+from slipstream.schemas.records import DeadLetter, HopTiming, InferenceRequest, InferenceResult, Record
 from slipstream.streams import topics
 from slipstream.streams.executor import ItemOutput
 from slipstream.streams.limits import MAX_ERROR_CHARS, Limits
@@ -33,14 +35,14 @@ class Out(NamedTuple):
     topic: str
     key: str
     record: str  # schema name
-    value: Mapping[str, Any]
+    value: Record  # of that schema (``slipstream.schemas.records``)
 
 
 def hop(stage: str, variant: str, batch_size: int, enqueued_ns: int, started_ns: int,
-        finished_ns: int, worker: str, received_ns: int, model_digest: str = "") -> dict:
-    return {"stage": stage, "variant": variant, "batch_size": batch_size, "enqueued_ns": enqueued_ns,
-            "started_ns": started_ns, "finished_ns": finished_ns, "worker": worker,
-            "received_ns": received_ns, "model_digest": model_digest}
+        finished_ns: int, worker: str, received_ns: int, model_digest: str = "") -> HopTiming:
+    return HopTiming(stage=stage, variant=variant, batch_size=batch_size, enqueued_ns=enqueued_ns,
+                     started_ns=started_ns, finished_ns=finished_ns, worker=worker,
+                     received_ns=received_ns, model_digest=model_digest)
 
 
 @lru_cache(maxsize=4096)
@@ -65,47 +67,41 @@ def enqueued_ns(req: InferenceRequest) -> int:
     return req.hops[-1].finished_ns if req.hops else req.created_ns
 
 
-def _hops(req: InferenceRequest, own_hop: dict | None) -> list[dict]:
-    """The hops an output carries: the request's and this stage's (``own_hop``), as the codec writes them."""
-    return [h.to_dict() for h in req.hops] + ([own_hop] if own_hop else [])
+def _hops(req: InferenceRequest, own_hop: HopTiming | None) -> tuple[HopTiming, ...]:
+    """The hops an output carries: the request's and this stage's (``own_hop``)."""
+    return req.hops + (own_hop,) if own_hop else req.hops
 
 
-def _result(pipe: Pipeline, req: InferenceRequest, hops: list, status: str, reason: str,
+def _result(pipe: Pipeline, req: InferenceRequest, hops: tuple, status: str, reason: str,
             finished_ns: int, output: bytes = b"", content_type: str = "application/octet-stream",
             accuracy: float | None = None, fragment: Fraction | None = None,
-            path: list | None = None) -> Out:
+            path: tuple | None = None) -> Out:
     if fragment is None:
         whole, frag_text = fraction(req.fragment) == 1, fraction_text(req.fragment)
     else:
         whole, frag_text = fragment == 1, str(fragment)
-    value = {
-        "request_id": req.request_id, "pipeline": req.pipeline, "status": status,
-        "reason": reason, "created_ns": req.created_ns, "deadline_ns": req.deadline_ns,
-        "finished_ns": finished_ns, "content_type": content_type, "output": output, "hops": hops,
-        "accuracy": req.accuracy if accuracy is None else accuracy, "parts": 1,
-        "fragment": frag_text, "path": list(req.path) if path is None else path,
-    }
+    value = InferenceResult(
+        request_id=req.request_id, pipeline=req.pipeline, status=status, reason=reason,
+        created_ns=req.created_ns, deadline_ns=req.deadline_ns, finished_ns=finished_ns,
+        content_type=content_type, output=output, hops=hops,
+        accuracy=req.accuracy if accuracy is None else accuracy, parts=1,
+        fragment=frag_text, path=req.path if path is None else path)
     topic = topics.results(pipe.name) if whole else topics.join(pipe.name)
     return Out(topic, req.request_id, "InferenceResult", value)
 
 
 def ended(pipe: Pipeline, req: InferenceRequest, status: str, reason: str, now_ns: int,
-          own_hop: dict | None = None) -> Out:
+          own_hop: HopTiming | None = None) -> Out:
     """A fragment that ends here without output: dropped or error."""
     return _result(pipe, req, _hops(req, own_hop), status, reason, now_ns)
 
 
-# the request's fields a forwarded request keeps as they are (the rest are set by the stage)
-_KEPT = tuple(f for f in InferenceRequest.avro_fields
-              if f not in ("hops", "fragment", "path", "payload", "content_type", "accuracy"))
-
-
-def forward(pipe: Pipeline, stage: str, req: InferenceRequest, out: ItemOutput, own_hop: dict,
+def forward(pipe: Pipeline, stage: str, req: InferenceRequest, out: ItemOutput, own_hop: HopTiming,
             variant_accuracy: float, children: list[str] | None = None) -> list[Out]:
     """Records for everything one item produced at ``stage`` (``children``: its children, if known)."""
     hops = _hops(req, own_hop)
     accuracy = req.accuracy * variant_accuracy
-    now = own_hop["finished_ns"]
+    now = own_hop.finished_ns
     children = child_stages(pipe, stage) if children is None else children
     if not children:  # a sink: the emits are the output
         if len(out.emits) == 1:
@@ -126,27 +122,26 @@ def forward(pipe: Pipeline, stage: str, req: InferenceRequest, out: ItemOutput, 
                         accuracy)]
     frag = fraction(req.fragment)
     n = len(targets)
-    base = {k: getattr(req, k) for k in _KEPT}
     records = []
-    for j, (i, e, child) in enumerate(targets):
-        path = list(req.path) + ([f"{stage}:{j}/{n}"] if n > 1 else [])
-        value = {**base, "hops": hops, "payload": e.payload, "content_type": e.content_type,
-                 "fragment": str(frag / n), "path": path, "accuracy": accuracy}
+    for j, (i, e, child) in enumerate(targets):  # the request's other fields kept as they are
+        path = req.path + ((f"{stage}:{j}/{n}",) if n > 1 else ())
+        value = replace(req, hops=hops, payload=e.payload, content_type=e.content_type,
+                        fragment=str(frag / n), path=path, accuracy=accuracy)
         records.append(Out(topics.stage_input(pipe.name, child), req.request_id,
                            "InferenceRequest", value))
     return records
 
 
-def _split_results(pipe: Pipeline, req: InferenceRequest, hops: list, out: ItemOutput, now: int,
+def _split_results(pipe: Pipeline, req: InferenceRequest, hops: tuple, out: ItemOutput, now: int,
                    accuracy: float) -> list[Out]:
     """A sink that emitted 0 or several outputs: one fragment result each (0 = done, empty)."""
     frag = fraction(req.fragment)
     if not out.emits:
         return [_result(pipe, req, hops, "done", "no outputs", now, b"", "application/json", accuracy)]
     n = len(out.emits)
-    stage = hops[-1]["stage"]
+    stage = hops[-1].stage
     return [_result(pipe, req, hops, "done", "", now, e.payload, e.content_type, accuracy,
-                    fragment=frag / n, path=list(req.path) + [f"{stage}:{j}/{n}"])
+                    fragment=frag / n, path=req.path + (f"{stage}:{j}/{n}",))
             for j, e in enumerate(out.emits)]
 
 
@@ -156,9 +151,9 @@ def dead_letter(pipe: Pipeline, stage: str, data: bytes | None, topic: str, part
     ``MAX_ERROR_CHARS``); with ``limits`` (``slipstream.streams.limits``) its bytes are cut to fit the dead-letter
     topic when they do not, and the whole input's size and sha256 go into the reason."""
     error = error[:MAX_ERROR_CHARS]
-    out = Out(topics.dead_letters(pipe.name), f"{topic}:{partition}:{offset}", "DeadLetter", {
-        "original": data or b"", "topic": topic, "partition": partition, "offset": offset,
-        "error": error, "stage": stage, "at_ns": now_ns})
+    out = Out(topics.dead_letters(pipe.name), f"{topic}:{partition}:{offset}", "DeadLetter", DeadLetter(
+        original=data or b"", topic=topic, partition=partition, offset=offset, error=error, stage=stage,
+        at_ns=now_ns))
     if limits is None or not data:
         return out
     rest = len(error.encode()) + len(out.key) + len(topic) + len(stage) + 512  # the rest, generously
@@ -176,7 +171,7 @@ def replacement(pipe: Pipeline, stage: str, limits: Limits | None, out: Out, ite
     reason = f"{stage}: cannot deliver {out.record} to {out.topic}: {type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
     if item is None or out.record == "DeadLetter":
         return None
-    if out.record != "InferenceResult" or out.value.get("status") != "error":
+    if out.record != "InferenceResult" or out.value.status != "error":
         return ended(pipe, item.req, "error", reason, time.time_ns())
     m = item.record
     return dead_letter(pipe, stage, m.value, m.topic, m.partition, m.offset, reason, time.time_ns(), limits)

@@ -19,6 +19,8 @@ from __future__ import annotations
 import struct
 from typing import Any, Mapping, NamedTuple, Sequence
 
+from slipstream.schemas.records import InferenceRequest
+
 HEADER = "slipstream-expiry"
 _PACK = struct.Struct(">qq")
 
@@ -28,12 +30,18 @@ class Expiry(NamedTuple):
     deadline_ns: int
 
 
-def header(request: Mapping[str, Any]) -> tuple[str, bytes] | None:
-    """The expiry header of an ``InferenceRequest`` value, or None when it is a fan-out fragment (its
-    drop must reach the join with its fragment and path, which only the body has)."""
-    if request.get("fragment", "1") != "1" or request.get("path"):
+def header(request: InferenceRequest | Mapping[str, Any]) -> tuple[str, bytes] | None:
+    """The expiry header of an ``InferenceRequest`` (or a mapping the codec encodes as one), or None
+    when it is a fan-out fragment (its drop must reach the join with its fragment and path, which
+    only the body has)."""
+    if isinstance(request, Mapping):
+        r = request
+        fragment, path, created, deadline = r.get("fragment", "1"), r.get("path"), r["created_ns"], r["deadline_ns"]
+    else:
+        fragment, path, created, deadline = request.fragment, request.path, request.created_ns, request.deadline_ns
+    if fragment != "1" or path:
         return None
-    return HEADER, _PACK.pack(request["created_ns"], request["deadline_ns"])
+    return HEADER, _PACK.pack(created, deadline)
 
 
 def read(headers: Sequence[tuple[str, bytes]] | None) -> Expiry | None:

@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from slipstream.schemas.records import Record
 from slipstream.streams import codec, expiry
 from slipstream.streams.config import KafkaSettings
 from slipstream.streams.limits import MAX_REQUEST_BYTES, Limits
@@ -178,7 +179,7 @@ async def keys_since(settings: KafkaSettings, topic: str, since_ms: int, timeout
         await cons.stop()
 
 
-def headers_for(record: str, value: Mapping[str, Any] | None = None) -> list[tuple[str, bytes]]:
+def headers_for(record: str, value: Record | Mapping[str, Any] | None = None) -> list[tuple[str, bytes]]:
     """A record's headers: its type, and for a whole ``InferenceRequest`` its expiry
     (``slipstream.streams.expiry``: a worker drops it expired without decoding it)."""
     out = [(SCHEMA_HEADER, record.encode())]
@@ -187,7 +188,7 @@ def headers_for(record: str, value: Mapping[str, Any] | None = None) -> list[tup
     return out
 
 
-async def send(prod: AIOKafkaProducer, topic: str, record: str, value: Mapping[str, Any],
+async def send(prod: AIOKafkaProducer, topic: str, record: str, value: Record | Mapping[str, Any],
                key: str | bytes | None = None, timestamp_ns: int | None = None, limits: Limits | None = None):
     """Encode ``value`` as ``record`` for ``topic`` (``slipstream.streams.codec.encode``: the Confluent wire format
     when a schema registry is set) and send it; returns the delivery future (await it to confirm). With
@@ -205,7 +206,7 @@ async def send(prod: AIOKafkaProducer, topic: str, record: str, value: Mapping[s
 # send_window uses aiokafka internals (``_serialize``, ``_partition``, ``client._wait_on_metadata``):
 # private, so only the version pinned in constraints.txt (aiokafka==0.14.0) is known to have them as used
 # here; tests/integration/test_delivery.py holds the partitions equal to ``send``'s.
-async def send_window(prod: AIOKafkaProducer, records: Sequence[tuple[str, str | bytes | None, str, Mapping[str, Any]]],
+async def send_window(prod: AIOKafkaProducer, records: Sequence[tuple[str, str | bytes | None, str, Record | Mapping[str, Any]]],
                       limits: Limits | None = None) -> list:
     """Encode and send many records ((topic, key, record type, value), as ``slipstream.agents.routing.Out``) with
     aiokafka's batch API: one producer batch per partition, in record order (another when one fills),

@@ -103,7 +103,7 @@ class Intake:
         answered = []
         if got.refused:
             log.warning("refused %d request(s): %s", len(got.refused),
-                        "; ".join(f"{it.req.request_id}: {out.value['reason']}" for it, out in got.refused[:5]))
+                        "; ".join(f"{it.req.request_id}: {out.value.reason}" for it, out in got.refused[:5]))
             self.metrics.lab(self.metrics.results, status="error").inc(len(got.refused))
             answered.append(([it for it, _ in got.refused], [([out], it) for it, out in got.refused]))
         if got.dropped:

@@ -49,7 +49,7 @@ def test_each_record_is_admitted_refused_with_an_error_result_or_dead_lettered(t
     assert [(it.offset, it.req.request_id, it.arrival_ns) for it in got.items] == [(0, good["request_id"], 7)]
     ((item, out),) = got.refused
     assert item.offset == 1 and out.topic == topics.results(pipe.name) and out.key == bad_frag["request_id"]
-    assert out.value["status"] == "error" and "fragment='abc'" in out.value["reason"]
+    assert out.value.status == "error" and "fragment='abc'" in out.value.reason
     codec.encode("InferenceResult", out.value)  # it can be written
     assert [(r.offset, why.split(":")[0]) for _, r, why in got.dead][:2] == [(2, "contract"), (3, "contract")]
     assert "request_id=''" in got.dead[0][2] and "pipeline='someone-else'" in got.dead[1][2]
@@ -71,10 +71,10 @@ async def test_a_window_that_fails_serves_its_items_alone_and_fails_only_the_poi
     assert sorted(by_offset) == [0, 1, 2, 3]  # every item answered once
     for i in (0, 1, 3):
         (out,) = by_offset[i]
-        assert out.topic == topics.stage_input(pipe.name, "s1") and out.value["payload"] == f"p{i}".encode()
+        assert out.topic == topics.stage_input(pipe.name, "s1") and out.value.payload == f"p{i}".encode()
     (poisoned,) = by_offset[2]
-    assert poisoned.value["status"] == "error" and "internal error" in poisoned.value["reason"]
-    assert "TypeError" in poisoned.value["reason"]
+    assert poisoned.value.status == "error" and "internal error" in poisoned.value.reason
+    assert "TypeError" in poisoned.value.reason
 
 
 def written(pipe, offset: int, req: dict, value: bytes | None = None) -> SimpleNamespace:
@@ -100,7 +100,7 @@ def test_an_expired_request_is_dropped_from_its_headers_and_its_record_never_dec
     assert decoded == [records[1].value]  # only the fresh one was decoded
     answer = routing.ended(pipe, item.req, "dropped", why, now)
     assert (answer.topic, answer.key) == (topics.results(pipe.name), stale["request_id"])
-    assert {k: answer.value[k] for k in ("request_id", "created_ns", "deadline_ns", "fragment")} == \
+    assert {k: getattr(answer.value, k) for k in ("request_id", "created_ns", "deadline_ns", "fragment")} == \
         {"request_id": stale["request_id"], "created_ns": stale["created_ns"],
          "deadline_ns": stale["deadline_ns"], "fragment": "1"}
     codec.encode("InferenceResult", answer.value)
@@ -149,4 +149,4 @@ def test_the_source_worker_sheds_what_the_bottleneck_cannot_serve_before_decodin
     n = 0.4 * 10  # what drains at 10 req/s within the 400 ms
     assert n - 1 <= len(sw.windows) <= n + 1 and len(decoded) == len(sw.windows)
     assert len(answered) == 40 - len(sw.windows)
-    assert all(a["status"] == "dropped" and a["reason"].startswith("shed: ") for a in answered)
+    assert all(a.status == "dropped" and a.reason.startswith("shed: ") for a in answered)

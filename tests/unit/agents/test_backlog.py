@@ -29,8 +29,9 @@ def test_full_at_the_byte_bound_but_a_single_large_delivery_is_let_in():
 
 
 def test_bytes_are_the_outputs_payloads():
-    outs = [SimpleNamespace(value={"payload": b"x" * 10}), SimpleNamespace(value={"output": b"y" * 5}),
-            SimpleNamespace(value={"original": b"z" * 3, "error": "e"}), SimpleNamespace(value={"status": "dropped"})]
+    outs = [SimpleNamespace(value=SimpleNamespace(payload=b"x" * 10)), SimpleNamespace(value=SimpleNamespace(output=b"y" * 5)),
+            SimpleNamespace(value=SimpleNamespace(original=b"z" * 3, error="e")),
+            SimpleNamespace(value=SimpleNamespace(status="dropped"))]
     assert out_bytes(outs) == 18
 
 

@@ -20,11 +20,11 @@ def test_replacement_chain():
 
     out = routing.ended(PIPE, REQ, "done", "", 5)
     err = replacement(out, ITEM, ValueError("too large"))
-    assert err.record == "InferenceResult" and err.value["status"] == "error"
-    assert err.value["request_id"] == "r1" and "too large" in err.value["reason"]
+    assert err.record == "InferenceResult" and err.value.status == "error"
+    assert err.value.request_id == "r1" and "too large" in err.value.reason
     dl = replacement(err, ITEM, ValueError("still"))
-    assert dl.record == "DeadLetter" and dl.value["original"] == b"raw-input"
-    assert (dl.value["topic"], dl.value["partition"], dl.value["offset"]) == ("t", 3, 42)
+    assert dl.record == "DeadLetter" and dl.value.original == b"raw-input"
+    assert (dl.value.topic, dl.value.partition, dl.value.offset) == ("t", 3, 42)
     assert replacement(dl, ITEM, ValueError("broker refuses all")) is None
     assert replacement(dl, None, ValueError("a bad record's dead letter")) is None
     assert replacement(out, None, ValueError("nothing to answer")) is None

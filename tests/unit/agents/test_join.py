@@ -1,14 +1,14 @@
 import pytest
 
 from slipstream.agents.join import Joiner
+from slipstream.schemas.records import InferenceResult
 
 T = 1_000_000_000  # 1 s in ns
 
 
-def frag(rid: str, share: str, path: list[str], status: str = "done", deadline_ns: int = 10 * T) -> dict:
-    return {"request_id": rid, "pipeline": "p", "status": status, "reason": "", "created_ns": 0,
-            "deadline_ns": deadline_ns, "finished_ns": 1, "content_type": "text/plain", "output": b"x",
-            "hops": [], "accuracy": 1.0, "parts": 1, "fragment": share, "path": path}
+def frag(rid: str, share: str, path: list[str], status: str = "done", deadline_ns: int = 10 * T) -> InferenceResult:
+    return InferenceResult(request_id=rid, pipeline="p", status=status, created_ns=0, deadline_ns=deadline_ns,
+                           finished_ns=1, content_type="text/plain", output=b"x", fragment=share, path=tuple(path))
 
 
 def test_fragments_join_once_and_duplicates_are_ignored():
@@ -16,7 +16,7 @@ def test_fragments_join_once_and_duplicates_are_ignored():
     assert j.add(frag("r", "1/2", ["a:0/2"]), 2) is None
     assert j.add(frag("r", "1/2", ["a:0/2"]), 3) is None  # redelivered: same path
     res = j.add(frag("r", "1/2", ["a:1/2"]), 4)
-    assert res["status"] == "done" and res["parts"] == 2 and not j.holds("r")
+    assert res.status == "done" and res.parts == 2 and not j.holds("r")
 
 
 def test_a_fragment_of_a_closed_request_opens_no_second_result():
@@ -34,7 +34,7 @@ def test_shares_over_one_close_the_request_as_error_instead_of_raising():
     j.add(frag("r", "1/2", ["a:0/2"]), 0)
     j.add(frag("r", "1/3", ["a:0/3"]), 0)  # a different fan-out of the same request
     res = j.add(frag("r", "1/3", ["a:1/3"]), 0)
-    assert res["status"] == "error" and "7/6 > 1" in res["reason"] and not j.holds("r")
+    assert res.status == "error" and "7/6 > 1" in res.reason and not j.holds("r")
 
 
 @pytest.mark.parametrize("share", ["x", "0", "3/2", "1/0"])
@@ -52,7 +52,7 @@ def test_incomplete_request_times_out_as_dropped_and_forget_drops_without_result
     j.forget(["s"])
     assert j.expire(T + T // 2) == []  # not yet timed out
     (res,) = j.expire(3 * T)
-    assert res["request_id"] == "r" and res["status"] == "dropped" and "1/2 of the request" in res["reason"]
+    assert res.request_id == "r" and res.status == "dropped" and "1/2 of the request" in res.reason
 
 
 def test_a_reopened_request_joins_again_from_its_fragments_read_again():
@@ -63,7 +63,7 @@ def test_a_reopened_request_joins_again_from_its_fragments_read_again():
     assert j.add(frag("r", "1/2", ["a:0/2"]), 1) is None  # closed: ignored
     j.reopen(["r", "never-seen"])
     assert j.add(frag("r", "1/2", ["a:0/2"]), 2) is None and j.holds("r")
-    assert j.add(frag("r", "1/2", ["a:1/2"]), 3)["status"] == "done"
+    assert j.add(frag("r", "1/2", ["a:1/2"]), 3).status == "done"
 
 
 def test_requests_answered_before_a_restart_are_remembered_from_the_results_and_late_fragments_ignored():
@@ -72,7 +72,7 @@ def test_requests_answered_before_a_restart_are_remembered_from_the_results_and_
     j.remember([("r", 3 * T), ("s", 1 * T), ("open", 2 * T)])  # read back from the results topic
     assert j.add(frag("r", "1/2", ["a:1/2"]), 4 * T) is None and not j.holds("r")  # late: ignored
     assert j.holds("open")  # still open here: its own result is not written yet
-    assert j.add(frag("open", "1/2", ["a:1/2"]), 5 * T)["status"] == "done"
+    assert j.add(frag("open", "1/2", ["a:1/2"]), 5 * T).status == "done"
     assert j.expire(60 * T) == [] and j.add(frag("s", "1", []), 60 * T) is None  # within 60 s of its result
     j.expire(64 * T)
     assert j.add(frag("r", "1", []), 64 * T) is not None  # forgotten after remember_closed_ns: answered anew

@@ -15,6 +15,7 @@ from slipstream.agents.acks import AckTracker
 from slipstream.agents.metrics import StageMetrics, observe_many
 from slipstream.agents.ready import Readiness, consumer_lag
 from slipstream.agents.routing import Out
+from slipstream.schemas.records import InferenceResult
 from slipstream.streams import topics
 from slipstream.streams.metrics_http import LOCAL, version
 
@@ -23,8 +24,9 @@ MS = 1_000_000
 L = {"pipeline": "p", "stage": "s"}
 
 
-def result(status: str, latency_ms: float, deadline_ms: float = 100) -> dict:
-    return {"status": status, "created_ns": 0, "finished_ns": int(latency_ms * MS), "deadline_ns": int(deadline_ms * MS)}
+def result(status: str, latency_ms: float, deadline_ms: float = 100) -> InferenceResult:
+    return InferenceResult(request_id="r", pipeline="p", status=status, created_ns=0,
+                           finished_ns=int(latency_ms * MS), deadline_ns=int(deadline_ms * MS))
 
 
 def value(m: StageMetrics, name: str, **labels) -> float | None:

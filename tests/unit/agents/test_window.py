@@ -95,17 +95,17 @@ def test_batch_outputs_route_on_or_end_as_errors_with_the_hop(pipe):
     ok = w.batch_outputs(pipe, "a", "noop", 0.9, batch, [ItemOutput((Emit(b"y", "t"),))] * 2, None,
                          1 * MS, 2 * MS, "w/0", "0123456789ab")
     assert [[o.topic for o in outs] for outs in ok] == [[topics.stage_input("p", "b")]] * 2
-    assert ok[0][0].value["hops"][-1] == {"stage": "a", "variant": "noop", "batch_size": 2, "enqueued_ns": 0,
+    assert ok[0][0].value.hops[-1].to_dict() == {"stage": "a", "variant": "noop", "batch_size": 2, "enqueued_ns": 0,
                                           "started_ns": 1 * MS, "finished_ns": 2 * MS, "worker": "w/0",
                                           "received_ns": 0, "model_digest": "0123456789ab"}
     failed = w.batch_outputs(pipe, "a", "noop", 0.9, batch, None, "model error", 1 * MS, 2 * MS, "w/0",
                              "0123456789ab")
-    assert [outs[0].value["status"] for outs in failed] == ["error", "error"]
-    assert failed[0][0].value["hops"][-1]["model_digest"] == "0123456789ab"
-    assert failed[1][0].value["reason"] == "model error" and failed[1][0].value["hops"][-1]["stage"] == "a"
+    assert [outs[0].value.status for outs in failed] == ["error", "error"]
+    assert failed[0][0].value.hops[-1].model_digest == "0123456789ab"
+    assert failed[1][0].value.reason == "model error" and failed[1][0].value.hops[-1].stage == "a"
     bad = w.batch_outputs(pipe, "a", "noop", 0.9, batch[:1], [ItemOutput((Emit(b"y", "t", to="zz"),))],
                           None, 1 * MS, 2 * MS, "w/0")
-    assert bad[0][0].value["status"] == "error" and "zz" in bad[0][0].value["reason"]
+    assert bad[0][0].value.status == "error" and "zz" in bad[0][0].value.reason
 
 
 @pytest.mark.parametrize("routing", [{}, {"b": 1.0}, {"a": 0.0, "b": 2.0}, {"a": 1.0, "b": 1.0}])
