@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from slipstream.schemas.records import InferenceRequest, InferenceResult
 from slipstream.streams.client import PipelineClient, make_request
 from slipstream.streams.config import KafkaSettings
 from slipstream.streams.limits import MAX_REQUEST_BYTES, RecordTooLarge
@@ -64,7 +65,7 @@ class Answer:
 
     code: int
     message: str = ""
-    result: dict | None = None
+    result: InferenceResult | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
     retry_after_s: int | None = None  # 429, 503
 
@@ -129,13 +130,13 @@ class Gateway:
                            accuracy_floor=call.accuracy_floor, created_ns=arrived_ns)
         return await self._admitted(req)
 
-    def _left_s(self, req: dict) -> float:
-        return max(0.0, (req["deadline_ns"] - time.time_ns()) / 1e9) + self.cfg.grace_ms / 1000
+    def _left_s(self, req: InferenceRequest) -> float:
+        return max(0.0, (req.deadline_ns - time.time_ns()) / 1e9) + self.cfg.grace_ms / 1000
 
-    async def _produce(self, req: dict) -> Answer | None:
+    async def _produce(self, req: InferenceRequest) -> Answer | None:
         """Produce ``req``, confirmed within its deadline + grace; else the refusal: 413 over the input
         topic's limit, 503 (with ``Retry-After``) when Kafka did not confirm it or refused it."""
-        rid = req["request_id"]
+        rid = req.request_id
         try:
             await self.client.send(req, timeout_s=self._left_s(req))
         except RecordTooLarge as exc:
@@ -149,8 +150,8 @@ class Gateway:
                                retry_after_s=RETRY_UNAVAILABLE_S)
         return None
 
-    async def _admitted(self, req: dict) -> Answer:
-        rid = req["request_id"]
+    async def _admitted(self, req: InferenceRequest) -> Answer:
+        rid = req.request_id
         self.outcomes.admitted(time.time_ns())
         answered, status = False, "pending"
         try:
@@ -164,18 +165,18 @@ class Gateway:
                 return self.refuse(504, f"no result within the deadline + {self.cfg.grace_ms:.0f} ms grace "
                                         "(the request may still be in the pipeline)",
                                    request_id=rid, status="pending",
-                                   deadline_ms=(req["deadline_ns"] - req["created_ns"]) / 1e6)
+                                   deadline_ms=(req.deadline_ns - req.created_ns) / 1e6)
             except RuntimeError as exc:  # the results reader stopped
                 return self.refuse(503, str(exc), request_id=rid)
-            answered, status = True, res["status"]
-            code = oip.result_code(status, res["reason"])
+            answered, status = True, res.status
+            code = oip.result_code(status, res.reason)
             self.metrics.answered(code)
             if code == 200:
                 return Answer(200, result=res)
-            return Answer(code, f"{status}: {res['reason']}", result=res, parameters=oip.result_parameters(res))
+            return Answer(code, f"{status}: {res.reason}", result=res, parameters=oip.result_parameters(res))
         finally:
             now = time.time_ns()
             self.client.forget(rid)
-            done_ms = (now - req["created_ns"]) / 1e6 if status == "done" else None
+            done_ms = (now - req.created_ns) / 1e6 if status == "done" else None
             self.outcomes.left(now, answered, done_ms)
-            self.metrics.latency.labels(self.pipe.name, status).observe((now - req["created_ns"]) / 1e9)
+            self.metrics.latency.labels(self.pipe.name, status).observe((now - req.created_ns) / 1e9)

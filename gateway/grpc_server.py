@@ -26,6 +26,8 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from slipstream.schemas.records import InferenceResult
+
 from slipstream.gateway import oip
 from slipstream.gateway.core import Answer, Gateway
 from slipstream.gateway.grpc_v2 import grpc_predict_v2_pb2 as pb  # noqa: I001 - generated
@@ -95,15 +97,15 @@ def _set(p: pb.InferParameter, v: Any) -> None:
         p.string_param = v if isinstance(v, str) else json.dumps(v)  # hops, fields: JSON
 
 
-def infer_response(model: str, call: oip.InferCall, res: dict) -> pb.ModelInferResponse:
+def infer_response(model: str, call: oip.InferCall, res: InferenceResult) -> pb.ModelInferResponse:
     """A done result as ModelInferResponse: the output as one raw BYTES element, the result's
     parameters (``oip.result_parameters``) as the response's."""
     out = pb.ModelInferResponse(model_name=model, model_version=oip.VERSION, id=call.client_id or "")
     for k, v in oip.result_parameters(res).items():
         _set(out.parameters[k], v)
     tensor = out.outputs.add(name=oip.OUTPUT, datatype="BYTES", shape=[1])
-    tensor.parameters["content_type"].string_param = res["content_type"]
-    out.raw_output_contents.append(struct.pack("<I", len(res["output"])) + res["output"])
+    tensor.parameters["content_type"].string_param = res.content_type
+    out.raw_output_contents.append(struct.pack("<I", len(res.output)) + res.output)
     return out
 
 

@@ -25,10 +25,11 @@ import json
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from slipstream.schemas.records import HopTiming, InferenceResult
 from slipstream.streams import contract
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -303,15 +304,15 @@ def _short(v: Any) -> str:
 # Responses
 
 
-def hop_timings(hops: list[Mapping[str, Any]]) -> list[dict]:
+def hop_timings(hops: Sequence[HopTiming]) -> list[dict]:
     """Each HopTiming as it is, plus its split in ms: transit into the stage, queue and batch
     formation, service (``received_ns`` 0 in old records: transit and queue are one figure)."""
     out = []
     for h in hops:
-        received = h.get("received_ns") or h["started_ns"]
-        out.append({**h, "transit_ms": (received - h["enqueued_ns"]) / 1e6,
-                    "queue_ms": (h["started_ns"] - received) / 1e6,
-                    "service_ms": (h["finished_ns"] - h["started_ns"]) / 1e6})
+        received = h.received_ns or h.started_ns
+        out.append({**h.to_dict(), "transit_ms": (received - h.enqueued_ns) / 1e6,
+                    "queue_ms": (h.started_ns - received) / 1e6,
+                    "service_ms": (h.finished_ns - h.started_ns) / 1e6})
     return out
 
 
@@ -327,14 +328,14 @@ def result_code(status: str, reason: str) -> int:
     return 400 if reason.startswith((contract.REASON_PREFIX, contract.BAD_INPUT_PREFIX)) else 500
 
 
-def result_parameters(res: Mapping[str, Any]) -> dict:
+def result_parameters(res: InferenceResult) -> dict:
     """A result's status, reason, timings and accuracy as response ``parameters``."""
-    return {"request_id": res["request_id"], "status": res["status"], "reason": res["reason"],
-            "latency_ms": (res["finished_ns"] - res["created_ns"]) / 1e6,
-            "deadline_ms": (res["deadline_ns"] - res["created_ns"]) / 1e6,
-            "accuracy": res["accuracy"], "content_type": res["content_type"],
-            "created_ns": res["created_ns"], "deadline_ns": res["deadline_ns"], "finished_ns": res["finished_ns"],
-            "hops": hop_timings(res["hops"]), **({"fields": f} if (f := contract.fields_in(res["reason"])) else {})}
+    return {"request_id": res.request_id, "status": res.status, "reason": res.reason,
+            "latency_ms": (res.finished_ns - res.created_ns) / 1e6,
+            "deadline_ms": (res.deadline_ns - res.created_ns) / 1e6,
+            "accuracy": res.accuracy, "content_type": res.content_type,
+            "created_ns": res.created_ns, "deadline_ns": res.deadline_ns, "finished_ns": res.finished_ns,
+            "hops": hop_timings(res.hops), **({"fields": f} if (f := contract.fields_in(res.reason)) else {})}
 
 
 def is_text(content_type: str, data: bytes) -> bool:
@@ -347,10 +348,10 @@ def is_text(content_type: str, data: bytes) -> bool:
     return True
 
 
-def infer_response(model: str, call: InferCall, res: Mapping[str, Any]) -> tuple[bytes, dict[str, str]]:
+def infer_response(model: str, call: InferCall, res: InferenceResult) -> tuple[bytes, dict[str, str]]:
     """The response body and headers for a result: JSON, or JSON + binary output when the client
     asked for binary data or the output is not text."""
-    out, ctype = res["output"], res["content_type"]
+    out, ctype = res.output, res.content_type
     tensor: dict[str, Any] = {"name": OUTPUT, "datatype": "BYTES", "shape": [1],
                               "parameters": {"content_type": ctype}}
     binary = call.binary_output or not is_text(ctype, out)

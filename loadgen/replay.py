@@ -35,6 +35,7 @@ from slipstream.loadgen.collect import Collector
 from slipstream.loadgen.cost import events_from_records
 from slipstream.loadgen.report import summarize
 from slipstream.loadgen.schedule import DEFAULT_LAG_BUDGET_MS, Schedule, lag_stats
+from slipstream.schemas.records import InferenceRequest
 from slipstream.streams import codec, control_io, kafka, topics
 from slipstream.streams.client import request_record
 from slipstream.streams.config import KafkaSettings
@@ -87,7 +88,7 @@ class ReplayOutcome:
         return self.actual_ns > 0
 
 
-def build_request(target: ReplayTarget, request_id: str, created_ns: int, payload: bytes) -> dict[str, Any]:
+def build_request(target: ReplayTarget, request_id: str, created_ns: int, payload: bytes) -> InferenceRequest:
     """An InferenceRequest as the first stage expects it (pure, for tests and the sender)."""
     return request_record(target.pipeline, request_id, created_ns, target.slo_ms, target.content_type,
                           payload, target.accuracy_floor)

@@ -7,6 +7,7 @@ This module is the public API; everything else is importable under ``slipstream.
     pipe = slipstream.load_pipeline("pipeline.yaml")
     async with slipstream.PipelineClient(pipe, slipstream.KafkaSettings.from_env()) as c:
         result = await c.result(await c.submit(payload, content_type="image/png"), timeout_s=5)
+        result.status, result.output  # an InferenceResult (slipstream.schemas.records)
 
 The layers, each a subpackage installed from the repository's top-level folder of the same name:
 ``schemas`` (the Avro records) < ``streams`` (Kafka, codec, spec, shared policies) < ``agents`` (the

@@ -2,10 +2,14 @@
 
     async with PipelineClient(pipe, KafkaSettings.from_env()) as c:
         rid = await c.submit(payload, content_type="image/png")
-        result = await c.result(rid, timeout_s=5)
+        result = await c.result(rid, timeout_s=5)   # an InferenceResult: result.status, result.output
 
     with SyncClient(pipe, settings) as c:           # the same from blocking code
         result = c.call(payload, timeout_s=5)
+
+Requests and results are the typed records of ``slipstream.schemas.records`` (frozen dataclasses built
+from the ``.avsc``): :func:`make_request` returns an ``InferenceRequest`` (change a copy with
+``dataclasses.replace``), and results come back as ``InferenceResult``, decoded at the codec's edge.
 
 The client reads the results topic from its end at start-up, so it sees only results of requests
 sent after it started. It keeps only its own requests' results (those it sent, awaits or
@@ -22,8 +26,9 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, Mapping
 
+from slipstream.schemas.records import InferenceRequest, InferenceResult
 from slipstream.streams import codec, kafka as kclient, topics
 from slipstream.streams.contract import deadline_ns
 from slipstream.streams.config import KafkaSettings
@@ -35,27 +40,17 @@ log = logging.getLogger(__name__)
 
 
 def request_record(pipeline: str, request_id: str, created_ns: int, slo_ms: float, content_type: str,
-                   payload: bytes, accuracy_floor: float | None = None) -> dict:
-    """An InferenceRequest as a client sends it: deadline = created + SLO, stage fields at their
-    defaults (every field present, so it equals its own decoded form)."""
-    return {
-        "request_id": request_id,
-        "pipeline": pipeline,
-        "created_ns": created_ns,
-        "deadline_ns": deadline_ns(created_ns, slo_ms),
-        "accuracy_floor": accuracy_floor,
-        "content_type": content_type,
-        "payload": payload,
-        "hops": [],
-        "fragment": "1",
-        "path": [],
-        "accuracy": 1.0,
-    }
+                   payload: bytes, accuracy_floor: float | None = None) -> InferenceRequest:
+    """An InferenceRequest as a client sends it: deadline = created + SLO, the stage fields (hops,
+    fragment, path, accuracy) at their schema defaults."""
+    return InferenceRequest(request_id=request_id, pipeline=pipeline, created_ns=created_ns,
+                            deadline_ns=deadline_ns(created_ns, slo_ms), accuracy_floor=accuracy_floor,
+                            content_type=content_type, payload=payload)
 
 
 def make_request(pipe: Pipeline, payload: bytes, content_type: str | None = None,
                  request_id: str | None = None, slo_ms: float | None = None,
-                 accuracy_floor: float | None = None, created_ns: int | None = None) -> dict:
+                 accuracy_floor: float | None = None, created_ns: int | None = None) -> InferenceRequest:
     return request_record(pipe.name, request_id or uuid.uuid4().hex,
                           time.time_ns() if created_ns is None else created_ns, slo_ms or pipe.slo_ms,
                           content_type or pipe.input_content_type, payload, accuracy_floor)
@@ -75,7 +70,7 @@ class PipelineClient:
         self._consumer = None
         self._reader: asyncio.Task | None = None
         self._waiters: dict[str, asyncio.Future] = {}  # own requests without a result yet
-        self.results: dict[str, dict] = {}  # own requests' first results
+        self.results: dict[str, InferenceResult] = {}  # own requests' first results
         self.duplicates = 0
         self.undecodable = 0
 
@@ -110,16 +105,21 @@ class PipelineClient:
             await self._consumer.stop()
         await self._keeper.stop()
 
-    async def send(self, request: dict, wait: bool = True, timeout_s: float | None = None):
+    async def send(self, request: InferenceRequest | Mapping[str, Any], wait: bool = True,
+                   timeout_s: float | None = None):
         """Produce a prepared request (see :func:`make_request`); returns the delivery future when
-        ``wait`` is False, so open-loop senders can keep going. Raises ``slipstream.streams.limits.RecordTooLarge``
-        for a request over the input topic's limit (nothing sent), and ``TimeoutError`` when Kafka has
-        not confirmed it within ``timeout_s`` (it may still be written later)."""
+        ``wait`` is False, so open-loop senders can keep going. ``request`` may also be a mapping of
+        ``InferenceRequest`` fields, for callers that build their own (turned into the record first:
+        a field the schema lacks raises ``ValueError``, a missing required one ``TypeError``, nothing
+        sent). Raises ``slipstream.streams.limits.RecordTooLarge`` for a request over the input topic's
+        limit (nothing sent), and ``TimeoutError`` when Kafka has not confirmed it within ``timeout_s``
+        (it may still be written later)."""
+        req = request if isinstance(request, InferenceRequest) else InferenceRequest.from_dict(request)
         async with asyncio.timeout(timeout_s):
             prod, generation = await self._keeper.usable()
-            fut = await kclient.send(prod, self.input_topic, "InferenceRequest", request, key=request["request_id"],
-                                     timestamp_ns=request["created_ns"], limits=self.limits)
-            self.expect(request["request_id"])
+            fut = await kclient.send(prod, self.input_topic, "InferenceRequest", req, key=req.request_id,
+                                     timestamp_ns=req.created_ns, limits=self.limits)
+            self.expect(req.request_id)
             self._keeper.watch(fut, generation)
             if wait:
                 await asyncio.shield(fut)
@@ -133,9 +133,9 @@ class PipelineClient:
     async def submit(self, payload: bytes, **kw: Any) -> str:
         req = make_request(self.pipe, payload, **kw)
         await self.send(req)
-        return req["request_id"]
+        return req.request_id
 
-    async def result(self, request_id: str, timeout_s: float = 30.0) -> dict:
+    async def result(self, request_id: str, timeout_s: float = 30.0) -> InferenceResult:
         if request_id in self.results:
             return self.results[request_id]
         fut = self.expect(request_id)
@@ -167,7 +167,7 @@ class PipelineClient:
         async for msg in self._consumer:
             await codec.prefetch([msg.value])  # off the event loop when a registry is set
             try:
-                res = codec.decode("InferenceResult", msg.value)
+                res = codec.decode_typed("InferenceResult", msg.value)
             except codec.CodecError as exc:
                 self.undecodable += 1
                 log.warning("undecodable record on %s[%d]@%d skipped: %s", msg.topic, msg.partition,
@@ -175,9 +175,9 @@ class PipelineClient:
                 continue
             self.offer(res)
 
-    def offer(self, res: dict) -> None:
+    def offer(self, res: InferenceResult) -> None:
         """Take one decoded result: keep it if it answers one of this client's requests."""
-        rid = res["request_id"]
+        rid = res.request_id
         if rid in self.results:
             self.duplicates += 1
             return
@@ -203,7 +203,8 @@ def _reader_error(task: asyncio.Task) -> BaseException | None:
 
 class SyncClient:
     """The same client for blocking code: an event loop on a background thread. ``client``: another
-    client with the same calls (``slipstream.gateway.client.GatewayClient``) instead of a PipelineClient."""
+    client with the same calls (``slipstream.gateway.client.GatewayClient``) instead of a PipelineClient;
+    results are what it returns (the gateway's: a dict shaped as ``InferenceResult``, with its ms)."""
 
     def __init__(self, pipe: Pipeline, kafka: KafkaSettings, client: Any = None) -> None:
         self._loop = asyncio.new_event_loop()
@@ -226,8 +227,8 @@ class SyncClient:
     def submit(self, payload: bytes, **kw: Any) -> str:
         return self._run(self._client.submit(payload, **kw))
 
-    def result(self, request_id: str, timeout_s: float = 30.0) -> dict:
+    def result(self, request_id: str, timeout_s: float = 30.0) -> InferenceResult:
         return self._run(self._client.result(request_id, timeout_s))
 
-    def call(self, payload: bytes, timeout_s: float = 30.0, **kw: Any) -> dict:
+    def call(self, payload: bytes, timeout_s: float = 30.0, **kw: Any) -> InferenceResult:
         return self.result(self.submit(payload, **kw), timeout_s)

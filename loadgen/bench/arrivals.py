@@ -56,7 +56,7 @@ async def _produce(settings: KafkaSettings, pipeline: str, topic: str, payload: 
             await asyncio.sleep(max(t0 + i / rate_qps - time.monotonic(), 0))
             req = client.request_record(pipeline, uuid.uuid4().hex, time.time_ns(), 10_000.0,
                                         "application/octet-stream", payload)
-            futs.append(await kclient.send(prod, topic, "InferenceRequest", req, key=req["request_id"]))
+            futs.append(await kclient.send(prod, topic, "InferenceRequest", req, key=req.request_id))
         await asyncio.gather(*futs)
     finally:
         await prod.stop()

@@ -82,15 +82,15 @@ class LatencyFigures:
 
 def stage_hop_ends(msg) -> tuple[str, int, list[int]]:
     """(request id, created, each hop's produce time) of a result: its HopTimings' finishes."""
-    res = codec.decode("InferenceResult", msg.value)
-    return res["request_id"], res["created_ns"], [h["finished_ns"] for h in res["hops"]]
+    res = codec.decode_typed("InferenceResult", msg.value)
+    return res.request_id, res.created_ns, [h.finished_ns for h in res.hops]
 
 
 def relay_hop_ends(msg) -> tuple[str, int, list[int]]:
     """The same for a request relayed by ``slipstream.loadgen.bench.relay``: the produce times in its headers."""
-    req = codec.decode("InferenceRequest", msg.value)
+    req = codec.decode_typed("InferenceRequest", msg.value)
     ends = [int(v) for k, v in (msg.headers or ()) if k == RELAY_HEADER]
-    return req["request_id"], req["created_ns"], ends
+    return req.request_id, req.created_ns, ends
 
 
 def split_hops(created_ns: int, ends: list[int], received_ns: int) -> tuple[list[int], int, int]:
@@ -137,9 +137,9 @@ async def _open_loop(settings: KafkaSettings, pipe, src_topic: str, out_topic: s
         if delay > 0:
             await asyncio.sleep(delay)  # open-loop schedule: the send time is the point
         req = make_request(pipe, b"x" * 64)
-        created[req["request_id"]] = req["created_ns"]
-        futs.append(await kclient.send(prod, src_topic, "InferenceRequest", req, key=req["request_id"],
-                                       timestamp_ns=req["created_ns"]))
+        created[req.request_id] = req.created_ns
+        futs.append(await kclient.send(prod, src_topic, "InferenceRequest", req, key=req.request_id,
+                                       timestamp_ns=req.created_ns))
     await asyncio.gather(*futs)
     await asyncio.wait_for(reader, 120)
     await prod.stop()
@@ -154,7 +154,7 @@ async def _fill(settings: KafkaSettings, pipe, topic: str, n: int) -> None:
     futs = []
     for _ in range(n):
         req = make_request(pipe, b"x" * 64)
-        futs.append(await kclient.send(prod, topic, "InferenceRequest", req, key=req["request_id"]))
+        futs.append(await kclient.send(prod, topic, "InferenceRequest", req, key=req.request_id))
     await asyncio.gather(*futs)
     await prod.stop()
 

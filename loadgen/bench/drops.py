@@ -53,7 +53,7 @@ class DropBench:
 
 def _records(pipe: Pipeline, payload: bytes, n: int, created_ns: int, headers: bool) -> list:
     reqs = [make_request(pipe, payload, created_ns=created_ns) for _ in range(n)]
-    return [SimpleNamespace(topic="in", partition=0, offset=i, key=r["request_id"].encode(),
+    return [SimpleNamespace(topic="in", partition=0, offset=i, key=r.request_id.encode(),
                             headers=kclient.headers_for("InferenceRequest", r) if headers else [],
                             value=codec.encode("InferenceRequest", r)) for i, r in enumerate(reqs)]
 

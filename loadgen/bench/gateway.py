@@ -63,9 +63,9 @@ def kafka_call(client: PipelineClient, pipe):
         t0 = time.perf_counter()
         req = make_request(pipe, b"x" * 64)
         await client.send(req)
-        res = await client.result(req["request_id"], 30)
-        client.forget(req["request_id"])
-        assert res["status"] == "done", res
+        res = await client.result(req.request_id, 30)
+        client.forget(req.request_id)
+        assert res.status == "done", res
         return (time.perf_counter() - t0) * 1000
 
     return one

@@ -104,7 +104,7 @@ async def run_round(mode: str, kafka: KafkaSettings, folder: Path, *, rate_qps: 
                 if delay > 0:
                     await asyncio.sleep(delay)
                 req = make_request(pipe, rng.bytes(64))
-                sent.append(req["request_id"])
+                sent.append(req.request_id)
                 futs.append(await client.send(req, wait=False))
             await asyncio.gather(*futs)
             results = [await client.result(rid, 120) for rid in sent]
@@ -113,8 +113,8 @@ async def run_round(mode: str, kafka: KafkaSettings, folder: Path, *, rate_qps: 
     finally:
         await publisher.stop()
         await asyncio.to_thread(actuator.close)
-    served = [Served(r["created_ns"], r["hops"][0]["enqueued_ns"], r["hops"][0]["started_ns"],
-                     r["hops"][0]["worker"], r["hops"][0]["variant"]) for r in results if r["hops"]]
+    served = [Served(r.created_ns, r.hops[0].enqueued_ns, r.hops[0].started_ns, r.hops[0].worker,
+                     r.hops[0].variant) for r in results if r.hops]
     marks = read_marks(logs)
     return [event_cost(label, at, served, marks, span_s=step_s, before_s=step_s / 3) for label, at in events]
 

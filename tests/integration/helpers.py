@@ -93,6 +93,6 @@ async def poisson_open_loop(client, pipe, n: int, rate_qps: float, seed: int, id
     for at in np.cumsum(np.random.default_rng(seed).exponential(1 / rate_qps, n)):
         await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
         req = make_request(pipe, os.urandom(16))
-        ids.append(req["request_id"])
+        ids.append(req.request_id)
         futs.append(await client.send(req, wait=False))
     await asyncio.gather(*futs)

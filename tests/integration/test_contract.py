@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -49,28 +50,28 @@ async def test_bad_fragments_get_error_results_and_their_window_is_served(kafka,
         prod = kclient.producer(kafka, linger_ms=50)  # one burst, one partition: one fetch, one window
         await prod.start()
         try:
-            reqs = [dict(make_request(pipe, b"abc-payload"), fragment="abc"),
+            reqs = [replace(make_request(pipe, b"abc-payload"), fragment="abc"),
                     make_request(pipe, b"valid-in-the-same-window"),
-                    dict(make_request(pipe, b"1/0-payload"), fragment="1/0")]
+                    replace(make_request(pipe, b"1/0-payload"), fragment="1/0")]
             futs = []
             for r in reqs:
-                client.expect(r["request_id"])
-                futs.append(await prod.send(src, codec.encode("InferenceRequest", r), key=r["request_id"].encode(),
+                client.expect(r.request_id)
+                futs.append(await prod.send(src, codec.encode("InferenceRequest", r), key=r.request_id.encode(),
                                             partition=0))
             await asyncio.gather(*futs)
         finally:
             await prod.stop()
-        results = {r["request_id"]: await client.result(r["request_id"], 30) for r in reqs}
+        results = {r.request_id: await client.result(r.request_id, 30) for r in reqs}
         later = [make_request(pipe, f"later-{i}".encode()) for i in range(10)]
         for r in later:
             await client.send(r)
         for r in later:
-            assert (await client.result(r["request_id"], 30))["status"] == "done"
-    bad_abc, good, bad_div = (results[r["request_id"]] for r in reqs)
-    assert good["status"] == "done", good
+            assert (await client.result(r.request_id, 30)).status == "done"
+    bad_abc, good, bad_div = (results[r.request_id] for r in reqs)
+    assert good.status == "done", good
     for res, value in ((bad_abc, "'abc'"), (bad_div, "'1/0'")):
-        assert res["status"] == "error" and f"fragment={value}" in res["reason"], res
-    await assert_exactly_once(kafka, pipe.name, [r["request_id"] for r in reqs + later])
+        assert res.status == "error" and f"fragment={value}" in res.reason, res
+    await assert_exactly_once(kafka, pipe.name, [r.request_id for r in reqs + later])
     await commits_reach_end(kafka, topics.consumer_group(pipe.name, "pre"), src)
     assert all(w.proc.poll() is None for w in workers.running)
 
@@ -98,12 +99,12 @@ async def test_a_fragment_redelivered_after_a_join_restart_opens_no_second_resul
         (join,) = await asyncio.to_thread(workers.start, "join")
         async with PipelineClient(pipe, kafka) as client:
             await send(fragment(pipe, "x", "1/2", ["a:0/2"]), fragment(pipe, "x", "1/2", ["a:1/2"]))
-            assert (await client.result("x", 30))["status"] == "done"
+            assert (await client.result("x", 30)).status == "done"
             await asyncio.to_thread(join.stop)
             (join,) = await asyncio.to_thread(workers.start, "join")  # a fresh join: nothing in memory
             await send(fragment(pipe, "x", "1/2", ["a:1/2"]),  # redelivered: it used to open x again
                        fragment(pipe, "y", "1", []))
-            assert (await client.result("y", 30))["status"] == "done"
+            assert (await client.result("y", 30)).status == "done"
         # x's deadline + the join timeout (3 s) pass well within the quiet time read_topic waits for
         raw = await read_topic(kafka, topics.results(pipe.name), min_count=2, idle_s=6.0)
         assert sorted(r["request_id"] for r in raw) == ["x", "y"], [(r["request_id"], r["reason"]) for r in raw]

@@ -58,11 +58,11 @@ async def served_by(client: PipelineClient, pipe, variant: str, rounds: int = 20
         sent = []
         for _ in range(10):
             req = make_request(pipe, b"x")
-            sent.append(req["request_id"])
+            sent.append(req.request_id)
             await client.send(req)
         ids += sent
         results.update({rid: await client.result(rid, 60) for rid in sent})
-        if any(r["hops"] and r["hops"][-1]["variant"] == variant for r in results.values()):
+        if any(r.hops and r.hops[-1].variant == variant for r in results.values()):
             break
     return ids, results
 
@@ -95,7 +95,7 @@ async def test_poisoned_control_records_are_skipped_and_every_worker_keeps_servi
         async with PipelineClient(pipe, kafka) as client:
             ids, results = await served_by(client, pipe, "b")
         await assert_exactly_once(kafka, pipe.name, ids)
-        assert any(r["hops"][-1]["variant"] == "b" for r in results.values()), \
+        assert any(r.hops[-1].variant == "b" for r in results.values()), \
             "the valid config written after the poison never took effect"
         assert [w.proc.poll() for w in running] == [None, None], "a worker exited:\n" + "".join(
             running[0].lines[-20:] + running[1].lines[-20:])
@@ -155,7 +155,7 @@ async def test_the_tuner_reads_past_a_poisoned_epoch_and_equal_written_epochs_ap
         async with PipelineClient(pipe, kafka) as client:
             ids, results = await served_by(client, pipe, "b")
         await assert_exactly_once(kafka, pipe.name, ids)
-        assert any(r["hops"][-1]["variant"] == "b" for r in results.values()), \
+        assert any(r.hops[-1].variant == "b" for r in results.values()), \
             "the later of two configs with the same epoch field never took effect"
         assert running.proc.poll() is None
     finally:
@@ -185,10 +185,10 @@ async def test_a_worker_started_after_many_configs_loads_only_the_newest(kafka, 
             ids = []
             for _ in range(10):
                 req = make_request(pipe, b"x")
-                ids.append(req["request_id"])
+                ids.append(req.request_id)
                 await client.send(req)
             results = {rid: await client.result(rid, 60) for rid in ids}
-        assert {r["hops"][-1]["variant"] for r in results.values()} == {"b"}, "served before the newest config"
+        assert {r.hops[-1].variant for r in results.values()} == {"b"}, "served before the newest config"
         logged = "".join(worker.lines)
         assert f"config epoch {epochs[-1]} in force at start" in logged, logged[-3000:]
         older = [e for e in epochs[:-1] if f"config epoch {e} in force" in logged]

@@ -45,7 +45,7 @@ async def send_all(client: PipelineClient, pipe, n: int, **kw) -> list[str]:
     ids, futs = [], []
     for i in range(n):
         req = make_request(pipe, f"payload-{i}".encode(), **kw)
-        ids.append(req["request_id"])
+        ids.append(req.request_id)
         futs.append(await client.send(req, wait=False))
     await asyncio.gather(*futs)
     return ids
@@ -60,13 +60,13 @@ async def collect(client: PipelineClient, ids: list[str], timeout_s: float = 60.
 
 def chain_sum_ns(res: dict) -> int:
     """Walk back from the last hop through enqueued == parent's finished; sum hop durations."""
-    by_finish = {h["finished_ns"]: h for h in res["hops"]}
-    h, total = res["hops"][-1], 0
+    by_finish = {h.finished_ns: h for h in res.hops}
+    h, total = res.hops[-1], 0
     while True:
-        total += h["finished_ns"] - h["enqueued_ns"]
-        if h["enqueued_ns"] == res["created_ns"]:
+        total += h.finished_ns - h.enqueued_ns
+        if h.enqueued_ns == res.created_ns:
             return total
-        h = by_finish[h["enqueued_ns"]]  # KeyError = a hop whose parent is missing
+        h = by_finish[h.enqueued_ns]  # KeyError = a hop whose parent is missing
 
 
 async def test_fanout_pipeline_delivers_every_request_once_with_hops_adding_up(kafka, pipeline):
@@ -75,15 +75,15 @@ async def test_fanout_pipeline_delivers_every_request_once_with_hops_adding_up(k
         ids = await send_all(client, pipe, 60)
         results = await collect(client, ids)
     assert set(results) == set(ids)
-    assert all(r["status"] == "done" for r in results.values()), [r["reason"] for r in results.values()]
+    assert all(r.status == "done" for r in results.values()), [r.reason for r in results.values()]
     for r in results.values():
-        stages = [h["stage"] for h in r["hops"]]
+        stages = [h.stage for h in r.hops]
         assert stages[:2] == ["pre", "detect"]
         # k detections: k > 1 fragments are joined, k = 1 goes straight through, k = 0 ends at detect
-        assert stages[-1] == ("join" if r["parts"] > 1 else "classify" if len(stages) > 2 else "detect")
-        assert r["hops"][-1]["finished_ns"] == r["finished_ns"]
-        assert chain_sum_ns(r) == r["finished_ns"] - r["created_ns"]
-    assert any(r["parts"] > 1 for r in results.values())  # the fan-out did happen
+        assert stages[-1] == ("join" if r.parts > 1 else "classify" if len(stages) > 2 else "detect")
+        assert r.hops[-1].finished_ns == r.finished_ns
+        assert chain_sum_ns(r) == r.finished_ns - r.created_ns
+    assert any(r.parts > 1 for r in results.values())  # the fan-out did happen
     assert client.duplicates == 0 and client.undecodable == 0
     raw = await assert_exactly_once(kafka, pipe.name, ids)  # the whole results topic, read back
     # the check notices: this real run's results with one duplicated and one removed
@@ -109,7 +109,7 @@ async def publish_config(kafka, pipe, stage: str, **fields) -> int:
 
 
 def classify_variants(result: dict) -> set[str]:
-    return {h["variant"] for h in result["hops"] if h["stage"] == "classify"}
+    return {h.variant for h in result.hops if h.stage == "classify"}
 
 
 async def test_variant_switch_mid_stream_loses_and_duplicates_nothing(kafka, pipeline):
@@ -132,7 +132,7 @@ async def test_variant_switch_mid_stream_loses_and_duplicates_nothing(kafka, pip
         results = await collect(client, ids)
         assert client.duplicates == 0
     assert set(results) == set(ids)
-    assert all(r["status"] == "done" for r in results.values())
+    assert all(r.status == "done" for r in results.values())
     variants = [classify_variants(results[i]) for i in third]
     assert all(v == {"big"} for v in variants if v), variants  # the rejected configs changed nothing
     await assert_exactly_once(kafka, pipe.name, ids)
@@ -160,13 +160,13 @@ async def test_overload_drops_doomed_requests_with_a_reason_instead_of_late(kafk
     finally:
         workers.stop()
     await assert_exactly_once(kafka, pipe.name, ids)
-    statuses = [r["status"] for r in results.values()]
-    dropped = [r for r in results.values() if r["status"] == "dropped"]
+    statuses = [r.status for r in results.values()]
+    dropped = [r for r in results.values() if r.status == "dropped"]
     assert set(results) == set(ids) and "error" not in statuses
     assert dropped, "a burst far beyond capacity must drop doomed requests"
-    assert all("deadline" in r["reason"] for r in dropped)
-    done = [r for r in results.values() if r["status"] == "done"]
-    late = [r for r in done if r["finished_ns"] > r["deadline_ns"]]
+    assert all("deadline" in r.reason for r in dropped)
+    done = [r for r in results.values() if r.status == "done"]
+    late = [r for r in done if r.finished_ns > r.deadline_ns]
     # a prediction is a p99, not a promise: allow a few late ones, never most of them
     assert len(late) <= max(3, 0.1 * len(done)), (len(late), len(done))
 
@@ -186,7 +186,7 @@ async def test_garbage_goes_to_dead_letters_while_good_records_flow(kafka, pipel
             await prod.stop()
         after = await send_all(client, pipe, 10)
         results = await collect(client, before + after)
-    assert all(r["status"] == "done" for r in results.values())
+    assert all(r.status == "done" for r in results.values())
     await assert_exactly_once(kafka, pipe.name, before + after)
     dead = await read_topic(kafka, topics.dead_letters(pipe.name), min_count=2, record="DeadLetter")
     assert len(dead) == 2  # on different partitions (different keys): in no particular order
@@ -221,9 +221,9 @@ async def test_bad_fragments_at_the_join_end_as_dead_letters_or_errors_and_the_j
         over = await client.result("over", 60)
         ids = await send_all(client, pipe, 30)  # the join still joins
         results = await collect(client, ids)
-    assert over["status"] == "error" and "4/3 > 1" in over["reason"], over
-    assert all(r["status"] == "done" for r in results.values())
-    assert any(r["parts"] > 1 for r in results.values())
+    assert over.status == "error" and "4/3 > 1" in over.reason, over
+    assert all(r.status == "done" for r in results.values())
+    assert any(r.parts > 1 for r in results.values())
     await assert_exactly_once(kafka, pipe.name, ids + ["over"])  # none for "bad-share"
     dead = await read_topic(kafka, topics.dead_letters(pipe.name), min_count=2, record="DeadLetter")
     assert sorted(d["stage"] for d in dead) == ["join", "join"]
@@ -256,9 +256,9 @@ async def test_client_skips_an_undecodable_result_record_and_other_clients_resul
         finally:
             await prod.stop()
         async with asyncio.timeout(30):  # each probe comes after its partition's garbage
-            assert all(r["status"] == "done" for r in await asyncio.gather(*probes))
+            assert all(r.status == "done" for r in await asyncio.gather(*probes))
         assert client.undecodable == parts
         ids = await send_all(client, pipe, 10)
         results = await collect(client, ids)
         assert set(client.results) == set(ids) | {f"probe-{p}" for p in range(parts)}  # only its own
-    assert all(r["status"] == "done" for r in results.values())
+    assert all(r.status == "done" for r in results.values())

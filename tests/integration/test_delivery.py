@@ -92,19 +92,19 @@ async def test_records_refused_past_the_retry_bound_are_replaced_by_error_result
     await admin.ensure_topics(kafka, topics.all_topics(pipe))
     never = f"{unique}-never"  # never created: refused (transiently, says Kafka) for as long as one asks
     reqs = [make_request(pipe, b"x") for _ in range(3)]
-    items = [SimpleNamespace(req=InferenceRequest.from_dict(r), record=None) for r in reqs]
+    items = [SimpleNamespace(req=r, record=None) for r in reqs]
     failures: list[str] = []
     prod = kclient.producer(kafka, request_timeout_ms=1000)
     await prod.start()
     try:
         d = Delivery(prod, pipe, "s", failures.append, max_backoff_s=0.5, retry_for_s=3)
-        sent = await d.send_all([(Out(never, r["request_id"], "InferenceRequest", r), it) for r, it in zip(reqs, items)])
+        sent = await d.send_all([(Out(never, r.request_id, "InferenceRequest", r), it) for r, it in zip(reqs, items)])
         lost = await asyncio.wait_for(d.settle(sent), 60)
     finally:
         await prod.stop()
     assert lost == [] and failures.count("replaced") == len(reqs) and "retried" in failures, failures
     results = await read_topic(kafka, topics.results(pipe.name), len(reqs))
-    assert sorted(r["request_id"] for r in results) == sorted(r["request_id"] for r in reqs)
+    assert sorted(r["request_id"] for r in results) == sorted(r.request_id for r in reqs)
     assert all(r["status"] == "error" and f"cannot deliver InferenceRequest to {never}" in r["reason"]
                and "not delivered within 3 s" in r["reason"] for r in results), results[0]["reason"]
 
@@ -115,12 +115,12 @@ async def test_a_batch_the_broker_refuses_has_each_record_replaced_by_an_error_r
     await admin.ensure_topics(kafka, [*topics.all_topics(pipe), TopicSpec(narrow, 1, {"max.message.bytes": "2000"})])
     failures: list[str] = []
     reqs = [make_request(pipe, b"x" * 20) for _ in range(30)]
-    items = [SimpleNamespace(req=InferenceRequest.from_dict(r), record=None) for r in reqs]
+    items = [SimpleNamespace(req=r, record=None) for r in reqs]
     prod = kclient.producer(kafka)
     await prod.start()
     try:
         d = Delivery(prod, pipe, "s", failures.append)
-        sent = await d.send_all([(Out(narrow, r["request_id"], "InferenceRequest", r), it)
+        sent = await d.send_all([(Out(narrow, r.request_id, "InferenceRequest", r), it)
                                  for r, it in zip(reqs, items)])
         assert len({id(s.fut) for s in sent}) == 1 and all(s.error is None for s in sent)
         await asyncio.wait_for(d.settle(sent), 60)
@@ -128,7 +128,7 @@ async def test_a_batch_the_broker_refuses_has_each_record_replaced_by_an_error_r
         await prod.stop()
     assert failures == ["replaced"] * len(reqs)
     results = await read_topic(kafka, topics.results(pipe.name), len(reqs))
-    assert sorted(r["request_id"] for r in results) == sorted(r["request_id"] for r in reqs)
+    assert sorted(r["request_id"] for r in results) == sorted(r.request_id for r in reqs)
     assert all(r["status"] == "error" and f"cannot deliver InferenceRequest to {narrow}" in r["reason"]
                and "TooLarge" in r["reason"] for r in results), results[0]["reason"]
 
@@ -163,9 +163,9 @@ async def test_after_the_broker_refuses_a_batch_the_producer_is_replaced_and_lat
     failures: list[str] = []
     d = await Delivery.started(kafka, pipe, "s", failures.append)  # no limits: the broker refuses, not send_window
 
-    async def deliver(req: dict) -> list[int]:
-        sent = await d.send_all([(Out(narrow, req["request_id"], "InferenceRequest", req),
-                                  SimpleNamespace(req=InferenceRequest.from_dict(req), record=None))])
+    async def deliver(req: InferenceRequest) -> list[int]:
+        sent = await d.send_all([(Out(narrow, req.request_id, "InferenceRequest", req),
+                                  SimpleNamespace(req=req, record=None))])
         return await asyncio.wait_for(d.settle(sent), 60)
     try:
         assert await deliver(first) == []  # the broker now knows the producer's sequence on the partition
@@ -175,6 +175,6 @@ async def test_after_the_broker_refuses_a_batch_the_producer_is_replaced_and_lat
         await d.close()
     assert failures == ["producer-replaced", "replaced"], failures
     assert [r["request_id"] for r in await read_topic(kafka, narrow, 2, "InferenceRequest")] == \
-        [first["request_id"], small["request_id"]]
+        [first.request_id, small.request_id]
     (res,) = await read_topic(kafka, topics.results(pipe.name), 1)
-    assert res["request_id"] == big["request_id"] and res["status"] == "error" and "TooLarge" in res["reason"]
+    assert res["request_id"] == big.request_id and res["status"] == "error" and "TooLarge" in res["reason"]

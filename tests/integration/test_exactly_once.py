@@ -12,6 +12,7 @@ import asyncio
 import os
 import signal
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -19,7 +20,6 @@ from slipstream.agents.acks import Release
 from slipstream.agents.routing import Out, ended
 from slipstream.agents.transactions import PartitionTransactions, transactional_id
 from slipstream.loadgen.collect import check_exactly_once
-from slipstream.schemas.records import InferenceRequest
 from slipstream.streams import admin, codec, kafka as kclient, topics
 from slipstream.streams.client import PipelineClient, make_request
 from slipstream.streams.config import EXACTLY_ONCE, KafkaSettings
@@ -43,7 +43,7 @@ async def test_exactly_once_fanout_delivers_each_request_once_and_commits_throug
     async with PipelineClient(pipe, kafka) as client:
         ids = await send_all(client, pipe, 60)
         results = await collect(client, ids)
-    assert all(r["status"] == "done" for r in results.values())
+    assert all(r.status == "done" for r in results.values())
     raw = await read_topic(kafka, topics.results(pipe.name), min_count=len(ids), short_ok=True)
     d = check_exactly_once(raw, ids)
     assert d.exactly_once, str(d)
@@ -113,7 +113,7 @@ async def test_a_zombie_producer_is_fenced_and_its_outputs_and_offsets_never_com
     tp = (src, 0)
 
     def result(rid: str) -> Out:
-        req = InferenceRequest.from_dict({**make_request(pipe, b"x"), "request_id": rid})
+        req = replace(make_request(pipe, b"x"), request_id=rid)
         return ended(pipe, req, "done", "", time.time_ns())
 
     # the zombie: mid-window, its outputs are in the log (uncommitted) and its offsets are added
@@ -158,7 +158,7 @@ async def test_a_zombie_producer_is_fenced_and_its_outputs_and_offsets_never_com
         async with asyncio.timeout(10):
             while "zombie" not in seen:
                 for ms in (await cons.getmany(timeout_ms=300)).values():
-                    seen += [codec.decode("InferenceResult", m.value)["request_id"] for m in ms]
+                    seen += [codec.decode_typed("InferenceResult", m.value).request_id for m in ms]
     finally:
         await cons.stop()
     assert "zombie" in seen and "fenced" not in seen, seen

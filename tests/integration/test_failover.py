@@ -108,7 +108,7 @@ async def send(client: PipelineClient, pipe, n: int, ids: list[str]) -> None:
     futs = []
     for i in range(n):
         req = make_request(pipe, f"p-{len(ids)}".encode())
-        ids.append(req["request_id"])
+        ids.append(req.request_id)
         futs.append(await client.send(req, wait=False))
         await asyncio.sleep(0.02)
     await asyncio.gather(*futs)

@@ -48,7 +48,7 @@ CONTROL_STAGE = "classify"
 
 def input_request(pipe):
     return lambda rid: request_record(pipe.name, rid, time.time_ns(), SLO_MS, "application/octet-stream",
-                                      f"fuzz-{rid}".encode())
+                                      f"fuzz-{rid}".encode()).to_dict()
 
 
 async def produce(kafka, pipe, cases: list[fuzzing.Case]) -> list:

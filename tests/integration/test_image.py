@@ -170,15 +170,15 @@ async def test_worker_containers_serve_requests_end_to_end(kafka, unique, tmp_pa
         async with PipelineClient(pipe, kafka) as client:
             reqs = [make_request(pipe, npy(x)) for x in features]
             await asyncio.gather(*[await client.send(r, wait=False) for r in reqs])
-            results = [await client.result(r["request_id"], 60) for r in reqs]
+            results = [await client.result(r.request_id, 60) for r in reqs]
         body = await score.until("/metrics", lambda _, b: score.gauge(b, "slipstream_config_epoch") == epoch, 30)
         assert score.gauge(body, "slipstream_instances") == 1.0, body[:3000]
     finally:
         for c in containers:
             c.stop()
     for x, res in zip(features, results):
-        assert res["status"] == "done", res["reason"]
-        assert [h["stage"] for h in res["hops"]] == ["relay", "score"]
+        assert res.status == "done", res.reason
+        assert [h.stage for h in res.hops] == ["relay", "score"]
         logits = x @ ex.W + ex.B
         assert [c for c, _ in json.loads(res["output"])["top5"]] == list(np.argsort(-logits))
-    await assert_exactly_once(kafka, pipe.name, [r["request_id"] for r in reqs])
+    await assert_exactly_once(kafka, pipe.name, [r.request_id for r in reqs])

@@ -37,12 +37,12 @@ def one_stage_pipeline(name: str, folder: Path) -> Path:
 
 
 def served_by(res: dict) -> str:
-    return res["hops"][0]["worker"].rsplit("/", 1)[1]
+    return res.hops[0].worker.rsplit("/", 1)[1]
 
 
 def wait_s(res: dict) -> float:
-    h = res["hops"][0]
-    return (h["started_ns"] - h["enqueued_ns"]) / 1e9
+    h = res.hops[0]
+    return (h.started_ns - h.enqueued_ns) / 1e9
 
 
 async def test_scale_up_and_down_inside_a_worker_never_pauses_the_running_instance(kafka, unique, tmp_path):
@@ -80,7 +80,7 @@ async def test_scale_up_and_down_inside_a_worker_never_pauses_the_running_instan
                 if delay > 0:
                     await asyncio.sleep(delay)  # open-loop send schedule
                 req = make_request(pipe, rng.bytes(64))
-                sent.append((req["request_id"], req["created_ns"]))
+                sent.append((req.request_id, req.created_ns))
                 futs.append(await client.send(req, wait=False))
             await asyncio.gather(*futs)
             results = {rid: await client.result(rid, 90) for rid, _ in sent}
@@ -92,15 +92,15 @@ async def test_scale_up_and_down_inside_a_worker_never_pauses_the_running_instan
     # nothing lost, nothing answered twice
     assert duplicates == 0
     assert set(results) == {rid for rid, _ in sent}
-    assert all(r["status"] == "done" for r in results.values()), \
-        {r["status"]: r["reason"] for r in results.values() if r["status"] != "done"}
+    assert all(r.status == "done" for r in results.values()), \
+        {r.status: r.reason for r in results.values() if r.status != "done"}
 
     created = {rid: ns / 1e9 for rid, ns in sent}
     first = [r for rid, r in results.items() if served_by(r) == "0"]
-    before = [wait_s(r) for r in first if created[r["request_id"]] < events["up"]]
+    before = [wait_s(r) for r in first if created[r.request_id] < events["up"]]
     normal = float(np.percentile(before, 99))
     for name, at in events.items():
-        around = [wait_s(r) for r in first if at <= created[r["request_id"]] < at + EVENT_SPAN_S]
+        around = [wait_s(r) for r in first if at <= created[r.request_id] < at + EVENT_SPAN_S]
         assert len(around) > 20, f"too few requests on the running instance after scale-{name}"
         worst = max(around) - normal
         print(f"scale-{name}: running instance's worst extra wait {worst * 1000:.1f} ms "
@@ -109,6 +109,6 @@ async def test_scale_up_and_down_inside_a_worker_never_pauses_the_running_instan
 
     # the second instance served after the scale-up, and took no new window long after the scale-down
     second = [r for r in results.values() if served_by(r) == "1"]
-    assert any(r["hops"][0]["started_ns"] / 1e9 > events["up"] for r in second), "the new instance never served"
-    late = [r for r in second if r["hops"][0]["started_ns"] / 1e9 > events["down"] + 2.0]
+    assert any(r.hops[0].started_ns / 1e9 > events["up"] for r in second), "the new instance never served"
+    late = [r for r in second if r.hops[0].started_ns / 1e9 > events["down"] + 2.0]
     assert not late, f"instance 1 still served {len(late)} requests 2 s after the scale-down"

@@ -45,11 +45,11 @@ async def test_a_joined_result_the_broker_refuses_is_answered_once_with_an_error
                 await client.result(rid, 30)
             await set_topic_limit(kafka, topics.results(pipe.name), 20_000)  # the join read 1 MiB at start
             await join(client, "big", b"y" * 12_000)  # two parts: over 20 kB joined
-            assert (await client.result("big", 60))["status"] == "error"
+            assert (await client.result("big", 60)).status == "error"
             for rid in after:
                 await join(client, rid)
             for rid in after:
-                assert (await client.result(rid, 60))["status"] == "done"
+                assert (await client.result(rid, 60)).status == "done"
         got = {r["request_id"]: r for r in await assert_exactly_once(kafka, pipe.name, before + ["big"] + after)}
         assert "MessageSizeTooLarge" in got["big"]["reason"], got["big"]["reason"]
         assert worker.proc.poll() is None

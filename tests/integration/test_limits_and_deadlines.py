@@ -74,16 +74,16 @@ async def test_oversize_input_is_dead_lettered_cut_and_an_oversize_output_become
             small = make_request(pipe, b"small")
             for req in (big, small):
                 await client.send(req)
-            got = {r: await client.result(r, 60) for r in (big["request_id"], small["request_id"])}
+            got = {r: await client.result(r, 60) for r in (big.request_id, small.request_id)}
         letters = await read_topic(kafka, topics.dead_letters(pipe.name), 1, record="DeadLetter")
         await assert_exactly_once(kafka, pipe.name, list(got))
     finally:
         workers.stop()
-    assert got[small["request_id"]]["status"] == "done"
-    refused = got[big["request_id"]]
-    assert refused["status"] == "error", refused
+    assert got[small.request_id].status == "done"
+    refused = got[big.request_id]
+    assert refused.status == "error", refused
     assert re.search(r"record of \d+ bytes is over the 1048588-byte limit of topic " + re.escape(topics.results(pipe.name)),
-                     refused["reason"]), refused["reason"]
+                     refused.reason), refused.reason
     (letter,) = letters
     assert letter["offset"] == 0 and len(letter["original"]) < MiB and garbage.startswith(letter["original"])
     assert f"original of {len(garbage)} bytes, sha256 {hashlib.sha256(garbage).hexdigest()}" in letter["error"]
@@ -100,7 +100,7 @@ async def test_a_hung_model_run_gets_error_results_a_new_replica_and_a_failing_h
         assert healthz(worker) == (200, "ok\n")
         async with PipelineClient(pipe, kafka) as client:
             before = await client.submit(b"before", slo_ms=5000)
-            assert (await client.result(before, 60))["status"] == "done"
+            assert (await client.result(before, 60)).status == "done"
             hung = await client.submit(b"HANG here", slo_ms=5000)
             results = {hung: await client.result(hung, 60)}  # at the run deadline: the replica replaced
             after = [await client.submit(f"after {i}".encode(), slo_ms=5000) for i in range(5)]
@@ -110,9 +110,9 @@ async def test_a_hung_model_run_gets_error_results_a_new_replica_and_a_failing_h
         await assert_exactly_once(kafka, pipe.name, ids)
     finally:
         workers.stop()
-    assert results[hung]["status"] == "error", results[hung]
-    assert "past its deadline of 5 s: replica replaced" in results[hung]["reason"], results[hung]["reason"]
-    assert all(results[r]["status"] == "done" for r in after), [results[r]["reason"] for r in after]
+    assert results[hung].status == "error", results[hung]
+    assert "past its deadline of 5 s: replica replaced" in results[hung].reason, results[hung].reason
+    assert all(results[r].status == "done" for r in after), [results[r].reason for r in after]
     assert status == 503 and "model run relay/v of 1 on replica 0" in body and "past its deadline" in body, body
 
 
@@ -141,10 +141,10 @@ async def test_windows_awaiting_a_produce_that_cannot_complete_are_bounded_and_a
         try:
             reqs = [make_request(pipe, f"r{i}".encode()) for i in range(n)]  # windows of one (max_batch 1)
             await asyncio.gather(*[await kclient.send(prod, topics.stage_input(pipe.name, "relay"), "InferenceRequest",
-                                                      r, key=r["request_id"]) for r in reqs])
+                                                      r, key=r.request_id) for r in reqs])
         finally:
             await prod.stop()
-        ids = [r["request_id"] for r in reqs]
+        ids = [r.request_id for r in reqs]
         async with asyncio.timeout(60):  # until the backlog is full (each look is a scrape)
             while metric(worker, "slipstream_delivery_backlog_windows") < MAX_WINDOWS:
                 await asyncio.sleep(0.2)

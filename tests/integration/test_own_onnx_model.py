@@ -55,7 +55,7 @@ async def test_a_user_onnx_file_is_served_end_to_end_by_a_worker(kafka, unique, 
         async with PipelineClient(pipe, kafka) as client:
             reqs = [make_request(pipe, npy(x)) for x in features[:20]]
             await asyncio.gather(*[await client.send(r, wait=False) for r in reqs])
-            results = [await client.result(r["request_id"], 60) for r in reqs]
+            results = [await client.result(r.request_id, 60) for r in reqs]
             await publish_config(kafka, pipe, "score", epoch=1, max_batch=1, digests={"tiny": "0" * 12})
             async with asyncio.timeout(30):  # the refusal is logged (the worker's output is the event)
                 while not any("rejected: cannot load" in line for line in worker.lines):
@@ -63,7 +63,7 @@ async def test_a_user_onnx_file_is_served_end_to_end_by_a_worker(kafka, unique, 
             later = [make_request(pipe, npy(x)) for x in features[20:]]
             await asyncio.gather(*[await client.send(r, wait=False) for r in later])
             reqs += later
-            results += [await client.result(r["request_id"], 60) for r in later]
+            results += [await client.result(r.request_id, 60) for r in later]
     finally:
         workers.stop()
     pinned = yaml.safe_load(path.read_text())["stages"][0]["variants"][0]["params"]["digest"]
@@ -71,12 +71,12 @@ async def test_a_user_onnx_file_is_served_end_to_end_by_a_worker(kafka, unique, 
     refusal = next(line for line in worker.lines if "rejected: cannot load" in line)
     assert f"loaded model digest '{pinned}', but the StageConfig pins '000000000000'" in refusal
     for x, res in zip(features, results):
-        assert res["status"] == "done", res["reason"]
-        assert res["hops"][0]["variant"] == "tiny" and res["content_type"] == "application/json"
-        assert res["hops"][0]["model_digest"] == pinned
+        assert res.status == "done", res.reason
+        assert res.hops[0].variant == "tiny" and res.content_type == "application/json"
+        assert res.hops[0].model_digest == pinned
         logits = x @ ex.W + ex.B
         probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
         top = json.loads(res["output"])["top5"]
         assert [c for c, _ in top] == list(np.argsort(-logits))
         np.testing.assert_allclose([p for _, p in top], np.sort(probs)[::-1], atol=1e-5)
-    await assert_exactly_once(kafka, pipe.name, [r["request_id"] for r in reqs])
+    await assert_exactly_once(kafka, pipe.name, [r.request_id for r in reqs])

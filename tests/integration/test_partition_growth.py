@@ -59,8 +59,8 @@ async def test_partitions_grown_under_load_are_read_from_their_first_record(kafk
         results = await collect(client, ids, timeout_s=90)
         assert client.duplicates == 0
     assert 0 < before < len(ids)
-    assert all(r["status"] == "done" for r in results.values()), \
-        {r["status"]: r["reason"] for r in results.values() if r["status"] != "done"}
+    assert all(r.status == "done" for r in results.values()), \
+        {r.status: r.reason for r in results.values() if r.status != "done"}
     await assert_exactly_once(kafka, pipe.name, ids)
     # the producers upstream (the client's, the workers') wrote the new partitions within the run:
     # with aiokafka's default metadata age (5 min) they kept writing the old ones only

@@ -30,7 +30,7 @@ async def send_until(client: PipelineClient, pipe, ids: list[str], stop: asyncio
     t0, futs = loop.time(), []
     while not stop.is_set():
         req = make_request(pipe, f"payload-{len(ids)}".encode())
-        ids.append(req["request_id"])
+        ids.append(req.request_id)
         futs.append(await client.send(req, wait=False))
         try:
             await asyncio.wait_for(stop.wait(), max(t0 + len(ids) / RATE_QPS - loop.time(), 0))
@@ -56,6 +56,6 @@ async def test_rebalances_of_a_stage_and_the_join_under_load_lose_and_duplicate_
         results = await collect(client, ids, timeout_s=90)
         assert client.duplicates == 0
     assert 0 < before < len(ids)  # requests were in flight across both rebalances
-    assert all(r["status"] == "done" for r in results.values()), \
-        {r["status"]: r["reason"] for r in results.values() if r["status"] != "done"}
+    assert all(r.status == "done" for r in results.values()), \
+        {r.status: r.reason for r in results.values() if r.status != "done"}
     await assert_exactly_once(kafka, pipe.name, ids)

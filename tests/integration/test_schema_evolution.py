@@ -30,16 +30,16 @@ async def test_an_unknown_writer_is_dead_lettered_naming_its_fingerprint(kafka, 
             prod = kclient.producer(kafka)
             await prod.start()
             try:
-                client.expect(old["request_id"])  # its result may come before we await it
+                client.expect(old.request_id)  # its result may come before we await it
                 for req, data in ((unknown, RecordCodec("InferenceRequest", reordered).encode(unknown)),
                                   (old, RecordCodec("InferenceRequest", previous).encode(old))):
-                    await (await prod.send(client.input_topic, data, key=req["request_id"].encode()))
+                    await (await prod.send(client.input_topic, data, key=req.request_id.encode()))
             finally:
                 await prod.stop()
             await client.send(current)
-            answered = [await client.result(r["request_id"], 60) for r in (old, current)]
-        assert [r["status"] for r in answered] == ["done", "done"]
-        await assert_exactly_once(kafka, pipe.name, [old["request_id"], current["request_id"]])
+            answered = [await client.result(r.request_id, 60) for r in (old, current)]
+        assert [r.status for r in answered] == ["done", "done"]
+        await assert_exactly_once(kafka, pipe.name, [old.request_id, current.request_id])
         (letter,) = await read_topic(kafka, topics.dead_letters(pipe.name), 1, record="DeadLetter")
         assert f"unknown writer schema, fingerprint {schema_fingerprint(reordered).hex()}" in letter["error"]
         assert letter["original"] == RecordCodec("InferenceRequest", reordered).encode(unknown)

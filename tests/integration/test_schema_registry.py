@@ -111,14 +111,14 @@ async def test_a_pipeline_runs_end_to_end_in_the_confluent_format(kafka, registr
                 np.save(buf, x, allow_pickle=False)
                 reqs.append(make_request(pipe, buf.getvalue()))
             await asyncio.gather(*[await client.send(r, wait=False) for r in reqs])
-            results = [await client.result(r["request_id"], 60) for r in reqs]
+            results = [await client.result(r.request_id, 60) for r in reqs]
     finally:
         workers.stop()
-    assert all(r["status"] == "done" for r in results), [r["reason"] for r in results]
+    assert all(r.status == "done" for r in results), [r.reason for r in results]
     source, sink = topics.stage_input(pipe.name, "score"), topics.results(pipe.name)
     assert {f"{source}-value", f"{sink}-value"} <= set(client_registry.subjects())
     for topic, record in ((source, "InferenceRequest"), (sink, "InferenceResult")):
         framed = await raw_values(kafka, topic, len(reqs))
         assert {header(v) for v in framed} == {(0, client_registry.register(f"{topic}-value",
                                                                             codec.schema_json(record)))}
-    await assert_exactly_once(kafka, pipe.name, [r["request_id"] for r in reqs])
+    await assert_exactly_once(kafka, pipe.name, [r.request_id for r in reqs])

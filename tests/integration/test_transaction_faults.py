@@ -75,7 +75,7 @@ async def send(client, pipe, payloads: list[bytes]) -> list[str]:
     ids, futs = [], []
     for p in payloads:
         req = make_request(pipe, p)
-        ids.append(req["request_id"])
+        ids.append(req.request_id)
         futs.append(await client.send(req, wait=False))
     await asyncio.gather(*futs)
     return ids

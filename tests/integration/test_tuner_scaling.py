@@ -79,7 +79,7 @@ async def test_rate_step_scales_bottleneck_up_fast_and_down_after_quiet(kafka, u
                 if delay > 0:
                     await asyncio.sleep(delay)  # open-loop send schedule
                 req = make_request(pipe, b"x" * 32)
-                ids.append(req["request_id"])
+                ids.append(req.request_id)
                 futs.append(await client.send(req, wait=False))
             await asyncio.gather(*futs)
             results = {rid: await client.result(rid, 90) for rid in ids}
@@ -102,5 +102,5 @@ async def test_rate_step_scales_bottleneck_up_fast_and_down_after_quiet(kafka, u
     # nothing lost: every request ended on the results topic, exactly once, none in error
     assert set(results) == set(ids)
     await assert_exactly_once(kafka, pipe.name, ids)
-    assert all(r["status"] in ("done", "dropped") for r in results.values())
-    assert sum(r["status"] == "done" for r in results.values()) >= 0.9 * len(ids)
+    assert all(r.status in ("done", "dropped") for r in results.values())
+    assert sum(r.status == "done" for r in results.values()) >= 0.9 * len(ids)

@@ -64,19 +64,19 @@ async def test_an_output_the_broker_refuses_becomes_an_error_result_and_the_work
                 sent = []
                 for _ in range(20):
                     req = make_request(pipe, png())
-                    sent.append(req["request_id"])
+                    sent.append(req.request_id)
                     await client.send(req)
                 ids += sent
                 results.update({rid: await client.result(rid, 60) for rid in sent})
-                if any(r["status"] == "error" for r in results.values()):
+                if any(r.status == "error" for r in results.values()):
                     break
         await assert_exactly_once(kafka, pipe.name, ids)
-        refused = [r for r in results.values() if r["status"] == "error"]
-        done = [r for r in results.values() if r["status"] == "done"]
-        assert refused and done, {r["status"] for r in results.values()}
-        assert all("cannot deliver InferenceResult" in r["reason"] and "TooLarge" in r["reason"] for r in refused), \
-            refused[0]["reason"]
-        assert all(r["hops"] == [] or r["hops"][-1]["variant"] == "big" for r in refused)
+        refused = [r for r in results.values() if r.status == "error"]
+        done = [r for r in results.values() if r.status == "done"]
+        assert refused and done, {r.status for r in results.values()}
+        assert all("cannot deliver InferenceResult" in r.reason and "TooLarge" in r.reason for r in refused), \
+            refused[0].reason
+        assert all(not r.hops or r.hops[-1].variant == "big" for r in refused)
         assert worker.proc.poll() is None, "the worker died"
         group = topics.consumer_group(pipe.name, "resize")
         topic = topics.stage_input(pipe.name, "resize")

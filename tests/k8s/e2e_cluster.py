@@ -222,11 +222,11 @@ async def send_open_loop(client: PipelineClient, pipe, rate_qps: float, seconds:
         await asyncio.sleep(max(0.0, start + i / rate_qps - time.monotonic()))
         req = make_request(pipe, PAYLOAD + f"-{tag}-{i}".encode())
         await client.send(req, wait=False)
-        ids.append(req["request_id"])
+        ids.append(req.request_id)
     return ids
 
 
-async def results_of(client: PipelineClient, ids: list[str], timeout_s: float) -> list[dict]:
+async def results_of(client: PipelineClient, ids: list[str], timeout_s: float) -> list:
     return await asyncio.gather(*[client.result(i, timeout_s) for i in ids])
 
 
@@ -268,7 +268,7 @@ def test_the_tuner_scales_a_stage_and_the_new_pod_serves(app, kafka):
     new = sorted(served_by(results) - before)
     assert new, f"no pod but {before} served {SCALED}"
     # every request answered: served, or dropped at its deadline while the step overloads one pod
-    assert {r["status"] for r in results} <= {"done", "dropped"}, [r["reason"] for r in results if r["status"] == "error"][:5]
+    assert {r.status for r in results} <= {"done", "dropped"}, [r.reason for r in results if r.status == "error"][:5]
     first_new = min(new, key=lambda pod: watch.pods[pod][0][0])  # the first created: the first decision's
     FIG.update(scale_figures(kafka, pipe, watch, dep, first_new, results, set(high)))
     conflict = other_manager_apply(dep, ns)
@@ -277,7 +277,7 @@ def test_the_tuner_scales_a_stage_and_the_new_pod_serves(app, kafka):
 
 def served_by(results: list[dict]) -> set[str]:
     """The pods whose workers served ``SCALED`` in ``results`` (a worker is named pod-pid/instance)."""
-    return {h["worker"].split("/")[0].rsplit("-", 1)[0] for r in results for h in r["hops"] if h["stage"] == SCALED}
+    return {h.worker.split("/")[0].rsplit("-", 1)[0] for r in results for h in r.hops if h.stage == SCALED}
 
 
 def scale_figures(kafka, pipe, watch: Watch, dep: str, pod: str, results: list[dict], high: set[str]) -> dict:
@@ -290,7 +290,7 @@ def scale_figures(kafka, pipe, watch: Watch, dep: str, pod: str, results: list[d
     scheduled = watch.first("pods", pod, lambda p: condition_true(p, "PodScheduled"))
     started = watch.first("pods", pod, lambda p: running(p, "worker"))
     ready = watch.first("pods", pod, lambda p: condition_true(p, "Ready"))
-    first = min(h["started_ns"] for r in results for h in r["hops"] if h["worker"].startswith(pod))
+    first = min(h.started_ns for r in results for h in r.hops if h.worker.startswith(pod))
     ms = lambda a, b: round((b - a) / 1e6)  # noqa: E731
     return {"decision": f"{decision['previous_replicas']} -> {decision['replicas']} replicas at "
                         f"{decision['live_rate_qps']:.0f} qps live", "requests": len(results),
@@ -352,7 +352,7 @@ def test_the_same_step_on_local_processes(app, kafka, tmp_path):
     new = workers_of(results) - before
     assert new, f"no worker but {before} served {SCALED}: {(tmp_path / 'up.log').read_text()[-3000:]}"
     decision = decision_of(kafka, pipe, SCALED)
-    first = min(h["started_ns"] for r in results for h in r["hops"] if h["worker"] in new)
+    first = min(h.started_ns for r in results for h in r.hops if h.worker in new)
     FIG["local_step"] = {"decision": f"{decision['previous_replicas']} -> {decision['replicas']} replicas",
                          "decision_to_first_served_ms": round((first - decision["at_ns"]) / 1e6),
                          **step_attainment(pipe, results, set(high))}
@@ -362,13 +362,13 @@ def test_the_same_step_on_local_processes(app, kafka, tmp_path):
 
 def workers_of(results: list[dict]) -> set[str]:
     """The replicas (host-pid/replica: a local worker process holds one or more) that served ``SCALED``."""
-    return {h["worker"] for r in results for h in r["hops"] if h["stage"] == SCALED}
+    return {h.worker for r in results for h in r.hops if h.stage == SCALED}
 
 
 def step_attainment(pipe, results: list[dict], high: set[str]) -> dict:
     """The step's requests (``high``): how many, dropped, and the share answered within the SLO."""
-    step = [r for r in results if r["request_id"] in high]
+    step = [r for r in results if r.request_id in high]
     slo = pipe.slo_ms * 1e6
-    return {"step_requests": len(step), "dropped_step": sum(r["status"] == "dropped" for r in step),
-            "attainment_step": round(sum(r["status"] == "done" and r["finished_ns"] - r["created_ns"] <= slo
+    return {"step_requests": len(step), "dropped_step": sum(r.status == "dropped" for r in step),
+            "attainment_step": round(sum(r.status == "done" and r.finished_ns - r.created_ns <= slo
                                          for r in step) / len(step), 4)}

@@ -40,15 +40,15 @@ def rec(offset: int, value: bytes | None, key: bytes | None = None, headers=()) 
 def test_each_record_is_admitted_refused_with_an_error_result_or_dead_lettered(tmp_path):
     pipe = pipeline(tmp_path)
     good = make_request(pipe, b"x")
-    bad_frag = dict(make_request(pipe, b"x"), fragment="abc")
-    no_id = dict(make_request(pipe, b"x"), request_id="")
-    other = dict(make_request(pipe, b"x"), pipeline="someone-else")
+    bad_frag = replace(make_request(pipe, b"x"), fragment="abc")
+    no_id = replace(make_request(pipe, b"x"), request_id="")
+    other = replace(make_request(pipe, b"x"), pipeline="someone-else")
     records = [rec(i, codec.encode("InferenceRequest", r)) for i, r in enumerate((good, bad_frag, no_id, other))]
     records.append(rec(4, b"junk"))
     got = admit(pipe, [(TP, records, 7)], contract.Bounds.of(pipe, "s0", 1 << 20), time.time_ns())
-    assert [(it.offset, it.req.request_id, it.arrival_ns) for it in got.items] == [(0, good["request_id"], 7)]
+    assert [(it.offset, it.req.request_id, it.arrival_ns) for it in got.items] == [(0, good.request_id, 7)]
     ((item, out),) = got.refused
-    assert item.offset == 1 and out.topic == topics.results(pipe.name) and out.key == bad_frag["request_id"]
+    assert item.offset == 1 and out.topic == topics.results(pipe.name) and out.key == bad_frag.request_id
     assert out.value.status == "error" and "fragment='abc'" in out.value.reason
     codec.encode("InferenceResult", out.value)  # it can be written
     assert [(r.offset, why.split(":")[0]) for _, r, why in got.dead][:2] == [(2, "contract"), (3, "contract")]
@@ -61,7 +61,7 @@ async def test_a_window_that_fails_serves_its_items_alone_and_fails_only_the_poi
     sw = w.StageWorker(pipe, "s0", KafkaSettings(), load_executor, StageMetrics.create(pipe.name, "s0"))
     sw.pool.put_in_force(await sw.pool.prepare(sw.switch.config, Fleet()))
     now = time.time_ns()
-    reqs = [InferenceRequest.from_dict(make_request(pipe, f"p{i}".encode())) for i in range(4)]
+    reqs = [make_request(pipe, f"p{i}".encode()) for i in range(4)]
     reqs[2] = replace(reqs[2], deadline_ns=None)  # past the door by a bug: the window's decisions raise on it
     window = [Item(rec(i, b""), r, now, TP, i) for i, r in enumerate(reqs)]
     replica = sw.pool.idle()
@@ -77,10 +77,10 @@ async def test_a_window_that_fails_serves_its_items_alone_and_fails_only_the_poi
     assert "TypeError" in poisoned.value.reason
 
 
-def written(pipe, offset: int, req: dict, value: bytes | None = None) -> SimpleNamespace:
+def written(pipe, offset: int, req: InferenceRequest, value: bytes | None = None) -> SimpleNamespace:
     """A record as every producer of the project writes ``req``: keyed by its id, with its headers."""
     return rec(offset, codec.encode("InferenceRequest", req) if value is None else value,
-               req["request_id"].encode(), kclient.headers_for("InferenceRequest", req))
+               req.request_id.encode(), kclient.headers_for("InferenceRequest", req))
 
 
 def test_an_expired_request_is_dropped_from_its_headers_and_its_record_never_decoded(tmp_path, monkeypatch):
@@ -99,10 +99,10 @@ def test_an_expired_request_is_dropped_from_its_headers_and_its_record_never_dec
     assert item.offset == 0 and why.startswith("deadline: expired before s0") and not got.dead
     assert decoded == [records[1].value]  # only the fresh one was decoded
     answer = routing.ended(pipe, item.req, "dropped", why, now)
-    assert (answer.topic, answer.key) == (topics.results(pipe.name), stale["request_id"])
+    assert (answer.topic, answer.key) == (topics.results(pipe.name), stale.request_id)
     assert {k: getattr(answer.value, k) for k in ("request_id", "created_ns", "deadline_ns", "fragment")} == \
-        {"request_id": stale["request_id"], "created_ns": stale["created_ns"],
-         "deadline_ns": stale["deadline_ns"], "fragment": "1"}
+        {"request_id": stale.request_id, "created_ns": stale.created_ns,
+         "deadline_ns": stale.deadline_ns, "fragment": "1"}
     codec.encode("InferenceResult", answer.value)
     assert [it.offset for it in got.items] == [1]
 
@@ -112,7 +112,7 @@ def test_a_record_without_the_header_or_a_usable_key_is_judged_after_decoding(tm
     now = time.time_ns()
     stale = make_request(pipe, b"x", created_ns=now - int(2 * pipe.slo_ms * 1_000_000))
     bare = rec(0, codec.encode("InferenceRequest", stale))  # another producer: no key, no headers
-    junk = written(pipe, 1, dict(stale, request_id="k"), value=b"junk")
+    junk = written(pipe, 1, replace(stale, request_id="k"), value=b"junk")
     junk.key = b"\xff\xfe"  # not UTF-8: cannot stand for an id, so the record is decoded
     gate = SourceGate("s0")
     got = admit(pipe, [(TP, [bare, junk], 7)], contract.Bounds.of(pipe, "s0", 1 << 20), now,

@@ -27,7 +27,7 @@ def stage_worker(tmp_path: Path) -> w.StageWorker:
 def fetch(pipe, first: int, n: int) -> list:
     """``n`` records as a client writes them (key, headers, value)."""
     reqs = [make_request(pipe, b"x") for _ in range(n)]
-    return [SimpleNamespace(topic=TP[0], partition=TP[1], offset=first + i, key=r["request_id"].encode(),
+    return [SimpleNamespace(topic=TP[0], partition=TP[1], offset=first + i, key=r.request_id.encode(),
                             headers=kclient.headers_for("InferenceRequest", r),
                             value=codec.encode("InferenceRequest", r))
             for i, r in enumerate(reqs)]

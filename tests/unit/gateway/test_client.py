@@ -2,6 +2,7 @@
 a request the client builds is the call the server reads; every answer the server gives is the
 client's result or exception."""
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -29,14 +30,14 @@ def test_a_done_answer_is_the_result_text_or_binary(output, ctype):
     got = answer_result(200, raw, headers)
     assert got["output"] == output and got["content_type"] == ctype and got["status"] == "done"
     assert {k: got[k] for k in ("request_id", "created_ns", "deadline_ns", "finished_ns", "accuracy")} == \
-        {k: res[k] for k in ("request_id", "created_ns", "deadline_ns", "finished_ns", "accuracy")}
+        {k: getattr(res, k) for k in ("request_id", "created_ns", "deadline_ns", "finished_ns", "accuracy")}
     assert got["latency_ms"] == pytest.approx(9.0) and got["hops"][0]["service_ms"] == pytest.approx(5.0)
 
 
 @pytest.mark.parametrize("code,status", [(504, "dropped"), (500, "error")])
 def test_a_dropped_or_error_answer_is_a_result_with_its_reason(code, status):
-    res = {**result(), "status": status, "reason": "deadline: 3.0 ms past", "output": b""}
-    raw = oip.error_body(f"{status}: {res['reason']}", **oip.result_parameters(res))
+    res = replace(result(), status=status, reason="deadline: 3.0 ms past", output=b"")
+    raw = oip.error_body(f"{status}: {res.reason}", **oip.result_parameters(res))
     got = answer_result(code, raw, {"Content-Type": "application/json"})
     assert (got["status"], got["reason"], got["output"]) == (status, "deadline: 3.0 ms past", b"")
 
@@ -70,7 +71,7 @@ def test_connect_chooses_the_path():
 
 def test_a_contract_error_is_a_400_result_naming_the_field():
     reason = "contract: payload=<9 bytes>: over 8 bytes"
-    res = {**result(), "status": "error", "reason": reason, "output": b""}
+    res = replace(result(), status="error", reason=reason, output=b"")
     got = answer_result(400, oip.error_body(f"error: {reason}", **oip.result_parameters(res)), {})
     assert (got["status"], got["fields"]) == ("error", ["payload"])
     with pytest.raises(GatewayError):  # the same reason answered 500 is not what the server says of it

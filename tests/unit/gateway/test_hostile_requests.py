@@ -4,12 +4,14 @@ plain text. The same server answers the versioned routes for version 1 and readi
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from slipstream.gateway.core import Gateway
 from slipstream.gateway.server import RestApi
+from slipstream.schemas.records import InferenceRequest, InferenceResult
 from slipstream.streams.config import KafkaSettings
 from slipstream.streams.spec import parse_pipeline
 from tests.gateway_cases import CASES, VALID
@@ -24,16 +26,16 @@ class Answers:
     """The results reader and producer, stubbed: every produced request is answered done at once."""
 
     def __init__(self) -> None:
-        self.sent: list[dict] = []
+        self.sent: list[InferenceRequest] = []
         self.running = True
 
     async def send(self, req: dict, timeout_s: float | None = None) -> None:
         self.sent.append(req)
 
-    async def result(self, rid: str, timeout_s: float) -> dict:
-        req = next(r for r in self.sent if r["request_id"] == rid)
-        return {**result(b"ok", "text/plain"), "request_id": rid, "created_ns": req["created_ns"],
-                "deadline_ns": req["deadline_ns"], "finished_ns": req["created_ns"] + 1_000_000}
+    async def result(self, rid: str, timeout_s: float) -> InferenceResult:
+        req = next(r for r in self.sent if r.request_id == rid)
+        return replace(result(b"ok", "text/plain"), request_id=rid, created_ns=req.created_ns,
+                       deadline_ns=req.deadline_ns, finished_ns=req.created_ns + 1_000_000)
 
     def forget(self, rid: str) -> None:
         pass

@@ -2,11 +2,13 @@
 parameters and headers, and errors that name the field."""
 import json
 import struct
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from slipstream.gateway import oip
+from slipstream.schemas.records import InferenceResult
 from slipstream.streams import contract
 from slipstream.streams.spec import parse_pipeline
 
@@ -80,9 +82,10 @@ def test_bad_requests_name_the_field(raw, headers, names):
 def result(output=b'{"top5": [[1, 0.9]]}', ctype="application/json"):
     hop = {"stage": "s", "variant": "v", "batch_size": 2, "enqueued_ns": 1_000_000, "received_ns": 3_000_000,
            "started_ns": 4_000_000, "finished_ns": 9_000_000, "worker": "w", "model_digest": ""}
-    return {"request_id": "r1", "pipeline": "p", "status": "done", "reason": "", "created_ns": 1_000_000,
-            "deadline_ns": 401_000_000, "finished_ns": 10_000_000, "content_type": ctype, "output": output,
-            "hops": [hop], "accuracy": 0.75, "parts": 1, "fragment": "1", "path": []}
+    return InferenceResult.from_dict({
+        "request_id": "r1", "pipeline": "p", "status": "done", "reason": "", "created_ns": 1_000_000,
+        "deadline_ns": 401_000_000, "finished_ns": 10_000_000, "content_type": ctype, "output": output,
+        "hops": [hop], "accuracy": 0.75, "parts": 1, "fragment": "1", "path": []})
 
 
 def test_a_text_result_answers_json_with_status_and_hop_timings():
@@ -122,6 +125,6 @@ def test_a_result_maps_to_its_http_status_and_a_contract_error_names_its_fields(
     reason = contract.describe([contract.Violation("payload", b"x" * 9, "over 8 bytes"),
                                 contract.Violation("content_type", "a;b", "not a media type")])
     assert oip.result_code("error", reason) == 400
-    params = oip.result_parameters({**result(), "status": "error", "reason": reason})
+    params = oip.result_parameters(replace(result(), status="error", reason=reason))
     assert params["fields"] == ["payload", "content_type"]
     assert "fields" not in oip.result_parameters(result())

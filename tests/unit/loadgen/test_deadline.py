@@ -13,7 +13,7 @@ MS = 1_000_000
 
 def test_the_client_record_deadline_is_created_plus_slo():
     rec = request_record("p", "r1", 1_000, 250.0, "application/octet-stream", b"")
-    assert rec["deadline_ns"] - rec["created_ns"] == 250 * MS
+    assert rec.deadline_ns - rec.created_ns == 250 * MS
 
 
 def test_simulated_results_carry_created_plus_slo(planned):

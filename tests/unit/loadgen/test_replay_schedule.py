@@ -66,6 +66,6 @@ def test_request_fits_the_input_schema():
 
     t = ReplayTarget("demo", "classify", 250.0, "image/raw", accuracy_floor=0.7)
     req = build_request(t, "run-00000001", 1_000_000_000, b"\x01\x02")
-    assert req["deadline_ns"] == 1_250_000_000
-    assert codec.decode("InferenceRequest", codec.encode("InferenceRequest", req)) == req
+    assert req.deadline_ns == 1_250_000_000 and req.accuracy_floor == 0.7
+    assert codec.decode_typed("InferenceRequest", codec.encode("InferenceRequest", req)) == req
     assert t.input_topic.endswith(".classify.in")

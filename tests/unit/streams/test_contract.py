@@ -16,7 +16,7 @@ SRC = contract.Bounds("p", slo_ms=1000.0, stages=3, max_payload_bytes=1024, sour
 
 
 def req(**kw) -> dict:
-    return {**request_record("p", "r1", NOW, 1000.0, "text/plain", b"x"), **kw}
+    return {**request_record("p", "r1", NOW, 1000.0, "text/plain", b"x").to_dict(), **kw}
 
 
 def frag(**kw) -> dict:

@@ -21,7 +21,8 @@ READERS = [("InferenceRequest", True), ("InferenceRequest", False), ("InferenceR
 
 def base(record: str):
     if record == "InferenceRequest":
-        return lambda rid: request_record("p", rid, time.time_ns(), SLO_MS, "application/octet-stream", b"x" * 64)
+        return lambda rid: request_record("p", rid, time.time_ns(), SLO_MS, "application/octet-stream",
+                                         b"x" * 64).to_dict()
     return fuzzing.fragment_record("p", SLO_MS)
 
 
