@@ -43,6 +43,6 @@ async def test_an_unknown_writer_is_dead_lettered_naming_its_fingerprint(kafka, 
         (letter,) = await read_topic(kafka, topics.dead_letters(pipe.name), 1, record="DeadLetter")
         assert f"unknown writer schema, fingerprint {schema_fingerprint(reordered).hex()}" in letter["error"]
         assert letter["original"] == RecordCodec("InferenceRequest", reordered).encode(unknown)
-        assert codec.decode("InferenceRequest", codec.encode("InferenceRequest", current)) == current
+        assert codec.decode_typed("InferenceRequest", codec.encode("InferenceRequest", current)) == current
     finally:
         workers.stop()
