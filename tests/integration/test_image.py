@@ -180,5 +180,5 @@ async def test_worker_containers_serve_requests_end_to_end(kafka, unique, tmp_pa
         assert res.status == "done", res.reason
         assert [h.stage for h in res.hops] == ["relay", "score"]
         logits = x @ ex.W + ex.B
-        assert [c for c, _ in json.loads(res["output"])["top5"]] == list(np.argsort(-logits))
+        assert [c for c, _ in json.loads(res.output)["top5"]] == list(np.argsort(-logits))
     await assert_exactly_once(kafka, pipe.name, [r.request_id for r in reqs])

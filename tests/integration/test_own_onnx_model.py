@@ -76,7 +76,7 @@ async def test_a_user_onnx_file_is_served_end_to_end_by_a_worker(kafka, unique, 
         assert res.hops[0].model_digest == pinned
         logits = x @ ex.W + ex.B
         probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
-        top = json.loads(res["output"])["top5"]
+        top = json.loads(res.output)["top5"]
         assert [c for c, _ in top] == list(np.argsort(-logits))
         np.testing.assert_allclose([p for _, p in top], np.sort(probs)[::-1], atol=1e-5)
     await assert_exactly_once(kafka, pipe.name, [r.request_id for r in reqs])
