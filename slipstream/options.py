@@ -8,6 +8,15 @@ import click
 from slipstream.streams.config import METRICS_ADDR_ENV
 
 
+def controllers_option():
+    """``--controllers``: a new local cluster's controller-only nodes (``kafka up``, ``chaos``)."""
+    from slipstream.streams.broker import DEDICATED_CONTROLLERS
+
+    return click.option("--controllers", type=click.IntRange(0, 5), default=None,
+                        help="A new cluster's controller-only nodes, its KRaft voters (0: every broker is also a "
+                             f"voter) [default: what the cluster was made with, else {DEDICATED_CONTROLLERS}].")
+
+
 def key_values(values: tuple[str, ...], cast, name: str, what: str = "KEY=NUMBER") -> dict:
     """``("a=1", "b=2")`` -> ``{"a": cast("1"), ...}``; a bad item is a usage error naming the option."""
     out = {}

@@ -245,10 +245,12 @@ def pick_node(choice: str, busiest: int, controller: int | None) -> int:
     return int(choice)
 
 
-def check_node(choice: str, nodes: int) -> None:
-    """Refuse a ``--broker-node`` that is not ``busiest``, ``controller`` or one of the ``nodes``."""
-    if choice not in (BUSIEST, CONTROLLER) and not (choice.isdigit() and 1 <= int(choice) <= nodes):
-        raise ValueError(f"broker node must be {BUSIEST!r}, {CONTROLLER!r} or 1..{nodes}, got {choice!r}")
+def check_node(choice: str, nodes: int | None = None) -> None:
+    """Refuse a ``--broker-node`` that is not ``busiest``, ``controller`` or a node number (one of the
+    cluster's ``nodes`` when known)."""
+    numbered = choice.isdigit() and int(choice) >= 1 and (nodes is None or int(choice) <= nodes)
+    if choice not in (BUSIEST, CONTROLLER) and not numbered:
+        raise ValueError(f"broker node must be {BUSIEST!r}, {CONTROLLER!r} or 1..{nodes or 'N'}, got {choice!r}")
 
 
 async def inject(case: chaos.FaultCase, stack: Stack, cluster: Cluster, first_send: asyncio.Event,
@@ -353,8 +355,8 @@ class ChaosOptions:
     broker_node: str = BUSIEST  # the node a cluster fault kills (pick_node)
     controllers: int | None = None  # the cluster's controller-only nodes (broker.local_cluster's default)
 
-    def __post_init__(self) -> None:  # the node's number is checked against the cluster (check_node)
-        check_node(self.broker_node, 99)
+    def __post_init__(self) -> None:  # the number against the cluster's nodes once it is known (run_suite)
+        check_node(self.broker_node)
 
 
 def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from slipstream.fault_options import fault_options
+from slipstream.options import controllers_option
 from slipstream.tuner_options import standby_option
 
 
@@ -27,9 +28,7 @@ from slipstream.tuner_options import standby_option
 @click.option("--broker-node", default="busiest", show_default=True,
               help="The node the cluster fault kills: 'busiest' (the leader of most of the pipeline's "
                    "partitions), 'controller' (the active controller) or a node number.")
-@click.option("--controllers", type=click.IntRange(0, 5), default=None,
-              help="A new cluster's controller-only nodes (0: the brokers are the voters) [default: what the "
-                   "cluster was made with, else 3].")
+@controllers_option()
 @standby_option(1)
 def chaos(pipeline_file, brokers, profiles_dir, mode, replan_s, trace, fault_at_s, broker_down_s, freeze_s,
           freeze_stage, only, drain_s, report_dir, port, kafka_state, broker_node, controllers, standby) -> None:

@@ -16,7 +16,7 @@ import sys
 
 import click
 
-from slipstream.options import state_dir
+from slipstream.options import controllers_option, state_dir
 from slipstream.streams import broker
 from slipstream.streams.config import BOOTSTRAP_ENV, KAFKA_HOST_ENV, KAFKA_STATE_ENV, KAFKA_VERSION_ENV
 
@@ -30,10 +30,6 @@ brokers_opt = click.option("--brokers", type=click.IntRange(1, 9), default=None,
                            help="Run a replicated cluster of this many brokers (3: replication 3, min ISR 2) "
                                 "[default: the single broker; for --name, what the cluster was made with].")
 name_opt = click.option("--name", default=None, help=f"Cluster name [default: {broker.CLUSTER_NAME}].")
-controllers_opt = click.option("--controllers", type=click.IntRange(0, 5), default=None,
-                               help="A new cluster's controller-only nodes, its KRaft voters (0: every broker is "
-                                    "also a voter) [default: what the cluster was made with, else "
-                                    f"{broker.DEDICATED_CONTROLLERS}].")
 version_opt = click.option("--kafka-version", "version", envvar=KAFKA_VERSION_ENV, default=None,
                            type=click.Choice(broker.SUPPORTED),
                            help=f"Kafka release to start [default: {broker.DEFAULT_VERSION}].")
@@ -68,7 +64,7 @@ def kafka() -> None:
 @name_opt
 @version_opt
 @host_opt
-@controllers_opt
+@controllers_option()
 @click.option("--timeout", default=180.0, show_default=True, help="Seconds to wait for readiness.")
 def up(state, port, brokers, name, version, host, controllers, timeout) -> None:
     """Start the broker or cluster (idempotent) and wait for a metadata round trip listing every broker."""

@@ -10,7 +10,7 @@ import re
 import time
 from typing import Iterable
 
-from slipstream.streams.broker.layout import BrokerError, LocalCluster
+from slipstream.streams.broker.layout import BrokerError, LocalCluster, saved_layout
 from slipstream.streams.broker.probe import _out_of_sync, broker_version, is_ready, live_brokers
 from slipstream.streams.broker.process import _cluster_id, _stop_pids, running_jar_version, running_pid, start_process
 
@@ -19,12 +19,10 @@ def cluster_up(c: LocalCluster, timeout_s: float = 180.0, progress=print) -> lis
     """Start every node that is not running (all are needed: the quorum is every node) and wait until
     the cluster lists all of them. Returns the PIDs, node 1 first."""
     nodes = c.nodes
-    saved = json.loads(c.layout_file.read_text()) if c.layout_file.exists() else {}
-    shape = {"brokers": c.brokers, "port": c.port, "controllers": c.controllers}
-    made = {**shape, **saved, "controllers": saved.get("controllers", 0)}
-    if saved and {k: made[k] for k in shape} != shape:
-        raise BrokerError(f"cluster {c.name!r} in {c.state_dir} was made with {made['brokers']} brokers and "
-                          f"{made['controllers']} controllers on port {made['port']}: stop it and remove that "
+    saved = saved_layout(c.state_dir)
+    if saved and {k: saved.get(k) for k in c.shape} != c.shape:
+        raise BrokerError(f"cluster {c.name!r} in {c.state_dir} was made with {saved.get('brokers')} brokers and "
+                          f"{saved['controllers']} controllers on port {saved.get('port')}: stop it and remove that "
                           f"folder to change its shape")
     if not saved:
         for b in c.broker_nodes:
@@ -32,7 +30,7 @@ def cluster_up(c: LocalCluster, timeout_s: float = 180.0, progress=print) -> lis
                 raise BrokerError(f"a broker not started by slipstream already answers on {b.bootstrap}")
     cluster_id = saved.get("cluster_id") or _cluster_id()
     c.state_dir.mkdir(parents=True, exist_ok=True)
-    c.layout_file.write_text(json.dumps({**shape, "cluster_id": cluster_id}))
+    c.layout_file.write_text(json.dumps({**c.shape, "cluster_id": cluster_id}))
     pids = []
     for b in nodes:
         pid = running_pid(b)

@@ -151,6 +151,21 @@ class LocalCluster:
     def layout_file(self) -> Path:
         return self.state_dir / "cluster.json"
 
+    @property
+    def shape(self) -> dict:
+        """What ``cluster.json`` keeps besides the cluster id (``saved_layout`` reads it back)."""
+        return {"brokers": self.brokers, "port": self.port, "controllers": self.controllers}
+
+
+def saved_layout(folder: Path) -> dict:
+    """The shape and cluster id ``folder/cluster.json`` keeps ({} before the cluster's first start); one
+    written before controller-only nodes existed is a combined cluster (controllers 0). Raises ValueError
+    for a file that is not JSON."""
+    try:
+        return {"controllers": 0, **json.loads((folder / "cluster.json").read_text())}
+    except FileNotFoundError:
+        return {}
+
 
 def default_broker(state: str | os.PathLike | None = None, port: int = SINGLE_PORT, *,
                    root: Path = DEFAULT_STATE_DIR, version: str | None = None, host: str = LOOPBACK) -> LocalBroker:
@@ -170,11 +185,9 @@ def local_cluster(brokers: int | None = None, name: str | None = None, port: int
     name = name or CLUSTER_NAME
     folder = Path(state) if state else root / f"kafka-{name}"
     try:
-        saved = json.loads((folder / "cluster.json").read_text())
-    except (FileNotFoundError, ValueError):
+        saved = saved_layout(folder)
+    except ValueError:
         saved = {}
-    if controllers is None:
-        controllers = saved.get("controllers", 0) if saved else DEDICATED_CONTROLLERS
     return LocalCluster(name, folder, brokers or saved.get("brokers", 3), port or saved.get("port", CLUSTER_PORT),
                         build_root=root / "build", kafka_version=version or kafka_version_from_env() or DEFAULT_VERSION,
-                        controllers=controllers)
+                        controllers=saved.get("controllers", DEDICATED_CONTROLLERS) if controllers is None else controllers)
