@@ -154,6 +154,13 @@ async def keys_since(settings: KafkaSettings, topic: str, since_ms: int, timeout
     """(key, timestamp ms) of every committed record of ``topic`` with a timestamp at or after
     ``since_ms``, up to the end offsets (the last stable offsets) at the call; TimeoutError past
     ``timeout_s``."""
+    return [(r.key, r.timestamp) for r in await records_since(settings, topic, since_ms, timeout_s)]
+
+
+async def records_since(settings: KafkaSettings, topic: str, since_ms: int, timeout_s: float = 60.0) -> list:
+    """Every committed record (aiokafka ``ConsumerRecord``s, values undecoded) of ``topic`` with a
+    timestamp at or after ``since_ms``, up to the end offsets (the last stable offsets) at the call;
+    TimeoutError past ``timeout_s``."""
     import asyncio
 
     cons = consumer(settings, group_id=None, enable_auto_commit=False)
@@ -166,11 +173,11 @@ async def keys_since(settings: KafkaSettings, topic: str, since_ms: int, timeout
         todo = {tp: ends[tp] for tp in tps if starts.get(tp) is not None and starts[tp].offset < ends[tp]}
         for tp in todo:
             cons.seek(tp, starts[tp].offset)
-        out: list[tuple[bytes | None, int]] = []
+        out: list = []
         async with asyncio.timeout(timeout_s):
             while todo:
                 for tp, recs in (await cons.getmany(*todo, timeout_ms=200)).items():
-                    out += [(r.key, r.timestamp) for r in recs if r.offset < todo.get(tp, 0)]
+                    out += [r for r in recs if r.offset < todo.get(tp, 0)]
                 for tp in list(todo):
                     if await cons.position(tp) >= todo[tp]:
                         del todo[tp]

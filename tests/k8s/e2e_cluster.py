@@ -40,6 +40,7 @@ from pathlib import Path
 import pytest
 
 from slipstream.loadgen.collect import check_exactly_once
+from slipstream.loadgen.trail import describe, trail
 from slipstream.streams import topics
 from slipstream.streams.client import PipelineClient, make_request
 from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings
@@ -216,18 +217,29 @@ def task_pid(container_id: str) -> int:
 
 async def send_open_loop(client: PipelineClient, pipe, rate_qps: float, seconds: float, tag: str) -> list[str]:
     """Requests at a fixed rate (never awaiting results), payloads ``PAYLOAD-tag-i``; their ids."""
-    ids, start = [], time.monotonic()
+    ids, sent, start = [], [], time.monotonic()
     n = int(rate_qps * seconds)
     for i in range(n):
         await asyncio.sleep(max(0.0, start + i / rate_qps - time.monotonic()))
         req = make_request(pipe, PAYLOAD + f"-{tag}-{i}".encode())
-        await client.send(req, wait=False)
+        sent.append(await client.send(req, wait=False))
         ids.append(req.request_id)
+    await asyncio.gather(*sent)  # each in Kafka: a send that failed fails here, not as a missing result
     return ids
 
 
 async def results_of(client: PipelineClient, ids: list[str], timeout_s: float) -> list:
-    return await asyncio.gather(*[client.result(i, timeout_s) for i in ids])
+    """The results of ``ids``; AssertionError naming where each request without one went
+    (``slipstream.loadgen.trail``) if any has none within ``timeout_s``."""
+    got = await asyncio.gather(*[client.result(i, timeout_s) for i in ids], return_exceptions=True)
+    missing = [i for i, res in zip(ids, got) if isinstance(res, TimeoutError)]
+    if missing:
+        where = describe(await trail(client.kafka, client.pipe, missing[:20]))
+        raise AssertionError(f"{len(missing)} of {len(ids)} requests unanswered within {timeout_s:g} s:\n{where}")
+    for res in got:
+        if isinstance(res, BaseException):
+            raise res
+    return got
 
 
 def decision_of(kafka, pipe, stage: str) -> dict:
