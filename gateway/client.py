@@ -4,7 +4,7 @@
 
 The HTTP mapping is pure and sits beside the server's (``slipstream.gateway.oip``): :func:`infer_body` builds the
 Open Inference Protocol request (the payload as binary data, Slipstream's parameters), and
-:func:`answer_result` turns an answer back into a result dict shaped as ``InferenceResult`` (200:
+:func:`answer_result` turns an answer back into the ``InferenceResult`` it carries (200:
 done; 504 with a result: dropped; 400 or 500 with a result: error, ``oip.result_code``), or raises: :class:`Shed` for 429 (with its
 ``Retry-After``), :class:`TimeoutError` for a 504 without a result (as ``PipelineClient.result``),
 :class:`GatewayError` for any other refusal (400 with the field, 404, 413, 503).
@@ -17,6 +17,7 @@ import struct
 import uuid
 from typing import Any, Mapping
 
+from slipstream.schemas.records import HopTiming, InferenceResult
 from slipstream.streams.client import PipelineClient
 
 from slipstream.gateway import oip
@@ -54,17 +55,19 @@ def infer_body(payload: bytes, content_type: str | None = None, client_id: str |
     return head + payload, {oip.HEADER_LENGTH: str(len(head)), "Content-Type": "application/octet-stream"}
 
 
-def answer_result(code: int, body: bytes, headers: Mapping[str, str]) -> dict:
-    """The result an answer carries, shaped as ``InferenceResult`` (``output`` in bytes, ``hops`` with
-    their ms split, plus ``latency_ms`` and ``deadline_ms``); raises for an answer without one."""
+def answer_result(code: int, body: bytes, headers: Mapping[str, str]) -> InferenceResult:
+    """The result an answer carries, as the record ``PipelineClient`` reads from the results topic
+    (its hops without the ms split the gateway adds to them: the record's times give it again);
+    raises for an answer without one."""
     doc = _json_head(body, headers)
     params = doc.get("parameters") or {}
     if "request_id" in params and code == oip.result_code(params.get("status", ""), params.get("reason", "")):
-        res = {k: params[k] for k in ("request_id", "status", "reason", "latency_ms", "deadline_ms", "accuracy",
-                                      "content_type", "hops", "created_ns", "deadline_ns", "finished_ns")}
-        res["fields"] = params.get("fields", [])
-        res["output"] = _output(doc, body, headers) if code == 200 else b""
-        return res
+        return InferenceResult.from_dict({
+            **{k: params[k] for k in ("request_id", "status", "reason", "accuracy", "content_type", "created_ns",
+                                      "deadline_ns", "finished_ns")},
+            "pipeline": doc.get("model_name", ""),
+            "hops": [{k: h[k] for k in HopTiming.avro_fields if k in h} for h in params["hops"]],
+            "output": _output(doc, body, headers) if code == 200 else b""})
     message = str(doc.get("error", body[:200]))
     if code == 429:
         raise Shed(message, int(headers.get("Retry-After", params.get("retry_after_s", 1))))
@@ -122,8 +125,8 @@ class GatewayClient:
             await self._http.close()
 
     async def call(self, payload: bytes, content_type: str | None = None, request_id: str | None = None,
-                   slo_ms: float | None = None, accuracy_floor: float | None = None) -> dict:
-        """One request, answered: the result dict (see :func:`answer_result`)."""
+                   slo_ms: float | None = None, accuracy_floor: float | None = None) -> InferenceResult:
+        """One request, answered: its result (see :func:`answer_result`)."""
         body, headers = infer_body(payload, content_type, request_id, slo_ms, accuracy_floor)
         async with self._http.post(self.infer_url, data=body, headers=headers) as r:
             return answer_result(r.status, await r.read(), r.headers)
@@ -133,7 +136,7 @@ class GatewayClient:
         self._calls[rid] = asyncio.create_task(self.call(payload, request_id=rid, **kw))
         return rid
 
-    async def result(self, request_id: str, timeout_s: float = 30.0) -> dict:
+    async def result(self, request_id: str, timeout_s: float = 30.0) -> InferenceResult:
         task = self._calls[request_id]
         try:
             return await asyncio.wait_for(asyncio.shield(task), timeout_s)

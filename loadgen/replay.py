@@ -201,7 +201,7 @@ def http_result(request_id: str, created_ns: int, slo_ms: float, finished_ns: in
         if got is None:
             res.update(status="error", reason=f"no answer: {body[:200].decode(errors='replace')}")
         else:
-            res.update(status=got["status"], reason=got["reason"], accuracy=got["accuracy"])
+            res.update(status=got.status, reason=got.reason, accuracy=got.accuracy)
     except Shed as exc:
         res.update(status="dropped", reason=f"shed: 429 {exc.message}")
     except TimeoutError as exc:

@@ -204,7 +204,7 @@ def _reader_error(task: asyncio.Task) -> BaseException | None:
 class SyncClient:
     """The same client for blocking code: an event loop on a background thread. ``client``: another
     client with the same calls (``slipstream.gateway.client.GatewayClient``) instead of a PipelineClient;
-    results are what it returns (the gateway's: a dict shaped as ``InferenceResult``, with its ms)."""
+    results are what it returns (``InferenceResult`` records from either)."""
 
     def __init__(self, pipe: Pipeline, kafka: KafkaSettings, client: Any = None) -> None:
         self._loop = asyncio.new_event_loop()

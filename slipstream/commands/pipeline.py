@@ -54,12 +54,11 @@ def submit(pipeline_file, input_path, content_type, accuracy_floor, slo_ms, time
     pipe = load_or_fail(pipeline_file)
     payload = Path(input_path).read_bytes()
 
-    async def go() -> dict:  # Kafka's client answers the record, the gateway's a dict shaped as one
+    async def go() -> dict:  # either client answers the InferenceResult
         async with connect(pipe, KafkaSettings.from_env(), gateway_url) as c:
             rid = await c.submit(payload, content_type=content_type, accuracy_floor=accuracy_floor,
                                  slo_ms=slo_ms)
-            res = await c.result(rid, timeout)
-            return res if isinstance(res, dict) else res.to_dict()
+            return (await c.result(rid, timeout)).to_dict()
 
     try:
         res = asyncio.run(go())

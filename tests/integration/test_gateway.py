@@ -25,6 +25,7 @@ from PIL import Image
 
 from slipstream.gateway.client import GatewayClient, GatewayError, connect
 from slipstream.gateway.server import GRPC_READY
+from slipstream.schemas.records import InferenceResult
 from slipstream.streams import admin, topics
 from slipstream.streams.client import SyncClient
 from slipstream.streams.spec import load_pipeline
@@ -215,10 +216,6 @@ async def test_a_gateway_killed_mid_load_loses_no_answer_of_the_other_gateways_c
     assert len(after) == 5 and all(code == 200 for code, _, _ in after)
 
 
-def as_dict(res) -> dict:
-    return res if isinstance(res, dict) else res.to_dict()
-
-
 async def test_the_python_client_and_submit_go_through_the_gateway_or_kafka(kafka, unique, tmp_path):
     doc = one_stage(unique, 5000, {"content_type": "text/plain"}, model="noop")
     async with serving(kafka, tmp_path, doc, lambda w: w.start("s")) as (pipe, path, _, url):
@@ -227,17 +224,17 @@ async def test_the_python_client_and_submit_go_through_the_gateway_or_kafka(kafk
             assert isinstance(via_gw, GatewayClient) and not isinstance(via_kafka, GatewayClient)
             for c in (via_gw, via_kafka):
                 ids = [await c.submit(p, content_type="text/plain", slo_ms=4000) for p in (b"hello", blob)]
-                # Kafka's client answers InferenceResult records, the gateway's dicts with their fields
-                text, binary = [as_dict(await c.result(rid, 30)) for rid in ids]
-                assert (text["status"], text["output"], binary["output"]) == ("done", b"hello", blob)
-                assert [h["stage"] for h in text["hops"]] == ["s"] and text["deadline_ns"] - text["created_ns"] == 4000e6
+                text, binary = [await c.result(rid, 30) for rid in ids]  # both: InferenceResult records
+                assert isinstance(text, InferenceResult) and isinstance(binary, InferenceResult)
+                assert (text.status, text.output, binary.output) == ("done", b"hello", blob)
+                assert [h.stage for h in text.hops] == ["s"] and text.deadline_ns - text.created_ns == 4000e6
             dropped = await via_gw.result(await via_gw.submit(b"late", slo_ms=0.01), 30)  # the worker drops it
-            assert dropped["status"] == "dropped" and dropped["reason"].startswith("deadline"), dropped
+            assert dropped.status == "dropped" and dropped.reason.startswith("deadline"), dropped
             with pytest.raises(GatewayError) as bad:
                 await via_gw.call(b"x", accuracy_floor=2.0)
             assert bad.value.code == 400 and "accuracy_floor" in bad.value.message
         with SyncClient(pipe, kafka, client=GatewayClient(pipe, url)) as sync:
-            assert sync.call(b"from blocking code", timeout_s=30)["output"] == b"from blocking code"
+            assert sync.call(b"from blocking code", timeout_s=30).output == b"from blocking code"
         (tmp_path / "in.txt").write_bytes(b"from the shell")
         out = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "slipstream.cli", "submit", "--pipeline",
                                                        str(path), "--input", str(tmp_path / "in.txt"), "--gateway", url],

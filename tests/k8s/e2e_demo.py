@@ -32,6 +32,7 @@ from slipstream.agents.preprocess import encode_jpeg, synthetic_image
 from slipstream.agents.zoo import efficientnet_onnx
 from slipstream.agents.models.export import DEFAULT_CACHE_DIR
 from slipstream.gateway.client import answer_result, infer_body
+from slipstream.schemas.records import InferenceResult
 from slipstream.streams.spec import load_pipeline
 from slipstream.tuner.k8s import deployment_name
 from tests.k8s.kube import ROOT, bridge_kafka, condition_true, kube_json, kubectl, pods, render
@@ -92,7 +93,7 @@ def demo(tmp_path_factory, kafka, model_server):
         kubectl("delete", "namespace", name, "--wait=true", "--timeout=120s", check=False, timeout=140)
 
 
-def infer_jpeg(pod_ip: str, model: str, jpeg: bytes) -> dict:
+def infer_jpeg(pod_ip: str, model: str, jpeg: bytes) -> InferenceResult:
     """An OIP infer request with the JPEG as binary data, to a gateway pod: the result it answers."""
     body, headers = infer_body(jpeg, content_type="image/jpeg")
     req = urllib.request.Request(f"http://{pod_ip}:8080/v2/models/{model}/infer", body, headers)
@@ -112,16 +113,16 @@ def test_the_demo_pipeline_classifies_a_jpeg_through_its_pods(demo):
     jpeg = encode_jpeg(synthetic_image(320, seed=7))
     for _ in range(30):  # the first answers may come while the classifier warms up: no sleep, a bound
         result = infer_jpeg(gateway["status"]["podIP"], pipe.name, jpeg)
-        if result["status"] == "done":
+        if result.status == "done":
             break
-    assert result["status"] == "done", result
-    top5 = json.loads(result["output"])["top5"]
+    assert result.status == "done", result
+    top5 = json.loads(result.output)["top5"]
     assert len(top5) == 5 and all(0 <= i < 1000 and 0.0 <= p <= 1.0 for i, p in top5), top5
-    hops = [(h["stage"], h["worker"].split("/")[0].rsplit("-", 1)[0]) for h in result["hops"]]
+    hops = [(h.stage, h.worker.split("/")[0].rsplit("-", 1)[0]) for h in result.hops]
     assert [s for s, _ in hops] == ["resize", "classify"], hops
     assert all(pod in stage_pods[s] for s, pod in hops), (hops, stage_pods)
-    FIG["demo_gateway_latency_ms"] = round(result["latency_ms"], 1)
-    FIG["demo_variant"] = result["hops"][-1]["variant"]
+    FIG["demo_gateway_latency_ms"] = round((result.finished_ns - result.created_ns) / 1e6, 1)
+    FIG["demo_variant"] = result.hops[-1].variant
 
 
 def test_the_classifier_pods_fetched_their_models_by_uri(demo):

@@ -53,7 +53,9 @@ def test_a_gateway_answer_is_the_result_of_the_request_sent_with_the_clients_tim
     assert (shed["status"], shed["reason"][:9]) == ("dropped", "shed: 429")
     assert (shed["created_ns"], shed["deadline_ns"], shed["finished_ns"]) == (100, 100 + 400 * 1_000_000, 250)
     done = {"request_id": "gw-7", "status": "dropped", "reason": "deadline: late", "latency_ms": 1.0,
-            "deadline_ms": 400.0, "accuracy": 0.75, "content_type": "x", "hops": [{"stage": "a"}],
+            "deadline_ms": 400.0, "accuracy": 0.75, "content_type": "x",
+            "hops": [{"stage": "a", "variant": "v", "batch_size": 1, "enqueued_ns": 1, "started_ns": 2, "finished_ns": 3,
+                      "worker": "w", "service_ms": 1e-6}],
             "created_ns": 1, "deadline_ns": 2, "finished_ns": 3}
     body, h = answer(504, done)
     got = http_result("run-2", 100, 400.0, 250, 504, body, h)
