@@ -17,9 +17,9 @@ import struct
 import uuid
 from typing import Any, Mapping
 
-from slipstream.streams.client import PipelineClient
+from ..streams.client import PipelineClient
 
-from slipstream.gateway import oip
+from . import oip
 
 
 class GatewayError(RuntimeError):
