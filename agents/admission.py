@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, NamedTuple
 
-from slipstream.agents import routing
-from slipstream.agents.window import Item
-from slipstream.schemas.records import InferenceRequest
-from slipstream.streams import codec, contract, expiry
-from slipstream.streams.codec import CodecError
-from slipstream.streams.spec import Pipeline
+from ..schemas.records import InferenceRequest
+from ..streams import codec, contract, expiry
+from ..streams.codec import CodecError
+from ..streams.spec import Pipeline
+from . import routing
+from .window import Item
 
 
 class Admitted(NamedTuple):

@@ -20,21 +20,21 @@ import sys
 import faust
 from aiokafka import TopicPartition
 
-from slipstream.agents.intake import use_bulk_intake
-from slipstream.agents.join_worker import JOIN, build_join_app
-from slipstream.agents.metrics import StageMetrics
-from slipstream.agents.ready import serve_worker
-from slipstream.streams.timeline import mark
-from slipstream.agents.worker import ExecutorFactory, StageWorker
-from slipstream.schemas.records import StageConfig
-from slipstream.streams import codec, control_io, kafka as kclient, topics
-from slipstream.streams.app import AppSettings, join_group_after, make_app, rejoin_group
-from slipstream.streams.config import (KafkaSettings, cache_from_env, metrics_addr_from_env, prefixes_from_env,
+from ..schemas.records import StageConfig
+from ..streams import codec, control_io, kafka as kclient, topics
+from ..streams.app import AppSettings, join_group_after, make_app, rejoin_group
+from ..streams.config import (KafkaSettings, cache_from_env, metrics_addr_from_env, prefixes_from_env,
                                        schema_registry_from_env, stage_from_env)
-from slipstream.streams.control_rules import InvalidControl, check_key
-from slipstream.streams.metrics_http import LOCAL, MetricsAddr
-from slipstream.streams.profile_store import ProfileStore
-from slipstream.streams.spec import Pipeline, load_pipeline
+from ..streams.control_rules import InvalidControl, check_key
+from ..streams.metrics_http import LOCAL, MetricsAddr
+from ..streams.profile_store import ProfileStore
+from ..streams.spec import Pipeline, load_pipeline
+from ..streams.timeline import mark
+from .intake import use_bulk_intake
+from .join_worker import JOIN, build_join_app
+from .metrics import StageMetrics
+from .ready import serve_worker
+from .worker import ExecutorFactory, StageWorker
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class ControlFeed:
 
 def app_from_env() -> faust.App:
     """For `faust -A slipstream.agents.app worker`: the stage named by SLIPSTREAM_PIPELINE / SLIPSTREAM_STAGE."""
-    from slipstream.agents.zoo import load_executor
+    from .zoo import load_executor
 
     pipe_file, stage = stage_from_env()
     if not pipe_file or not stage:

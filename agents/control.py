@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from slipstream.schemas.records import StageConfig
-from slipstream.streams import shares
-from slipstream.streams.control_rules import InvalidControl, check
-from slipstream.streams.spec import Pipeline
+from ..schemas.records import StageConfig
+from ..streams import shares
+from ..streams.control_rules import InvalidControl, check
+from ..streams.spec import Pipeline
 
 
 @dataclass(frozen=True)

@@ -35,11 +35,11 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, NamedTuple
 
-from slipstream.agents import routing
-from slipstream.streams import kafka as kclient
-from slipstream.streams.config import KafkaSettings
-from slipstream.streams.limits import Limits
-from slipstream.streams.spec import Pipeline
+from ..streams import kafka as kclient
+from ..streams.config import KafkaSettings
+from ..streams.limits import Limits
+from ..streams.spec import Pipeline
+from . import routing
 
 log = logging.getLogger(__name__)
 

@@ -34,9 +34,9 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from slipstream.agents.preprocess import BatchBuffer
-from slipstream.streams.executor import Emit, ItemOutput
-from slipstream.streams.spec import Hardware
+from ..streams.executor import Emit, ItemOutput
+from ..streams.spec import Hardware
+from .preprocess import BatchBuffer
 
 log = logging.getLogger(__name__)
 

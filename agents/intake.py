@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, Hashable, Iterable, Protocol
 
-from slipstream.streams.app import ReadCommittedTransport, _ReadCommittedConsumer
+from ..streams.app import ReadCommittedTransport, _ReadCommittedConsumer
 
 
 class BulkReader(Protocol):

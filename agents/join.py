@@ -26,8 +26,8 @@ import json
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
-from slipstream.agents.routing import hop
-from slipstream.schemas.records import InferenceResult
+from ..schemas.records import InferenceResult
+from .routing import hop
 
 STATUS_ORDER = {"done": 0, "dropped": 1, "error": 2}
 REMEMBER_CLOSED_NS = 15 * 60 * 10**9

@@ -36,21 +36,21 @@ from typing import Any, NamedTuple
 
 import faust
 
-from slipstream.agents import routing
-from slipstream.agents.acks import AckTracker, Release
-from slipstream.agents.delivery import Delivery
-from slipstream.agents.join import MAX_CLOSED, Joiner
-from slipstream.agents.metrics import StageMetrics
-from slipstream.agents.ready import serve_worker
-from slipstream.agents.transactions import PartitionTransactions
-from slipstream.schemas.records import InferenceResult
-from slipstream.streams import codec, contract, kafka as kclient, procs, topics
-from slipstream.streams.app import AppSettings, join_group_after, make_app, rejoin_group
-from slipstream.streams.config import KafkaSettings
-from slipstream.streams.heartbeat import Heartbeat
-from slipstream.streams.limits import MAX_ERROR_CHARS, Limits, RecordTooLarge, read_limits
-from slipstream.streams.metrics_http import LOCAL, MetricsAddr
-from slipstream.streams.spec import Pipeline
+from ..schemas.records import InferenceResult
+from ..streams import codec, contract, kafka as kclient, procs, topics
+from ..streams.app import AppSettings, join_group_after, make_app, rejoin_group
+from ..streams.config import KafkaSettings
+from ..streams.heartbeat import Heartbeat
+from ..streams.limits import MAX_ERROR_CHARS, Limits, RecordTooLarge, read_limits
+from ..streams.metrics_http import LOCAL, MetricsAddr
+from ..streams.spec import Pipeline
+from . import routing
+from .acks import AckTracker, Release
+from .delivery import Delivery
+from .join import MAX_CLOSED, Joiner
+from .metrics import StageMetrics
+from .ready import serve_worker
+from .transactions import PartitionTransactions
 
 log = logging.getLogger(__name__)
 JOIN = "join"

@@ -17,9 +17,9 @@ from typing import Any, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from slipstream.schemas.records import InferenceResult
-from slipstream.streams import topics
-from slipstream.streams.metrics_http import Endpoint, MetricsAddr, Ready, serve, standard_collectors
+from ..schemas.records import InferenceResult
+from ..streams import topics
+from ..streams.metrics_http import Endpoint, MetricsAddr, Ready, serve, standard_collectors
 
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 E2E_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from slipstream.streams.executor import Emit
+from ..streams.executor import Emit
 
 RAW_IMAGE_TYPE = "image/x-raw-uint8"
 TOKEN_IDS_TYPE = "application/x-token-ids"

@@ -31,10 +31,10 @@ from typing import Callable
 
 import faust
 
-from slipstream.agents.acks import AckTracker
-from slipstream.agents.metrics import StageMetrics
-from slipstream.streams.heartbeat import Heartbeat
-from slipstream.streams.metrics_http import MetricsAddr
+from ..streams.heartbeat import Heartbeat
+from ..streams.metrics_http import MetricsAddr
+from .acks import AckTracker
+from .metrics import StageMetrics
 
 LAG_INTERVAL_S = 1.0
 GC_THRESHOLDS = (20_000, 20, 20)  # after settle_gc (CPython's defaults: 700, 10, 10)

@@ -17,10 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from slipstream.streams.executor import Executor
-from slipstream.streams.heartbeat import Heartbeat
-from slipstream.streams.latency import LatencyCurve, RecentLatency
-from slipstream.streams.spec import Hardware, Variant
+from ..streams.executor import Executor
+from ..streams.heartbeat import Heartbeat
+from ..streams.latency import LatencyCurve, RecentLatency
+from ..streams.spec import Hardware, Variant
 
 ExecutorFactory = Callable[[Variant, Hardware], Executor]
 

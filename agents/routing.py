@@ -22,11 +22,11 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from slipstream.schemas.records import DeadLetter, HopTiming, InferenceRequest, InferenceResult, Record
-from slipstream.streams import topics
-from slipstream.streams.executor import ItemOutput
-from slipstream.streams.limits import MAX_ERROR_CHARS, Limits
-from slipstream.streams.spec import Pipeline
+from ..schemas.records import DeadLetter, HopTiming, InferenceRequest, InferenceResult, Record
+from ..streams import topics
+from ..streams.executor import ItemOutput
+from ..streams.limits import MAX_ERROR_CHARS, Limits
+from ..streams.spec import Pipeline
 
 
 class Out(NamedTuple):

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from slipstream.agents.executors import digest_matches, file_digest, is_sha256
-from slipstream.agents.zoo import PLUGIN_GROUP, ZOO, plugins
-from slipstream.streams.docmodel import did_you_mean
-from slipstream.streams.spec import Pipeline, Variant
+from ..streams.docmodel import did_you_mean
+from ..streams.spec import Pipeline, Variant
+from .executors import digest_matches, file_digest, is_sha256
+from .zoo import PLUGIN_GROUP, ZOO, plugins
 
 
 def check_models(pipe: Pipeline) -> list[str]:

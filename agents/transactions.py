@@ -57,12 +57,12 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Callable, Hashable, Iterable, NamedTuple
 
-from slipstream.agents import routing
-from slipstream.agents.acks import Release
-from slipstream.agents.delivery import Delivery, Sent
-from slipstream.streams import kafka as kclient
-from slipstream.streams.config import KafkaSettings
-from slipstream.streams.spec import Pipeline
+from ..streams import kafka as kclient
+from ..streams.config import KafkaSettings
+from ..streams.spec import Pipeline
+from . import routing
+from .acks import Release
+from .delivery import Delivery, Sent
 
 log = logging.getLogger(__name__)
 

@@ -22,11 +22,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable, Mapping, NamedTuple, Sequence
 
-from slipstream.agents import routing
-from slipstream.agents.control import ActiveConfig, choose_variant
-from slipstream.schemas.records import InferenceRequest
-from slipstream.streams import batching, shares
-from slipstream.streams.spec import Pipeline
+from ..schemas.records import InferenceRequest
+from ..streams import batching, shares
+from ..streams.spec import Pipeline
+from . import routing
+from .control import ActiveConfig, choose_variant
 
 
 @dataclass(slots=True)

@@ -29,23 +29,23 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable, Callable, Sequence
 
-from slipstream.agents.metrics import StageMetrics
-from slipstream.agents.replicas import ExecutorFactory
-from slipstream.agents.stage import log
-from slipstream.agents.stage.commit import Commits
-from slipstream.agents.stage.config_switch import ConfigSwitch
-from slipstream.agents.stage.intake import Intake
-from slipstream.agents.stage.pool import ReplicaPool
-from slipstream.agents.stage.serve import Server, check_all, check_and_run
-from slipstream.agents.stage.windows import Windows
-from slipstream.schemas.records import StageConfig, TunerHandoff
-from slipstream.streams import placement, procs, topics
-from slipstream.streams.config import KafkaSettings
-from slipstream.streams.heartbeat import Heartbeat
-from slipstream.streams.limits import read_limits
-from slipstream.streams.profile_store import ProfileStore
-from slipstream.streams.spec import Pipeline
-from slipstream.streams.timeline import mark
+from ..schemas.records import StageConfig, TunerHandoff
+from ..streams import placement, procs, topics
+from ..streams.config import KafkaSettings
+from ..streams.heartbeat import Heartbeat
+from ..streams.limits import read_limits
+from ..streams.profile_store import ProfileStore
+from ..streams.spec import Pipeline
+from ..streams.timeline import mark
+from .metrics import StageMetrics
+from .replicas import ExecutorFactory
+from .stage import log
+from .stage.commit import Commits
+from .stage.config_switch import ConfigSwitch
+from .stage.intake import Intake
+from .stage.pool import ReplicaPool
+from .stage.serve import Server, check_all, check_and_run
+from .stage.windows import Windows
 
 __all__ = ["ExecutorFactory", "StageWorker", "check_all", "check_and_run"]
 

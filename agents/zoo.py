@@ -30,15 +30,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from slipstream.agents.executors import (DigestMismatch, FunctionExecutor, ModelExecutor, OrtBackend, TorchBackend,
+from ..streams.docmodel import did_you_mean
+from ..streams.executor import Emit, Executor
+from ..streams.spec import Hardware, Variant
+from .executors import (DigestMismatch, FunctionExecutor, ModelExecutor, OrtBackend, TorchBackend,
                              check_digest)
-from slipstream.agents.models import efficientnet, minilm, onnx_file, synthetic
-from slipstream.agents.models.export import DEFAULT_CACHE_DIR, cache_key, cached_onnx, torch_zeros
-from slipstream.agents.preprocess import (RAW_IMAGE_TYPE, TEXT_TYPE, TOKEN_IDS_TYPE, ImageResize, Tokenize,
+from .models import efficientnet, minilm, onnx_file, synthetic
+from .models.export import DEFAULT_CACHE_DIR, cache_key, cached_onnx, torch_zeros
+from .preprocess import (RAW_IMAGE_TYPE, TEXT_TYPE, TOKEN_IDS_TYPE, ImageResize, Tokenize,
                                decode_image, decode_text)
-from slipstream.streams.docmodel import did_you_mean
-from slipstream.streams.executor import Emit, Executor
-from slipstream.streams.spec import Hardware, Variant
 
 IMAGE_TYPES = "image/png | image/jpeg | image/x-raw-uint8;shape=S,S,3"
 ANY_TYPE = "*/*"

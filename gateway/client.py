@@ -17,10 +17,10 @@ import struct
 import uuid
 from typing import Any, Mapping
 
-from slipstream.schemas.records import HopTiming, InferenceResult
-from slipstream.streams.client import PipelineClient
+from ..schemas.records import HopTiming, InferenceResult
+from ..streams.client import PipelineClient
 
-from slipstream.gateway import oip
+from . import oip
 
 
 class GatewayError(RuntimeError):

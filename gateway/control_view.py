@@ -10,10 +10,10 @@ import asyncio
 import logging
 from typing import Callable
 
-from slipstream.streams import codec, control_io, kafka as kclient, topics
-from slipstream.streams.config import KafkaSettings
-from slipstream.streams.control_rules import InvalidControl
-from slipstream.streams.spec import Pipeline
+from ..streams import codec, control_io, kafka as kclient, topics
+from ..streams.config import KafkaSettings
+from ..streams.control_rules import InvalidControl
+from ..streams.spec import Pipeline
 
 log = logging.getLogger(__name__)
 

@@ -18,16 +18,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from slipstream.schemas.records import InferenceRequest, InferenceResult
-from slipstream.streams.client import PipelineClient, make_request
-from slipstream.streams.config import KafkaSettings
-from slipstream.streams.limits import MAX_REQUEST_BYTES, RecordTooLarge
-from slipstream.streams.spec import Pipeline
+from ..schemas.records import InferenceRequest, InferenceResult
+from ..streams.client import PipelineClient, make_request
+from ..streams.config import KafkaSettings
+from ..streams.limits import MAX_REQUEST_BYTES, RecordTooLarge
+from ..streams.spec import Pipeline
 
-from slipstream.gateway import oip
-from slipstream.gateway.control_view import ControlView
-from slipstream.gateway.metrics import GatewayMetrics
-from slipstream.gateway.shedding import Outcomes, decide
+from . import oip
+from .control_view import ControlView
+from .metrics import GatewayMetrics
+from .shedding import Outcomes, decide
 
 log = logging.getLogger(__name__)
 RETRY_UNAVAILABLE_S = 1  # Retry-After of a 503: Kafka away or not confirming (probed every second)

@@ -26,12 +26,12 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from slipstream.schemas.records import InferenceResult
+from ..schemas.records import InferenceResult
 
-from slipstream.gateway import oip
-from slipstream.gateway.core import Answer, Gateway
-from slipstream.gateway.grpc_v2 import grpc_predict_v2_pb2 as pb  # noqa: I001 - generated
-from slipstream.gateway.grpc_v2 import grpc_predict_v2_pb2_grpc as pb_grpc
+from . import oip
+from .core import Answer, Gateway
+from .grpc_v2 import grpc_predict_v2_pb2 as pb  # noqa: I001 - generated
+from .grpc_v2 import grpc_predict_v2_pb2_grpc as pb_grpc
 
 GRPC_CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND,
               413: grpc.StatusCode.RESOURCE_EXHAUSTED, 429: grpc.StatusCode.RESOURCE_EXHAUSTED,

@@ -29,8 +29,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from slipstream.schemas.records import HopTiming, InferenceResult
-from slipstream.streams import contract
+from ..schemas.records import HopTiming, InferenceResult
+from ..streams import contract
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 VERSION = "1"  # the one version of the pipeline as a model (``versions`` in its metadata)

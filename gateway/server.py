@@ -27,11 +27,11 @@ import time
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from slipstream.streams.config import KafkaSettings
-from slipstream.streams.spec import Pipeline
+from ..streams.config import KafkaSettings
+from ..streams.spec import Pipeline
 
-from slipstream.gateway import oip
-from slipstream.gateway.core import RETRY_UNAVAILABLE_S, Answer, Gateway, GatewayConfig
+from . import oip
+from .core import RETRY_UNAVAILABLE_S, Answer, Gateway, GatewayConfig
 
 __all__ = ["GRPC_READY", "READY", "READY_LINE", "GatewayConfig", "RestApi", "oip_errors", "serve"]
 log = logging.getLogger(__name__)
@@ -193,7 +193,7 @@ async def serve(pipe: Pipeline, kafka: KafkaSettings, cfg: GatewayConfig, stop: 
         host, port = runner.addresses[0][:2]
         grpc_addr = None
         if cfg.grpc_port is not None:
-            from slipstream.gateway import grpc_server
+            from . import grpc_server
 
             grpc, grpc_addr = await grpc_server.start(gw, cfg.host, cfg.grpc_port)
         on_ready(f"{host}:{port}", grpc_addr)

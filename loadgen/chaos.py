@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from slipstream.loadgen.collect import check_exactly_once
+from .collect import check_exactly_once
 
 NS_PER_S = 1_000_000_000
 NONE, KILL, FREEZE, BROKER, NODE = "none", "kill", "freeze", "broker", "node"

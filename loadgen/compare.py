@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from slipstream.loadgen.report import LATE, Summary
-from slipstream.streams.calibration import pace_note
+from ..streams.calibration import pace_note
+from .report import LATE, Summary
 
 BASELINE = "cg-peak"
 P99_HEAD = f"p99 ms ({LATE})"

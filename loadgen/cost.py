@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from slipstream.streams.control_rules import current_records
+from ..streams.control_rules import current_records
 
 NS_PER_S = 1_000_000_000
 

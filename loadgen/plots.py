@@ -20,7 +20,7 @@ matplotlib.use("Agg")  # no display on servers; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from slipstream.loadgen.report import LATE, Summary, scale_events  # noqa: E402
+from .report import LATE, Summary, scale_events  # noqa: E402
 
 
 def _title(summary: Summary, what: str) -> str:

@@ -24,8 +24,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from slipstream.planner.problem import EdgeOption, HardwareOption, Problem, StageOption, VariantOption
-from slipstream.streams.latency import LatencyCurve
+from ..planner.problem import EdgeOption, HardwareOption, Problem, StageOption, VariantOption
+from ..streams.latency import LatencyCurve
 
 ACCELERATORS = {"onnxruntime_cpu": "cpu", "onnxruntime_gpu_pascal": "pascal",
                 "onnxruntime_gpu_ampere": "ampere"}

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from slipstream.loadgen.report import LATE, LatencyStats, Summary
+from .report import LATE, LatencyStats, Summary
 
 
 def to_jsonable(summary: Summary) -> dict[str, Any]:
@@ -25,8 +25,8 @@ def to_jsonable(summary: Summary) -> dict[str, Any]:
 
 def read_summary(path: str | Path) -> Summary:
     """The Summary :func:`write_report` wrote to ``path`` (``summary.json``)."""
-    from slipstream.loadgen.report import Envelope, Series, StageBreakdown
-    from slipstream.loadgen.schedule import LagStats
+    from .report import Envelope, Series, StageBreakdown
+    from .schedule import LagStats
 
     d = json.loads(Path(path).read_text())
 
@@ -113,7 +113,7 @@ def format_table(summary: Summary) -> str:
 
 def write_report(summary: Summary, out_dir: str | Path, *, plots: bool = True) -> list[Path]:
     """Write summary.json, summary.txt and (unless ``plots=False``) the PNG plots; returns the files."""
-    from slipstream.loadgen.plots import write_plots  # matplotlib only when plotting
+    from .plots import write_plots  # matplotlib only when plotting
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -31,14 +31,14 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from aiokafka.errors import KafkaError
 
-from slipstream.loadgen.collect import Collector
-from slipstream.loadgen.cost import events_from_records
-from slipstream.loadgen.report import summarize
-from slipstream.loadgen.schedule import DEFAULT_LAG_BUDGET_MS, Schedule, lag_stats
-from slipstream.schemas.records import InferenceRequest
-from slipstream.streams import codec, control_io, kafka, topics
-from slipstream.streams.client import request_record
-from slipstream.streams.config import KafkaSettings
+from ..schemas.records import InferenceRequest
+from ..streams import codec, control_io, kafka, topics
+from ..streams.client import request_record
+from ..streams.config import KafkaSettings
+from .collect import Collector
+from .cost import events_from_records
+from .report import summarize
+from .schedule import DEFAULT_LAG_BUDGET_MS, Schedule, lag_stats
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ def _kafka_sender(target: ReplayTarget, producer) -> Sender:
 
 
 def _http_sender(target: ReplayTarget, http, collector: Collector) -> Sender:
-    from slipstream.gateway.client import infer_body
+    from ..gateway.client import infer_body
 
     url = f"{target.gateway_url.rstrip('/')}/v2/models/{target.pipeline}/infer"
 
@@ -193,7 +193,7 @@ def http_result(request_id: str, created_ns: int, slo_ms: float, finished_ns: in
                 headers: Mapping[str, str]) -> dict[str, Any]:
     """A gateway's answer as the result of the request the client sent at ``created_ns`` (pure): times
     are the client's, the rest is the pipeline's result when the answer carries one."""
-    from slipstream.gateway.client import GatewayError, Shed, answer_result
+    from ..gateway.client import GatewayError, Shed, answer_result
 
     res: dict[str, Any] = {"hops": [], "accuracy": 1.0}
     try:

@@ -39,15 +39,15 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from slipstream.loadgen.report import Summary
-from slipstream.planner.estimator import (BatchingChange, ReplicaChange, ShareChange, SimOptions, SimResult, network_for,
+from ..planner.estimator import (BatchingChange, ReplicaChange, ShareChange, SimOptions, SimResult, network_for,
                                simulate)
-from slipstream.planner.sim.params import Network, ServiceTime
-from slipstream.planner.plan import Plan
-from slipstream.planner.problem import Problem
-from slipstream.planner.results import nearest_rank
-from slipstream.schemas.records import TunerHandoff
-from slipstream.streams.calibration import key, pace_note
+from ..planner.plan import Plan
+from ..planner.problem import Problem
+from ..planner.results import nearest_rank
+from ..planner.sim.params import Network, ServiceTime
+from ..schemas.records import TunerHandoff
+from ..streams.calibration import key, pace_note
+from .report import Summary
 
 NS = 1_000_000_000
 SEEDS = 5  # simulations per like-for-like estimate
@@ -113,7 +113,7 @@ def run_changes(control: Sequence[tuple[int, Mapping[str, Any]]], plan: Plan, st
     """The run's replica changes at their StageConfig's time on the control topic (``control`` as in
     :func:`batching_changes`; what was in force at the start, ``start_ns``, is a change at 0 s where it
     differs from ``plan``), on each stage's primary assignment (other assignments keep theirs)."""
-    from slipstream.planner.calibrate import configs_in_force
+    from ..planner.calibrate import configs_in_force
 
     current = {sp.stage: sp.replicas for sp in plan.stages}
     out = []
@@ -133,8 +133,8 @@ def share_changes(control: Sequence[tuple[int, Mapping[str, Any]]], plan: Plan, 
     time on the control topic (``control`` as in :func:`batching_changes`), where the shares in
     service change (``slipstream.streams.shares.in_service``); what was in force at ``start_ns`` is a change at 0 s
     where it differs from ``plan``."""
-    from slipstream.planner.calibrate import configs_in_force
-    from slipstream.streams.shares import in_service
+    from ..planner.calibrate import configs_in_force
+    from ..streams.shares import in_service
 
     current = {sp.stage: in_service(sp.routing, sp.primary.variant) for sp in plan.stages}
     out = []
@@ -154,7 +154,7 @@ def batching_changes(control: Sequence[tuple[int, Mapping[str, Any]]], plan: Pla
     control topic; the newest epoch per stage wins; what was in force when the run started (``start_ns``,
     its first arrival) is a change at 0 s where it differs from ``plan``; a later change that brings a
     new variant or hardware takes effect a model load (``activation_s``) after its record."""
-    from slipstream.planner.calibrate import configs_in_force
+    from ..planner.calibrate import configs_in_force
 
     current = {sp.stage: _batching(sp.primary) for sp in plan.stages}
     configs = [((at_ns - start_ns) / NS, rec["stage"],
@@ -198,7 +198,7 @@ def components(problem: Problem, plan: Plan, results: Sequence[Mapping[str, Any]
                service: ServiceTime, seed: int = 0) -> tuple[Component, ...]:
     """Per stage, each hop component measured, beside the estimator's input for it (see the module
     docstring); hops without ``received_ns`` (older records) give no components."""
-    from slipstream.planner.calibrate import components as hop_parts
+    from ..planner.calibrate import components as hop_parts
 
     rng = np.random.default_rng(seed)
     by_stage: dict[str, list[tuple]] = {}
@@ -306,7 +306,7 @@ def run_service(problem: Problem, plan: Plan, results: Sequence[Mapping[str, Any
     """``service`` with each variant's pace as this run measured it (``ServiceTime.timelines``, one
     window per ``service.slowdown_window_s``); ``service`` itself when no batch of the run has a
     profile in ``problem``."""
-    from slipstream.planner.calibrate import RunHops, configs_in_force, run_pace
+    from ..planner.calibrate import RunHops, configs_in_force, run_pace
 
     hardware_of = plan.hardware_of()
     for _at, rec in configs_in_force(control, start_ns):  # a re-plan may have run a variant on other hardware

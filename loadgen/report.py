@@ -25,9 +25,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from slipstream.loadgen.cost import ConfigEvent, step_values, total_cost_usd
-from slipstream.loadgen.schedule import LagStats
-from slipstream.planner.results import LATE, nearest_rank
+from ..planner.results import LATE, nearest_rank
+from .cost import ConfigEvent, step_values, total_cost_usd
+from .schedule import LagStats
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000

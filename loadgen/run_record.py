@@ -67,7 +67,7 @@ class RunRecord:
 
     def configs_in_force(self) -> list[tuple[int, Mapping[str, Any]]]:
         """The StageConfigs in force at some time of the run (from its first request on)."""
-        from slipstream.planner.calibrate import configs_in_force
+        from ..planner.calibrate import configs_in_force
 
         return configs_in_force(self.control(), self.start_ns())
 
@@ -82,11 +82,11 @@ class RunRecord:
         return json.loads(path.read_text()) if path.exists() else None
 
     def plan(self):
-        from slipstream.planner.plan import Plan
+        from ..planner.plan import Plan
 
         return Plan.from_dict(json.loads((self.folder / PLAN).read_text()))
 
     def summary(self):
-        from slipstream.loadgen.render import read_summary
+        from .render import read_summary
 
         return read_summary(self.folder / SUMMARY)

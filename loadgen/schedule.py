@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slipstream.loadgen.workloads import scale_rate
+from .workloads import scale_rate
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000

@@ -23,13 +23,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from slipstream.loadgen.cost import ConfigEvent
-from slipstream.loadgen.report import Envelope, Summary, summarize
-from slipstream.planner.estimator import ReplicaChange, ShareChange, SimOptions, SimResult, simulate
-from slipstream.planner.plan import Plan
-from slipstream.planner.problem import Problem
-from slipstream.schemas.records import TunerHandoff
-from slipstream.streams.contract import deadline_ns
+from ..planner.estimator import ReplicaChange, ShareChange, SimOptions, SimResult, simulate
+from ..planner.plan import Plan
+from ..planner.problem import Problem
+from ..schemas.records import TunerHandoff
+from ..streams.contract import deadline_ns
+from .cost import ConfigEvent
+from .report import Envelope, Summary, summarize
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
@@ -121,8 +121,8 @@ def published_handoff(problem: Problem, plan: Plan) -> TunerHandoff:
     """The TunerHandoff record the planner publishes for ``plan`` (``slipstream.planner.run.publish_plan``): what
     the live tuner steps from and what the source stage's gate reads its capacity from, so the
     estimator's tuner and gate read the same one."""
-    from slipstream.planner.service import handoff, handoff_record
-    from slipstream.tuner.envelope import envelope
+    from ..planner.service import handoff, handoff_record
+    from ..tuner.envelope import envelope
 
     return handoff_record(handoff(problem, plan, envelope), problem.name, 0)
 
@@ -133,9 +133,9 @@ def tuner_changes(problem: Problem, plan: Plan, arrivals_s: np.ndarray, *, tick_
     one decision every ``tick_s``, as the tuner service steps it, from the hand-off the planner
     publishes for ``plan``; the estimator's replica changes and (a loki plan's ladder) share changes.
     The live runs' forward prediction steps the same (``slipstream.loadgen.live.run.like_for_like``)."""
-    from slipstream.tuner import planfile
-    from slipstream.tuner.envelope import EnvelopeTracker
-    from slipstream.tuner.policy import TunerState, decide, observe, tracker_windows
+    from ..tuner import planfile
+    from ..tuner.envelope import EnvelopeTracker
+    from ..tuner.policy import TunerState, decide, observe, tracker_windows
 
     tplan = planfile.from_handoff(published_handoff(problem, plan))
     tracker = EnvelopeTracker(tracker_windows(tplan, config))

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from slipstream.planner.problem import EdgeOption, HardwareOption, Problem, StageOption, VariantOption
-from slipstream.streams.arrivals import poisson_arrivals
-from slipstream.streams.latency import LatencyCurve
+from ..planner.problem import EdgeOption, HardwareOption, Problem, StageOption, VariantOption
+from ..streams.arrivals import poisson_arrivals
+from ..streams.latency import LatencyCurve
 
 HARDWARE = (("cpu-1", 0.05, 1.0), ("cpu-4", 0.17, 0.32), ("gpu", 0.9, 0.06))  # name, $/h, slowness
 

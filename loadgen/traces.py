@@ -42,8 +42,8 @@ from typing import Mapping
 
 import numpy as np
 
-from slipstream.loadgen import workloads as w
-from slipstream.streams.arrivals import ArrivalsError, gamma_arrivals, poisson_arrivals, read_arrivals
+from ..streams.arrivals import ArrivalsError, gamma_arrivals, poisson_arrivals, read_arrivals
+from . import workloads as w
 
 SYNTHETIC = ("poisson", "gamma", "step")
 COUNT_KINDS = {"twitter": 1.0, "azure": 60.0}  # kind -> seconds per bin in the source

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from slipstream.streams.arrivals import check_positive, peak_rate_binned
+from ..streams.arrivals import check_positive, peak_rate_binned
 
 SPREADS = ("uniform", "poisson", "even")
 SHAPES = ("sigmoid", "linear")

@@ -21,10 +21,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from slipstream.planner.plan import Assignment, Plan, config_of
-from slipstream.planner.problem import Problem
-from slipstream.planner.sim.params import Network, Transit
-from slipstream.streams.batching import served_within
+from ..streams.batching import served_within
+from .plan import Assignment, Plan, config_of
+from .problem import Problem
+from .sim.params import Network, Transit
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import math
 
-from slipstream.planner.capacity import capacity_qps, item_cpu_ms
-from slipstream.planner.plan import Plan, config_of
-from slipstream.planner.problem import Problem
+from .capacity import capacity_qps, item_cpu_ms
+from .plan import Plan, config_of
+from .problem import Problem
 
 
 def cpu_ms_per_request(problem: Problem, plan: Plan) -> float:

@@ -31,18 +31,18 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from slipstream.planner.plan import Plan
-from slipstream.planner.problem import Problem
-from slipstream.planner.results import QueryResult, SimResult, nearest_rank  # noqa: F401  (re-exported)
-from slipstream.planner.sim.engine import CHANGE
-from slipstream.schemas.records import TunerHandoff
-from slipstream.planner.sim.groups import range_assign  # noqa: F401  (re-exported)
-from slipstream.planner.sim.params import (BatchingChange, HostModel, Network, ReplicaChange, ServiceTime,  # noqa: F401
+from ..schemas.records import TunerHandoff
+from ..streams.contract import deadline_ns as request_deadline
+from .plan import Plan
+from .problem import Problem
+from .results import QueryResult, SimResult, nearest_rank  # noqa: F401  (re-exported)
+from .sim import gate, stagewise
+from .sim.engine import CHANGE
+from .sim.groups import range_assign  # noqa: F401  (re-exported)
+from .sim.params import (BatchingChange, HostModel, Network, ReplicaChange, ServiceTime,  # noqa: F401
                                 ShareChange, Transit, scaling_modes)
-from slipstream.planner.sim.record import after_hop, finish_ns, to_result
-from slipstream.planner.sim import gate, stagewise
-from slipstream.planner.sim.world import Unprofiled, World, build  # noqa: F401  (Unprofiled re-exported)
-from slipstream.streams.contract import deadline_ns as request_deadline
+from .sim.record import after_hop, finish_ns, to_result
+from .sim.world import Unprofiled, World, build  # noqa: F401  (Unprofiled re-exported)
 
 NS_PER_S = 1_000_000_000
 FANOUT_DISTS = ("round", "poisson")

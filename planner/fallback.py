@@ -38,10 +38,10 @@ import logging
 import math
 from dataclasses import replace
 
-from slipstream.planner.capacity import path_transit_ms
-from slipstream.planner.cores import served_qps
-from slipstream.planner.plan import Assignment, Plan, evaluate, formation_ms
-from slipstream.planner.problem import Problem
+from .capacity import path_transit_ms
+from .cores import served_qps
+from .plan import Assignment, Plan, evaluate, formation_ms
+from .problem import Problem
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slipstream.streams.arrivals import peak_rate_sliding
+from ..streams.arrivals import peak_rate_sliding
 
 
 @dataclass(frozen=True)

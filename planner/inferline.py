@@ -21,10 +21,10 @@ import math
 import time
 from dataclasses import dataclass
 
-from slipstream.planner.cores import host_excess
-from slipstream.planner.estimator import simulate
-from slipstream.planner.plan import Assignment, Plan, evaluate, formation_ms, infeasible
-from slipstream.planner.problem import Problem
+from .cores import host_excess
+from .estimator import simulate
+from .plan import Assignment, Plan, evaluate, formation_ms, infeasible
+from .problem import Problem
 
 Cfg = tuple[tuple[str, str, int, int], ...]  # per stage in topo order: (variant, hw, batch, replicas)
 

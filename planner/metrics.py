@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from slipstream.planner.service import ReplanOutput
+from .service import ReplanOutput
 
 
 class PlannerMetrics:

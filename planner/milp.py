@@ -41,8 +41,8 @@ try:
 except ImportError as exc:  # the extra `planner`: worker installs leave the solver out
     raise ImportError("the MILP planner needs python-mip: pip install 'slipstream[planner]'") from exc
 
-from slipstream.planner.plan import Assignment, Config, Plan, assignment_for, evaluate, infeasible, stage_configs
-from slipstream.planner.problem import Problem
+from .plan import Assignment, Config, Plan, assignment_for, evaluate, infeasible, stage_configs
+from .problem import Problem
 
 
 def _bind_destructors() -> None:

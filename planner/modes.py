@@ -24,13 +24,13 @@ import time
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from slipstream.planner.cores import host_excess
-from slipstream.planner.estimator import Unprofiled, simulate
-from slipstream.planner.fallback import serve_anyway
-from slipstream.planner.inferline import InferLineOptions, plan_inferline, top_variant
-from slipstream.planner.plan import Assignment, Plan, Round, evaluate, formation_ms, infeasible
-from slipstream.planner.problem import Problem
-from slipstream.streams.arrivals import mean_rate, peak_rate_sliding
+from ..streams.arrivals import mean_rate, peak_rate_sliding
+from .cores import host_excess
+from .estimator import Unprofiled, simulate
+from .fallback import serve_anyway
+from .inferline import InferLineOptions, plan_inferline, top_variant
+from .plan import Assignment, Plan, Round, evaluate, formation_ms, infeasible
+from .problem import Problem
 
 MODES = ("milp", "inferline", "loki", "cg-mean", "cg-peak")  # the one list: CLI choices read it too
 
@@ -98,7 +98,7 @@ class MilpPlanner:
     name: str = "milp"
 
     def plan(self, problem: Problem, warm: Plan | None = None) -> Plan:
-        from slipstream.planner import milp  # the solver (extra `planner`) loads with the first MILP plan
+        from . import milp  # the solver (extra `planner`) loads with the first MILP plan
 
         def one(budget: float, rate: float, prev: Plan | None) -> Plan:
             return milp.solve(problem, milp.MilpOptions(self.solver, self.time_limit_s, budget, rate,
@@ -114,7 +114,7 @@ class LokiPlanner:
     name: str = "loki"
 
     def plan(self, problem: Problem) -> Plan:
-        from slipstream.planner import milp
+        from . import milp
 
         top = {s.name: frozenset({top_variant(problem, s.name)}) for s in problem.stages}
 

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from slipstream.planner.problem import Problem
+from .problem import Problem
 
 
 @dataclass(frozen=True)

@@ -26,13 +26,13 @@ from typing import Annotated, Any, Literal, Mapping, Optional, Union
 import numpy as np
 from pydantic import Field
 
-from slipstream.planner.sim.params import HostModel, Network, ServiceTime
-from slipstream.streams.arrivals import peak_rate_sliding, poisson_arrivals, read_arrivals
-from slipstream.streams.docmodel import Doc, load_document, read
-from slipstream.streams.graph import StageGraph, reference_error
-from slipstream.streams.latency import LatencyCurve
-from slipstream.streams.placement import cgroup_cpu_limit, cores_left
-from slipstream.streams.spec import EdgeDoc
+from ..streams.arrivals import peak_rate_sliding, poisson_arrivals, read_arrivals
+from ..streams.docmodel import Doc, load_document, read
+from ..streams.graph import StageGraph, reference_error
+from ..streams.latency import LatencyCurve
+from ..streams.placement import cgroup_cpu_limit, cores_left
+from ..streams.spec import EdgeDoc
+from .sim.params import HostModel, Network, ServiceTime
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 OBJECTIVES = ("cost", "accuracy")

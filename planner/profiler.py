@@ -15,9 +15,9 @@ from typing import Callable
 
 import numpy as np
 
-from slipstream.planner.profiles import BatchPoint, Profile, machine_info, now_iso
-from slipstream.streams.executor import Executor
-from slipstream.streams.spec import Hardware, Pipeline, Variant
+from ..streams.executor import Executor
+from ..streams.spec import Hardware, Pipeline, Variant
+from .profiles import BatchPoint, Profile, machine_info, now_iso
 
 ExecutorFactory = Callable[[Variant, Hardware], Executor]
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from slipstream.planner import calibrate
-from slipstream.planner.problem import EdgeOption, HardwareOption, Problem, StageOption, VariantOption
-from slipstream.streams.arrivals import peak_rate_sliding, poisson_arrivals
-from slipstream.streams.profile_store import (FORMAT_VERSION, BatchPoint, Profile, ProfileError, ProfileStore,  # noqa: F401
+from ..streams.arrivals import peak_rate_sliding, poisson_arrivals
+from ..streams.profile_store import (FORMAT_VERSION, BatchPoint, Profile, ProfileError, ProfileStore,  # noqa: F401
                                    lookup, machine_info, now_iso, slug)
-from slipstream.streams.spec import Pipeline
+from ..streams.spec import Pipeline
+from . import calibrate
+from .problem import EdgeOption, HardwareOption, Problem, StageOption, VariantOption
 
 
 def import_csv(path: str | Path, store: ProfileStore, *, models: set[str] | None = None) -> list[Profile]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slipstream.streams.batching import drop_reason
+from ..streams.batching import drop_reason
 
 
 @dataclass(frozen=True)

@@ -17,14 +17,14 @@ from typing import Callable
 
 import numpy as np
 
-from slipstream.planner.results import nearest_rank
-from slipstream.planner.service import PlannedHandoff, ReplanOutput, Replanner, ReplanState, handoff_record
-from slipstream.schemas import records
-from slipstream.streams import codec, kafka as kclient, topics
-from slipstream.streams.config import KafkaSettings
-from slipstream.streams.control_io import KafkaArrivals, KafkaPublisher
-from slipstream.streams.loops import periodically
-from slipstream.streams.spec import Pipeline
+from ..schemas import records
+from ..streams import codec, kafka as kclient, topics
+from ..streams.config import KafkaSettings
+from ..streams.control_io import KafkaArrivals, KafkaPublisher
+from ..streams.loops import periodically
+from ..streams.spec import Pipeline
+from .results import nearest_rank
+from .service import PlannedHandoff, ReplanOutput, Replanner, ReplanState, handoff_record
 
 log = logging.getLogger(__name__)
 

@@ -21,16 +21,16 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from slipstream.planner import calibrate, fallback, milp
-from slipstream.planner.capacity import StageCapacity, capacity_qps, ladders, stage_capacity
-from slipstream.planner.forecast import ForecastSettings, forecast_peak
-from slipstream.planner.modes import check, make_planner
-from slipstream.planner.plan import Plan, config_of, evaluate
-from slipstream.planner.problem import Problem
-from slipstream.schemas import records
-from slipstream.streams.arrivals import peak_rate_sliding
-from slipstream.planner.results import LATE
-from slipstream.streams.control_rules import next_epoch
+from ..schemas import records
+from ..streams.arrivals import peak_rate_sliding
+from ..streams.control_rules import next_epoch
+from . import calibrate, fallback, milp
+from .capacity import StageCapacity, capacity_qps, ladders, stage_capacity
+from .forecast import ForecastSettings, forecast_peak
+from .modes import check, make_planner
+from .plan import Plan, config_of, evaluate
+from .problem import Problem
+from .results import LATE
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import MISSING, field, make_dataclass
 from typing import Any, Callable, Mapping
 
-from slipstream import schemas
+from .. import schemas
 
 PRIMITIVES = {"string": str, "int": int, "long": int, "float": float, "double": float, "boolean": bool,
               "bytes": bytes, "null": type(None)}

@@ -19,8 +19,8 @@ from typing import AsyncIterator, Iterable
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
-from slipstream.streams.config import KafkaSettings
-from slipstream.streams.topics import TopicSpec
+from .config import KafkaSettings
+from .topics import TopicSpec
 
 log = logging.getLogger(__name__)
 

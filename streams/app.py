@@ -27,10 +27,10 @@ from typing import Awaitable, Callable
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from slipstream.streams import codec
-from slipstream.streams.kafka import METADATA_MAX_AGE_MS
-from slipstream.streams.config import KafkaSettings
-from slipstream.streams.members import write_members
+from . import codec
+from .config import KafkaSettings
+from .kafka import METADATA_MAX_AGE_MS
+from .members import write_members
 
 log = logging.getLogger(__name__)
 

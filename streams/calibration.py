@@ -23,8 +23,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Mapping
 
-from slipstream.streams.config import CALIBRATION_ENV, calibration_from_env
-from slipstream.streams.jsonfile import read_versioned, write_atomic
+from .config import CALIBRATION_ENV, calibration_from_env
+from .jsonfile import read_versioned, write_atomic
 
 FORMAT_VERSION = 1
 

@@ -28,13 +28,13 @@ import time
 import uuid
 from typing import Any, Mapping
 
-from slipstream.schemas.records import InferenceRequest, InferenceResult
-from slipstream.streams import codec, kafka as kclient, topics
-from slipstream.streams.contract import deadline_ns
-from slipstream.streams.config import KafkaSettings
-from slipstream.streams.keeper import ProducerKeeper
-from slipstream.streams.limits import Limits, read_limits
-from slipstream.streams.spec import Pipeline
+from ..schemas.records import InferenceRequest, InferenceResult
+from . import codec, kafka as kclient, topics
+from .config import KafkaSettings
+from .contract import deadline_ns
+from .keeper import ProducerKeeper
+from .limits import Limits, read_limits
+from .spec import Pipeline
 
 log = logging.getLogger(__name__)
 

@@ -54,9 +54,9 @@ import fastavro
 from fastavro.read import SchemaResolutionError
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from slipstream import schemas
-from slipstream.schemas import records
-from slipstream.streams.schema_registry import RegistryError, SchemaRegistry
+from .. import schemas
+from ..schemas import records
+from .schema_registry import RegistryError, SchemaRegistry
 
 
 MAGIC = b"\xc3\x01"

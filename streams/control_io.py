@@ -32,12 +32,12 @@ from typing import AsyncIterator, Callable, Mapping
 import numpy as np
 from aiokafka import TopicPartition
 
-from slipstream.schemas.records import StageConfig, TunerHandoff, of as record_class
-from slipstream.streams import admin, codec, kafka as kclient, topics
-from slipstream.streams.config import KafkaSettings
-from slipstream.streams.control_rules import KINDS, InvalidControl, check, check_key
-from slipstream.streams.shedding import host_ms_per_request
-from slipstream.streams.spec import Pipeline
+from ..schemas.records import StageConfig, TunerHandoff, of as record_class
+from . import admin, codec, kafka as kclient, topics
+from .config import KafkaSettings
+from .control_rules import KINDS, InvalidControl, check, check_key
+from .shedding import host_ms_per_request
+from .spec import Pipeline
 
 log = logging.getLogger(__name__)
 NS_PER_MS = 1_000_000

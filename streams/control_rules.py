@@ -25,8 +25,8 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Iterator, Mapping
 
-from slipstream.streams import topics
-from slipstream.streams.spec import Pipeline
+from . import topics
+from .spec import Pipeline
 
 EPOCH_MAX = 2**53  # exact in a double (JSON readers, Prometheus gauges); offsets stay far below it
 MAX_BATCH = 4096  # the spec's bounds (slipstream.streams.spec)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Mapping, NamedTuple, Sequence
 
-from slipstream.schemas.records import InferenceRequest
+from ..schemas.records import InferenceRequest
 
 HEADER = "slipstream-expiry"
 _PACK = struct.Struct(">qq")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from slipstream.streams.docmodel import did_you_mean
+from .docmodel import did_you_mean
 
 
 def reference_error(names: Sequence[str], edges: Iterable[Any]) -> tuple[str, str, object] | None:

@@ -10,10 +10,10 @@ from typing import Any, Mapping, Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from slipstream.schemas.records import Record
-from slipstream.streams import codec, expiry
-from slipstream.streams.config import KafkaSettings
-from slipstream.streams.limits import MAX_REQUEST_BYTES, Limits
+from ..schemas.records import Record
+from . import codec, expiry
+from .config import KafkaSettings
+from .limits import MAX_REQUEST_BYTES, Limits
 
 SCHEMA_HEADER = "slipstream-schema"
 FETCH_MAX_WAIT_MS = 500  # a consumer's long poll (aiokafka's default); see consumer()

@@ -19,7 +19,7 @@ import asyncio
 import logging
 from typing import Any, Callable
 
-from slipstream.streams.limits import RecordTooLarge
+from .limits import RecordTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class ProducerKeeper:
         self._task = asyncio.create_task(self._keep())
 
     async def stop(self, timeout_s: float = 5.0) -> None:
-        from slipstream.streams.kafka import stop_producer
+        from .kafka import stop_producer
 
         if self._task is not None:
             self._task.cancel()
@@ -70,7 +70,7 @@ class ProducerKeeper:
         return fut
 
     async def _started(self) -> Any:
-        from slipstream.streams.kafka import start_producer
+        from .kafka import start_producer
 
         prod = await start_producer(self.make(), max(5.0, 5 * self.probe_s))
         self.generation += 1
@@ -102,7 +102,7 @@ class ProducerKeeper:
         return True
 
     async def _replace(self) -> None:
-        from slipstream.streams.kafka import retire_producer
+        from .kafka import retire_producer
 
         try:
             new = await self._started()

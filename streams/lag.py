@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from slipstream.streams import kafka as kclient, topics
-from slipstream.streams.config import KafkaSettings
-from slipstream.streams.spec import Pipeline
+from . import kafka as kclient, topics
+from .config import KafkaSettings
+from .spec import Pipeline
 
 
 def group_lag(ends: Mapping, committed: Mapping, starts: Mapping | None = None) -> int:
@@ -35,7 +35,7 @@ class LagReader:
         self.settings, self.groups = settings, dict(groups)
 
     async def start(self) -> None:
-        from slipstream.streams.admin import admin_client
+        from .admin import admin_client
 
         self._admin_cm = admin_client(self.settings)
         self.admin = await self._admin_cm.__aenter__()

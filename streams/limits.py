@@ -21,7 +21,7 @@ from typing import Iterable, Mapping, Sequence
 
 from aiokafka.errors import MessageSizeTooLargeError
 
-from slipstream.streams.config import KafkaSettings
+from .config import KafkaSettings
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024  # the producers' max_request_size: no topic of a spec takes more
 BROKER_DEFAULT = 1_048_588  # Kafka's message.max.bytes default: what a topic without its own takes
@@ -93,7 +93,7 @@ async def read_limits(settings: KafkaSettings, topic_names: Iterable[str]) -> Li
     yet takes the broker default)."""
     from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-    from slipstream.streams.admin import admin_client
+    from .admin import admin_client
 
     names = sorted(set(topic_names))
     async with admin_client(settings) as admin:

@@ -30,7 +30,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from slipstream.streams.config import KafkaSettings
+from .config import KafkaSettings
 
 log = logging.getLogger(__name__)
 

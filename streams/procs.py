@@ -19,7 +19,7 @@ import sys
 import threading
 from typing import Mapping, Sequence
 
-from slipstream.streams.config import LIFELINE_ENV, take_lifeline_fd
+from .config import LIFELINE_ENV, take_lifeline_fd
 
 EXIT_GRACE_S = 30.0  # after the SIGTERM a lost parent causes: a worker's drain is bounded well within it
 _pipe: tuple[int, int] | None = None

@@ -25,10 +25,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping
 
-from slipstream.streams.calibration import CalibrationStore, batch_scale, key, service_scale
-from slipstream.streams.jsonfile import read_versioned, write_atomic
-from slipstream.streams.latency import LatencyCurve
-from slipstream.streams.spec import Variant
+from .calibration import CalibrationStore, batch_scale, key, service_scale
+from .jsonfile import read_versioned, write_atomic
+from .latency import LatencyCurve
+from .spec import Variant
 
 FORMAT_VERSION = 1
 

@@ -16,8 +16,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from slipstream.streams.assets import DEFAULT_STATE_DIR, deploy_dir, staged
-from slipstream.streams.broker.process import _alive, _need
+from .assets import DEFAULT_STATE_DIR, deploy_dir, staged
+from .broker.process import _alive, _need
 
 REGISTRY_DEPLOY = deploy_dir() / "registry"
 PORT = 18081

@@ -22,8 +22,8 @@ from typing import Any, AsyncIterator, Callable
 
 import numpy as np
 
-from slipstream.streams.config import KafkaSettings
-from slipstream.streams.control_io import KafkaArrivals
+from .config import KafkaSettings
+from .control_io import KafkaArrivals
 
 END = None  # put on a reader's queue when the source ends; its exception when it fails
 

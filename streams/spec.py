@@ -31,9 +31,9 @@ from typing import Annotated, Any, Literal, Mapping, Optional
 
 from pydantic import ConfigDict, Field, StringConstraints
 
-from slipstream.streams.docmodel import Doc, did_you_mean, load_document, read
-from slipstream.streams.graph import StageGraph, reference_error
-from slipstream.streams.limits import MAX_REQUEST_BYTES
+from .docmodel import Doc, did_you_mean, load_document, read
+from .graph import StageGraph, reference_error
+from .limits import MAX_REQUEST_BYTES
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 

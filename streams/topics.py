@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from slipstream.streams.config import DEFAULT_PREFIX
+from .config import DEFAULT_PREFIX
 
 _prefix = {"topic": DEFAULT_PREFIX, "group": DEFAULT_PREFIX}
 

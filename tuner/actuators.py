@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence
 
-from slipstream.streams.config import MEMBER_FILE_ENV
-from slipstream.streams.placement import layout
-from slipstream.streams.procs import lifeline
+from ..streams.config import MEMBER_FILE_ENV
+from ..streams.placement import layout
+from ..streams.procs import lifeline
 
 log = logging.getLogger(__name__)
 

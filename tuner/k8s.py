@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from slipstream.streams.placement import layout
+from ..streams.placement import layout
 
 FIELD_MANAGER = "slipstream-tuner"
 # The tuner's Role: exactly what KubernetesActuator calls (read and apply the scale subresource).

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from slipstream.schemas.records import StageConfig
-from slipstream.tuner.policy import LiveTraffic, ScaleDecision, TunerPlan
+from ..schemas.records import StageConfig
+from .policy import LiveTraffic, ScaleDecision, TunerPlan
 
 
 class TunerMetrics:

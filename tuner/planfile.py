@@ -27,11 +27,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from slipstream.schemas.records import TunerHandoff
-from slipstream.streams.spec import Pipeline
-from slipstream.tuner.envelope import EnvelopeSnapshot, doubling_windows
-from slipstream.tuner.ladder import Rung
-from slipstream.tuner.policy import StageSizing, TunerPlan
+from ..schemas.records import TunerHandoff
+from ..streams.spec import Pipeline
+from .envelope import EnvelopeSnapshot, doubling_windows
+from .ladder import Rung
+from .policy import StageSizing, TunerPlan
 
 
 class PlanFileError(ValueError):

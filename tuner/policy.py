@@ -55,8 +55,8 @@ from typing import Mapping
 
 import numpy as np
 
-from slipstream.tuner.envelope import EnvelopeSnapshot, EnvelopeTracker, envelope
-from slipstream.tuner.ladder import Rung, accuracy, covering_shares, mix_load
+from .envelope import EnvelopeSnapshot, EnvelopeTracker, envelope
+from .ladder import Rung, accuracy, covering_shares, mix_load
 
 NS_PER_S = 1_000_000_000
 _EPS = 1e-9  # ceil(R * (1 + rounding)) must stay R

@@ -4,15 +4,15 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from slipstream.streams import topics
-from slipstream.streams.config import KafkaSettings
-from slipstream.streams.lag import LagReader, stage_groups
-from slipstream.streams.loops import periodically
-from slipstream.streams.metrics_http import MetricsAddr
-from slipstream.streams.spec import Pipeline
-from slipstream.tuner.pace import PaceConfig
-from slipstream.tuner.policy import TunerConfig, TunerPlan
-from slipstream.tuner.service import ServiceSettings, TunerService
+from ..streams import topics
+from ..streams.config import KafkaSettings
+from ..streams.lag import LagReader, stage_groups
+from ..streams.loops import periodically
+from ..streams.metrics_http import MetricsAddr
+from ..streams.spec import Pipeline
+from .pace import PaceConfig
+from .policy import TunerConfig, TunerPlan
+from .service import ServiceSettings, TunerService
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +30,11 @@ async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuat
     from the broker (``slipstream.streams.lag``) into ``slipstream_group_lag_records``. ``arrivals_source``:
     what makes the arrivals reader (``KafkaArrivals``'s signature; ``slipstream.streams.shared_arrivals``
     when the planner service runs in the same process), ``KafkaArrivals`` by default."""
-    from slipstream.streams import control_io as kafka_io
-    from slipstream.tuner.metrics import TunerMetrics
-
     from prometheus_client import CollectorRegistry
 
-    from slipstream.streams.metrics_http import serve, standard_collectors
+    from ..streams import control_io as kafka_io
+    from ..streams.metrics_http import serve, standard_collectors
+    from .metrics import TunerMetrics
 
     registry = CollectorRegistry()  # one per service run: several runs may share a process
     running, endpoint = asyncio.Event(), None

@@ -32,19 +32,19 @@ from typing import AsyncIterator, Awaitable, Callable, Mapping
 
 import numpy as np
 
-from slipstream.schemas.records import ScalingAction, StageConfig, TunerHandoff
-from slipstream.streams import topics
-from slipstream.streams.control_rules import next_epoch
-from slipstream.streams.placement import layout
-from slipstream.streams.loops import periodically
-from slipstream.streams.spec import Pipeline
-from slipstream.tuner import planfile
-from slipstream.tuner.actuators import Actuator
-from slipstream.tuner.envelope import EnvelopeTracker
-from slipstream.tuner.metrics import TunerMetrics
-from slipstream.tuner.pace import PaceConfig, PaceTracker, expected_service
-from slipstream.tuner.partitions import target_partitions
-from slipstream.tuner.policy import (ScaleDecision, ShareChange, StageChange, TunerConfig, TunerPlan, TunerState, decide,
+from ..schemas.records import ScalingAction, StageConfig, TunerHandoff
+from ..streams import topics
+from ..streams.control_rules import next_epoch
+from ..streams.loops import periodically
+from ..streams.placement import layout
+from ..streams.spec import Pipeline
+from . import planfile
+from .actuators import Actuator
+from .envelope import EnvelopeTracker
+from .metrics import TunerMetrics
+from .pace import PaceConfig, PaceTracker, expected_service
+from .partitions import target_partitions
+from .policy import (ScaleDecision, ShareChange, StageChange, TunerConfig, TunerPlan, TunerState, decide,
                           observe, tracker_windows)
 
 log = logging.getLogger(__name__)

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable, Iterable, Mapping, Protocol, Sequence
 
-from slipstream.streams.config import KafkaSettings
-from slipstream.streams.members import GroupLeaver, departed, read_members
-from slipstream.streams.placement import cores_left
-from slipstream.streams.procs import worker_argv
-from slipstream.tuner.actuators import Exit, LocalProcessActuator
+from ..streams.config import KafkaSettings
+from ..streams.members import GroupLeaver, departed, read_members
+from ..streams.placement import cores_left
+from ..streams.procs import worker_argv
+from .actuators import Exit, LocalProcessActuator
 
 log = logging.getLogger(__name__)
 

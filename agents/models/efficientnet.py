@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slipstream.agents.preprocess import decode_image, encode_png, resize_image, synthetic_image
-from slipstream.streams.executor import Emit, ItemOutput
+from ...streams.executor import Emit, ItemOutput
+from ..preprocess import decode_image, encode_png, resize_image, synthetic_image
 
 MEAN_RGB = 127.0
 STDDEV_RGB = 128.0
@@ -101,14 +101,14 @@ class ImageClassifierCodec:
         return to_input(decode_image(payload), self.resolution)
 
     def collate(self, items: list[np.ndarray]) -> dict[str, np.ndarray]:
-        from slipstream.agents.models.export import INPUT_NAME
+        from .export import INPUT_NAME
 
         return {INPUT_NAME: np.ascontiguousarray(np.stack(items))}
 
     @property
     def batch_input(self) -> tuple[str, tuple[int, ...]]:
         """(input name, one item's shape): the executor assembles batches with :meth:`decode_into`."""
-        from slipstream.agents.models.export import INPUT_NAME
+        from .export import INPUT_NAME
 
         return INPUT_NAME, (3, self.resolution, self.resolution)
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from slipstream.agents.preprocess import Tokenize, decode_text, decode_token_ids
-from slipstream.streams.executor import Emit, ItemOutput
+from ...streams.executor import Emit, ItemOutput
+from ..preprocess import Tokenize, decode_text, decode_token_ids
 
 VECTOR_TYPE = "application/x-float32-vector"
 DIM = 384

@@ -22,9 +22,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from slipstream.agents.models.efficientnet import JSON_TYPE, top_k_json
-from slipstream.agents.preprocess import decode_image, encode_png, synthetic_image
-from slipstream.streams.executor import Emit, ItemOutput
+from ...streams.executor import Emit, ItemOutput
+from ..preprocess import decode_image, encode_png, synthetic_image
+from .efficientnet import JSON_TYPE, top_k_json
 
 NPY_TYPE = "application/x-npy"
 RAW_TYPE = "application/octet-stream"

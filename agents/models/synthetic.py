@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slipstream.agents.models.efficientnet import JSON_TYPE, top_k_json
-from slipstream.agents.models.export import INPUT_NAME
-from slipstream.agents.preprocess import featurize, payload_seed, payload_unit
-from slipstream.streams.executor import Emit, ItemOutput
+from ...streams.executor import Emit, ItemOutput
+from ..preprocess import featurize, payload_seed, payload_unit
+from .efficientnet import JSON_TYPE, top_k_json
+from .export import INPUT_NAME
 
 
 @dataclass(frozen=True)

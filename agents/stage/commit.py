@@ -13,21 +13,21 @@ from __future__ import annotations
 import time
 from typing import Any, Awaitable, Callable
 
-from slipstream.agents.acks import AckTracker
-from slipstream.agents.backlog import Backlog, out_bytes
-from slipstream.agents import routing
-from slipstream.agents.delivery import Delivery
-from slipstream.agents.metrics import StageMetrics
-from slipstream.agents.stage import log
-from slipstream.agents.stage.serve import Answers
-from slipstream.agents.transactions import PartitionTransactions
-from slipstream.agents.window import Item
-from slipstream.streams import topics
-from slipstream.streams.config import KafkaSettings
-from slipstream.streams.heartbeat import Heartbeat
-from slipstream.streams.limits import Limits
-from slipstream.streams.spec import Pipeline
-from slipstream.streams.timeline import mark
+from ...streams import topics
+from ...streams.config import KafkaSettings
+from ...streams.heartbeat import Heartbeat
+from ...streams.limits import Limits
+from ...streams.spec import Pipeline
+from ...streams.timeline import mark
+from .. import routing
+from ..acks import AckTracker
+from ..backlog import Backlog, out_bytes
+from ..delivery import Delivery
+from ..metrics import StageMetrics
+from ..transactions import PartitionTransactions
+from ..window import Item
+from . import log
+from .serve import Answers
 
 # A window's outputs are sent in one burst; the linger only has to cover the burst, and a producer
 # batch (per partition) holds a whole window of small records, so a window is one produce request per

@@ -15,14 +15,14 @@ from __future__ import annotations
 import asyncio
 from typing import Callable, Sequence
 
-from slipstream.agents.control import ActiveConfig, accept, defaults
-from slipstream.agents.metrics import StageMetrics
-from slipstream.agents.replicas import Fleet, Replica
-from slipstream.agents.stage import log, log_failure
-from slipstream.agents.stage.pool import ReplicaPool
-from slipstream.schemas.records import StageConfig
-from slipstream.streams.spec import Pipeline
-from slipstream.streams.timeline import mark
+from ...schemas.records import StageConfig
+from ...streams.spec import Pipeline
+from ...streams.timeline import mark
+from ..control import ActiveConfig, accept, defaults
+from ..metrics import StageMetrics
+from ..replicas import Fleet, Replica
+from . import log, log_failure
+from .pool import ReplicaPool
 
 
 class ConfigSwitch:

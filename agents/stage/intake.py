@@ -17,16 +17,16 @@ import asyncio
 import time
 from typing import Any, Callable, Iterator, NamedTuple
 
-from slipstream.agents import routing
-from slipstream.agents.admission import admit
-from slipstream.agents.metrics import StageMetrics
-from slipstream.agents.stage import log
-from slipstream.agents.window import Item
-from slipstream.schemas.records import StageConfig, TunerHandoff
-from slipstream.streams import contract, control_io, topics
-from slipstream.streams.limits import Limits
-from slipstream.streams.shedding import SourceGate
-from slipstream.streams.spec import Pipeline
+from ...schemas.records import StageConfig, TunerHandoff
+from ...streams import contract, control_io, topics
+from ...streams.limits import Limits
+from ...streams.shedding import SourceGate
+from ...streams.spec import Pipeline
+from .. import routing
+from ..admission import admit
+from ..metrics import StageMetrics
+from ..window import Item
+from . import log
 
 # Records read but not yet in a window (intake and queue): above this, the consumer waits before it
 # hands over the next fetch (``slipstream.agents.intake``), as faust's stream buffer (4,096) made it wait.

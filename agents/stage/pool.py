@@ -20,17 +20,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from slipstream.agents.control import ActiveConfig
-from slipstream.agents.executors import check_digest, pinned
-from slipstream.agents.metrics import StageMetrics
-from slipstream.agents.replicas import ExecutorFactory, Fleet, Replica, VariantState, new_replica, warmup_curve
-from slipstream.agents.stage import log, log_failure
-from slipstream.streams import placement
-from slipstream.streams.batching import NS_PER_MS
-from slipstream.streams.latency import LatencyCurve, RecentLatency
-from slipstream.streams.profile_store import ProfileStore, lookup
-from slipstream.streams.spec import Pipeline
-from slipstream.streams.timeline import mark
+from ...streams import placement
+from ...streams.batching import NS_PER_MS
+from ...streams.latency import LatencyCurve, RecentLatency
+from ...streams.profile_store import ProfileStore, lookup
+from ...streams.spec import Pipeline
+from ...streams.timeline import mark
+from ..control import ActiveConfig
+from ..executors import check_digest, pinned
+from ..metrics import StageMetrics
+from ..replicas import ExecutorFactory, Fleet, Replica, VariantState, new_replica, warmup_curve
+from . import log, log_failure
 
 
 class ReplicaPool:

@@ -11,16 +11,16 @@ from __future__ import annotations
 import time
 from typing import Callable, Mapping
 
-from slipstream.agents import routing
-from slipstream.agents.control import ActiveConfig
-from slipstream.agents.metrics import StageMetrics, observe_many
-from slipstream.agents.replicas import Replica, RunPastDeadline, VariantState, run_bounded, run_deadline_s
-from slipstream.agents.stage import log
-from slipstream.agents.window import Item, batch_outputs, failed, split_variants, sub_batch
-from slipstream.streams import batching, contract
-from slipstream.streams.executor import Executor
-from slipstream.streams.heartbeat import Heartbeat
-from slipstream.streams.spec import Pipeline
+from ...streams import batching, contract
+from ...streams.executor import Executor
+from ...streams.heartbeat import Heartbeat
+from ...streams.spec import Pipeline
+from .. import routing
+from ..control import ActiveConfig
+from ..metrics import StageMetrics, observe_many
+from ..replicas import Replica, RunPastDeadline, VariantState, run_bounded, run_deadline_s
+from ..window import Item, batch_outputs, failed, split_variants, sub_batch
+from . import log
 
 Answers = list[tuple[list[routing.Out], Item]]  # the records each item ends in, with the item
 

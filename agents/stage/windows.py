@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from slipstream.agents.control import ActiveConfig
-from slipstream.agents.metrics import StageMetrics
-from slipstream.agents.replicas import Replica, VariantState
-from slipstream.agents.stage import log
-from slipstream.agents.stage.commit import Commits
-from slipstream.agents.stage.config_switch import ConfigSwitch
-from slipstream.agents.stage.intake import Intake
-from slipstream.agents.stage.pool import ReplicaPool
-from slipstream.agents.stage.serve import Server
-from slipstream.agents.window import Item, Take, WindowPlanner
-from slipstream.streams import batching, codec
+
+from ...streams import batching, codec
+from ..control import ActiveConfig
+from ..metrics import StageMetrics
+from ..replicas import Replica, VariantState
+from ..window import Item, Take, WindowPlanner
+from . import log
+from .commit import Commits
+from .config_switch import ConfigSwitch
+from .intake import Intake
+from .pool import ReplicaPool
+from .serve import Server
 
 
 class Windows:

@@ -20,10 +20,10 @@ import time
 import uuid
 from contextlib import contextmanager
 
-from slipstream.streams import admin, client, kafka as kclient, topics
-from slipstream.streams.config import KafkaSettings
-from slipstream.streams.control_io import KafkaArrivals
-from slipstream.streams.topics import TopicSpec
+from ...streams import admin, client, kafka as kclient, topics
+from ...streams.config import KafkaSettings
+from ...streams.control_io import KafkaArrivals
+from ...streams.topics import TopicSpec
 
 MAX_MESSAGE = str(4 * 1024 * 1024)
 

@@ -35,13 +35,13 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from slipstream.loadgen.bench.relay import RELAY_HEADER
-from slipstream.streams import admin, codec, kafka as kclient, topics
-from slipstream.streams.client import make_request
-from slipstream.streams.config import AT_LEAST_ONCE, BOOTSTRAP_ENV, EXACTLY_ONCE, PROCESSING_ENV, KafkaSettings
-from slipstream.streams.procs import ReadyProcess, worker_argv
-from slipstream.streams.spec import load_pipeline
-from slipstream.streams.topics import TopicSpec
+from ...streams import admin, codec, kafka as kclient, topics
+from ...streams.client import make_request
+from ...streams.config import AT_LEAST_ONCE, BOOTSTRAP_ENV, EXACTLY_ONCE, PROCESSING_ENV, KafkaSettings
+from ...streams.procs import ReadyProcess, worker_argv
+from ...streams.spec import load_pipeline
+from ...streams.topics import TopicSpec
+from .relay import RELAY_HEADER
 
 RELAY_READY = re.compile(r"relay ready")
 MODES = {"stage": AT_LEAST_ONCE, "eos": EXACTLY_ONCE}  # figure prefix -> SLIPSTREAM_PROCESSING

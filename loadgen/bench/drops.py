@@ -24,16 +24,16 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable, Sequence
 
-from slipstream.agents import routing
-from slipstream.agents.admission import admit
-from slipstream.agents.models.export import DEFAULT_CACHE_DIR
-from slipstream.streams.shedding import SourceGate
-from slipstream.agents.stage.serve import check_and_run
-from slipstream.agents.window import batch_outputs
-from slipstream.agents.zoo import load_executor
-from slipstream.streams import codec, contract, kafka as kclient
-from slipstream.streams.client import make_request
-from slipstream.streams.spec import Pipeline, load_pipeline
+from ...agents import routing
+from ...agents.admission import admit
+from ...agents.models.export import DEFAULT_CACHE_DIR
+from ...agents.stage.serve import check_and_run
+from ...agents.window import batch_outputs
+from ...agents.zoo import load_executor
+from ...streams import codec, contract, kafka as kclient
+from ...streams.client import make_request
+from ...streams.shedding import SourceGate
+from ...streams.spec import Pipeline, load_pipeline
 
 PIPELINE = Path(__file__).resolve().parents[2] / "deploy" / "pipelines" / "image-classify.yaml"
 WAYS = ("served", "dropped, decoded", "dropped from headers")

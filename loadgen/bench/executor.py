@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from slipstream.agents.executors import ModelExecutor
-from slipstream.agents.models.export import DEFAULT_CACHE_DIR, INPUT_NAME
-from slipstream.agents.preprocess import encode_png, synthetic_image
-from slipstream.agents.zoo import load_executor
-from slipstream.streams.spec import Hardware, Variant
+from ...agents.executors import ModelExecutor
+from ...agents.models.export import DEFAULT_CACHE_DIR, INPUT_NAME
+from ...agents.preprocess import encode_png, synthetic_image
+from ...agents.zoo import load_executor
+from ...streams.spec import Hardware, Variant
 
 MODEL = "efficientnet-lite0"
 
@@ -94,7 +94,7 @@ def bench_checks(batches: Sequence[int] = (1, 4), *, runs: int = 30,
     """A batch's time the way a stage worker runs it, against the executor's run alone and against
     checking every payload first: the image pipeline's two stages on their own inputs (resize: JPEG
     of 480 x 480; lite0: the raw pixels resize emits), interleaved, medians over ``runs``."""
-    from slipstream.agents.stage.serve import check_and_run
+    from ...agents.stage.serve import check_and_run
 
     hw = Hardware("cpu-1", "cpu", 0.0, 1)
     resize = load_executor(Variant("resize", "image-resize", 0.0, {"size": 260}), hw, cache_dir=cache_dir)

@@ -28,13 +28,13 @@ import aiohttp
 import numpy as np
 import yaml
 
-from slipstream.streams import admin, topics
-from slipstream.streams.client import PipelineClient, make_request
-from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings
-from slipstream.streams.procs import ReadyProcess, worker_argv
-from slipstream.streams.spec import load_pipeline
+from ...streams import admin, topics
+from ...streams.client import PipelineClient, make_request
+from ...streams.config import BOOTSTRAP_ENV, KafkaSettings
+from ...streams.procs import ReadyProcess, worker_argv
+from ...streams.spec import load_pipeline
 
-from slipstream.gateway.server import READY
+from ...gateway.server import READY
 
 BODY = {"inputs": [{"name": "input", "shape": [1], "datatype": "BYTES", "data": ["x" * 64]}]}
 

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from slipstream.loadgen.live.run import LiveOptions, live_run
+from ..live.run import LiveOptions, live_run
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def sweep(pipe, pipeline_file: str, store, *, knee_qps: float, factors: Sequence
     """One live run per (factor, path, mode), modes named as compare-live names them (``milp+tuner``)."""
     from dataclasses import replace
 
-    from slipstream.loadgen.traces import trace_arrivals
+    from ..traces import trace_arrivals
 
     rows = []
     for f in factors:

@@ -12,11 +12,11 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from slipstream.streams import admin, topics
-from slipstream.streams.assets import deploy_dir
-from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings
-from slipstream.streams.procs import ReadyProcess, worker_argv
-from slipstream.streams.spec import load_pipeline
+from ...streams import admin, topics
+from ...streams.assets import deploy_dir
+from ...streams.config import BOOTSTRAP_ENV, KafkaSettings
+from ...streams.procs import ReadyProcess, worker_argv
+from ...streams.spec import load_pipeline
 
 PIPELINES = deploy_dir() / "pipelines"
 # (pipeline file, stage, what it serves): one worker of each kind the repo ships

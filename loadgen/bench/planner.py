@@ -23,12 +23,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from slipstream.planner import milp
-from slipstream.planner.estimator import SimOptions, simulate
-from slipstream.planner.modes import make_planner
-from slipstream.planner.problem import Problem
-from slipstream.streams.arrivals import gamma_arrivals, peak_rate_sliding, poisson_arrivals
-from slipstream.loadgen.synthetic import random_problem
+from ...planner import milp
+from ...planner.estimator import SimOptions, simulate
+from ...planner.modes import make_planner
+from ...planner.problem import Problem
+from ...streams.arrivals import gamma_arrivals, peak_rate_sliding, poisson_arrivals
+from ..synthetic import random_problem
 
 
 @dataclass(frozen=True)

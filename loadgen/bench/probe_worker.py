@@ -13,8 +13,8 @@ import asyncio
 import signal
 
 
-from slipstream.streams import kafka as kclient
-from slipstream.streams.config import KafkaSettings
+from ...streams import kafka as kclient
+from ...streams.config import KafkaSettings
 
 
 def main() -> None:

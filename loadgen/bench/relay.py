@@ -13,8 +13,8 @@ import time
 
 from aiokafka import ConsumerRebalanceListener
 
-from slipstream.streams import kafka as kclient
-from slipstream.streams.config import KafkaSettings
+from ...streams import kafka as kclient
+from ...streams.config import KafkaSettings
 
 RELAY_HEADER = "relay-produced-ns"
 

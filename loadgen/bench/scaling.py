@@ -22,16 +22,16 @@ from typing import Callable
 import numpy as np
 import yaml
 
-from slipstream.streams import admin, topics
-from slipstream.streams.client import PipelineClient, make_request
-from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings
-from slipstream.streams.control_io import KafkaPublisher
-from slipstream.streams.procs import worker_argv
-from slipstream.streams.spec import load_pipeline
-from slipstream.streams.timeline import parse
-from slipstream.tuner.actuators import LocalProcessActuator
-from slipstream.loadgen.bench.scaling_stats import EventCost, Mark, Served, event_cost
-from slipstream.tuner.service import stage_config_record
+from ...streams import admin, topics
+from ...streams.client import PipelineClient, make_request
+from ...streams.config import BOOTSTRAP_ENV, KafkaSettings
+from ...streams.control_io import KafkaPublisher
+from ...streams.procs import worker_argv
+from ...streams.spec import load_pipeline
+from ...streams.timeline import parse
+from ...tuner.actuators import LocalProcessActuator
+from ...tuner.service import stage_config_record
+from .scaling_stats import EventCost, Mark, Served, event_cost
 
 STAGE = "model"
 MODES = {"instances": 4, "processes": 1}  # mode -> instances one worker may hold

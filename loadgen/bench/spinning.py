@@ -17,9 +17,9 @@ SPINNING = "session.intra_op.allow_spinning"
 def copy(spin: str, out: mp.Queue, seconds: float) -> None:
     import onnxruntime as ort
 
-    from slipstream.agents.zoo import load_executor
-    from slipstream.streams.assets import deploy_dir
-    from slipstream.streams.spec import load_pipeline
+    from ...agents.zoo import load_executor
+    from ...streams.assets import deploy_dir
+    from ...streams.spec import load_pipeline
 
     set_entry = ort.SessionOptions.add_session_config_entry
     ort.SessionOptions.add_session_config_entry = (  # the backend's own setting, overridden here only

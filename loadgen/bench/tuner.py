@@ -27,9 +27,9 @@ from typing import Sequence
 
 import numpy as np
 
-from slipstream.streams.arrivals import gamma_arrivals
-from slipstream.streams.procs import lifeline
-from slipstream.tuner.envelope import NS_PER_S, EnvelopeTracker, doubling_windows, envelope
+from ...streams.arrivals import gamma_arrivals
+from ...streams.procs import lifeline
+from ...tuner.envelope import NS_PER_S, EnvelopeTracker, doubling_windows, envelope
 
 READY_RE = re.compile(r"slipstream-worker ready stage=(\S+) partitions=(\S*)")
 

@@ -39,7 +39,7 @@ class _FullWindows:
 
 def windows(report: Path) -> dict[str, tuple[int, int, dict[int, int]]]:
     """Per stage: (items, windows, batches by size) of a run's results."""
-    from slipstream.loadgen.run_record import RunRecord
+    from ..run_record import RunRecord
 
     seen: dict[str, dict] = collections.defaultdict(dict)
     items: collections.Counter = collections.Counter()
@@ -75,10 +75,10 @@ def _ints(sizes: dict) -> dict[int, int]:
 
 
 def main(out: Path, rate: float = 25.0) -> None:
-    import slipstream.planner.modes as modes
-    from slipstream.loadgen.live.run import LiveOptions, live_run
-    from slipstream.streams.profile_store import ProfileStore
-    from slipstream.streams.spec import load_pipeline
+    from ...planner import modes
+    from ...streams.profile_store import ProfileStore
+    from ...streams.spec import load_pipeline
+    from ..live.run import LiveOptions, live_run
 
     make = modes.make_planner
     modes.make_planner = lambda mode, *a, **k: _FullWindows(make(mode, *a, **k))
@@ -105,7 +105,7 @@ def report(out: Path, store) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "--report":  # the figures of runs already made
-        from slipstream.streams.profile_store import ProfileStore
+        from ...streams.profile_store import ProfileStore
 
         report(Path(sys.argv[2]), ProfileStore(".state/profiles"))
     else:

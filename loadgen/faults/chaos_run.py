@@ -27,11 +27,11 @@ import click
 import numpy as np
 import yaml
 
-from slipstream.loadgen import chaos
-from slipstream.streams import broker, codec, kafka as kclient, topics
-from slipstream.loadgen.faults.cluster import Cluster, use_cluster
-from slipstream.loadgen.live.run import READY  # one parser of the worker's ready line
-from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings, export_bootstrap
+from ...streams import broker, codec, kafka as kclient, topics
+from ...streams.config import BOOTSTRAP_ENV, KafkaSettings, export_bootstrap
+from .. import chaos
+from ..live.run import READY  # one parser of the worker's ready line
+from .cluster import Cluster, use_cluster
 
 FREEZE_S = KafkaSettings().session_timeout_s + 5.0  # past the worker's consumer-group session timeout
 
@@ -57,9 +57,9 @@ class Stack:
     def __init__(self, pipe, pipeline_file: Path, store, settings: KafkaSettings, log_dir: Path, *,
                  mode: str = "milp", sample: np.ndarray, replan_s: float = 30.0, activation_s: float = 1.0,
                  reserve_cores: float = 0.5, standby: int = 0) -> None:
-        from slipstream.loadgen.live.run import LiveOptions, plan_and_publish
-        from slipstream.streams import admin
-        from slipstream.tuner.supervisor import LocalCapacity, local_supervisor
+        from ...streams import admin
+        from ...tuner.supervisor import LocalCapacity, local_supervisor
+        from ..live.run import LiveOptions, plan_and_publish
 
         self.pipe, self.settings, self.log_dir = pipe, settings, log_dir
         asyncio.run(admin.ensure_topics(settings, topics.all_topics(pipe)))
@@ -186,7 +186,7 @@ async def read_results(settings: KafkaSettings, topic: str, since: dict[int, int
 
 async def busiest_node(settings: KafkaSettings, names: list[str]) -> int:
     """The broker that leads the most partitions of ``names``."""
-    from slipstream.streams.admin import admin_client
+    from ...streams.admin import admin_client
 
     async with admin_client(settings) as admin:
         meta = await admin.describe_topics(names)
@@ -196,7 +196,7 @@ async def busiest_node(settings: KafkaSettings, names: list[str]) -> int:
 
 def drop_topics(settings: KafkaSettings, pipe) -> None:
     """Delete the run's pipeline copy's topics (its results are in the report)."""
-    from slipstream.streams import admin
+    from ...streams import admin
 
     try:
         asyncio.run(admin.delete_topics(settings, [t.name for t in topics.all_topics(pipe)]))
@@ -309,8 +309,8 @@ async def inject(case: chaos.FaultCase, stack: Stack, cluster: Cluster, first_se
 async def run_case(case: chaos.FaultCase, stack: Stack, cluster: Cluster, arrivals: np.ndarray, payload: bytes,
                    run_id: str, fault_at_s: float, drain_s: float, broker_node: str = BUSIEST):
     """One case: replay with the fault injected; (outcome, sent id -> ns, result records, what was done)."""
-    from slipstream.loadgen.replay import ReplayOptions, ReplayTarget, replay
-    from slipstream.loadgen.schedule import build_schedule
+    from ..replay import ReplayOptions, ReplayTarget, replay
+    from ..schedule import build_schedule
 
     pipe, settings = stack.pipe, stack.settings
     since = await results_end(settings, topics.results(pipe.name))
@@ -361,11 +361,11 @@ class ChaosOptions:
 
 def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
     """Start (or find) the Kafka, run every selected case on one stack, write the report."""
-    from slipstream.planner.profiles import ProfileStore
-    from slipstream.loadgen.live.replay_report import payload_factory
-    from slipstream.loadgen.traces import trace_arrivals
-    from slipstream.loadgen.live.run import profile_missing
-    from slipstream.streams.spec import load_pipeline
+    from ...planner.profiles import ProfileStore
+    from ...streams.spec import load_pipeline
+    from ..live.replay_report import payload_factory
+    from ..live.run import profile_missing
+    from ..traces import trace_arrivals
 
     interrupt_on_sigterm()
     report = Path(opts.report_dir)

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 import click
 
-from slipstream.streams import broker
-from slipstream.streams.config import bootstrap_from_env
+from ...streams import broker
+from ...streams.config import bootstrap_from_env
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,13 @@ from pathlib import Path
 import click
 import numpy as np
 
-from slipstream.loadgen import soak
-from slipstream.loadgen.chaos import window_attainment
-from slipstream.loadgen.faults.chaos_run import Stack, fresh_pipeline, interrupt_on_sigterm, tear_down
-from slipstream.loadgen.faults.cluster import use_cluster
-from slipstream.streams import broker, topics
-from slipstream.streams.config import KafkaSettings, export_bootstrap
-from slipstream.streams.lag import LagReader, stage_groups
+from ...streams import broker, topics
+from ...streams.config import KafkaSettings, export_bootstrap
+from ...streams.lag import LagReader, stage_groups
+from .. import soak
+from ..chaos import window_attainment
+from .chaos_run import Stack, fresh_pipeline, interrupt_on_sigterm, tear_down
+from .cluster import use_cluster
 
 
 def rss_mb(pid: int) -> float:
@@ -65,13 +65,13 @@ class SoakOptions:
 
 
 def run_soak(opts: SoakOptions) -> str:
-    from slipstream.loadgen.replay import ReplayOptions, ReplayTarget, replay
-    from slipstream.loadgen.schedule import build_schedule
-    from slipstream.planner.profiles import ProfileStore
-    from slipstream.loadgen.live.replay_report import payload_factory
-    from slipstream.loadgen.traces import trace_arrivals
-    from slipstream.loadgen.live.run import profile_missing
-    from slipstream.streams.spec import load_pipeline
+    from ...planner.profiles import ProfileStore
+    from ...streams.spec import load_pipeline
+    from ..live.replay_report import payload_factory
+    from ..live.run import profile_missing
+    from ..replay import ReplayOptions, ReplayTarget, replay
+    from ..schedule import build_schedule
+    from ..traces import trace_arrivals
 
     interrupt_on_sigterm()
     report = Path(opts.report_dir)

@@ -14,7 +14,7 @@ CALIBRATION_TRACE = "step:rates=6/18/6,at=20/40,cv2=4,transition=5,duration=60"
 def run_hardware(pipe, store, plan) -> dict[tuple[str, str], str]:
     """(stage, variant) -> the hardware a run ran it on: its plan's assignment (``Plan.hardware_of``),
     else the one hardware with a profile (a run without a plan, or a variant a re-plan brought)."""
-    from slipstream.streams.profile_store import lookup
+    from ...streams.profile_store import lookup
 
     out = plan.hardware_of() if plan is not None else {}
     for st in pipe.stages:
@@ -26,7 +26,7 @@ def run_hardware(pipe, store, plan) -> dict[tuple[str, str], str]:
 
 
 def uncalibrated_curves(pipe, store) -> dict[tuple[str, str], object]:
-    from slipstream.streams.profile_store import lookup
+    from ...streams.profile_store import lookup
 
     return {(v.name, h): prof.curve() for st in pipe.stages for v in st.variants for h in pipe.hardware
             if (prof := lookup(store, v, h)) is not None}
@@ -35,8 +35,8 @@ def uncalibrated_curves(pipe, store) -> dict[tuple[str, str], object]:
 def fit_report(report_dirs: str | Path | list, pipe, profiles_dir: str | Path, *, store: bool = True) -> dict:
     """Fit one or more live runs' reports against the uncalibrated profiles; store the fit as the next
     version (with the scales of variants these runs did not run carried from the calibration in force)."""
-    from slipstream.planner.calibrate import carried_forward, fit_runs
-    from slipstream.streams.profile_store import ProfileStore
+    from ...planner.calibrate import carried_forward, fit_runs
+    from ...streams.profile_store import ProfileStore
 
     reports = [Path(report_dirs)] if isinstance(report_dirs, (str, Path)) else [Path(r) for r in report_dirs]
     raw = ProfileStore(profiles_dir, calibration="off")  # fit against the profiles as measured
@@ -48,9 +48,9 @@ def fit_report(report_dirs: str | Path | list, pipe, profiles_dir: str | Path, *
 
 def run_hops(report: Path, pipe, raw_store):
     """A report's results, the hardware its plan ran each variant on and its batch timeouts."""
-    from slipstream.loadgen.run_record import RESULTS, RunRecord
-    from slipstream.planner.calibrate import RunHops, timeouts_of
-    from slipstream.planner.plan import Plan
+    from ...planner.calibrate import RunHops, timeouts_of
+    from ...planner.plan import Plan
+    from ..run_record import RESULTS, RunRecord
 
     run = RunRecord(report)
     if not run.has_results():
@@ -64,11 +64,11 @@ def run_hops(report: Path, pipe, raw_store):
 def calibrated(pipe, pipeline_file: str, store, when: str, opts, report_dir: Path):
     """The profile store with a calibration in force: a short live run fitted first when ``when`` says
     (``always``, or ``auto`` and none in force)."""
-    from slipstream.planner.calibrate import summary_lines
-    from slipstream.planner.profiles import ProfileStore
-    from slipstream.loadgen.traces import trace_arrivals
-    from slipstream.loadgen.live.run import live_run
-    from slipstream.loadgen.traces import first_step_s
+    from ...planner.calibrate import summary_lines
+    from ...planner.profiles import ProfileStore
+    from ..traces import trace_arrivals
+    from ..traces import first_step_s
+    from .run import live_run
 
     if when == "never" or (when == "auto" and store.calibration):
         if store.calibration:
@@ -86,7 +86,7 @@ def calibrated(pipe, pipeline_file: str, store, when: str, opts, report_dir: Pat
 def refit(pipe, store, report_dirs: Path | list) -> None:
     """Store a calibration fitted on this run (or these runs, fitted as one): the next run plans with
     it, and every variant they served is measured."""
-    from slipstream.planner.calibrate import CalibrationFitError
+    from ...planner.calibrate import CalibrationFitError
 
     try:
         doc = fit_report(report_dirs, pipe, store.root)

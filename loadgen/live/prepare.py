@@ -7,11 +7,11 @@ import click
 
 def prepare(pipeline_file: str, spec: str, seed: int, profiles_dir: str, plan_seconds: float | None):
     """The pipeline, its profiles, the trace and the planning sample (its first ``plan_seconds``)."""
-    from slipstream.planner.profiles import ProfileStore
-    from slipstream.loadgen.traces import trace_arrivals
-    from slipstream.loadgen.live.run import profile_missing
-    from slipstream.loadgen.traces import first_step_s
-    from slipstream.streams.spec import load_pipeline
+    from ...planner.profiles import ProfileStore
+    from ...streams.spec import load_pipeline
+    from ..traces import trace_arrivals
+    from ..traces import first_step_s
+    from .run import profile_missing
 
     arrivals = trace_arrivals(spec, seed)
     plan_s = plan_seconds or first_step_s(spec)

@@ -13,14 +13,14 @@ from pathlib import Path
 import click
 import numpy as np
 
-from slipstream.loadgen.run_record import RunRecord
-from slipstream.streams.config import cache_from_env
+from ...streams.config import cache_from_env
+from ..run_record import RunRecord
 
 ENVELOPE_WINDOWS_S = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 51.2)
 
 
 def envelope_rates(arrivals_s: np.ndarray, windows_s=ENVELOPE_WINDOWS_S) -> tuple[float, ...]:
-    from slipstream.tuner.envelope import envelope
+    from ...tuner.envelope import envelope
 
     if len(arrivals_s) == 0:
         return tuple(0.0 for _ in windows_s)
@@ -31,7 +31,7 @@ def payload_factory(pipe, payload_file: str | None):
     if payload_file:
         data = Path(payload_file).read_bytes()
         return lambda i: data
-    from slipstream.agents.zoo import load_executor
+    from ...agents.zoo import load_executor
 
     stage = pipe.stage(pipe.source)
     variant = stage.variant(stage.defaults.variant)
@@ -51,11 +51,11 @@ def replay_report(pipe, arrivals_s, payloads, *, seed: int = 0, rate_scale: floa
                   label: str = "", gateway_url: str | None = None):
     """Replay ``arrivals_s`` open-loop into ``pipe`` with progress, print the table, write the report
     (also used by `slipstream demo`); returns the Summary."""
-    from slipstream.loadgen.render import format_table, write_report
-    from slipstream.loadgen.replay import ReplayOptions, ReplayTarget, replay as run_replay, summarize_outcome
-    from slipstream.loadgen.report import Envelope
-    from slipstream.loadgen.schedule import build_schedule
-    from slipstream.streams.config import KafkaSettings
+    from ...streams.config import KafkaSettings
+    from ..render import format_table, write_report
+    from ..replay import ReplayOptions, ReplayTarget, replay as run_replay, summarize_outcome
+    from ..report import Envelope
+    from ..schedule import build_schedule
 
     schedule = build_schedule(arrivals_s, seed=seed, rate_scale=rate_scale)
     if len(schedule) == 0:

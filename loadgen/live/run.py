@@ -14,12 +14,12 @@ from pathlib import Path
 import click
 import numpy as np
 
-from slipstream.loadgen.compare import ModeNotApplicable
-from slipstream.loadgen.cpu import CpuSampler, ports_of
-from slipstream.loadgen.run_record import RunRecord
-from slipstream.streams import broker
-from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings, bootstrap_from_env
-from slipstream.tuner.service import ServiceSettings
+from ...streams import broker
+from ...streams.config import BOOTSTRAP_ENV, KafkaSettings, bootstrap_from_env
+from ...tuner.service import ServiceSettings
+from ..compare import ModeNotApplicable
+from ..cpu import CpuSampler, ports_of
+from ..run_record import RunRecord
 
 READY = re.compile(rb"slipstream-worker ready stage=\S+ partitions=[1-9]\d* .*?at_ns=(\d+)")
 
@@ -70,8 +70,8 @@ def ensure_broker(state_dir: Path) -> bool:
 
 def profile_missing(pipe, store, batch_sizes=(1, 2, 4, 8), reps: int = 20) -> None:
     """Measure what the store lacks for this pipeline on this machine's hardware (with progress)."""
-    from slipstream.agents.zoo import load_executor
-    from slipstream.planner.profiler import ProfilerSettings, has_cuda, profile_into, runnable_hardware
+    from ...agents.zoo import load_executor
+    from ...planner.profiler import ProfilerSettings, has_cuda, profile_into, runnable_hardware
 
     todo = [(v, h) for st in pipe.stages for v in st.variants
             for h in runnable_hardware(pipe, has_cuda()) if store.get(v.name, h.name) is None]
@@ -86,9 +86,9 @@ def local_problem(pipe, store, opts: LiveOptions, **kw):
     here (``slipstream.tuner.supervisor.LocalCapacity``), no more than that per stage in all, no CPU hardware
     with more threads than the host's cores (its cgroup's limit when one is set; ``cores=None``: every
     entry, for a run recorded elsewhere), and the host's co-located work (:func:`colocated_host`)."""
-    from slipstream.planner.profiles import problem_from_pipeline
-    from slipstream.streams.placement import available_cpus
-    from slipstream.tuner.supervisor import LocalCapacity
+    from ...planner.profiles import problem_from_pipeline
+    from ...streams.placement import available_cpus
+    from ...tuner.supervisor import LocalCapacity
 
     cap = LocalCapacity(opts.reserve_cores).max_instances
     kw.setdefault("cores", available_cpus())
@@ -103,7 +103,7 @@ def colocated_host(host, request_cpu_ms: float, cores: float | None, window_cpu_
     control plane) with ``request_cpu_ms`` per request and ``window_cpu_ms`` per window on top
     (``HostModel``); without a calibration, this host's ``cores`` with that load alone (None: no
     host model)."""
-    from slipstream.planner.sim.params import HostModel
+    from ...planner.sim.params import HostModel
 
     if request_cpu_ms <= 0 and window_cpu_ms <= 0:
         return host
@@ -115,13 +115,13 @@ def colocated_host(host, request_cpu_ms: float, cores: float | None, window_cpu_
 def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, settings: KafkaSettings) -> Published:
     """Plan from the sample, publish the StageConfigs and the tuner's hand-off (epochs after any on
     the control topic)."""
-    from slipstream.planner.modes import make_planner
-    from slipstream.planner.run import publish_plan
-    from slipstream.planner.service import handoff, stage_configs
-    from slipstream.streams.control_io import KafkaPublisher, latest_epoch
-    from slipstream.streams.control_rules import next_epoch
-    from slipstream.tuner import planfile
-    from slipstream.tuner.envelope import envelope
+    from ...planner.modes import make_planner
+    from ...planner.run import publish_plan
+    from ...planner.service import handoff, stage_configs
+    from ...streams.control_io import KafkaPublisher, latest_epoch
+    from ...streams.control_rules import next_epoch
+    from ...tuner import planfile
+    from ...tuner.envelope import envelope
 
     problem = local_problem(pipe, store, opts, arrivals_s=sample)
     plan = make_planner(opts.mode).plan(problem)  # infeasible: the highest-capacity plan (slipstream.planner.fallback)
@@ -155,7 +155,7 @@ TUNER_TICK_S = ServiceSettings.interval_s  # the live tuner's decision period
 def tuner_config(opts: LiveOptions, max_instances: int):
     """The live tuner's ``slipstream.tuner.policy.TunerConfig``: replicas capped by ``--max-replicas`` and what
     one worker process holds (``max_instances``)."""
-    from slipstream.tuner.policy import TunerConfig
+    from ...tuner.policy import TunerConfig
 
     return TunerConfig(activation_s=opts.activation_s, max_replicas=min(opts.max_replicas, max_instances))
 
@@ -165,12 +165,12 @@ def control_plane(pipe, published: Published, store, opts: LiveOptions, settings
     """``control(stop)``: the tuner on ``actuator`` and, with ``opts.replan_s``, the planner service
     re-planning from live arrivals every ``replan_s`` (its plans reach the tuner as hand-offs on the
     control topic); both until ``stop``."""
-    from slipstream.planner.run import run_planner
-    from slipstream.planner.service import ReplanSettings, Replanner, ReplanState
-    from slipstream.streams.shared_arrivals import SharedArrivals
-    from slipstream.tuner.envelope import envelope
-    from slipstream.tuner.pace import PaceConfig
-    from slipstream.tuner.run import run_tuner
+    from ...planner.run import run_planner
+    from ...planner.service import ReplanSettings, Replanner, ReplanState
+    from ...streams.shared_arrivals import SharedArrivals
+    from ...tuner.envelope import envelope
+    from ...tuner.pace import PaceConfig
+    from ...tuner.run import run_tuner
 
     config = tuner_config(opts, max_instances)
     replanner = Replanner(local_problem(pipe, store, opts, rate_qps=1.0), pipe.name,
@@ -205,8 +205,8 @@ class Workers:
 
     def __init__(self, pipe, pipeline_file: str, published: Published, store, settings: KafkaSettings,
                  log_dir: Path, opts: LiveOptions) -> None:
-        from slipstream.tuner.service import describe, describe_shares
-        from slipstream.tuner.supervisor import LocalCapacity, local_supervisor
+        from ...tuner.service import describe, describe_shares
+        from ...tuner.supervisor import LocalCapacity, local_supervisor
 
         self.log_dir = log_dir
         self.started_ns = time.time_ns()  # the logs may hold ready lines of an earlier run: not these
@@ -264,7 +264,7 @@ class Workers:
 def started_ids(started) -> set[str]:
     """The ``worker`` ids (``HopTiming.worker`` less its instance) of the workers ``started`` ((role,
     pid) pairs): a stage worker's, or for the ``join`` role the join worker's."""
-    from slipstream.streams.procs import join_id, worker_id
+    from ...streams.procs import join_id, worker_id
 
     return {join_id(pid) if role == "join" else worker_id(pid) for role, pid in started}
 
@@ -314,8 +314,8 @@ class LiveResult:
 def live_run(pipe, pipeline_file: str, arrivals: np.ndarray, sample: np.ndarray, store, report_dir: Path,
              opts: LiveOptions, label: str) -> LiveResult:
     """Plan, publish, run the workers, replay, report, and replay the run through the estimator."""
-    from slipstream.loadgen.live.replay_report import payload_factory, replay_report
-    from slipstream.streams import admin, topics
+    from ...streams import admin, topics
+    from .replay_report import payload_factory, replay_report
 
     settings = KafkaSettings.from_env()
     asyncio.run(admin.ensure_topics(settings, topics.all_topics(pipe)))
@@ -351,15 +351,15 @@ def start_gateway(pipeline_file: str):
     """A gateway process for the pipeline on a free loopback port (``gateway_url`` once ready)."""
     import sys
 
-    from slipstream.streams.procs import ReadyProcess
-    from slipstream.gateway.server import READY as GATEWAY_READY
+    from ...gateway.server import READY as GATEWAY_READY
+    from ...streams.procs import ReadyProcess
 
     return ReadyProcess([sys.executable, "-m", "slipstream.cli", "gateway", "--pipeline", str(pipeline_file),
                          "--addr", "127.0.0.1:0"], ready=GATEWAY_READY, name="gateway")
 
 
 def gateway_url(gw, timeout_s: float = 90.0) -> str:
-    from slipstream.gateway.server import READY as GATEWAY_READY
+    from ...gateway.server import READY as GATEWAY_READY
 
     gw.wait_ready(timeout_s)
     return "http://" + next(m.group(1) for m in map(GATEWAY_READY.search, list(gw.lines)) if m)
@@ -368,7 +368,7 @@ def gateway_url(gw, timeout_s: float = 90.0) -> str:
 def estimate_live(problem, plan, summary, report_dir: Path, opts: LiveOptions, calibration=None):
     """The estimator on the run's own arrivals and replica changes (:func:`like_for_like`), written
     next to the report as ``estimate.txt``."""
-    from slipstream.loadgen.replay_estimate import format_like_for_like
+    from ..replay_estimate import format_like_for_like
 
     est = like_for_like(problem, plan, summary, report_dir, opts, calibration=calibration)
     (report_dir / "estimate.txt").write_text(format_like_for_like(est) + "\n")
@@ -382,11 +382,11 @@ def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions, f
     run's arrivals with the live tuner's config and period, from the hand-off of ``problem`` (whose
     arrivals are the planning sample); the plan's variants whose pace ``calibration`` (the one the
     planner used) did not measure are named."""
-    from slipstream.loadgen.replay_estimate import estimate_run, run_arrivals
-    from slipstream.planner.estimator import Transit, network_for
-    from slipstream.loadgen.simulate import published_handoff, tuner_changes
-    from slipstream.streams.calibration import pace_sources
-    from slipstream.tuner.supervisor import LocalCapacity
+    from ...planner.estimator import Transit, network_for
+    from ...streams.calibration import pace_sources
+    from ...tuner.supervisor import LocalCapacity
+    from ..replay_estimate import estimate_run, run_arrivals
+    from ..simulate import published_handoff, tuner_changes
 
     run = RunRecord(report_dir)
     results, control = run.results(), run.control()

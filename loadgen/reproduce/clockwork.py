@@ -25,13 +25,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from slipstream.loadgen.reproduce import Reproduction, Row
-from slipstream.loadgen.reproduce.paper_vs_ours import note_if_apart, pct
-from slipstream.streams.arrivals import poisson_arrivals
-from slipstream.planner.estimator import SimOptions, simulate
-from slipstream.planner.plan import Assignment, Plan, StagePlan
-from slipstream.planner.problem import HardwareOption, Problem, StageOption, VariantOption
-from slipstream.streams.latency import LatencyCurve
+from ...planner.estimator import SimOptions, simulate
+from ...planner.plan import Assignment, Plan, StagePlan
+from ...planner.problem import HardwareOption, Problem, StageOption, VariantOption
+from ...streams.arrivals import poisson_arrivals
+from ...streams.latency import LatencyCurve
+from . import Reproduction, Row
+from .paper_vs_ours import note_if_apart, pct
 
 RESNET50_V100_MS = {1: 2.61, 2: 3.78, 4: 5.61, 8: 9.13, 16: 15.67}  # Clockwork Table 1
 V100_PER_HOUR = 3.06  # a p3.2xlarge on demand; the cost does not enter this experiment
@@ -114,7 +114,7 @@ def rows(points: Sequence[Point]) -> list[Row]:
 
 
 def plot(points: Sequence[Point], path: Path) -> Path:
-    from slipstream.loadgen.plots import plt, save
+    from ..plots import plt, save
 
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     for drops, label in ((True, "early drops (Clockwork)"), (False, "no early drops")):

@@ -27,12 +27,12 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from slipstream.loadgen.reproduce import PROFILES, TWITTER, Reproduction, Row, missing
-from slipstream.loadgen.reproduce.paper_vs_ours import note_if_apart, pct, times
-from slipstream.streams.arrivals import poisson_arrivals
-from slipstream.planner.estimator import simulate
-from slipstream.planner.problem import Problem
-from slipstream.streams.arrivals import peak_rate_sliding
+from ...planner.estimator import simulate
+from ...planner.problem import Problem
+from ...streams.arrivals import poisson_arrivals
+from ...streams.arrivals import peak_rate_sliding
+from . import PROFILES, TWITTER, Reproduction, Row, missing
+from .paper_vs_ours import note_if_apart, pct, times
 
 FAMILY = ("resnet18_v1", "resnet34_v1", "resnet50_v1", "resnet101_v1", "resnet152_v1")
 FIXED = "resnet50_v1"
@@ -63,7 +63,7 @@ ProblemFor = Callable[[np.ndarray, Sequence[str], Sequence[str] | None], Problem
 def problem_from(data_dir: Path) -> ProblemFor:
     """(arrivals, variants, hardware or None for all) -> the single-stage problem on the published
     profiles, with ResNet50's accuracy as the floor and the window's peak 1 s rate as its rate."""
-    from slipstream.loadgen.published import build_problem, read_profiles
+    from ..published import build_problem, read_profiles
 
     profiles = read_profiles(data_dir / PROFILES)
     floor = profiles[FIXED].accuracy
@@ -82,7 +82,7 @@ def mode_choice(mode: str) -> tuple[Sequence[str], Sequence[str] | None, bool]:
 
 def windowed(problem_for: ProblemFor, load: str, arrivals: np.ndarray, modes: Sequence[str] = MODES, *,
              window_s: float = WINDOW_S, progress: Callable[[str], None] = print) -> list[Window]:
-    from slipstream.planner.modes import make_planner
+    from ...planner.modes import make_planner
 
     planner = make_planner("milp")
     end = max(float(arrivals[-1]) if arrivals.size else 0.0, window_s)
@@ -154,7 +154,7 @@ def rows(ws: Sequence[Window], floor: float) -> list[Row]:
 
 
 def plot(ws: Sequence[Window], rates: Mapping[str, np.ndarray], path: Path) -> Path:
-    from slipstream.loadgen.plots import plt, save
+    from ..plots import plt, save
 
     loads = list(rates)
     fig, axes = plt.subplots(2, len(loads), figsize=(6 * len(loads), 6), sharex="col", squeeze=False)
@@ -183,8 +183,8 @@ def run(data_dir: Path | None, out_dir: Path, progress: Callable[[str], None]) -
     why = missing(data_dir, PROFILES, TWITTER)
     if why:
         return Reproduction("INFaaS", skipped=why)
-    from slipstream.loadgen.traces import load_trace
-    from slipstream.streams.arrivals import rate_series
+    from ...streams.arrivals import rate_series
+    from ..traces import load_trace
 
     problem_for = problem_from(data_dir)
     loads = {"flat": poisson_arrivals(FLAT_QPS, FLAT_S, np.random.default_rng(0)),

@@ -28,11 +28,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from slipstream.loadgen.reproduce import PROFILES, Reproduction, Row, missing
-from slipstream.loadgen.reproduce.paper_vs_ours import note_if_apart, pct, problem_doc, times
-from slipstream.streams.arrivals import gamma_arrivals
-from slipstream.planner.estimator import simulate
-from slipstream.planner.problem import EdgeOption, Problem
+from ...planner.estimator import simulate
+from ...planner.problem import EdgeOption, Problem
+from ...streams.arrivals import gamma_arrivals
+from . import PROFILES, Reproduction, Row, missing
+from .paper_vs_ours import note_if_apart, pct, problem_doc, times
 
 PIPELINE = (("detect", "yolov5s"), ("classify", "resnet152_v1"))
 SLO_MS = 150.0
@@ -58,7 +58,7 @@ class Point:
 
 
 def pipeline_problem(data_dir: Path, sample: np.ndarray, slo_ms: float = SLO_MS) -> Problem:
-    from slipstream.loadgen.published import build_problem, read_profiles
+    from ..published import build_problem, read_profiles
 
     profiles = read_profiles(data_dir / PROFILES)
     return build_problem(profiles, [(s, [m]) for s, m in PIPELINE], [EdgeOption(PIPELINE[0][0], PIPELINE[1][0])],
@@ -69,7 +69,7 @@ def cost_sweep(problem_for: Callable[[np.ndarray], Problem], rates: Sequence[flo
                seconds: float = SECONDS, modes: Sequence[str] = MODES, progress: Callable[[str], None] = print,
                seed: int = 0) -> list[Point]:
     """Every mode at every (rate, CV^2): plan on a sample, replay a held-out trace of the same statistics."""
-    from slipstream.planner.modes import make_planner
+    from ...planner.modes import make_planner
 
     out = []
     for cv2 in cv2s:
@@ -121,7 +121,7 @@ def sweep_rows(points: Sequence[Point]) -> list[Row]:
 
 
 def plot_sweep(points: Sequence[Point], path: Path) -> Path:
-    from slipstream.loadgen.plots import plt, save
+    from ..plots import plt, save
 
     cv2s = sorted({p.cv2 for p in points})
     fig, axes = plt.subplots(2, len(cv2s), figsize=(5 * len(cv2s), 6.5), sharex=True, squeeze=False)
@@ -181,7 +181,7 @@ def tuner_rows(runs: dict[str, dict]) -> list[Row]:
 
 
 def plot_tuner(runs: dict[str, dict], path: Path) -> Path:
-    from slipstream.loadgen.plots import plt, save
+    from ..plots import plt, save
 
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
     for label, s in runs.items():

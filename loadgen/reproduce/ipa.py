@@ -32,12 +32,12 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from slipstream.loadgen import published
-from slipstream.loadgen.reproduce import PROFILES, TWITTER, Reproduction, Row, missing
-from slipstream.planner.estimator import simulate
-from slipstream.planner.forecast import ForecastSettings
-from slipstream.planner.problem import EdgeOption, Problem, StageOption
-from slipstream.planner.service import ReplanSettings, ReplanState, Replanner
+from ...planner.estimator import simulate
+from ...planner.forecast import ForecastSettings
+from ...planner.problem import EdgeOption, Problem, StageOption
+from ...planner.service import ReplanSettings, ReplanState, Replanner
+from .. import published
+from . import PROFILES, TWITTER, Reproduction, Row, missing
 
 IPA_DIR = "reconfigurable-ml-pipeline+ipa"
 TRACE = TWITTER
@@ -192,7 +192,7 @@ def video_base(root: Path) -> Problem:
 
 
 def twitter_slice(root: Path, settings: Settings) -> np.ndarray:
-    from slipstream.loadgen.traces import load_trace
+    from ..traces import load_trace
 
     s = settings
     return load_trace(f"twitter:{root / TRACE},start={s.start_s - s.warm_s},duration={s.duration_s + s.warm_s}",
@@ -213,7 +213,7 @@ def run(data_dir: Path | None, out_dir: Path, progress: Callable[[str], None] = 
     progress(f"video pipeline on CPU, SLO {base.slo_ms:.0f} ms (IPA's rule), Twitter slice "
              f"{settings.start_s}+{settings.duration_s} s: {arrivals.size} requests")
     ipa, fixed = trade_off(base, arrivals, settings, progress)
-    from slipstream.loadgen.reproduce import ipa_plots
+    from . import ipa_plots
 
     plots = [ipa_plots.frontier(ipa, fixed, base.slo_ms, out_dir / "ipa_frontier.png")]
     return Reproduction("IPA", rows=rows_for(ipa, fixed), plots=plots)

@@ -4,10 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from slipstream.loadgen.plots import _save, plt
+from ..plots import _save, plt
 
 if TYPE_CHECKING:  # for annotations only: ipa.py imports this module
-    from slipstream.loadgen.reproduce.ipa import Run
+    from .ipa import Run
 
 
 def frontier(ipa: Sequence[Run], fixed: Sequence[Run], slo_ms: float, path: Path) -> Path:

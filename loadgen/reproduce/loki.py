@@ -41,13 +41,13 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from slipstream.loadgen import published
-from slipstream.loadgen.reproduce import Reproduction, Row, missing
-from slipstream.planner.estimator import simulate
-from slipstream.planner.inferline import top_variant
-from slipstream.planner.modes import make_planner
-from slipstream.planner.problem import EdgeOption, Problem, StageOption
-from slipstream.streams.arrivals import poisson_arrivals
+from ...planner.estimator import simulate
+from ...planner.inferline import top_variant
+from ...planner.modes import make_planner
+from ...planner.problem import EdgeOption, Problem, StageOption
+from ...streams.arrivals import poisson_arrivals
+from .. import published
+from . import Reproduction, Row, missing
 
 LOKI = "UMass-LIDS+Loki"
 AZURE = "vhive-serverless+invitro/azure2019_top10_invocations.csv"
@@ -198,7 +198,7 @@ def traffic_base(data: Path, settings: Settings) -> Problem:
 
 
 def azure_shape(root: Path) -> tuple[np.ndarray, str]:
-    from slipstream.loadgen.traces import read_azure_counts
+    from ..traces import read_azure_counts
 
     path = root / AZURE
     if path.exists():
@@ -234,7 +234,7 @@ def run(data_dir: Path | None, out_dir: Path, progress: Callable[[str], None] = 
     sweep[f"{MODES[1]}, {peak:g} qps"] = [exp.point(MODES[1], peak, slo) for slo in s.slos]
     progress(f"SLO sweep at {mid:g} and {peak:g} qps done; {len(exp.cache)} points planned and measured")
 
-    from slipstream.loadgen.reproduce import loki_plots
+    from . import loki_plots
 
     plots = [loki_plots.capacity(exp, cap, TARGET, out_dir / "loki_capacity.png"),
              loki_plots.day(demand, day, shape_name, out_dir / "loki_day.png"),

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
-from slipstream.loadgen.plots import _save, plt
+from ..plots import _save, plt
 
 if TYPE_CHECKING:  # for annotations only: loki.py imports this module
-    from slipstream.loadgen.reproduce.loki import Experiment, Point
+    from .loki import Experiment, Point
 
 PALETTE = ("tab:blue", "tab:red")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from slipstream.planner.problem import Problem
+from ...planner.problem import Problem
 
 APART = 2.0  # a row whose paper and ours differ by more than this factor carries a note saying why
 

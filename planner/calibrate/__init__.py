@@ -7,14 +7,14 @@ estimator. Three parts:
 
 The names below are the package's interface; each is defined once, in its part.
 """
-from slipstream.planner.calibrate.apply import (MIN_CV, host_model, network, profiled_curves, quantiles, recalibrated,
+from .apply import (MIN_CV, host_model, network, profiled_curves, quantiles, recalibrated,
                                      service_time)
-from slipstream.planner.calibrate.fit import (QUANTILES, SCALE_BIN, SLOWDOWN_WINDOW_S, SPREAD_BIN, CalibrationFitError, fit,
+from .fit import (QUANTILES, SCALE_BIN, SLOWDOWN_WINDOW_S, SPREAD_BIN, CalibrationFitError, fit,
                                    fit_host, fit_runs, lognormal_cv, run_pace, service_scales, shrunk_means, slowdown,
                                    spread_by_duration)
-from slipstream.planner.calibrate.hops import (RunHops, batch_hops, batches, components, configs_in_force, dispatch_ms,
+from .hops import (RunHops, batch_hops, batches, components, configs_in_force, dispatch_ms,
                                     hop_kind, mean_concurrency, timeouts_of)
-from slipstream.planner.calibrate.store import carried_forward, merged_sizes, merged_spread, summary_lines
+from .store import carried_forward, merged_sizes, merged_spread, summary_lines
 
 __all__ = ["CalibrationFitError", "MIN_CV", "QUANTILES", "RunHops", "SCALE_BIN", "SLOWDOWN_WINDOW_S", "SPREAD_BIN",
            "batch_hops", "batches", "carried_forward", "components", "configs_in_force", "dispatch_ms", "fit",

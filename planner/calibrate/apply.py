@@ -8,9 +8,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from slipstream.planner.calibrate.fit import SLOWDOWN_WINDOW_S
-from slipstream.planner.sim.params import HostModel, Network, ServiceTime, Transit
-from slipstream.streams.latency import LatencyCurve
+from ...streams.latency import LatencyCurve
+from ..sim.params import HostModel, Network, ServiceTime, Transit
+from .fit import SLOWDOWN_WINDOW_S
 
 MIN_CV = 0.05  # below this the spread is noise: deterministic service
 
@@ -68,7 +68,7 @@ def recalibrated(problem, new: Mapping[str, Any], old: Mapping[str, Any] | None)
     ``new`` instead: its service scales, network, service spread and host."""
     from dataclasses import replace
 
-    from slipstream.streams.calibration import service_scale
+    from ...streams.calibration import service_scale
 
     stages = tuple(replace(st, variants=tuple(
         replace(v, latency={hw: _scaled(c, lambda b, v=v, hw=hw: service_scale(new, v.name, hw, b)
@@ -80,7 +80,7 @@ def recalibrated(problem, new: Mapping[str, Any], old: Mapping[str, Any] | None)
 
 def profiled_curves(problem, calibration: Mapping[str, Any] | None) -> dict[tuple[str, str], LatencyCurve]:
     """(variant, hardware) -> the curve as profiled, from a problem scaled by ``calibration``."""
-    from slipstream.streams.calibration import service_scale
+    from ...streams.calibration import service_scale
 
     return {(v.name, hw): _scaled(c, lambda b, v=v, hw=hw: 1.0 / service_scale(calibration, v.name, hw, b))
             for st in problem.stages for v in st.variants for hw, c in v.latency.items()}

@@ -48,11 +48,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from slipstream.planner.calibrate.hops import RunHops, _run_batches, components, dispatch_ms
-from slipstream.planner.sim.params import HostModel
-from slipstream.streams.calibration import batch_scale
-from slipstream.streams.latency import LatencyCurve
-from slipstream.streams.profile_store import machine_info, now_iso
+from ...streams.calibration import batch_scale
+from ...streams.latency import LatencyCurve
+from ...streams.profile_store import machine_info, now_iso
+from ..sim.params import HostModel
+from .hops import RunHops, _run_batches, components, dispatch_ms
 
 # every half percent to the 99th, then finer into the tail: a draw interpolates between stored
 # quantiles, so the top segment's share must be small (one in 10,000) for a run's one outlier

@@ -10,9 +10,9 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from slipstream.streams.calibration import key
-from slipstream.streams.control_rules import current_records
-from slipstream.streams.latency import LatencyCurve
+from ...streams.calibration import key
+from ...streams.control_rules import current_records
+from ...streams.latency import LatencyCurve
 
 
 def hop_kind(hop: Mapping[str, Any], created_ns: int) -> str:

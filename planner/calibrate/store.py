@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from slipstream.streams.calibration import unmeasured_scale
+from ...streams.calibration import unmeasured_scale
 
 
 def carried_forward(doc: dict, previous: Mapping[str, Any] | None) -> dict:

@@ -23,10 +23,10 @@ from typing import Sequence
 
 import numpy as np
 
-from slipstream.planner.sim.params import ReplicaChange, ShareChange
-from slipstream.schemas.records import TunerHandoff
-from slipstream.streams.control_io import planned_capacity_qps
-from slipstream.streams.shedding import SourceGate
+from ...schemas.records import TunerHandoff
+from ...streams.control_io import planned_capacity_qps
+from ...streams.shedding import SourceGate
+from .params import ReplicaChange, ShareChange
 
 NS_PER_S = 1_000_000_000
 

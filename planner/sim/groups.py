@@ -29,14 +29,14 @@ from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from slipstream.planner.sim.params import BatchingChange, ReplicaChange, ServiceTime, ShareChange
-from slipstream.planner.sim.servers import Queue, Server
-from slipstream.streams.batching import BatchSettings
-from slipstream.streams.latency import PREDICT_PERCENTILE, PREDICT_WINDOW, LatencyCurve, RecentLatency
+from ...streams.batching import BatchSettings
+from ...streams.latency import PREDICT_PERCENTILE, PREDICT_WINDOW, LatencyCurve, RecentLatency
+from .params import BatchingChange, ReplicaChange, ServiceTime, ShareChange
+from .servers import Queue, Server
 
 if TYPE_CHECKING:
-    from slipstream.planner.sim.stages import Stage
-    from slipstream.planner.sim.world import World
+    from .stages import Stage
+    from .world import World
 
 
 def range_assign(partitions: int, consumers: int) -> list[int]:

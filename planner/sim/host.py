@@ -20,8 +20,8 @@ import heapq
 import itertools
 import math
 
-from slipstream.planner.sim.engine import CHANGE, DONE, Engine, Target
-from slipstream.planner.sim.params import HostModel
+from .engine import CHANGE, DONE, Engine, Target
+from .params import HostModel
 
 _EPS = 0.5  # ns of work: completions closer than this are simultaneous (float rounding of v)
 _ARRIVAL = object()  # Colocated's token: a request arrives (None: its work is done)

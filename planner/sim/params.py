@@ -19,8 +19,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from slipstream.streams.batching import NS_PER_MS
-from slipstream.streams.shedding import host_ms_per_request
+from ...streams.batching import NS_PER_MS
+from ...streams.shedding import host_ms_per_request
 
 SCALING_MODES = ("instances", "rebalance")
 TRANSIT_KINDS = ("constant", "shifted-exponential", "lognormal", "empirical", "quantiles")

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from slipstream.planner.results import SimResult
-from slipstream.planner.sim.params import Network, Transit, next_fetch
-from slipstream.streams.batching import NS_PER_MS
+from ...streams.batching import NS_PER_MS
+from ..results import SimResult
+from .params import Network, Transit, next_fetch
 
 
 

@@ -26,12 +26,12 @@ from bisect import bisect_right
 from collections import deque
 from typing import TYPE_CHECKING
 
-from slipstream.planner.sim.engine import DONE, WAKE
-from slipstream.planner.sim.params import next_fetch
-from slipstream.streams.batching import BatchSettings, Decision, decide, flush_due_ns, ready, whole_ns, window_size
+from ...streams.batching import BatchSettings, Decision, decide, flush_due_ns, ready, whole_ns, window_size
+from .engine import DONE, WAKE
+from .params import next_fetch
 
 if TYPE_CHECKING:
-    from slipstream.planner.sim.groups import Group
+    from .groups import Group
 
 _COMPACT = 1 << 15  # drop consumed items from a queue's lists once this many have piled up
 SUB_BITS = 8  # sub-batches per window < 2**8 (max_batch <= 255)

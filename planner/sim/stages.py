@@ -22,8 +22,8 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from slipstream.planner.sim.groups import InstanceGroup, PartitionGroup
-    from slipstream.planner.sim.world import World
+    from .groups import InstanceGroup, PartitionGroup
+    from .world import World
 
 
 class Stage:

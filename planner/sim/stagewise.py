@@ -24,12 +24,12 @@ from typing import Sequence
 
 import numpy as np
 
-from slipstream.planner.sim.groups import InstanceGroup, PartitionGroup
-from slipstream.planner.sim.params import HostModel, Network, ReplicaChange, ServiceTime
-from slipstream.planner.sim.servers import SUB_BITS, next_window
-from slipstream.planner.sim.stages import Stage
-from slipstream.planner.sim.world import World
-from slipstream.streams.batching import decide, whole_ns
+from ...streams.batching import decide, whole_ns
+from .groups import InstanceGroup, PartitionGroup
+from .params import HostModel, Network, ReplicaChange, ServiceTime
+from .servers import SUB_BITS, next_window
+from .stages import Stage
+from .world import World
 
 CLIENT = -1  # the producer of the source stage's items
 

@@ -14,18 +14,18 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from slipstream.planner.plan import Plan
-from slipstream.planner.problem import HardwareOption, Problem
-from slipstream.planner.sim.engine import Draws, Engine
-from slipstream.planner.sim.groups import InstanceGroup, Latency, Mix, PartitionGroup
-from slipstream.planner.sim.host import Colocated, Dedicated, SharedHost, Windows
-from slipstream.planner.sim.params import HostModel, Network, ServiceTime, Transit
-from slipstream.planner.sim.record import Log
-from slipstream.planner.sim.servers import Queue
-from slipstream.planner.sim.stages import Stage
-from slipstream.streams import shares
-from slipstream.streams.calibration import key as variant_key
-from slipstream.streams.batching import NS_PER_MS, BatchSettings
+from ...streams import shares
+from ...streams.batching import NS_PER_MS, BatchSettings
+from ...streams.calibration import key as variant_key
+from ..plan import Plan
+from ..problem import HardwareOption, Problem
+from .engine import Draws, Engine
+from .groups import InstanceGroup, Latency, Mix, PartitionGroup
+from .host import Colocated, Dedicated, SharedHost, Windows
+from .params import HostModel, Network, ServiceTime, Transit
+from .record import Log
+from .servers import Queue
+from .stages import Stage
 
 
 class World:

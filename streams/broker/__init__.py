@@ -23,15 +23,15 @@ node's JVM, its PID), ``probe`` (asking a running broker, its version included),
 ``cluster`` (the two shapes' up, wait, down and status). The names
 below are the package's interface; each is defined once, in its part.
 """
-from slipstream.streams.broker.cluster import (active_controller, cluster_down, cluster_status, cluster_up, quorum_leader,
+from .cluster import (active_controller, cluster_down, cluster_status, cluster_up, quorum_leader,
                                     start_node, wait_cluster, wait_in_sync)
-from slipstream.streams.broker.layout import (CLUSTER_NAME, CLUSTER_PORT, CONTROLLER_ONLY, DEDICATED_CONTROLLERS, LOOPBACK, SINGLE_PORT,
+from .layout import (CLUSTER_NAME, CLUSTER_PORT, CONTROLLER_ONLY, DEDICATED_CONTROLLERS, LOOPBACK, SINGLE_PORT,
                                               BrokerError, LocalBroker, LocalCluster, default_broker, local_cluster)
-from slipstream.streams.broker.probe import broker_features, broker_version, is_ready, live_brokers
-from slipstream.streams.broker.process import (KAFKA_DEPLOY, data_version, fetch_jars, render_config, running_jar_version,
+from .probe import broker_features, broker_version, is_ready, live_brokers
+from .process import (KAFKA_DEPLOY, data_version, fetch_jars, render_config, running_jar_version,
                                     running_pid, start_process)
-from slipstream.streams.broker.single import down, status, up, wait_ready
-from slipstream.streams.broker.versions import DEFAULT_VERSION, OLDEST_VERSION, SUPPORTED, KafkaRelease, release
+from .single import down, status, up, wait_ready
+from .versions import DEFAULT_VERSION, OLDEST_VERSION, SUPPORTED, KafkaRelease, release
 
 __all__ = ["CLUSTER_NAME", "CLUSTER_PORT", "CONTROLLER_ONLY", "DEDICATED_CONTROLLERS", "DEFAULT_VERSION", "KAFKA_DEPLOY", "LOOPBACK", "OLDEST_VERSION", "SINGLE_PORT",
            "SUPPORTED", "BrokerError", "KafkaRelease", "LocalBroker", "LocalCluster", "active_controller", "broker_features",

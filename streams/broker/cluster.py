@@ -10,9 +10,9 @@ import re
 import time
 from typing import Iterable
 
-from slipstream.streams.broker.layout import BrokerError, LocalCluster, saved_layout
-from slipstream.streams.broker.probe import _out_of_sync, broker_version, is_ready, live_brokers
-from slipstream.streams.broker.process import _cluster_id, _stop_pids, running_jar_version, running_pid, start_process
+from .layout import BrokerError, LocalCluster, saved_layout
+from .probe import _out_of_sync, broker_version, is_ready, live_brokers
+from .process import _cluster_id, _stop_pids, running_jar_version, running_pid, start_process
 
 
 def cluster_up(c: LocalCluster, timeout_s: float = 180.0, progress=print) -> list[int]:

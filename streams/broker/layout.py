@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from slipstream.streams.assets import DEFAULT_STATE_DIR
-from slipstream.streams.broker.versions import DEFAULT_VERSION, KafkaRelease, release
-from slipstream.streams.config import kafka_version_from_env
+from ..assets import DEFAULT_STATE_DIR
+from ..config import kafka_version_from_env
+from .versions import DEFAULT_VERSION, KafkaRelease, release
 
 SINGLE_PORT = 19092
 CLUSTER_PORT = 19094

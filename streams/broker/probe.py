@@ -155,7 +155,7 @@ async def broker_features(bootstrap: str, timeout_s: float = 3.0) -> dict:
 def broker_version(bootstrap: str, timeout_s: float = 3.0) -> dict | None:
     """What the broker says of its release: the metadata.version levels it supports (the newest names
     its release, e.g. 4.4-IV2) and the cluster's finalized one; None when it does not answer."""
-    from slipstream.streams.broker.versions import metadata_version_name
+    from .versions import metadata_version_name
 
     try:
         f = asyncio.run(broker_features(bootstrap, timeout_s))

@@ -12,8 +12,8 @@ import time
 import uuid
 from pathlib import Path
 
-from slipstream.streams.assets import deploy_dir, staged
-from slipstream.streams.broker.layout import BrokerError, LocalBroker
+from ..assets import deploy_dir, staged
+from .layout import BrokerError, LocalBroker
 
 KAFKA_DEPLOY = deploy_dir() / "kafka"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from slipstream.streams.broker.layout import BrokerError, LocalBroker
-from slipstream.streams.broker.probe import broker_version, is_ready
-from slipstream.streams.broker.process import _alive, _died, _stop_pids, running_jar_version, running_pid, start_process
+from .layout import BrokerError, LocalBroker
+from .probe import broker_version, is_ready
+from .process import _alive, _died, _stop_pids, running_jar_version, running_pid, start_process
 
 
 def up(b: LocalBroker, timeout_s: float = 120.0, progress=print) -> int:

@@ -7,7 +7,13 @@ namespace when installed). Product layers: ``schemas`` < ``streams`` < ``agents`
 as a record, never its code). ``loadgen`` is the measurement lab (benchmarks, live runs, faults, soak,
 reproductions): it may import every product layer, and no product layer imports it. The CLI
 (``slipstream.cli``, ``slipstream.commands`` and the rest of ``slipstream/``) is on top of everything;
-nothing below imports it. Nothing imports a layer by its bare folder name."""
+nothing below imports it. Nothing imports a layer by its bare folder name.
+
+Inside the layers, modules import each other (in their own layer and across layers) by explicit relative
+imports (``from ..acks import AckTracker``, ``from ...streams import topics`` in agents/stage/commit.py),
+which name the same files in the folders as in the namespace; they are read here as the absolute names
+they resolve to from the importing file's module, so every rule above, and the cycle check, holds for
+them as for absolute ones."""
 import ast
 from collections import defaultdict
 from pathlib import Path
@@ -45,19 +51,35 @@ def _runtime_nodes(node: ast.AST):
 
 
 def imported_modules(path: Path, *, runtime_only: bool = False) -> set[str]:
-    """Every absolute module name ``path`` imports (``from a.b import c`` also names ``a.b.c``);
+    """Every module name ``path`` imports, absolute (``from a.b import c`` also names ``a.b.c``; a relative
+    import is named as what it resolves to from ``path``'s own module, ``module_name(path)``);
     ``runtime_only``: less the imports under ``if TYPE_CHECKING:``."""
     out = set()
     tree = ast.parse(path.read_text())
     for node in _runtime_nodes(tree) if runtime_only else ast.walk(tree):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and (module := absolute(path, node)):
+            names = {f"{module}.{a.name}" for a in node.names}
             out |= names  # `from slipstream import schemas` imports a layer, not the public API:
-            if node.module != NS or any(layer_of(n) == CLI for n in names):
-                out.add(node.module)
+            if module != NS or any(layer_of(n) == CLI for n in names):
+                out.add(module)
     return out
+
+
+def absolute(path: Path, node: ast.ImportFrom) -> str | None:
+    """The absolute name of the module ``node`` imports from: ``from ..acks import X`` in
+    agents/stage/commit.py is ``slipstream.agents.acks``, ``from .. import schemas`` in streams/codec.py
+    ``slipstream``. None: a relative import above the top-level package."""
+    if node.level == 0:
+        return node.module
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":  # a package's __init__ is the package itself
+        package = package[:-1]
+    if node.level > len(package):
+        return None
+    base = package[:len(package) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
 
 
 def layer_of(module: str) -> str | None:
@@ -74,9 +96,10 @@ def imports(path: Path) -> set[str]:
 
 
 def module_name(path: Path) -> str:
+    """The module a file is: a layer's folder is ``slipstream.<layer>``; slipstream/ and tests/ are named by their path."""
     parts = path.relative_to(ROOT).with_suffix("").parts
     parts = parts[:-1] if parts[-1] == "__init__" else parts
-    return ".".join(parts if parts[0] == NS else (NS, *parts))
+    return ".".join((NS, *parts) if parts[0] in PRODUCT | {LAB} else parts)
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -153,6 +176,20 @@ def test_no_import_cycle_between_modules():
 def test_the_cycle_check_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_relative_imports_are_read_as_the_modules_they_resolve_to():
+    def resolved(file: str, statement: str) -> str | None:
+        return absolute(ROOT / file, ast.parse(statement).body[0])
+
+    assert resolved("agents/stage/commit.py", "from ..acks import AckTracker") == "slipstream.agents.acks"
+    assert resolved("agents/stage/commit.py", "from ...streams import topics") == "slipstream.streams"
+    assert resolved("agents/stage/__init__.py", "from .serve import Server") == "slipstream.agents.stage.serve"
+    assert resolved("streams/codec.py", "from .. import schemas") == "slipstream"
+    assert resolved("streams/codec.py", "from ... import x") is None  # above the top-level package
+    assert resolved("slipstream/commands/demo.py", "from ..cli import main") == "slipstream.cli"
+    assert {"slipstream.agents.acks", "slipstream.streams.topics"} <= imported_modules(ROOT / "agents/stage/commit.py")
+    assert imports(ROOT / "streams/codec.py") == {"schemas", "streams"}  # `from .. import schemas`: a layer, not the CLI
 
 
 def test_the_graph_sees_imports_inside_functions():

@@ -10,7 +10,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("streams", "agents", "planner", "tuner", "loadgen", "slipstream", "schemas", "gateway")
+# the CLI's package and every layer, by the names they are installed under (the layers' modules import
+# each other relatively, so a layer's folder imported under its bare name would not resolve them)
+PACKAGES = ("slipstream", *(f"slipstream.{layer}" for layer in
+                            ("streams", "agents", "planner", "tuner", "loadgen", "schemas", "gateway")))
 HEAVY = ("torch", "transformers", "tokenizers", "onnxruntime", "onnx", "efficientnet_lite_pytorch")
 
 PROBE = """
