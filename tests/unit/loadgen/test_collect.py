@@ -16,9 +16,10 @@ def test_collects_each_request_once_and_knows_when_complete():
     assert c.offer(res("run7-00000001")) == NEW
     assert c.offer(res("run7-00000001")) == DUPLICATE
     assert c.offer(res("run7-00000001", "dropped")) == DUPLICATE
+    assert c.offer(res("run7-00000001", "error")) == DUPLICATE
     assert c.offer(res("run8-00000000")) == FOREIGN
     assert c.offer(res("run70-00000000")) == FOREIGN  # a prefix of another run id is not ours
-    assert (c.duplicates, c.conflicting_duplicates, c.foreign) == (2, 1, 2)
+    assert (c.duplicates, c.conflicting_duplicates, c.foreign) == (3, 2, 2)  # each differs from the first
     assert not c.complete and c.outstanding == 1 and c.missing() == ["run7-00000000"]
     c.finish_sending()
     assert not c.complete
