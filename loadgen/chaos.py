@@ -27,6 +27,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ..schemas.records import InferenceResult
 from .collect import check_exactly_once
 
 NS_PER_S = 1_000_000_000
@@ -153,25 +154,34 @@ class CaseOutcome:
                 "attainment": self.attainment, "worst_2s_attainment": self.worst_attainment, "note": self.note}
 
 
-def outcome(case: FaultCase, records: Sequence[Mapping[str, Any]], sent: Mapping[str, int], fault_ns: int | None,
+Timed = tuple[int, InferenceResult]  # (the record's timestamp on the results topic in ns, the result)
+
+
+def outcome(case: FaultCase, records: Sequence[Timed], sent: Mapping[str, int], fault_ns: int | None,
             slo_ms: float, note: str = "") -> CaseOutcome:
-    """A case's outcome from every result record read back (with ``ts_ns``: the record's timestamp)
-    and ``sent`` (request id -> send time, ns). Without a fault, the recovery is 0."""
-    delivery = check_exactly_once(records, sent)
-    first: dict[str, Mapping[str, Any]] = {}
-    for r in sorted(records, key=lambda r: r["ts_ns"]):
-        first.setdefault(r["request_id"], r)
+    """A case's outcome from every result record read back (with its timestamp) and ``sent``
+    (request id -> send time, ns). Without a fault, the recovery is 0."""
+    delivery = check_exactly_once((r for _, r in records), sent)
+    first: dict[str, Timed] = {}
+    for ts, r in sorted(records, key=lambda x: x[0]):
+        first.setdefault(r.request_id, (ts, r))
     ids = sorted(sent, key=sent.get)
     sent_ns = np.array([sent[i] for i in ids], dtype=np.int64)
-    answered = np.array([first[i]["ts_ns"] if i in first else math.inf for i in ids], dtype=float)
-    ok = np.array([i in first and first[i]["status"] == "done"
-                   and first[i]["finished_ns"] - first[i]["created_ns"] <= slo_ms * 1e6 for i in ids], dtype=bool)
+    answered = np.array([first[i][0] if i in first else math.inf for i in ids], dtype=float)
+    ok = np.array([i in first and first[i][1].status == "done"
+                   and first[i][1].finished_ns - first[i][1].created_ns <= slo_ms * 1e6 for i in ids], dtype=bool)
     at = fault_ns if fault_ns is not None else (int(sent_ns.min()) if len(sent_ns) else 0)
     rec = recovery_time_s(sent_ns, answered, fault_ns) if fault_ns is not None else Recovery(0.0, 0, 0.0, False)
     _, win = window_attainment(sent_ns, ok, at, int(sent_ns.max()) if len(sent_ns) else at)
     return CaseOutcome(case, len(sent), len(delivery.missing), len(delivery.duplicates), len(delivery.conflicting),
                        rec, float(ok.mean()) if len(ok) else float("nan"),
                        float(win.min()) if len(win) else float("nan"), note)
+
+
+def case_row(ts_ns: int, r: InferenceResult) -> dict[str, Any]:
+    """A timed result as a case file (``cases/*.json``) keeps it: :func:`plot_backlogs` reads it back."""
+    return {"request_id": r.request_id, "status": r.status, "created_ns": r.created_ns,
+            "finished_ns": r.finished_ns, "reason": r.reason, "ts_ns": ts_ns}
 
 
 HEADER = ("fault", "requests", "missing", "duplicates", "conflicting", "recovery", "attainment", "worst 2 s")
@@ -222,8 +232,8 @@ def plot_table(outcomes: Sequence[CaseOutcome], path, title: str):
 
 def plot_backlogs(cases: Sequence[Mapping[str, Any]], path):
     """One panel per case: the backlog over time (s from the first send), the fault and the recovery.
-    Each case is a dict with ``name``, ``sent`` (request id -> send ns), ``results`` (records with
-    ``ts_ns``) and ``fault_ns`` (or None)."""
+    Each case is a case file's dict with ``name``, ``sent`` (request id -> send ns), ``results``
+    (:func:`case_row` dicts, with ``ts_ns``) and ``fault_ns`` (or None)."""
     import matplotlib
 
     matplotlib.use("Agg")

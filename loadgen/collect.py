@@ -3,8 +3,8 @@
 The results topic is shared by every run of a pipeline and delivery is at-least-once, so the collector
 keeps the first result of each request id it sent, counts duplicates (and duplicates that disagree,
 which would break "nothing lost, nothing doubled"), and ignores other runs' results.
-It is a plain state holder fed with result dicts (InferenceResult fields); the Kafka loop around it
-only decodes records and calls :meth:`Collector.offer`.
+It is a plain state holder fed with :class:`~slipstream.schemas.records.InferenceResult` records; the
+Kafka loop around it only decodes them (``codec.decode_typed``) and calls :meth:`Collector.offer`.
 
 :func:`check_exactly_once` is the after-the-fact check the tests run on every result record read
 back from a topic: missing, duplicate, conflicting and unexpected results, each by request id.
@@ -12,8 +12,9 @@ back from a topic: missing, duplicate, conflicting and unexpected results, each 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Iterable
 
+from ..schemas.records import InferenceResult
 NEW, DUPLICATE, FOREIGN = "new", "duplicate", "foreign"
 
 
@@ -21,7 +22,7 @@ NEW, DUPLICATE, FOREIGN = "new", "duplicate", "foreign"
 class Collector:
     run_id: str
     sent: set[str] = field(default_factory=set)
-    results: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    results: dict[str, InferenceResult] = field(default_factory=dict)
     duplicates: int = 0
     conflicting_duplicates: int = 0  # a second result whose status differs from the first
     early: int = 0  # results seen before their send was recorded (the send callback races the consumer)
@@ -37,16 +38,16 @@ class Collector:
         if request_id in self.results:
             self._answered += 1
 
-    def offer(self, result: Mapping[str, Any]) -> str:
+    def offer(self, result: InferenceResult) -> str:
         """Take one decoded result; returns NEW, DUPLICATE or FOREIGN (another run's request)."""
-        rid = result["request_id"]
+        rid = result.request_id
         if not rid.startswith(self.run_id + "-"):
             self.foreign += 1
             return FOREIGN
         first = self.results.get(rid)
         if first is not None:
             self.duplicates += 1
-            if first.get("status") != result.get("status"):
+            if first.status != result.status:
                 self.conflicting_duplicates += 1
             return DUPLICATE
         if rid in self.sent:
@@ -71,7 +72,7 @@ class Collector:
     def missing(self) -> list[str]:
         return sorted(rid for rid in self.sent if rid not in self.results)
 
-    def collected(self) -> list[Mapping[str, Any]]:
+    def collected(self) -> list[InferenceResult]:
         """The first result of every request of this run, in request-id (= schedule) order."""
         return [self.results[rid] for rid in sorted(self.results)]
 
@@ -98,13 +99,13 @@ class Delivery:
                 f"[{few(self.conflicting)}], {len(self.unexpected)} unexpected [{few(self.unexpected)}]")
 
 
-def check_exactly_once(results: Iterable[Mapping[str, Any]], sent: Iterable[str]) -> Delivery:
+def check_exactly_once(results: Iterable[InferenceResult], sent: Iterable[str]) -> Delivery:
     """Check every result record read back (duplicates included) against the request ids sent."""
     sent = set(sent)
     first: dict[str, str] = {}  # request id -> status of its first result
     duplicates, conflicting, unexpected = [], set(), []
     for r in results:
-        rid, status = r["request_id"], r["status"]
+        rid, status = r.request_id, r.status
         if rid not in sent:
             unexpected.append(rid)
         elif rid in first:

@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from aiokafka.errors import KafkaError
 
-from ..schemas.records import InferenceRequest
+from ..schemas.records import InferenceRequest, InferenceResult
 from ..streams import codec, control_io, kafka, topics
 from ..streams.client import request_record
 from ..streams.config import KafkaSettings
@@ -181,7 +181,8 @@ def _http_sender(target: ReplayTarget, http, collector: Collector) -> Sender:
                 code, data, answer_headers = r.status, await r.read(), dict(r.headers)
         except Exception as exc:  # noqa: BLE001 - no answer at all: an error result, never a lost request
             code, data, answer_headers = 0, repr(exc).encode(), {}
-        collector.offer(http_result(rid, created, target.slo_ms, time.time_ns(), code, data, answer_headers))
+        collector.offer(http_result(rid, created, target.slo_ms, time.time_ns(), code, data, answer_headers,
+                                    pipeline=target.pipeline))
 
     async def send(rid: str, created: int, payload: bytes):
         body, headers = infer_body(payload, target.content_type, rid, target.slo_ms, target.accuracy_floor)
@@ -190,26 +191,27 @@ def _http_sender(target: ReplayTarget, http, collector: Collector) -> Sender:
 
 
 def http_result(request_id: str, created_ns: int, slo_ms: float, finished_ns: int, code: int, body: bytes,
-                headers: Mapping[str, str]) -> dict[str, Any]:
+                headers: Mapping[str, str], *, pipeline: str = "") -> InferenceResult:
     """A gateway's answer as the result of the request the client sent at ``created_ns`` (pure): times
-    are the client's, the rest is the pipeline's result when the answer carries one."""
+    are the client's, the rest is the pipeline's result when the answer carries one (no hops)."""
     from ..gateway.client import GatewayError, Shed, answer_result
 
-    res: dict[str, Any] = {"hops": [], "accuracy": 1.0}
+    accuracy = 1.0
     try:
         got = answer_result(code, body, headers) if code else None
         if got is None:
-            res.update(status="error", reason=f"no answer: {body[:200].decode(errors='replace')}")
+            status, reason = "error", f"no answer: {body[:200].decode(errors='replace')}"
         else:
-            res.update(status=got.status, reason=got.reason, accuracy=got.accuracy)
+            status, reason, accuracy = got.status, got.reason, got.accuracy
     except Shed as exc:
-        res.update(status="dropped", reason=f"shed: 429 {exc.message}")
+        status, reason = "dropped", f"shed: 429 {exc.message}"
     except TimeoutError as exc:
-        res.update(status="dropped", reason=f"deadline: 504 {exc}")
+        status, reason = "dropped", f"deadline: 504 {exc}"
     except GatewayError as exc:
-        res.update(status="error", reason=f"gateway {exc.code}: {exc.message}")
-    return dict(res, request_id=request_id, created_ns=created_ns, finished_ns=finished_ns,
-                deadline_ns=created_ns + int(slo_ms * NS_PER_MS))
+        status, reason = "error", f"gateway {exc.code}: {exc.message}"
+    return InferenceResult(request_id=request_id, pipeline=pipeline, status=status, reason=reason,
+                           created_ns=created_ns, deadline_ns=created_ns + int(slo_ms * NS_PER_MS),
+                           finished_ns=finished_ns, accuracy=accuracy)
 
 
 async def _send_all(schedule: Schedule, send: Sender, payload_factory: PayloadFactory,
@@ -280,7 +282,7 @@ async def _read_results(consumer, collector: Collector, stop: asyncio.Event) -> 
         for records in batches.values():
             for rec in records:
                 try:
-                    collector.offer(codec.decode("InferenceResult", rec.value))
+                    collector.offer(codec.decode_typed("InferenceResult", rec.value))
                 except codec.CodecError as exc:
                     log.warning("undecodable result at %s:%s: %s", rec.partition, rec.offset, exc)
             await asyncio.sleep(0)
@@ -335,7 +337,7 @@ def summarize_outcome(outcome: ReplayOutcome, *, slo_ms: float, pipeline: str,
     records = [(0, d) for d in assumed] + list(outcome.config_records)
     # the run lasts until the last send or the last result, whichever is later (results may be missing)
     last = max([int(outcome.actual_ns[sent].max())] if sent.any() else [first_sent])
-    last = max([last] + [int(r["finished_ns"]) for r in c.results.values()])
+    last = max([last] + [r.finished_ns for r in c.results.values()])
     return summarize(
         c.collected(), slo_ms=slo_ms, pipeline=pipeline, label=label, source="kafka",
         sent=len(c.sent), start_ns=first_sent, end_ns=last,

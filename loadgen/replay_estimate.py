@@ -45,7 +45,7 @@ from ..planner.plan import Plan
 from ..planner.problem import Problem
 from ..planner.results import nearest_rank
 from ..planner.sim.params import Network, ServiceTime
-from ..schemas.records import TunerHandoff
+from ..schemas.records import InferenceResult, TunerHandoff
 from ..streams.calibration import key, pace_note
 from .report import Summary
 
@@ -101,12 +101,12 @@ class LikeForLike:
         return abs(self.ratio - 1.0)
 
 
-def run_arrivals(results: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, list[str]]:
+def run_arrivals(results: Sequence[InferenceResult]) -> tuple[np.ndarray, list[str]]:
     """Arrival times (s from the first) and the request ids in that order: a mixed stage routes the
     same requests to the same variants as the run did (``slipstream.streams.shares.choose``)."""
-    order = sorted(results, key=lambda r: r["created_ns"])
-    created = np.array([r["created_ns"] for r in order], dtype=np.int64)
-    return ((created - created[0]) / NS if created.size else np.empty(0)), [r["request_id"] for r in order]
+    order = sorted(results, key=lambda r: r.created_ns)
+    created = np.array([r.created_ns for r in order], dtype=np.int64)
+    return ((created - created[0]) / NS if created.size else np.empty(0)), [r.request_id for r in order]
 
 
 def run_changes(control: Sequence[tuple[int, Mapping[str, Any]]], plan: Plan, start_ns: int) -> list[ReplicaChange]:
@@ -178,14 +178,14 @@ def _batching(a) -> tuple[str, str, int, float]:
     return a.variant, a.hardware, a.max_batch, float(a.batch_timeout_ms)
 
 
-def measured_residence_ms(results: Sequence[Mapping[str, Any]], stage: str) -> np.ndarray:
+def measured_residence_ms(results: Sequence[InferenceResult], stage: str) -> np.ndarray:
     """Per request that reached ``stage``: its longest hop residence there (drops at it: infinite)."""
     out = []
     for r in results:
-        hops = [h for h in r.get("hops", ()) if h["stage"] == stage]
+        hops = [h for h in r.hops if h.stage == stage]
         if hops:
-            out.append(max(h["finished_ns"] - h["enqueued_ns"] for h in hops) / 1e6)
-        elif r["status"] == "dropped" and f"{stage}:" in r.get("reason", ""):
+            out.append(max(h.finished_ns - h.enqueued_ns for h in hops) / 1e6)
+        elif r.status == "dropped" and f"{stage}:" in r.reason:
             out.append(math.inf)
     return np.asarray(out, dtype=float)
 
@@ -194,7 +194,7 @@ def _p(a, q: float) -> float:
     return nearest_rank(np.asarray(a, dtype=float), q) if len(a) else math.nan
 
 
-def components(problem: Problem, plan: Plan, results: Sequence[Mapping[str, Any]], network: Network,
+def components(problem: Problem, plan: Plan, results: Sequence[InferenceResult], network: Network,
                service: ServiceTime, seed: int = 0) -> tuple[Component, ...]:
     """Per stage, each hop component measured, beside the estimator's input for it (see the module
     docstring); hops without ``received_ns`` (older records) give no components."""
@@ -228,7 +228,7 @@ def components(problem: Problem, plan: Plan, results: Sequence[Mapping[str, Any]
     return tuple(out)
 
 
-def compare(summary: Summary, results: Sequence[Mapping[str, Any]], sim: SimResult) -> LikeForLike:
+def compare(summary: Summary, results: Sequence[InferenceResult], sim: SimResult) -> LikeForLike:
     stages = []
     for i, name in enumerate(sim.stage_names):
         m = measured_residence_ms(results, name)
@@ -240,7 +240,7 @@ def compare(summary: Summary, results: Sequence[Mapping[str, Any]], sim: SimResu
     return LikeForLike(summary.latency.p99_ms, sim.p99_ms, summary.attainment, sim.attainment, tuple(stages))
 
 
-def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequence[Mapping[str, Any]], *,
+def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequence[InferenceResult], *,
                  control: Sequence[tuple[int, Mapping[str, Any]]] = (), seed: int = 0, seeds: int = SEEDS,
                  forward: Sequence[ReplicaChange] | None = None,
                  instance_activation_s: float | None = None, handoff: TunerHandoff | None = None) -> LikeForLike:
@@ -256,7 +256,7 @@ def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequen
     (the TunerHandoff record published for the plan, ``slipstream.loadgen.simulate.published_handoff``) makes
     every simulation's source stage shed as the workers' does (``slipstream.planner.sim.gate``)."""
     arrivals, ids = run_arrivals(results)
-    start_ns = min((r["created_ns"] for r in results), default=0)
+    start_ns = min((r.created_ns for r in results), default=0)
     changes = (*run_changes(control, plan, start_ns), *batching_changes(control, plan, start_ns, problem.activation_s),
                *share_changes(control, plan, start_ns))
     at = replace(problem, arrivals_s=arrivals)
@@ -268,7 +268,7 @@ def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequen
     sim, seed_p99 = (drawn, drawn_seeds) if own is service else median_run(replace(at, service=own), plan, options,
                                                                             seed, seeds)
     network = network_for(problem)
-    done = [(r["finished_ns"] - r["created_ns"]) / 1e6 for r in results if r["status"] == "done"]
+    done = [(r.finished_ns - r.created_ns) / 1e6 for r in results if r.status == "done"]
     served = sim.latency_ms[~sim.dropped]
     fwd = {}
     if forward is not None:
@@ -301,7 +301,7 @@ def forward_estimate(problem: Problem, plan: Plan, tuner_schedule: Sequence[Repl
     return median_run(problem, plan, replace(options, schedule=tuple(tuner_schedule)), seed, seeds)[0]
 
 
-def run_service(problem: Problem, plan: Plan, results: Sequence[Mapping[str, Any]],
+def run_service(problem: Problem, plan: Plan, results: Sequence[InferenceResult],
                 control: Sequence[tuple[int, Mapping[str, Any]]], start_ns: int, service: ServiceTime) -> ServiceTime:
     """``service`` with each variant's pace as this run measured it (``ServiceTime.timelines``, one
     window per ``service.slowdown_window_s``); ``service`` itself when no batch of the run has a

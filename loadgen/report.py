@@ -1,7 +1,8 @@
-"""The run report: a pure function from results (InferenceResult dicts) to a frozen :class:`Summary`.
+"""The run report: a pure function from results (``InferenceResult`` records) to a frozen :class:`Summary`.
 
-The same function summarises a Kafka replay and a ``slipstream simulate`` run: both give result dicts
-with ``request_id, status, reason, created_ns, deadline_ns, finished_ns, hops, accuracy``.
+The same function summarises a Kafka replay and a ``slipstream simulate`` run: both give result records
+(``slipstream.schemas.records.InferenceResult``); it reads ``status, reason, created_ns, deadline_ns,
+finished_ns, hops, accuracy``.
 
 Definitions (docs/loadgen.md repeats them):
 - latency = ``finished_ns - created_ns`` of ``done`` results (one producer-timestamp clock); the
@@ -21,11 +22,12 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from ..planner.results import LATE, nearest_rank
+from ..schemas.records import InferenceResult
 from .cost import ConfigEvent, step_values, total_cost_usd
 from .schedule import LagStats
 
@@ -132,7 +134,7 @@ def reason_category(reason: str) -> str:
     return (head or "unspecified") + where
 
 
-def summarize(results: Sequence[Mapping[str, Any]], *, slo_ms: float, pipeline: str = "",
+def summarize(results: Sequence[InferenceResult], *, slo_ms: float, pipeline: str = "",
               label: str = "", source: str = "kafka", sent: int | None = None,
               start_ns: int | None = None, end_ns: int | None = None,
               configs: Sequence[ConfigEvent] = (), window_s: float | None = None,
@@ -145,10 +147,10 @@ def summarize(results: Sequence[Mapping[str, Any]], *, slo_ms: float, pipeline: 
     sent = n if sent is None else sent
     if sent < n:
         raise ValueError(f"{n} results but only {sent} requests sent")
-    status = np.array([r["status"] for r in results], dtype=object)
-    created = np.array([r["created_ns"] for r in results], dtype=np.int64)
-    finished = np.array([r["finished_ns"] for r in results], dtype=np.int64)
-    deadline = np.array([r["deadline_ns"] for r in results], dtype=np.int64)
+    status = np.array([r.status for r in results], dtype=object)
+    created = np.array([r.created_ns for r in results], dtype=np.int64)
+    finished = np.array([r.finished_ns for r in results], dtype=np.int64)
+    deadline = np.array([r.deadline_ns for r in results], dtype=np.int64)
     is_done = status == "done"
     ok = is_done & (finished <= deadline)
     lat_ms = np.where(is_done, (finished - created) / NS_PER_MS, np.inf)  # not done: infinitely late
@@ -161,7 +163,7 @@ def summarize(results: Sequence[Mapping[str, Any]], *, slo_ms: float, pipeline: 
     e2e = np.concatenate([lat_ms, np.full(sent - n, np.inf)])  # missing results are late too
     q = np.linspace(0.0, 1.0, CDF_POINTS)
     cdf = np.quantile(e2e, q, method="inverted_cdf") if len(e2e) else np.array([])  # nearest rank
-    accs = [float(r.get("accuracy", 1.0)) for r, d in zip(results, is_done) if d]
+    accs = [r.accuracy for r, d in zip(results, is_done) if d]
     cost_total = total_cost_usd(configs, start, end)
     return Summary(
         label=label, pipeline=pipeline, source=source, slo_ms=float(slo_ms), duration_s=duration_s,
@@ -175,33 +177,33 @@ def summarize(results: Sequence[Mapping[str, Any]], *, slo_ms: float, pipeline: 
         cost_total_usd=cost_total,
         cost_mean_per_hour=cost_total / (duration_s / 3600.0) if duration_s > 0 else 0.0,
         series=_series(created, lat_ms, ok, start, end, win, configs,
-                       np.array([float(r.get("accuracy", 1.0)) if d else np.nan for r, d in zip(results, is_done)])),
+                       np.array([r.accuracy if d else np.nan for r, d in zip(results, is_done)], dtype=float)),
         cdf_ms=tuple(float(x) for x in cdf), cdf_q=tuple(float(x) for x in q) if len(cdf) else (),
         envelope=envelope, lag=lag, duplicates=duplicates, notes=tuple(notes),
     )
 
 
-def _reasons(results: Sequence[Mapping[str, Any]], status: str) -> dict[str, int]:
-    c = Counter(reason_category(r.get("reason", "")) for r in results if r["status"] == status)
+def _reasons(results: Sequence[InferenceResult], status: str) -> dict[str, int]:
+    c = Counter(reason_category(r.reason) for r in results if r.status == status)
     return dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def _stage_breakdown(results: Sequence[Mapping[str, Any]]) -> tuple[StageBreakdown, ...]:
+def _stage_breakdown(results: Sequence[InferenceResult]) -> tuple[StageBreakdown, ...]:
     residence: dict[str, list[int]] = defaultdict(list)
     queue: dict[str, list[int]] = defaultdict(list)
     service: dict[str, list[int]] = defaultdict(list)
     batch: dict[str, list[int]] = defaultdict(list)
     variants: dict[str, Counter] = defaultdict(Counter)
     for r in results:
-        for h in r.get("hops") or ():
-            s = h["stage"]
-            residence[s].append(h["finished_ns"] - h["enqueued_ns"])
-            if h.get("started_ns") is not None:
-                queue[s].append(h["started_ns"] - h["enqueued_ns"])
-                service[s].append(h["finished_ns"] - h["started_ns"])
-            if h.get("batch_size"):
-                batch[s].append(h["batch_size"])
-            variants[s][h["variant"]] += 1
+        for h in r.hops:
+            s = h.stage
+            residence[s].append(h.finished_ns - h.enqueued_ns)
+            if h.started_ns is not None:
+                queue[s].append(h.started_ns - h.enqueued_ns)
+                service[s].append(h.finished_ns - h.started_ns)
+            if h.batch_size:
+                batch[s].append(h.batch_size)
+            variants[s][h.variant] += 1
 
     def stats(values: list[int]) -> LatencyStats:
         return LatencyStats.of(np.array(values, dtype=float) / NS_PER_MS)

@@ -1,7 +1,8 @@
 """A run's report folder, the one reader and writer of its files.
 
-- ``results.jsonl``: every result record the run read back (payload bytes left out), one JSON object
-  a line; ``slipstream loadgen report`` summarises one, ``calibrate`` and ``estimate`` replay them;
+- ``results.jsonl``: every result record the run read back (``InferenceResult.to_dict`` with the
+  payload bytes, ``output``, left out), one JSON object a line, read back as records;
+  ``slipstream loadgen report`` summarises one, ``calibrate`` and ``estimate`` replay them;
 - ``control.jsonl``: what the run saw on the control topic (StageConfigs, ScalingActions), each with
   its Kafka timestamp, ``{"at_ns": ..., "record": {...}}`` a line; a report older than this file has
   none (the estimator then replays replica changes only);
@@ -18,12 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from ..schemas.records import InferenceResult
 RESULTS, CONTROL, PLAN, SUMMARY = "results.jsonl", "control.jsonl", "plan.json", "summary.json"
 
 
-def read_results(path: str | Path) -> list[dict]:
-    """The result records of a ``results.jsonl`` (blank lines skipped)."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+def read_results(path: str | Path) -> list[InferenceResult]:
+    """The result records of a ``results.jsonl`` (blank lines skipped; ``output`` empty; a gateway
+    run's line from before results were records has no ``pipeline``: "")."""
+    return [InferenceResult.from_dict({"pipeline": "", **json.loads(line)})
+            for line in Path(path).read_text().splitlines() if line.strip()]
 
 
 @dataclass(frozen=True)
@@ -33,14 +37,16 @@ class RunRecord:
     def __post_init__(self) -> None:
         object.__setattr__(self, "folder", Path(self.folder))
 
-    def write_results(self, results: Iterable[Mapping[str, Any]]) -> Path:
+    def write_results(self, results: Iterable[InferenceResult]) -> Path:
         path = self.folder / RESULTS
         with path.open("w") as fh:
             for r in results:
-                fh.write(json.dumps({k: v for k, v in r.items() if k != "output"}) + "\n")
+                d = r.to_dict()
+                del d["output"]
+                fh.write(json.dumps(d) + "\n")
         return path
 
-    def results(self) -> list[dict]:
+    def results(self) -> list[InferenceResult]:
         return read_results(self.folder / RESULTS)
 
     def has_results(self) -> bool:
@@ -48,7 +54,7 @@ class RunRecord:
 
     def start_ns(self) -> int:
         """When the run's first request was created (0 without results)."""
-        return min((r["created_ns"] for r in self.results()), default=0)
+        return min((r.created_ns for r in self.results()), default=0)
 
     def write_control(self, records: Iterable[tuple[int, Mapping[str, Any]]]) -> Path:
         path = self.folder / CONTROL

@@ -1,5 +1,6 @@
 """Simulated runs: a plan replayed through the estimator (``slipstream.planner.estimator``) instead of Kafka,
-turned into the same result dicts and the same :class:`~slipstream.loadgen.report.Summary` as a real replay.
+turned into the same result records (``InferenceResult``) and the same
+:class:`~slipstream.loadgen.report.Summary` as a real replay.
 
 How estimator output maps onto InferenceResult fields (documented limits of a simulation):
 
@@ -26,7 +27,7 @@ import numpy as np
 from ..planner.estimator import ReplicaChange, ShareChange, SimOptions, SimResult, simulate
 from ..planner.plan import Plan
 from ..planner.problem import Problem
-from ..schemas.records import TunerHandoff
+from ..schemas.records import HopTiming, InferenceResult, TunerHandoff
 from ..streams.contract import deadline_ns
 from .cost import ConfigEvent
 from .report import Envelope, Summary, summarize
@@ -43,29 +44,26 @@ class SimulatedRun:
 
 
 def results_from_sim(problem: Problem, plan: Plan, sim: SimResult, *, start_ns: int = 0,
-                     id_prefix: str = "sim") -> list[dict[str, Any]]:
+                     id_prefix: str = "sim") -> list[InferenceResult]:
+    """The simulated requests as result records (the mapping in the module docstring)."""
     created = start_ns + np.round(sim.arrival_s * NS_PER_S).astype(np.int64)
-    names = sim.stage_names
-    variant = {}
-    for sp in plan.stages:
-        v = sp.primary.variant
-        variant[sp.stage] = v if len(sp.assignments) == 1 else f"mixed:{v}"
-    out: list[dict[str, Any]] = []
+    variant = {sp.stage: sp.primary.variant if len(sp.assignments) == 1 else f"mixed:{sp.primary.variant}"
+               for sp in plan.stages}
+    out: list[InferenceResult] = []
     for i in range(sim.requests):
         c = int(created[i])
-        hops = [{"stage": s, "variant": variant.get(s, ""), "batch_size": 0, "enqueued_ns": 0,
-                 "started_ns": None, "finished_ns": int(ms * NS_PER_MS), "worker": "sim"}
-                for s, ms in zip(names, sim.stage_ms[i]) if not np.isnan(ms)]
+        hops = tuple(HopTiming(stage=s, variant=variant.get(s, ""), batch_size=0, enqueued_ns=0, started_ns=None,
+                               finished_ns=int(ms * NS_PER_MS), worker="sim")
+                     for s, ms in zip(sim.stage_names, sim.stage_ms[i]) if not np.isnan(ms))
         if sim.dropped[i]:
             status, reason = "dropped", sim.reason(i)
             finished = start_ns + int(sim.drop_info_ns[i][1])
         else:
             status, reason = "done", ""
             finished = c + int(round(float(sim.latency_ms[i]) * NS_PER_MS))
-        out.append({"request_id": f"{id_prefix}-{i:08d}", "pipeline": problem.name, "status": status,
-                    "reason": reason, "created_ns": c, "deadline_ns": deadline_ns(c, problem.slo_ms),
-                    "finished_ns": finished,
-                    "hops": hops, "accuracy": plan.accuracy, "parts": 1})
+        out.append(InferenceResult(request_id=f"{id_prefix}-{i:08d}", pipeline=problem.name, status=status,
+                                   reason=reason, created_ns=c, deadline_ns=deadline_ns(c, problem.slo_ms),
+                                   finished_ns=finished, hops=hops, accuracy=plan.accuracy))
     return out
 
 
@@ -102,7 +100,7 @@ def simulate_run(problem: Problem, plan: Plan, arrivals_s: np.ndarray, *,
                    SimOptions(schedule=tuple(changes), handoff=published_handoff(problem, plan)))
     results = results_from_sim(problem, plan, sim, start_ns=start_ns)
     end_ns = start_ns + int(max(float(arr[-1]) if len(arr) else 0.0,
-                                max((r["finished_ns"] - start_ns for r in results), default=0) / NS_PER_S)
+                                max((r.finished_ns - start_ns for r in results), default=0) / NS_PER_S)
                             * NS_PER_S)
     summary = summarize(
         results, slo_ms=problem.slo_ms, pipeline=problem.name, label=label or f"{problem.name} {plan.mode}",

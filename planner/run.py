@@ -55,7 +55,7 @@ class MeasuredLatency:
         self.settings, self.topic, self.horizon_ns = settings, topics.results(pipeline), int(horizon_s * 1e9)
         self._seen: list[tuple[int, float]] = []  # (finished_ns, latency_ms; inf when not done)
         self.keep_ns = int(keep_s * 1e9)
-        self._recent: deque[dict] = deque(maxlen=20_000)  # results without outputs, for the online refit
+        self._recent: deque[records.InferenceResult] = deque(maxlen=20_000)  # without outputs, for the refit
 
     async def follow(self) -> None:
         cons = kclient.consumer(self.settings, self.topic, group_id=None, auto_offset_reset="latest",
@@ -64,21 +64,22 @@ class MeasuredLatency:
         try:
             async for msg in cons:
                 try:
-                    self.add(await codec.decode_fetched("InferenceResult", msg.value))
+                    d = await codec.decode_fetched("InferenceResult", msg.value)
                 except codec.CodecError:
                     continue
+                d["output"] = b""  # not kept
+                self.add(records.InferenceResult.from_dict(d))
         finally:
             await cons.stop()
 
-    def add(self, result: dict) -> None:
-        done = result["status"] == "done"
-        self._seen.append((result["finished_ns"],
-                           (result["finished_ns"] - result["created_ns"]) / 1e6 if done else math.inf))
-        self._recent.append({k: v for k, v in result.items() if k != "output"})
+    def add(self, result: records.InferenceResult) -> None:
+        done = result.status == "done"
+        self._seen.append((result.finished_ns, (result.finished_ns - result.created_ns) / 1e6 if done else math.inf))
+        self._recent.append(result)
 
-    def recent(self, now_ns: int) -> list[dict]:
+    def recent(self, now_ns: int) -> list[records.InferenceResult]:
         """The results that ended in the last ``keep_s`` (hop timings for the calibration refit)."""
-        while self._recent and self._recent[0]["finished_ns"] < now_ns - self.keep_ns:
+        while self._recent and self._recent[0].finished_ns < now_ns - self.keep_ns:
             self._recent.popleft()
         return list(self._recent)
 

@@ -252,7 +252,7 @@ class Replanner:
     envelope: EnvelopeFn | None = None  # slipstream.tuner.envelope.envelope, injected by the CLI
     calibration: Mapping[str, Any] | None = None  # the one ``base`` is scaled by (None: as profiled)
 
-    def refit(self, results: Sequence[Mapping[str, Any]], plan: Plan | None) -> "Replanner":
+    def refit(self, results: Sequence[records.InferenceResult], plan: Plan | None) -> "Replanner":
         """This replanner with a calibration fitted on ``results`` (recent ones from the results
         topic; ``plan`` says which hardware ran each variant); unchanged when there is too little to
         fit (``refit_min_batches``) or nothing fits."""

@@ -2,9 +2,10 @@
 filled in with plain values, the rest given as keywords (nested records as the dicts the codec decodes)."""
 from typing import Any
 
-from slipstream.schemas.records import InferenceRequest, StageConfig, TunerHandoff
+from slipstream.schemas.records import InferenceRequest, InferenceResult, StageConfig, TunerHandoff
 
 CAPACITY = dict(stage="s", budget_ms=100.0, rate_qps=1.0, window_qps=[1.0])
+HOP = dict(stage="s", variant="a", batch_size=1, enqueued_ns=0, started_ns=0, finished_ns=0, worker="w/0")
 RUNG = dict(accuracy=1.0, share=0.0, rate_qps=1.0, window_qps=[], service_ms=[])
 
 
@@ -24,3 +25,9 @@ def handoff(**fields: Any) -> TunerHandoff:
 def request(**fields: Any) -> InferenceRequest:
     base = dict(request_id="r", pipeline="p", created_ns=0, deadline_ns=1, content_type="x", payload=b"x")
     return InferenceRequest.from_dict({**base, **fields})
+
+
+def result(**fields: Any) -> InferenceResult:
+    """An InferenceResult; ``hops`` as dicts, each filled in from :data:`HOP`."""
+    base = dict(request_id="r", pipeline="p", status="done", created_ns=0, deadline_ns=1, finished_ns=0)
+    return InferenceResult.from_dict({**base, **fields, "hops": [{**HOP, **h} for h in fields.get("hops", ())]})

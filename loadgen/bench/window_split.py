@@ -44,9 +44,9 @@ def windows(report: Path) -> dict[str, tuple[int, int, dict[int, int]]]:
     seen: dict[str, dict] = collections.defaultdict(dict)
     items: collections.Counter = collections.Counter()
     for r in RunRecord(report).results():
-        for h in r.get("hops") or []:
-            seen[h["stage"]][(h["worker"], h["started_ns"])] = h["batch_size"]
-            items[h["stage"]] += 1
+        for h in r.hops:
+            seen[h.stage][(h.worker, h.started_ns)] = h.batch_size
+            items[h.stage] += 1
     return {s: (items[s], len(seen[s]), dict(collections.Counter(seen[s].values()))) for s in seen}
 
 

@@ -148,9 +148,9 @@ async def results_end(settings: KafkaSettings, topic: str) -> dict[int, int]:
 
 
 async def read_results(settings: KafkaSettings, topic: str, since: dict[int, int], run_id: str,
-                       idle_s: float = 3.0) -> list[dict]:
+                       idle_s: float = 3.0) -> list[chaos.Timed]:
     """Every result record of ``run_id`` from offsets ``since`` up to the end, and on until the topic
-    has been quiet for ``idle_s`` (late duplicates count too), with ``ts_ns`` = the record timestamp."""
+    has been quiet for ``idle_s`` (late duplicates count too), each with its record timestamp (ns)."""
     from aiokafka import TopicPartition
 
     cons = kclient.consumer(settings, group_id=None, enable_auto_commit=False)
@@ -173,12 +173,11 @@ async def read_results(settings: KafkaSettings, topic: str, since: dict[int, int
                 quiet_since = time.monotonic()
                 for m in records:
                     try:
-                        r = codec.decode("InferenceResult", m.value)
+                        r = codec.decode_typed("InferenceResult", m.value)
                     except codec.CodecError:
                         continue
-                    if r["request_id"].startswith(run_id + "-"):
-                        out.append({k: r[k] for k in ("request_id", "status", "created_ns", "finished_ns",
-                                                      "reason")} | {"ts_ns": m.timestamp * 1_000_000})
+                    if r.request_id.startswith(run_id + "-"):
+                        out.append((m.timestamp * 1_000_000, r))
     finally:
         await cons.stop()
     return out
@@ -411,7 +410,7 @@ def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
             (report / "cases").mkdir(parents=True, exist_ok=True)
             (report / "cases" / f"{k:02d}.json").write_text(json.dumps(
                 {"name": case.name, "case": asdict(case), "outcome": out.row(), "fault_ns": injected.fault_ns,
-                 "sent": sent, "results": records}) + "\n")
+                 "sent": sent, "results": [chaos.case_row(*x) for x in records]}) + "\n")
             click.echo(chaos.format_table([out]).splitlines()[-1] + (f"  [{out.note}]" if out.note else "")
                        + f"  ({time.monotonic() - t0:.0f} s)")
     finally:

@@ -141,7 +141,7 @@ def run_soak(opts: SoakOptions) -> str:
     sent_idx = np.flatnonzero(outcome.sent_mask)
     ids = [schedule.request_id(run_id, int(j)) for j in sent_idx]
     sent = outcome.actual_ns[sent_idx]
-    ok = np.array([i in by_id and by_id[i]["status"] == "done" and by_id[i]["finished_ns"] <= by_id[i]["deadline_ns"]
+    ok = np.array([i in by_id and by_id[i].status == "done" and by_id[i].finished_ns <= by_id[i].deadline_ns
                    for i in ids], dtype=bool)
     win_t, win_att = window_attainment(sent, ok, int(sent.min()), int(sent.max()), opts.window_s, 1)
     samples_rss = soak.Samples(tuple(t_s), {k: tuple(v) for k, v in rss.items()})

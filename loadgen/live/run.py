@@ -274,8 +274,8 @@ def foreign_hops(results, ours: set[str]) -> dict[str, int]:
     groups, served them, and the run measured more than its plan."""
     out: dict[str, int] = {}
     for r in results:
-        for h in r.get("hops", ()):
-            process = h["worker"].rsplit("/", 1)[0]
+        for h in r.hops:
+            process = h.worker.rsplit("/", 1)[0]
             if process and process not in ours:
                 out[process] = out.get(process, 0) + 1
     return out
@@ -289,7 +289,7 @@ def warn_foreign(report_dir: Path, ours: set[str]) -> str:
     foreign = foreign_hops(results, ours)
     if not foreign:
         return ""
-    total = sum(len(r.get("hops", ())) for r in results)
+    total = sum(len(r.hops) for r in results)
     text = (f"WARNING: {sum(foreign.values())} of {total} hops were served by workers this run did not start "
             f"({', '.join(f'{w} x{n}' for w, n in sorted(foreign.items()))}): stop them and run again")
     with (report_dir / "summary.txt").open("a") as fh:

@@ -44,10 +44,11 @@ Queue and batch formation (``started - received``) are otherwise what the estima
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ...schemas.records import InferenceResult
 from ...streams.calibration import batch_scale
 from ...streams.latency import LatencyCurve
 from ...streams.profile_store import machine_info, now_iso
@@ -137,7 +138,7 @@ def shrunk_means(w: np.ndarray, x: np.ndarray) -> np.ndarray:
     return mu + (means - mu) * keep
 
 
-def fit(results: Iterable[Mapping[str, Any]], curves: Mapping[tuple[str, str], LatencyCurve],
+def fit(results: Iterable[InferenceResult], curves: Mapping[tuple[str, str], LatencyCurve],
         hardware_of: Mapping[tuple[str, str], str], source: str = "", cores: float | None = None,
         min_batches: int = 1, timeouts_ms: Mapping[str, float] | None = None) -> dict:
     """The calibration document of one run (:func:`fit_runs`)."""

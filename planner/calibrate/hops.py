@@ -10,43 +10,43 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from ...schemas.records import HopTiming, InferenceResult
 from ...streams.calibration import key
 from ...streams.control_rules import current_records
 from ...streams.latency import LatencyCurve
 
 
-def hop_kind(hop: Mapping[str, Any], created_ns: int) -> str:
-    if hop["stage"] == "join":
+def hop_kind(hop: HopTiming, created_ns: int) -> str:
+    if hop.stage == "join":
         return "to_join"
-    return "ingress" if hop["enqueued_ns"] == created_ns else "between"
+    return "ingress" if hop.enqueued_ns == created_ns else "between"
 
 
-def components(results: Iterable[Mapping[str, Any]]):
+def components(results: Iterable[InferenceResult]):
     """Each recorded hop as (kind, stage, variant, batch, transit ns, wait ns, service ns); hops from
     before ``received_ns`` was recorded are skipped."""
     for r in results:
-        for h in r.get("hops", ()):
-            if not h.get("received_ns"):
+        for h in r.hops:
+            if not h.received_ns:
                 continue
-            yield (hop_kind(h, r["created_ns"]), h["stage"], h["variant"], h["batch_size"],
-                   h["received_ns"] - h["enqueued_ns"], h["started_ns"] - h["received_ns"],
-                   h["finished_ns"] - h["started_ns"])
+            yield (hop_kind(h, r.created_ns), h.stage, h.variant, h.batch_size, h.received_ns - h.enqueued_ns,
+                   h.started_ns - h.received_ns, h.finished_ns - h.started_ns)
 
 
-def batch_hops(results: Iterable[Mapping[str, Any]]):
+def batch_hops(results: Iterable[InferenceResult]):
     """Each stage hop with a receipt time, as (its batch: (worker, started, finished), the hop)."""
     for r in results:
-        for h in r.get("hops", ()):
-            if h["stage"] != "join" and h.get("received_ns"):
-                yield (h["worker"], h["started_ns"], h["finished_ns"]), h
+        for h in r.hops:
+            if h.stage != "join" and h.received_ns:
+                yield (h.worker, h.started_ns, h.finished_ns), h
 
 
-def batches(results: Iterable[Mapping[str, Any]]) -> dict[tuple, tuple[str, str, int]]:
+def batches(results: Iterable[InferenceResult]) -> dict[tuple, tuple[str, str, int]]:
     """Every batch run once: (worker, started, finished) -> (stage, variant, batch size)."""
-    return {b: (h["stage"], h["variant"], h["batch_size"]) for b, h in batch_hops(results)}
+    return {b: (h.stage, h.variant, h.batch_size) for b, h in batch_hops(results)}
 
 
-def dispatch_ms(results: Iterable[Mapping[str, Any]], timeouts_ms: Mapping[str, float] | None = None) -> np.ndarray:
+def dispatch_ms(results: Iterable[InferenceResult], timeouts_ms: Mapping[str, float] | None = None) -> np.ndarray:
     """Per batch, the worker's own time before the model started it: ``started`` minus the moment it
     could have started, its last item fetched (``received``) and its instance (``worker``) done with
     the batch before. A batch that may have waited for its stage's batch timeout (``timeouts_ms``:
@@ -54,7 +54,7 @@ def dispatch_ms(results: Iterable[Mapping[str, Any]], timeouts_ms: Mapping[str, 
     batching policy's, which the estimator computes."""
     runs: dict[tuple, list[int]] = {}
     for b, h in batch_hops(results):
-        runs.setdefault((*b, h["stage"]), []).append(h["received_ns"])
+        runs.setdefault((*b, h.stage), []).append(h.received_ns)
     out, last_end = [], {}
     for (w, s, f, stage), recv in sorted(runs.items()):
         timeout_ns = (timeouts_ms or {}).get(stage, 0.0) * 1e6
@@ -118,7 +118,7 @@ class RunHops(NamedTuple):
     """One live run to fit: its results, (stage, variant) -> the hardware that ran it, and stage ->
     its batch timeout in ms (see :func:`dispatch_ms`)."""
 
-    results: list
+    results: list[InferenceResult]
     hardware_of: Mapping[tuple[str, str], str]
     timeouts_ms: Mapping[str, float] | None = None
 

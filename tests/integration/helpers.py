@@ -10,6 +10,7 @@ from typing import Iterable
 import numpy as np
 
 from slipstream.loadgen.collect import Delivery, check_exactly_once
+from slipstream.schemas.records import InferenceResult
 from slipstream.streams import codec, kafka as kclient, topics
 from slipstream.streams.client import make_request
 
@@ -55,12 +56,17 @@ async def read_topic(kafka, topic: str, min_count: int, record: str = "Inference
     return out
 
 
+def as_records(raw: Iterable[dict]) -> list[InferenceResult]:
+    """Decoded results (:func:`read_topic`) as the records the exactly-once check takes."""
+    return [InferenceResult.from_dict(r) for r in raw]
+
+
 async def assert_exactly_once(kafka, pipeline: str, sent: Iterable[str]) -> list[dict]:
     """Read the pipeline's whole results topic back and assert one result per request sent: none
     missing, none duplicated, none foreign. Returns the records read."""
     sent = list(sent)
     raw = await read_topic(kafka, topics.results(pipeline), min_count=len(sent), short_ok=True)
-    delivery: Delivery = check_exactly_once(raw, sent)
+    delivery: Delivery = check_exactly_once(as_records(raw), sent)
     assert delivery.exactly_once, str(delivery)
     return raw
 

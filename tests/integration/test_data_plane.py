@@ -15,7 +15,7 @@ from slipstream.streams import admin, codec, kafka as kclient, topics
 from slipstream.streams.client import PipelineClient, make_request
 from slipstream.streams.spec import load_pipeline
 
-from .helpers import assert_exactly_once, committed_offsets, read_topic
+from .helpers import as_records, assert_exactly_once, committed_offsets, read_topic
 from .workers import Workers, unique_pipeline
 
 HERE = Path(__file__).parent
@@ -88,7 +88,7 @@ async def test_fanout_pipeline_delivers_every_request_once_with_hops_adding_up(k
     raw = await assert_exactly_once(kafka, pipe.name, ids)  # the whole results topic, read back
     # the check notices: this real run's results with one duplicated and one removed
     doctored = raw[1:] + [raw[-1]]
-    d = check_exactly_once(doctored, ids)
+    d = check_exactly_once(as_records(doctored), ids)
     assert (d.missing, d.duplicates, d.conflicting, d.unexpected) == (
         (raw[0]["request_id"],), (raw[-1]["request_id"],), (), ())
 

@@ -64,7 +64,7 @@ async def test_replay_collects_every_request_once_with_lag_and_cost(kafka, relay
     assert len(c.sent) == len(schedule) and c.complete and c.missing() == []
     assert (c.duplicates, c.conflicting_duplicates) == (0, 0)
     await assert_exactly_once(kafka, pipe.name, c.sent)  # the results topic itself, read back
-    assert all(r["status"] == "done" for r in c.collected())
+    assert all(r.status == "done" for r in c.collected())
     # open loop: actual sends follow the schedule (not one result at a time)
     lag_ms = (out.actual_ns - out.scheduled_ns) / 1e6
     assert np.median(lag_ms) < 50

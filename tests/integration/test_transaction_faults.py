@@ -35,7 +35,7 @@ from slipstream.streams.client import PipelineClient, make_request
 from slipstream.streams.config import EXACTLY_ONCE, KafkaSettings
 from slipstream.streams.spec import load_pipeline
 
-from .helpers import read_topic
+from .helpers import as_records, read_topic
 from .test_data_plane import FANOUT3
 from .test_rebalance import send_until
 from .txn_proxy import TxnProxy
@@ -82,7 +82,7 @@ async def send(client, pipe, payloads: list[bytes]) -> list[str]:
 
 
 def exactly_once(raw: list[dict], ids: list[str]) -> dict[str, dict]:
-    d = check_exactly_once(raw, ids)
+    d = check_exactly_once(as_records(raw), ids)
     assert (d.missing, d.duplicates, d.conflicting, d.unexpected) == ((), (), (), ()), str(d)
     return {r["request_id"]: r for r in raw}
 

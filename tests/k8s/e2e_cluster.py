@@ -41,6 +41,7 @@ import pytest
 
 from slipstream.loadgen.collect import check_exactly_once
 from slipstream.loadgen.trail import describe, trail
+from slipstream.schemas.records import InferenceResult
 from slipstream.streams import topics
 from slipstream.streams.client import PipelineClient, make_request
 from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings
@@ -177,7 +178,7 @@ def test_a_killed_pod_is_replaced_and_no_request_is_lost(app, kafka):
                                  and p["metadata"]["labels"].get("slipstream.io/stage") == "relay", 180)
     kubectl("wait", "--for=condition=Available", f"deployment/{dep}", "-n", ns, "--timeout=180s", timeout=200)
     raw = asyncio.run(read_topic(kafka, topics.results(pipe.name), len(ids), short_ok=True))
-    delivery = check_exactly_once([r for r in raw if r["request_id"] in set(ids)], ids)
+    delivery = check_exactly_once([InferenceResult.from_dict(r) for r in raw if r["request_id"] in set(ids)], ids)
     assert not delivery.missing and not delivery.conflicting, str(delivery)
     FIG["kill"] = {"requests": len(ids), "missing": len(delivery.missing), "duplicates": len(delivery.duplicates),
                    "replacement_ready_s": round((ready - killed[0]) / 1e9, 1)}

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from slipstream.loadgen import chaos
+from tests.control_records import result
 
 S = chaos.NS_PER_S
 
@@ -64,8 +65,8 @@ def test_outcome_counts_missing_duplicates_and_conflicts_from_every_record():
     sent = {f"r-{i}": i * S // 10 for i in range(30)}
 
     def rec(i, status="done", dt=0.05):
-        return {"request_id": f"r-{i}", "status": status, "created_ns": sent[f"r-{i}"],
-                "finished_ns": sent[f"r-{i}"] + int(dt * S), "ts_ns": sent[f"r-{i}"] + int(dt * S)}
+        return sent[f"r-{i}"] + int(dt * S), result(request_id=f"r-{i}", status=status, created_ns=sent[f"r-{i}"],
+                                                    finished_ns=sent[f"r-{i}"] + int(dt * S))
 
     records = [rec(i) for i in range(28)] + [rec(3), rec(4, "dropped"), rec(5, dt=1.0)]
     out = chaos.outcome(chaos.FaultCase("x", chaos.NONE), records, sent, None, slo_ms=500)
@@ -86,15 +87,16 @@ def test_window_attainment_skips_thin_windows():
 def test_the_table_and_the_backlog_plots_are_drawn(tmp_path):
     sent_ns, answered = steady(10, 20, 0.1, stall=(5, 8))
     sent = {f"r-{i}": int(t) for i, t in enumerate(sent_ns)}
-    records = [{"request_id": f"r-{i}", "status": "done", "created_ns": int(s), "finished_ns": int(a),
-                "ts_ns": int(a)} for i, (s, a) in enumerate(zip(sent_ns, answered))]
+    records = [(int(a), result(request_id=f"r-{i}", created_ns=int(s), finished_ns=int(a)))
+               for i, (s, a) in enumerate(zip(sent_ns, answered))]
     case = chaos.FaultCase("kill -9 x worker", chaos.KILL, "x")
     out = chaos.outcome(case, records, sent, 5 * S, slo_ms=500)
     assert out.missing == out.duplicates == 0 and out.recovery.seconds > 3
     assert out.worst_attainment < out.attainment < 1
     chaos.plot_table([out], tmp_path / "t.png", "title")
-    chaos.plot_backlogs([{"name": case.name, "sent": sent, "results": records, "fault_ns": 5 * S},
-                         {"name": "baseline", "sent": sent, "results": records, "fault_ns": None}],
+    rows = [chaos.case_row(*x) for x in records]  # as the case files keep them
+    chaos.plot_backlogs([{"name": case.name, "sent": sent, "results": rows, "fault_ns": 5 * S},
+                         {"name": "baseline", "sent": sent, "results": rows, "fault_ns": None}],
                         tmp_path / "b.png")
     assert (tmp_path / "t.png").stat().st_size > 1000 and (tmp_path / "b.png").stat().st_size > 1000
 

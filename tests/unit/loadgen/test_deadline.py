@@ -19,7 +19,7 @@ def test_the_client_record_deadline_is_created_plus_slo():
 def test_simulated_results_carry_created_plus_slo(planned):
     problem, plan = planned
     results = results_from_sim(problem, plan, simulate(replace(problem, arrivals_s=problem.arrivals_s[:50]), plan), start_ns=10**18)
-    assert {r["deadline_ns"] - r["created_ns"] for r in results} == {int(problem.slo_ms * MS)}
+    assert {r.deadline_ns - r.created_ns for r in results} == {int(problem.slo_ms * MS)}
 
 
 def test_the_estimator_drops_against_created_plus_slo(planned):

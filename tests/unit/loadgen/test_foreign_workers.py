@@ -3,10 +3,12 @@ from __future__ import annotations
 
 from slipstream.loadgen.live.run import foreign_hops, started_ids, warn_foreign
 from slipstream.loadgen.run_record import RunRecord
+from slipstream.schemas.records import InferenceResult
+from tests.control_records import result
 
 
-def _result(*workers: str) -> dict:
-    return {"request_id": "r", "created_ns": 1, "hops": [{"stage": f"s{i}", "worker": w} for i, w in enumerate(workers)]}
+def _result(*workers: str) -> InferenceResult:
+    return result(created_ns=1, hops=[{"stage": f"s{i}", "worker": w} for i, w in enumerate(workers)])
 
 
 def test_hops_by_processes_the_run_did_not_start_are_counted_per_process():

@@ -6,6 +6,7 @@ from slipstream.loadgen.plots import write_plots
 from slipstream.loadgen.report import scale_events
 from slipstream.loadgen.render import write_report
 from slipstream.loadgen.report import Envelope, summarize
+from tests.control_records import result
 
 T0 = 1_700_000_000_000_000_000
 MS = 1_000_000
@@ -17,8 +18,8 @@ def test_every_plot_is_a_png(tmp_path):
     for i in range(600):
         c = T0 + i * 50 * MS
         lat = int(rng.gamma(2.0, 20.0) * MS)
-        res.append({"request_id": f"r-{i}", "status": "done", "reason": "", "created_ns": c,
-                    "deadline_ns": c + 100 * MS, "finished_ns": c + lat, "accuracy": 0.9, "hops": []})
+        res.append(result(request_id=f"r-{i}", created_ns=c, deadline_ns=c + 100 * MS, finished_ns=c + lat,
+                          accuracy=0.9))
     ev = [ConfigEvent(T0, "a", 1, 0.1), ConfigEvent(T0 + 15_000 * MS, "a", 3, 0.3)]
     env = Envelope((0.5, 1.0, 2.0, 4.0), (40.0, 30.0, 25.0, 21.0), (35.0, 28.0, 24.0, 20.0))
     s = summarize(res, slo_ms=100, configs=ev, envelope=env, label="plot-test")
@@ -32,9 +33,8 @@ def test_every_plot_is_a_png(tmp_path):
 
 
 def test_scale_events_are_read_from_the_replica_series():
-    res = [{"request_id": f"r-{i}", "status": "done", "reason": "", "created_ns": T0 + i * 100 * MS,
-            "deadline_ns": T0 + i * 100 * MS + 100 * MS, "finished_ns": T0 + i * 100 * MS + 5 * MS,
-            "accuracy": 1.0, "hops": []} for i in range(400)]
+    res = [result(request_id=f"r-{i}", created_ns=T0 + i * 100 * MS, deadline_ns=T0 + i * 100 * MS + 100 * MS,
+                  finished_ns=T0 + i * 100 * MS + 5 * MS) for i in range(400)]
     ev = [ConfigEvent(T0, "a", 1, 0.1), ConfigEvent(T0, "b", 2, 0.2), ConfigEvent(T0 + 12_000 * MS, "a", 2, 0.2),
           ConfigEvent(T0 + 30_000 * MS, "a", 1, 0.1)]
     s = summarize(res, slo_ms=100, configs=ev, window_s=1.0)
@@ -53,9 +53,9 @@ def test_accuracy_per_window_is_the_mean_of_the_requests_done_and_modes_plot_sid
     for i in range(200):
         c = T0 + i * 100 * MS
         late = i >= 100 and i % 3 == 0
-        res.append({"request_id": f"r-{i}", "status": "dropped" if late else "done", "reason": "deadline: x",
-                    "created_ns": c, "deadline_ns": c + 100 * MS, "finished_ns": c + 5 * MS,
-                    "accuracy": 0.1 if late else (0.8 if i < 100 else 0.6), "hops": []})
+        res.append(result(request_id=f"r-{i}", status="dropped" if late else "done", reason="deadline: x",
+                          created_ns=c, deadline_ns=c + 100 * MS, finished_ns=c + 5 * MS,
+                          accuracy=0.1 if late else (0.8 if i < 100 else 0.6)))
     s = summarize(res, slo_ms=100, configs=[ConfigEvent(T0, "a", 1, 0.1)], window_s=1.0)
     acc = np.asarray(s.series.accuracy)
     assert np.allclose(acc[:10], 0.8) and np.allclose(acc[10:20], 0.6)

@@ -8,6 +8,7 @@ import pytest
 from slipstream.loadgen.replay_estimate import estimate_run, format_like_for_like, run_arrivals, run_changes
 from slipstream.loadgen.simulate import simulate_run
 from slipstream.planner.estimator import ReplicaChange
+from tests.control_records import result
 
 
 def control_of(plan, changes, start_ns: int) -> list[tuple[int, dict]]:
@@ -36,7 +37,7 @@ def test_the_estimator_replaying_its_own_run_gives_back_that_run(planned):
     results = results_from_sim(problem, plan, run.sim, start_ns=10**18)
     times, ids = run_arrivals(results[::-1])  # results arrive in any order: they come back in arrival order
     assert np.allclose(times, np.sort(arrivals), atol=1e-6)
-    created = {r["request_id"]: r["created_ns"] for r in results}
+    created = {r.request_id: r.created_ns for r in results}
     assert sorted(ids) == sorted(created) and all(created[i] == min(created.values()) + round(t * 1e9)
                                                   for i, t in zip(ids, times))
     start = min(created.values())  # the first arrival: the run's 0 s
@@ -66,7 +67,7 @@ def test_components_set_each_measured_part_of_a_hop_beside_the_estimators_input(
         hop = {"stage": sp.stage, "variant": a.variant, "batch_size": 1, "enqueued_ns": t0,
                "received_ns": t0 + 7 * ms, "started_ns": t0 + 9 * ms,
                "finished_ns": t0 + 9 * ms + int(2 * curve.ms(1) * ms), "worker": "w"}
-        results.append({"created_ns": t0, "hops": [hop]})
+        results.append(result(created_ns=t0, hops=[hop]))
     got = {c.name: c for c in components(problem, plan, results, Network.every_hop(Transit.constant(3.0)),
                                          ServiceTime())}
     assert got["transit"].measured_ms == pytest.approx((7.0, 7.0)) and got["transit"].estimated_ms == (3.0, 3.0)

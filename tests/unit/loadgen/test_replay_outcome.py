@@ -4,6 +4,7 @@ import pytest
 
 from slipstream.loadgen.collect import Collector
 from slipstream.loadgen.replay import ReplayOutcome, summarize_outcome
+from tests.control_records import result
 
 T0 = 1_700_000_000_000_000_000
 MS = 1_000_000
@@ -20,10 +21,9 @@ def outcome(config_records=()):
         c.expect(rid)
         if i < 8:  # one request still in Kafka at the end
             created = int(actual[i])
-            c.offer({"request_id": rid, "status": "done", "reason": "", "created_ns": created,
-                     "deadline_ns": created + 100 * MS, "finished_ns": created + (20 + i * 10) * MS,
-                     "hops": [], "accuracy": 0.9})
-    c.offer({"request_id": "run-00000000", "status": "done"})  # redelivered duplicate
+            c.offer(result(request_id=rid, created_ns=created, deadline_ns=created + 100 * MS,
+                           finished_ns=created + (20 + i * 10) * MS, accuracy=0.9))
+    c.offer(result(request_id="run-00000000"))  # redelivered duplicate
     c.finish_sending()
     return ReplayOutcome(c, T0, sched, actual, T0 + 5 * S, list(config_records))
 

@@ -49,9 +49,9 @@ def test_a_gateway_answer_is_the_result_of_the_request_sent_with_the_clients_tim
     from slipstream.loadgen.replay import http_result
 
     body, h = answer(429, {"retry_after_s": 2})
-    shed = http_result("run-1", 100, 400.0, 250, 429, body, h)
-    assert (shed["status"], shed["reason"][:9]) == ("dropped", "shed: 429")
-    assert (shed["created_ns"], shed["deadline_ns"], shed["finished_ns"]) == (100, 100 + 400 * 1_000_000, 250)
+    shed = http_result("run-1", 100, 400.0, 250, 429, body, h, pipeline="demo")
+    assert (shed.status, shed.reason[:9], shed.pipeline) == ("dropped", "shed: 429", "demo")
+    assert (shed.created_ns, shed.deadline_ns, shed.finished_ns) == (100, 100 + 400 * 1_000_000, 250)
     done = {"request_id": "gw-7", "status": "dropped", "reason": "deadline: late", "latency_ms": 1.0,
             "deadline_ms": 400.0, "accuracy": 0.75, "content_type": "x",
             "hops": [{"stage": "a", "variant": "v", "batch_size": 1, "enqueued_ns": 1, "started_ns": 2, "finished_ns": 3,
@@ -59,9 +59,9 @@ def test_a_gateway_answer_is_the_result_of_the_request_sent_with_the_clients_tim
             "created_ns": 1, "deadline_ns": 2, "finished_ns": 3}
     body, h = answer(504, done)
     got = http_result("run-2", 100, 400.0, 250, 504, body, h)
-    assert (got["request_id"], got["status"], got["reason"], got["accuracy"], got["hops"]) == \
-        ("run-2", "dropped", "deadline: late", 0.75, [])
+    assert (got.request_id, got.status, got.reason, got.accuracy, got.hops, got.pipeline) == \
+        ("run-2", "dropped", "deadline: late", 0.75, (), "")
     body, h = answer(504, {"status": "pending"})
-    assert http_result("run-3", 100, 400.0, 250, 504, body, h)["reason"].startswith("deadline: 504")
-    assert http_result("run-4", 100, 400.0, 250, 503, b"down", {})["status"] == "error"
-    assert http_result("run-5", 100, 400.0, 250, 0, b"refused", {})["reason"].startswith("no answer")
+    assert http_result("run-3", 100, 400.0, 250, 504, body, h).reason.startswith("deadline: 504")
+    assert http_result("run-4", 100, 400.0, 250, 503, b"down", {}).status == "error"
+    assert http_result("run-5", 100, 400.0, 250, 0, b"refused", {}).reason.startswith("no answer")

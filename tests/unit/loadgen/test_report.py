@@ -1,6 +1,7 @@
 """Reports on known inputs: percentiles, attainment, drops, per-stage breakdown, cost, JSON and text."""
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ from slipstream.loadgen.cost import ConfigEvent, events_from_records, step_value
 from slipstream.loadgen.render import format_table, read_summary, to_jsonable, write_report
 from slipstream.loadgen.report import Envelope, reason_category, summarize
 from slipstream.loadgen.schedule import lag_stats
+from tests.control_records import result as record
 
 T0 = 1_700_000_000_000_000_000
 MS = 1_000_000
@@ -19,13 +21,13 @@ def result(i, latency_ms, status="done", reason="", slo_ms=50, queue_ms=None, va
     created = T0 + i * 10 * MS  # 100 qps
     finished = created + int(latency_ms * MS)
     q = int((queue_ms if queue_ms is not None else latency_ms / 2) * MS)
-    return {
-        "request_id": f"run-{i:08d}", "pipeline": "demo", "status": status, "reason": reason,
-        "created_ns": created, "deadline_ns": created + slo_ms * MS, "finished_ns": finished,
-        "accuracy": 0.8 if variant == "v1" else 0.6,
-        "hops": [{"stage": "a", "variant": variant, "batch_size": 4, "enqueued_ns": created,
-                  "started_ns": created + q, "finished_ns": finished, "worker": "w"}],
-    }
+    return record(
+        request_id=f"run-{i:08d}", pipeline="demo", status=status, reason=reason,
+        created_ns=created, deadline_ns=created + slo_ms * MS, finished_ns=finished,
+        accuracy=0.8 if variant == "v1" else 0.6,
+        hops=[{"stage": "a", "variant": variant, "batch_size": 4, "enqueued_ns": created,
+               "started_ns": created + q, "finished_ns": finished, "worker": "w"}],
+    )
 
 
 def known_run():
@@ -60,7 +62,7 @@ def test_stage_breakdown_splits_queueing_from_service():
     assert st.residence.p50_ms == pytest.approx(20)
     assert st.variants == {"v1": 30, "v2": 10}
     # a simulated hop knows only the residence
-    sim = [dict(r, hops=[dict(r["hops"][0], started_ns=None, batch_size=0)]) for r in res]
+    sim = [replace(r, hops=(replace(r.hops[0], started_ns=None, batch_size=0),)) for r in res]
     st2, = summarize(sim, slo_ms=50, source="simulate").stages
     assert st2.queue.count == 0 and st2.residence.p50_ms == pytest.approx(20) and st2.mean_batch is None
 
@@ -81,7 +83,7 @@ def test_time_series_windows():
 
 
 def test_long_runs_get_wider_windows():
-    res = [result(0, 1), dict(result(1, 1), created_ns=T0 + 5000 * S, finished_ns=T0 + 5000 * S + MS,
+    res = [result(0, 1), replace(result(1, 1), created_ns=T0 + 5000 * S, finished_ns=T0 + 5000 * S + MS,
                              deadline_ns=T0 + 5001 * S)]
     s = summarize(res, slo_ms=50)
     assert s.series.window_s == 5.0 and len(s.series.t_s) <= 1200

@@ -1,8 +1,11 @@
 """slipstream.loadgen.run_record: a run's report folder is read back as it was written, and the StageConfigs in
 force are read with the control topic's one epoch rule."""
+from dataclasses import replace
+
 from slipstream.streams.control_rules import current_records
 
 from slipstream.loadgen.run_record import RunRecord
+from tests.control_records import result
 
 
 def cfg(stage, epoch, **kw):
@@ -20,10 +23,12 @@ def test_results_control_and_plan_round_trip(tmp_path, planned):
     _problem, plan = planned
     run = RunRecord(tmp_path)
     assert run.control() == [] and run.plan_doc() is None and not run.has_results()
-    run.write_results([{"id": "r1", "created_ns": 100, "output": b"x"}, {"id": "r2", "created_ns": 50}])
+    r1, r2 = result(request_id="r1", created_ns=100, output=b"x"), result(request_id="r2", created_ns=50)
+    run.write_results([r1, r2])
     run.write_control([(60, cfg("a", 1)), (40, cfg("a", 0)), (70, cfg("a", 0))])
     run.write_plan(plan)
-    assert run.results() == [{"id": "r1", "created_ns": 100}, {"id": "r2", "created_ns": 50}]  # no payload
+    assert run.results() == [replace(r1, output=r2.output), r2]  # no payload
+    assert '"output"' not in (tmp_path / "results.jsonl").read_text()
     assert run.start_ns() == 50
     assert run.control()[0] == (60, cfg("a", 1))
     assert run.plan().to_dict() == plan.to_dict() == run.plan_doc()

@@ -1,4 +1,4 @@
-"""Simulated runs feed the same report: estimator output -> result dicts -> Summary, and comparisons."""
+"""Simulated runs feed the same report: estimator output -> result records -> Summary, and comparisons."""
 import numpy as np
 import pytest
 
@@ -6,6 +6,7 @@ from slipstream.loadgen.compare import ModeNotApplicable, compare_runs, failures
 from slipstream.loadgen.report import summarize
 from slipstream.loadgen.simulate import config_events, results_from_sim, simulate_run
 from slipstream.planner.estimator import ReplicaChange
+from tests.control_records import result
 from tests.paths import RESEARCH_DATA
 
 DATA = RESEARCH_DATA / "UMass-LIDS+Loki"
@@ -48,8 +49,8 @@ def test_dropped_requests_carry_the_estimator_reason(planned):
     assert all(k.startswith(("deadline@", "shed@")) for k in run.summary.drops_by_reason)
     assert any(k.startswith("shed@") for k in run.summary.drops_by_reason) and run.sim.shed_share > 0
     res = results_from_sim(problem, plan, run.sim)
-    d = next(r for r in res if r["status"] == "dropped")
-    assert d["finished_ns"] <= d["deadline_ns"] and d["reason"].startswith("stage ")
+    d = next(r for r in res if r.status == "dropped")
+    assert d.finished_ns <= d.deadline_ns and d.reason.startswith("stage ")
     assert summarize(res, slo_ms=problem.slo_ms).dropped == run.summary.dropped
 
 
@@ -74,8 +75,7 @@ def test_compare_rows_and_baseline_ratio():
         if mode == "inferline":
             raise ModeNotApplicable("no feasible inferline plan")
         cost = {"cg-peak": 4.0, "milp": 1.0}[mode]
-        res = [{"request_id": "x", "status": "done", "created_ns": 0, "finished_ns": 10**6,
-                "deadline_ns": 10**9}]
+        res = [result(request_id="x", created_ns=0, finished_ns=10**6, deadline_ns=10**9)]
         from slipstream.loadgen.cost import ConfigEvent
         return summarize(res, slo_ms=100, configs=[ConfigEvent(0, "a", 1, cost * 3600 * 1000)],
                          end_ns=10**6, start_ns=0)
@@ -114,7 +114,7 @@ def test_compare_rows_carry_the_estimate_of_each_real_run():
 
     from slipstream.loadgen.compare import est_ratio
 
-    res = [{"request_id": "x", "status": "done", "created_ns": 0, "finished_ns": 100 * 10**6, "deadline_ns": 10**9}]
+    res = [result(request_id="x", created_ns=0, finished_ns=100 * 10**6, deadline_ns=10**9)]
     est = SimpleNamespace(estimated_p99_ms=110.0, estimated_attainment=0.995, seed_p99_ms=(90.0, 110.0, 131.0),
                           drawn_p99_ms=math.nan, forward_p99_ms=125.0, forward_attainment=0.987, forward_shed=0.25,
                           unmeasured_pace=("lite2@cpu-2 carried from v3",))

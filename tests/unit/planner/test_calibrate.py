@@ -15,14 +15,17 @@ from slipstream.streams.profile_store import lookup
 from slipstream.streams.calibration import CalibrationError, CalibrationStore
 from slipstream.streams.latency import LatencyCurve
 from slipstream.streams.spec import parse_pipeline
+from slipstream.schemas.records import InferenceResult
+from tests.control_records import result as record
 
 MS = 1_000_000
 CURVE = LatencyCurve.fit({1: 4.0, 4: 10.0})
 
 
-def result(i: int, *, transit_in: float, transit_between: float, scale: float, batch: int = 4,
-           every_ms: int = 1000) -> dict:
-    """A two-stage request whose hops took ``scale`` x the profile and the given transits (ms)."""
+def result_doc(i: int, *, transit_in: float, transit_between: float, scale: float, batch: int = 4,
+               every_ms: int = 1000) -> dict:
+    """A two-stage request whose hops took ``scale`` x the profile and the given transits (ms), as the
+    dict a test may change before it becomes a record (:func:`result`)."""
     created = every_ms * MS * i
     hops, t = [], created
     for k, (stage, transit) in enumerate((("a", transit_in), ("b", transit_between))):
@@ -33,6 +36,11 @@ def result(i: int, *, transit_in: float, transit_between: float, scale: float, b
                      "received_ns": received, "started_ns": started, "finished_ns": finished, "worker": "w"})
         t = finished
     return {"created_ns": created, "hops": hops}
+
+
+def result(i: int, **kw) -> InferenceResult:
+    """:func:`result_doc` as an InferenceResult."""
+    return record(**result_doc(i, **kw))
 
 
 CURVES = {("va", "cpu"): CURVE, ("vb", "cpu"): CURVE}
@@ -73,7 +81,7 @@ def test_fit_splits_the_spread_within_a_second_from_the_pace_between_seconds():
 
 def test_fit_refuses_runs_without_receipt_times():
     rs = [result(i, transit_in=1, transit_between=1, scale=2.0) for i in range(20)]
-    old = [{**r, "hops": [{k: v for k, v in h.items() if k != "received_ns"} for h in r["hops"]]} for r in rs]
+    old = [replace(r, hops=tuple(replace(h, received_ns=0) for h in r.hops)) for r in rs]
     with pytest.raises(CalibrationFitError, match="received_ns"):
         fit(old, CURVES, HW)
     with pytest.raises(CalibrationFitError, match="no hop's variant has a profile"):
@@ -146,11 +154,11 @@ def test_planner_service_refits_from_recent_results_against_the_profiled_curves(
     rp = Replanner(base, "one", ReplanSettings(refit_min_batches=50), calibration=store.calibration)
     ms = 1_000_000
 
-    def res(i: int) -> dict:  # batches of 4 that took 2x the profiled 10 ms, 5 ms in transit
+    def res(i: int):  # batches of 4 that took 2x the profiled 10 ms, 5 ms in transit
         t0 = i * 10**9
-        return {"created_ns": t0, "finished_ns": t0 + 27 * ms, "hops": [
+        return record(created_ns=t0, finished_ns=t0 + 27 * ms, hops=[
             {"stage": "a", "variant": "va", "batch_size": 4, "enqueued_ns": t0, "received_ns": t0 + 5 * ms,
-             "started_ns": t0 + 7 * ms, "finished_ns": t0 + 27 * ms, "worker": "w"}]}
+             "started_ns": t0 + 7 * ms, "finished_ns": t0 + 27 * ms, "worker": "w"}])
 
     assert rp.refit([res(i) for i in range(49)], plan) is rp  # too few batches: unchanged
     new = rp.refit([res(i) for i in range(60)], plan)
@@ -177,10 +185,10 @@ def test_dispatch_time_counts_from_the_instance_being_free_and_leaves_out_batch_
         return {"stage": stage, "variant": "v", "batch_size": 1, "worker": worker, "enqueued_ns": 0,
                 "received_ns": received * MS, "started_ns": started * MS, "finished_ns": finished * MS}
 
-    rs = [{"hops": [hop("a", "w/0", 100, 101, 111)]},
-          {"hops": [hop("a", "w/0", 105, 113, 120)]},  # arrived while w/0 ran the first: 113 - 111
-          {"hops": [hop("a", "w/1", 105, 109, 120)]},  # another instance, free: 109 - 105
-          {"hops": [hop("b", "x/0", 100, 130, 140)]}]  # b's batch timeout is 30 ms: it may have waited for it
+    rs = [record(hops=[hop("a", "w/0", 100, 101, 111)]),
+          record(hops=[hop("a", "w/0", 105, 113, 120)]),  # arrived while w/0 ran the first: 113 - 111
+          record(hops=[hop("a", "w/1", 105, 109, 120)]),  # another instance, free: 109 - 105
+          record(hops=[hop("b", "x/0", 100, 130, 140)])]  # b's batch timeout is 30 ms: it may have waited for it
     assert dispatch_ms(rs).tolist() == [1.0, 2.0, 4.0, 30.0]
     assert dispatch_ms(rs, {"b": 30.0}).tolist() == [1.0, 2.0, 4.0]
 
@@ -202,14 +210,14 @@ def test_several_runs_fit_as_one_with_each_runs_hardware_and_their_pace_is_not_c
     from slipstream.planner.calibrate import RunHops, fit_runs
 
     def run(scale: float, offset_s: int, overlap: bool, hw: str) -> RunHops:
-        rs = [result(i, transit_in=1, transit_between=1, scale=scale, every_ms=20 if overlap else 1000)
+        rs = [result_doc(i, transit_in=1, transit_between=1, scale=scale, every_ms=20 if overlap else 1000)
               for i in range(100)]
         for r in rs:  # far apart in time, as two runs are
             r["created_ns"] += offset_s * 10**9
             for h in r["hops"]:
                 h.update({k: h[k] + offset_s * 10**9 for k in ("enqueued_ns", "received_ns", "started_ns", "finished_ns")})
                 h["worker"] = f"w{offset_s}"
-        return RunHops(rs, {("a", "va"): hw, ("b", "vb"): "cpu"})
+        return RunHops([record(**r) for r in rs], {("a", "va"): hw, ("b", "vb"): "cpu"})
 
     curves = {**CURVES, ("va", "gpu"): CURVE}
     # a slow run whose batches overlap, a fast one whose batches never do, on 2 free cores: no sharing
@@ -293,12 +301,13 @@ def test_scales_per_batch_size_where_several_sizes_ran_and_the_profile_store_app
 def test_each_variant_gets_its_own_spread_and_the_estimator_draws_it_with_that():
     # stage a's batches alternate 1x and 3x within every second, stage b's never vary: one pooled
     # spread would give b's variant a's, which is what made the estimator over-drop unmeasured variants
-    rs = [result(i, transit_in=1, transit_between=1, scale=1.0, every_ms=100) for i in range(200)]
+    rs = [result_doc(i, transit_in=1, transit_between=1, scale=1.0, every_ms=100) for i in range(200)]
     for i, r in enumerate(rs):
         a, b = r["hops"]
         later = int((0.0 if i % 2 else 2.0) * CURVE.ms(4) * MS)
         a["finished_ns"] += later
         b.update({k: b[k] + later for k in ("enqueued_ns", "received_ns", "started_ns", "finished_ns")})
+    rs = [record(**r) for r in rs]
     doc = fit(rs, CURVES, HW)
     assert doc["host"] is None and doc["slowdown"]["factors"] == pytest.approx([1.0] * 20)
     (ms_a, cv_a), = doc["service"]["va@cpu"]["cv_by_ms"]
@@ -388,21 +397,21 @@ def test_run_pace_is_each_variants_measured_over_expected_service_by_window_with
     from slipstream.planner.sim.params import HostModel
 
     # one request every 100 ms; its stage-b batch runs 2x its profile in second 3, else as profiled
-    results = [result(i, transit_in=1.0, transit_between=1.0, scale=2.0 if 3000 <= i * 100 < 4000 else 1.0,
-                      every_ms=100) for i in range(60)]
+    results = [result_doc(i, transit_in=1.0, transit_between=1.0, scale=2.0 if 3000 <= i * 100 < 4000 else 1.0,
+                          every_ms=100) for i in range(60)]
     for r in results:  # stage a as profiled throughout
         a = r["hops"][0]
         a["finished_ns"] = a["started_ns"] + int(CURVE.ms(4) * MS)
-    pace = run_pace(RunHops(results, HW), CURVES, None, 0)
+    pace = run_pace(RunHops([record(**r) for r in results], HW), CURVES, None, 0)
     assert set(pace) == {"va@cpu", "vb@cpu"}
     assert pace["va@cpu"] == pytest.approx([1.0] * 6, abs=0.01)
     b = pace["vb@cpu"]
     assert b[3] > 1.8 and all(abs(v - 1.0) < 0.2 for i, v in enumerate(b) if i != 3)
     # the same batches as if two ran at once on one free core: sharing explains 2x, the pace is 1
-    shared = [result(i, transit_in=1.0, transit_between=1.0, scale=2.0, every_ms=100) for i in range(60)]
+    shared = [result_doc(i, transit_in=1.0, transit_between=1.0, scale=2.0, every_ms=100) for i in range(60)]
     for r in shared:
         r["hops"][1]["worker"] = "w2"
         r["hops"][1]["started_ns"], r["hops"][1]["finished_ns"] = r["hops"][0]["started_ns"], r["hops"][0]["finished_ns"]
         r["hops"][0]["finished_ns"] = r["hops"][0]["started_ns"] + int(2 * CURVE.ms(4) * MS)
-    both = run_pace(RunHops(shared, HW), CURVES, HostModel(1.0), 0)
+    both = run_pace(RunHops([record(**r) for r in shared], HW), CURVES, HostModel(1.0), 0)
     assert both["vb@cpu"] == pytest.approx([1.0] * 6, abs=0.01)

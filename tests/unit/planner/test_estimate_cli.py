@@ -8,9 +8,11 @@ from click.testing import CliRunner
 
 from slipstream.loadgen.render import write_report
 from slipstream.loadgen.report import summarize
+from slipstream.loadgen.run_record import RunRecord
 from slipstream.planner.plan import Assignment, Plan, StagePlan
 from slipstream.planner.profiles import BatchPoint, Profile, ProfileStore
 from slipstream.commands.estimate import estimate_cmd
+from tests.control_records import result
 
 MS = 1_000_000
 PIPE = """name: one
@@ -29,11 +31,11 @@ def finished_run(tmp_path):
         t0 = 10**12 + i * 100 * MS
         hop = {"stage": "a", "variant": "va", "batch_size": 1, "enqueued_ns": t0, "received_ns": t0 + 10 * MS,
                "started_ns": t0 + 10 * MS, "finished_ns": t0 + 30 * MS, "worker": "w/0"}
-        results.append({"request_id": f"r{i}", "pipeline": "one", "status": "done", "reason": "", "created_ns": t0,
-                        "deadline_ns": t0 + 300 * MS, "finished_ns": t0 + 30 * MS, "hops": [hop]})
+        results.append(result(request_id=f"r{i}", pipeline="one", created_ns=t0, deadline_ns=t0 + 300 * MS,
+                              finished_ns=t0 + 30 * MS, hops=[hop]))
     report = tmp_path / "run"
     write_report(summarize(results, slo_ms=300, pipeline="one", label="one milp"), report, plots=False)
-    (report / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results))
+    RunRecord(report).write_results(results)
     plan = Plan("milp", (StagePlan("a", (Assignment("va", "cpu", 1, 1),)),), feasible=True, rate_qps=10.0)
     (report / "plan.json").write_text(json.dumps(plan.to_dict()))
     return report

@@ -5,6 +5,7 @@ import numpy as np
 
 from slipstream.planner.run import ArrivalWindow, MeasuredLatency
 from slipstream.streams.config import KafkaSettings
+from tests.control_records import result as record
 
 
 def test_arrival_window_keeps_only_the_horizon_sorted():
@@ -15,9 +16,9 @@ def test_arrival_window_keeps_only_the_horizon_sorted():
     assert list(w.snapshot(now_s=45.0)) == []
 
 
-def result(finished_s: float, latency_ms: float, status: str = "done") -> dict:
+def result(finished_s: float, latency_ms: float, status: str = "done"):
     s = 1_000_000_000
-    return {"status": status, "finished_ns": int(finished_s * s), "created_ns": int(finished_s * s - latency_ms * 1e6)}
+    return record(status=status, finished_ns=int(finished_s * s), created_ns=int(finished_s * s - latency_ms * 1e6))
 
 
 def test_measured_p99_over_the_recent_horizon_only():
