@@ -120,13 +120,13 @@ def forward(pipe: Pipeline, stage: str, req: InferenceRequest, out: ItemOutput, 
     if not targets:  # fan-out of zero: this fragment is complete, with nothing to show
         return [_result(pipe, req, hops, "done", "no outputs", now, b"", "application/json",
                         accuracy)]
-    frag = fraction(req.fragment)
     n = len(targets)
+    share = fraction_text(req.fragment) if n == 1 else str(fraction(req.fragment) / n)  # no arithmetic for one
     records = []
     for j, (i, e, child) in enumerate(targets):  # the request's other fields kept as they are
         path = req.path + ((f"{stage}:{j}/{n}",) if n > 1 else ())
         value = replace(req, hops=hops, payload=e.payload, content_type=e.content_type,
-                        fragment=str(frag / n), path=path, accuracy=accuracy)
+                        fragment=share, path=path, accuracy=accuracy)
         records.append(Out(topics.stage_input(pipe.name, child), req.request_id,
                            "InferenceRequest", value))
     return records
