@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ..schemas.records import InferenceResult
+
 NEW, DUPLICATE, FOREIGN = "new", "duplicate", "foreign"
 
 

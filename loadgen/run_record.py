@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..schemas.records import InferenceResult
+
 RESULTS, CONTROL, PLAN, SUMMARY = "results.jsonl", "control.jsonl", "plan.json", "summary.json"
 
 

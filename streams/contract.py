@@ -32,6 +32,7 @@ from functools import cache
 from typing import Any, Callable, Mapping, NamedTuple
 
 from .. import schemas
+
 MAX_ID_CHARS = 256
 MAX_NAME_CHARS = 256  # content types, stage/variant/worker names in hops, path entries
 MAX_REASON_CHARS = 16_384
