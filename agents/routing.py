@@ -52,9 +52,9 @@ def fraction(text: str) -> Fraction:
 
 
 @lru_cache(maxsize=4096)
-def fraction_text(text: str) -> str:
-    """A record's ``fragment`` as the results write it (``str`` of the fraction, once per text)."""
-    return str(fraction(text))
+def fraction_text(text: str, parts: int = 1) -> str:
+    """A record's ``fragment`` split in ``parts``, as the records write it (once per text and parts)."""
+    return str(fraction(text) / parts)
 
 
 def child_stages(pipe: Pipeline, stage: str) -> list[str]:
@@ -121,7 +121,7 @@ def forward(pipe: Pipeline, stage: str, req: InferenceRequest, out: ItemOutput, 
         return [_result(pipe, req, hops, "done", "no outputs", now, b"", "application/json",
                         accuracy)]
     n = len(targets)
-    share = fraction_text(req.fragment) if n == 1 else str(fraction(req.fragment) / n)  # no arithmetic for one
+    share = fraction_text(req.fragment, n)
     records = []
     for j, (i, e, child) in enumerate(targets):  # the request's other fields kept as they are
         path = req.path + ((f"{stage}:{j}/{n}",) if n > 1 else ())

@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from aiokafka import TopicPartition
+
 from ..streams import kafka as kclient, topics
 from ..streams.admin import admin_client
 from ..streams.config import KafkaSettings
-from ..streams.lag import stage_groups
+from ..streams.lag import committed, stage_groups
 from ..streams.spec import Pipeline
 
 
@@ -41,12 +43,10 @@ async def trail(kafka: KafkaSettings, pipe: Pipeline, request_ids: Iterable[str]
     groups = {topic: group for group, topic in stage_groups(pipe).items()}
     async with admin_client(kafka) as admin:
         for topic in [*groups, topics.results(pipe.name)]:
-            committed = {} if topic not in groups else {
-                tp.partition: m.offset for tp, m in (await admin.list_consumer_group_offsets(groups[topic])).items()
-                if tp.topic == topic and m.offset >= 0}
+            at = await committed(admin, groups[topic]) if topic in groups else {}
             for r in await kclient.records_since(kafka, topic, since_ms):
                 if (rid := wanted.get(r.key)) is not None:
-                    out[rid].append(Sighting(topic, r.partition, r.offset, committed.get(r.partition)))
+                    out[rid].append(Sighting(topic, r.partition, r.offset, at.get(TopicPartition(topic, r.partition))))
     return out
 
 

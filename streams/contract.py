@@ -28,7 +28,7 @@ import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, Callable, Mapping, NamedTuple
 
 from .. import schemas
@@ -130,14 +130,20 @@ def _unit(v, b, now, rec):
 
 
 def _fraction(v, b, now, rec):
-    if v == "1":  # the whole request, as nearly every record is: fine anywhere, nothing to parse
-        return None
+    if len(v) > 2 * MAX_FRACTION_DIGITS + 1:  # never a fraction; and the verdicts kept stay small
+        return f"not a fraction a/b (digits, at most {MAX_FRACTION_DIGITS} each)"
+    return _fraction_verdict(v, b.source)
+
+
+@lru_cache(maxsize=4096)
+def _fraction_verdict(v: str, source: bool) -> str | None:
+    """The fragment rule, once per distinct text (nearly every record carries "1")."""
     if not _FRACTION.fullmatch(v):
         return f"not a fraction a/b (digits, at most {MAX_FRACTION_DIGITS} each)"
     f = Fraction(v)
     if f > 1:
         return "more than the whole request (1)"
-    if b.source and f != 1:
+    if source and f != 1:
         return "must be 1 at the pipeline's input (the stages split it)"
     return None
 

@@ -27,6 +27,11 @@ def stage_groups(pipe: Pipeline) -> dict[str, str]:
     return groups
 
 
+async def committed(admin, group: str) -> dict:
+    """``group``'s committed offsets (partition -> offset; partitions with nothing committed left out)."""
+    return {tp: m.offset for tp, m in (await admin.list_consumer_group_offsets(group)).items() if m.offset >= 0}
+
+
 class LagReader:
     """Each group's lag on its input topic (``groups``: group -> topic), read from the broker. The
     partitions are looked up on every read (the tuner grows topics)."""
@@ -47,9 +52,7 @@ class LagReader:
         for group, topic in self.groups.items():
             tps = await kclient.topic_partitions(self.cons, topic)
             ends, starts = await self.cons.end_offsets(tps), await self.cons.beginning_offsets(tps)
-            committed = {tp: m.offset for tp, m in (await self.admin.list_consumer_group_offsets(group)).items()
-                         if m.offset >= 0}
-            out[group] = group_lag(ends, committed, starts)
+            out[group] = group_lag(ends, await committed(self.admin, group), starts)
         return out
 
     async def stop(self) -> None:

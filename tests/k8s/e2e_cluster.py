@@ -41,12 +41,11 @@ import pytest
 
 from slipstream.loadgen.collect import check_exactly_once
 from slipstream.loadgen.trail import describe, trail
-from slipstream.schemas.records import InferenceResult
 from slipstream.streams import topics
 from slipstream.streams.client import PipelineClient, make_request
 from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings
 from slipstream.streams.spec import load_pipeline
-from tests.integration.helpers import read_topic
+from tests.integration.helpers import as_records, read_topic
 from tests.k8s.kube import (ROOT, Watch, bridge_kafka, can_i, condition_true, kube_json, kubectl, pods, render,
                             running, slipstream_cli)
 from slipstream.tuner.k8s import APPLY, FIELD_MANAGER, deployment_name
@@ -178,7 +177,7 @@ def test_a_killed_pod_is_replaced_and_no_request_is_lost(app, kafka):
                                  and p["metadata"]["labels"].get("slipstream.io/stage") == "relay", 180)
     kubectl("wait", "--for=condition=Available", f"deployment/{dep}", "-n", ns, "--timeout=180s", timeout=200)
     raw = asyncio.run(read_topic(kafka, topics.results(pipe.name), len(ids), short_ok=True))
-    delivery = check_exactly_once([InferenceResult.from_dict(r) for r in raw if r["request_id"] in set(ids)], ids)
+    delivery = check_exactly_once(as_records(r for r in raw if r["request_id"] in set(ids)), ids)
     assert not delivery.missing and not delivery.conflicting, str(delivery)
     FIG["kill"] = {"requests": len(ids), "missing": len(delivery.missing), "duplicates": len(delivery.duplicates),
                    "replacement_ready_s": round((ready - killed[0]) / 1e9, 1)}
