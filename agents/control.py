@@ -10,7 +10,6 @@ at the next batch boundary.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..schemas.records import StageConfig
@@ -19,37 +18,23 @@ from ..streams.control_rules import InvalidControl, check
 from ..streams.spec import Pipeline
 
 
-@dataclass(frozen=True)
-class ActiveConfig:
-    variant: str
-    hardware: str
-    max_batch: int
-    batch_timeout_ms: float
-    epoch: int = -1  # -1: the spec's defaults, before any control record
-    routing: Mapping[str, float] = field(default_factory=dict)  # variant -> share (Loki)
-    replicas: int = 1
-    digests: Mapping[str, str] = field(default_factory=dict)  # variant -> pinned model digest
-
-    @property
-    def variants(self) -> tuple[str, ...]:
-        """Every variant this config routes to (a share above 0)."""
-        return tuple(sorted(shares.in_service(self.routing, self.variant)))
-
-    @property
-    def loaded(self) -> tuple[str, ...]:
-        """Every variant this config names (the executors to keep loaded): those it routes to and
-        those ``routing`` names with share 0 (a loki stage's ladder: loaded, serving nothing, so a
-        later config that only moves shares loads no model); ``variant`` alone when it is empty."""
-        return tuple(sorted(self.routing or {self.variant: 1.0}))
+def defaults(pipe: Pipeline, stage: str) -> StageConfig:
+    """The config in force before any control record: the spec's defaults (epoch -1)."""
+    return pipe.stage(stage).defaults
 
 
-def defaults(pipe: Pipeline, stage: str) -> ActiveConfig:
-    d = pipe.stage(stage).defaults
-    return ActiveConfig(d.variant, d.hardware, d.max_batch, d.batch_timeout_ms, -1, {}, d.replicas)
+def variants(cfg: StageConfig) -> tuple[str, ...]:
+    """Every variant ``cfg`` routes to (a share above 0)."""
+    return tuple(sorted(shares.in_service(cfg.routing, cfg.variant)))
 
 
-def accept(pipe: Pipeline, stage: str, rec: StageConfig, current: ActiveConfig
-           ) -> tuple[ActiveConfig | None, str]:
+def loaded(cfg: StageConfig) -> tuple[str, ...]:
+    """Every variant ``cfg`` names: the executors to keep loaded (``slipstream.streams.shares.named``)."""
+    return shares.named(cfg.routing, cfg.variant)
+
+
+def accept(pipe: Pipeline, stage: str, rec: StageConfig, current: StageConfig
+           ) -> tuple[StageConfig | None, str]:
     """(new config, "") when ``rec`` should replace ``current``; (None, reason) otherwise. The fields
     are checked by the control topic's one rule set (``slipstream.streams.control_rules``)."""
     if rec.pipeline != pipe.name or rec.stage != stage:
@@ -60,12 +45,10 @@ def accept(pipe: Pipeline, stage: str, rec: StageConfig, current: ActiveConfig
         return None, str(exc)
     if rec.epoch <= current.epoch:
         return None, f"stale epoch {rec.epoch} <= {current.epoch} in force"
-    routing = {k: float(v) for k, v in rec.routing.items()}
-    return ActiveConfig(rec.variant, rec.hardware, int(rec.max_batch), float(rec.batch_timeout_ms),
-                        int(rec.epoch), routing, int(rec.replicas), dict(rec.digests)), ""
+    return rec, ""
 
 
-def choose_variant(request_id: str, accuracy_floor: float | None, cfg: ActiveConfig,
+def choose_variant(request_id: str, accuracy_floor: float | None, cfg: StageConfig,
                    accuracy: Mapping[str, float]) -> tuple[str | None, str]:
     """The variant a request runs on: ``slipstream.streams.shares.choose`` over the config's routing (the rule the
     estimator runs too), restricted to variants meeting the request's accuracy floor (INFaaS).

@@ -22,11 +22,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable, Mapping, NamedTuple, Sequence
 
-from ..schemas.records import InferenceRequest
+from ..schemas.records import InferenceRequest, StageConfig
 from ..streams import batching, shares
 from ..streams.spec import Pipeline
 from . import routing
-from .control import ActiveConfig, choose_variant
+from .control import choose_variant
 
 
 @dataclass(slots=True)
@@ -77,7 +77,7 @@ class WindowPlanner:
         return before - len(self.queue)
 
 
-def split_variants(window: Sequence[Item], cfg: ActiveConfig, accuracy: Mapping[str, float]
+def split_variants(window: Sequence[Item], cfg: StageConfig, accuracy: Mapping[str, float]
                    ) -> tuple[dict[str, list[Item]], list[tuple[Item, str]]]:
     """(items per variant, FIFO; items no variant in service may serve, with the reason)."""
     groups: dict[str, list[Item]] = {}

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..schemas import records
 from ..streams.arrivals import peak_rate_sliding
+from ..streams import shares
 from ..streams.control_rules import next_epoch
 from . import calibrate, fallback, milp
 from .capacity import StageCapacity, capacity_qps, ladders, stage_capacity
@@ -199,9 +200,9 @@ def judged(problem: Problem, plan: Plan) -> Plan:
 
 def named_variants(problem: Problem, plan: Plan) -> dict[str, tuple[str, frozenset[str]]]:
     """Per stage, what its workers keep loaded under ``plan``'s StageConfig: (hardware, the variants
-    its routing names; ``slipstream.agents.control.ActiveConfig.loaded``)."""
+    its routing names; ``slipstream.streams.shares.named``)."""
     named = ladders(problem, plan)
-    return {sp.stage: (sp.primary.hardware, frozenset(named.get(sp.stage) or sp.routing or {sp.primary.variant}))
+    return {sp.stage: (sp.primary.hardware, frozenset(shares.named(named.get(sp.stage) or sp.routing, sp.primary.variant)))
             for sp in plan.stages}
 
 

@@ -20,6 +20,13 @@ def in_service(routing: Mapping[str, float], variant: str) -> dict[str, float]:
     return {v: w for v, w in routing.items() if w > 0} or {variant: 1.0}
 
 
+def named(routing: Mapping[str, float], variant: str) -> tuple[str, ...]:
+    """Every variant a config names, sorted: the executors its workers keep loaded. Those it routes to
+    and those ``routing`` names with share 0 (a loki stage's ladder: loaded, serving nothing, so a
+    later config that only moves shares loads no model); ``variant`` alone when ``routing`` is empty."""
+    return tuple(sorted(routing or {variant: 1.0}))
+
+
 def choose(request_id: str, shares: Mapping[str, float]) -> str:
     """The variant of ``shares`` (variant -> weight > 0, not empty) that serves ``request_id``."""
     if len(shares) == 1:

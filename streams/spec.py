@@ -31,10 +31,12 @@ from typing import Annotated, Any, Literal, Mapping, Optional
 
 from pydantic import ConfigDict, Field, StringConstraints
 
+from ..schemas.records import StageConfig
 from .docmodel import Doc, did_you_mean, load_document, read
 from .graph import StageGraph, reference_error
 from .limits import MAX_REQUEST_BYTES
 
+DEFAULTS_MODE = "defaults"  # the planner_mode of a stage's spec defaults: no planner chose them
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
 
@@ -60,20 +62,10 @@ class Variant:
 
 
 @dataclass(frozen=True)
-class StageDefaults:
-    variant: str
-    hardware: str
-    max_batch: int = 1
-    batch_timeout_ms: float = 5.0
-    replicas: int = 1
-    partitions: int = 4
-
-
-@dataclass(frozen=True)
 class Stage:
     name: str
     variants: tuple[Variant, ...]
-    defaults: StageDefaults
+    defaults: StageConfig  # the config in force before any control record (epoch -1)
 
     def variant(self, name: str) -> Variant:
         for v in self.variants:
@@ -193,7 +185,7 @@ def parse_pipeline(doc: Any, *, source_file: str = "<memory>") -> Pipeline:
         return SpecError(f"{source_file}: {path}: expected {expected}, got {got!r}")
 
     hardware = {n: Hardware(name=n, **h.model_dump()) for n, h in d.hardware.items()}
-    stages = [_stage(s, f"stages[{i}]", hardware, fail) for i, s in enumerate(d.stages)]
+    stages = [_stage(d.name, s, f"stages[{i}]", hardware, fail) for i, s in enumerate(d.stages)]
     if (wrong := reference_error([s.name for s in stages], d.edges or ())) is not None:
         raise fail(*wrong)
     edges = [Edge(src=e.src, dst=e.dst, fanout=e.fanout, probability=e.probability) for e in d.edges or ()]
@@ -205,7 +197,7 @@ def parse_pipeline(doc: Any, *, source_file: str = "<memory>") -> Pipeline:
     return pipe
 
 
-def _stage(s: StageDoc, path: str, hardware: Mapping[str, Hardware], fail) -> Stage:
+def _stage(pipeline: str, s: StageDoc, path: str, hardware: Mapping[str, Hardware], fail) -> Stage:
     vnames = [v.name for v in s.variants]
     if len(set(vnames)) != len(vnames):
         raise fail(f"{path}.variants", "unique variant names", vnames)
@@ -219,8 +211,9 @@ def _stage(s: StageDoc, path: str, hardware: Mapping[str, Hardware], fail) -> St
     if d.replicas > d.partitions:
         raise fail(f"{dpath}.replicas", f"at most partitions ({d.partitions}): replicas beyond the "
                    "partition count sit idle", d.replicas)
-    defaults = StageDefaults(variant=variant, hardware=hw, max_batch=d.max_batch,
-                             batch_timeout_ms=d.batch_timeout_ms, replicas=d.replicas, partitions=d.partitions)
+    defaults = StageConfig(pipeline=pipeline, stage=s.name, variant=variant, hardware=hw, max_batch=d.max_batch,
+                           batch_timeout_ms=float(d.batch_timeout_ms), replicas=d.replicas, partitions=d.partitions,
+                           epoch=-1, planner_mode=DEFAULTS_MODE, reason="the spec's defaults")
     variants = tuple(Variant(name=v.name, model=v.model, accuracy=v.accuracy, params=dict(v.params))
                      for v in s.variants)
     return Stage(name=s.name, variants=variants, defaults=defaults)

@@ -194,11 +194,7 @@ def fragment_record(pipeline: str, slo_ms: float) -> Callable[[str], dict]:
 
 def stage_config(pipe, stage: str) -> dict:
     """The StageConfig of ``stage``'s spec defaults: the config in force that control cases mutate."""
-    d = pipe.stage(stage).defaults
-    return {"pipeline": pipe.name, "stage": stage, "variant": d.variant, "hardware": d.hardware,
-            "max_batch": d.max_batch, "batch_timeout_ms": d.batch_timeout_ms, "replicas": d.replicas,
-            "partitions": d.partitions, "epoch": 1, "planner_mode": "fuzz", "predicted_p99_ms": None,
-            "routing": {}, "cost_per_hour": 0.0, "reason": "fuzz", "digests": {}}
+    return {**pipe.stage(stage).defaults.to_dict(), "epoch": 1, "planner_mode": "fuzz", "reason": "fuzz"}
 
 
 def control_cases(pipeline: str, stage: str, base: dict, n: int, seed: int, spec) -> list[Case]:

@@ -79,10 +79,7 @@ def stage_config_record(pipeline: Pipeline, latest: StageConfig | None, stage: s
     """The stage's latest StageConfig with the tuner's replicas (and ``shares``: its routing, every
     variant the latest one named kept, at 0 when not given one); the spec's defaults if none was seen."""
     if latest is None:
-        d = pipeline.stage(stage).defaults
-        latest = StageConfig(pipeline=pipeline.name, stage=stage, variant=d.variant, hardware=d.hardware,
-                             max_batch=d.max_batch, batch_timeout_ms=d.batch_timeout_ms, replicas=d.replicas,
-                             partitions=d.partitions, epoch=0, planner_mode="defaults", predicted_p99_ms=None)
+        latest = pipeline.stage(stage).defaults
     hw = pipeline.hardware.get(latest.hardware)
     price = hw.cost_per_hour if hw is not None else 0.0
     routing = latest.routing

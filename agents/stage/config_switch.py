@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 from ...schemas.records import StageConfig
 from ...streams.spec import Pipeline
 from ...streams.timeline import mark
-from ..control import ActiveConfig, accept, defaults
+from ..control import accept, defaults, loaded
 from ..metrics import StageMetrics
 from ..replicas import Fleet, Replica
 from . import log, log_failure
@@ -30,8 +30,8 @@ class ConfigSwitch:
                  wake: Callable[[], None]) -> None:
         self.pipe, self.stage, self.pool, self.metrics = pipe, stage, pool, metrics
         self.wake = wake  # the batch loop: a config waits for the boundary
-        self.config: ActiveConfig = defaults(pipe, stage)
-        self.pending: tuple[ActiveConfig, Fleet] | None = None
+        self.config: StageConfig = defaults(pipe, stage)
+        self.pending: tuple[StageConfig, Fleet] | None = None
 
     async def start(self, held: Sequence[StageConfig]) -> None:
         """Put in force the config to start with: of ``held`` (this stage's StageConfigs on the
@@ -43,7 +43,7 @@ class ConfigSwitch:
         mark("model-loaded", instances=len(fleet.replicas))
         self.pool.keep_spares(self.config, self._waiting)
 
-    async def _initial(self, held: Sequence[StageConfig]) -> tuple[ActiveConfig, Fleet]:
+    async def _initial(self, held: Sequence[StageConfig]) -> tuple[StageConfig, Fleet]:
         chain, cfg = [], self.config
         for rec in held:
             if (new := self._accepted(rec, cfg)) is not None:
@@ -79,7 +79,7 @@ class ConfigSwitch:
         self.wake()
         return True
 
-    def _accepted(self, rec: StageConfig, current: ActiveConfig) -> ActiveConfig | None:
+    def _accepted(self, rec: StageConfig, current: StageConfig) -> StageConfig | None:
         """``rec`` as the config to follow ``current``, or None (logged and counted when it was
         meant for this stage)."""
         cfg, why = accept(self.pipe, self.stage, rec, current)
@@ -88,12 +88,12 @@ class ConfigSwitch:
             self.metrics.lab(self.metrics.config_rejected).inc()
         return cfg
 
-    def _unloadable(self, cfg: ActiveConfig, exc: Exception) -> None:
+    def _unloadable(self, cfg: StageConfig, exc: Exception) -> None:
         """A model that cannot load is a bad config, not a dead worker."""
-        log.error("control record epoch %d rejected: cannot load %s: %s", cfg.epoch, cfg.loaded, exc)
+        log.error("control record epoch %d rejected: cannot load %s: %s", cfg.epoch, loaded(cfg), exc)
         self.metrics.lab(self.metrics.config_rejected).inc()
 
-    def at_boundary(self) -> ActiveConfig:
+    def at_boundary(self) -> StageConfig:
         """A window boundary: the pending config, if any, goes in force; the config in force."""
         if self.pending is None:
             return self.config
@@ -113,7 +113,7 @@ class ConfigSwitch:
         task = asyncio.ensure_future(self._replace(self.config))
         task.add_done_callback(log_failure)
 
-    async def _replace(self, cfg: ActiveConfig) -> None:
+    async def _replace(self, cfg: StageConfig) -> None:
         fleet = await self.pool.prepare(cfg, self.pool.fleet)
         if self.config is cfg and self.pending is None:
             self.pending = (cfg, fleet)

@@ -1,5 +1,5 @@
 """Replica pool: the model replicas a config needs (``slipstream.agents.replicas``, ``slipstream.streams.placement``), each with
-an executor per variant the config names (``ActiveConfig.loaded``: a loki stage's ladder too).
+an executor per variant the config names (``slipstream.agents.control.loaded``: a loki stage's ladder too).
 
 Owns ``fleet`` (the replicas serving now and each variant's accuracy and latency predictor), the
 ``loader`` thread (loads and warm-ups run beside serving, so no window waits on a load), the spare
@@ -20,13 +20,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
+from ...schemas.records import StageConfig
 from ...streams import placement
 from ...streams.batching import NS_PER_MS
 from ...streams.latency import LatencyCurve, RecentLatency
 from ...streams.profile_store import ProfileStore, lookup
 from ...streams.spec import Pipeline
 from ...streams.timeline import mark
-from ..control import ActiveConfig
+from ..control import loaded, variants
 from ..executors import check_digest, pinned
 from ..metrics import StageMetrics
 from ..replicas import ExecutorFactory, Fleet, Replica, VariantState, new_replica, warmup_curve
@@ -47,23 +48,23 @@ class ReplicaPool:
         self.loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"load-{stage}")
         self._spare_fill: asyncio.Future | None = None
 
-    def replicas_for(self, cfg: ActiveConfig) -> int:
+    def replicas_for(self, cfg: StageConfig) -> int:
         return placement.layout(cfg.replicas, self.max_replicas).instances
 
     def idle(self) -> Replica | None:
         return self.fleet.idle()
 
-    def serve_ns(self, cfg: ActiveConfig) -> int:
+    def serve_ns(self, cfg: StageConfig) -> int:
         """The fastest batch-1 latency predicted for a variant of ``cfg`` in service (0 when none is
         loaded), and the pace of a full batch (:meth:`behind`) updated on the way."""
-        vs = [self.fleet.variants[v] for v in cfg.variants if v in self.fleet.variants]
+        vs = [self.fleet.variants[v] for v in variants(cfg) if v in self.fleet.variants]
         if not vs:
             return 0
         b = cfg.max_batch
         self.pace_ns = max(v.predictor.predict_ns(b) for v in vs) // b
         return min(v.predictor.predict_ns(1) for v in vs)
 
-    def behind(self, queued: int, cfg: ActiveConfig) -> bool:
+    def behind(self, queued: int, cfg: StageConfig) -> bool:
         """``queued`` items are more than the replicas serve within the SLO (always room for a
         window each)."""
         replicas = max(len(self.fleet.replicas), 1)
@@ -71,11 +72,11 @@ class ReplicaPool:
             return False
         return queued * self.pace_ns > self.pipe.slo_ms * NS_PER_MS * replicas
 
-    async def _load_replica(self, cfg: ActiveConfig, fleet: Fleet) -> tuple[Replica, dict[str, LatencyCurve], int]:
+    async def _load_replica(self, cfg: StageConfig, fleet: Fleet) -> tuple[Replica, dict[str, LatencyCurve], int]:
         """One replica of ``cfg``'s variants beside ``fleet``, loaded and warmed on the loader thread:
         the replica, each variant's warm-up curve and the load's ns (the rest of the time is the warm-up)."""
         loop = asyncio.get_running_loop()
-        variants = [self.spec.variant(n) for n in cfg.loaded]
+        variants = [self.spec.variant(n) for n in loaded(cfg)]
         index = max((r.index for r in [*fleet.replicas, *self.spares.replicas]), default=-1) + 1
         t0 = time.time_ns()
         replica = await loop.run_in_executor(self.loader, new_replica, pinned(self.factory, cfg.digests), variants,
@@ -86,11 +87,11 @@ class ReplicaPool:
                   for v in variants}
         return replica, curves, load_ns
 
-    async def prepare(self, cfg: ActiveConfig, current: Fleet) -> Fleet:
+    async def prepare(self, cfg: StageConfig, current: Fleet) -> Fleet:
         """The fleet for ``cfg``: ``current``'s replicas when they run the same variants on the same
         hardware (a pure replica change), then spare replicas, then new ones loaded and warmed off the
         event loop."""
-        same = bool(current.replicas) and set(current.variants) == set(cfg.loaded) and \
+        same = bool(current.replicas) and set(current.variants) == set(loaded(cfg)) and \
             cfg.hardware == current.hardware
         keep = current.replicas[:self.replicas_for(cfg)] if same else []
         reused = self.spares.take(current, self.replicas_for(cfg) - len(keep)) if same else []
@@ -102,7 +103,7 @@ class ReplicaPool:
         while len(fleet.replicas) < self.replicas_for(cfg):
             t0 = time.time_ns()
             replica, curves, load = await self._load_replica(cfg, fleet)
-            for v in map(self.spec.variant, cfg.loaded):  # without a profile the first warm-up seeds the predictor
+            for v in map(self.spec.variant, loaded(cfg)):  # without a profile the first warm-up seeds the predictor
                 if v.name not in fleet.variants:
                     profile = lookup(self.profiles, v, cfg.hardware) if self.profiles is not None else None
                     seed = profile.curve() if profile is not None else curves[v.name]
@@ -121,14 +122,14 @@ class ReplicaPool:
         self.retire_unused(old, fleet)
         self.metrics.observe_fleet(fleet)
 
-    def keep_spares(self, cfg: ActiveConfig, waiting: Callable[[], bool]) -> None:
+    def keep_spares(self, cfg: StageConfig, waiting: Callable[[], bool]) -> None:
         """Top the spare replicas of ``cfg`` (in force) up to ``max_replicas`` in the background, one
         load at a time, while no new config is ``waiting``."""
         if self._spare_fill is None or self._spare_fill.done():
             self._spare_fill = asyncio.ensure_future(self._fill_spares(cfg, waiting))
             self._spare_fill.add_done_callback(log_failure)
 
-    async def _fill_spares(self, cfg: ActiveConfig, waiting: Callable[[], bool]) -> None:
+    async def _fill_spares(self, cfg: StageConfig, waiting: Callable[[], bool]) -> None:
         while not waiting() and len(self.fleet.replicas) + len(self.spares.replicas) < self.max_replicas:
             fleet = self.fleet
             replica, _, _ = await self._load_replica(cfg, fleet)

@@ -11,12 +11,12 @@ from __future__ import annotations
 import time
 from typing import Callable, Mapping
 
+from ...schemas.records import StageConfig
 from ...streams import batching, contract
 from ...streams.executor import Executor
 from ...streams.heartbeat import Heartbeat
 from ...streams.spec import Pipeline
 from .. import routing
-from ..control import ActiveConfig
 from ..metrics import StageMetrics, observe_many
 from ..replicas import Replica, RunPastDeadline, VariantState, run_bounded, run_deadline_s
 from ..window import Item, batch_outputs, failed, split_variants, sub_batch
@@ -32,7 +32,7 @@ class Server:
         self.on_hung = on_hung  # a run past its deadline: the replica must be replaced
         self.run_deadline_s = run_deadline_s(pipe.slo_ms)
 
-    async def serve_window(self, replica: Replica, cfg: ActiveConfig, variants: Mapping[str, VariantState],
+    async def serve_window(self, replica: Replica, cfg: StageConfig, variants: Mapping[str, VariantState],
                      window: list[Item], s: batching.BatchSettings) -> Answers:
         """(records, item) for every item of ``window``. A window that fails (a bug: model errors
         and contract breaches are error results already) keeps what it answered; the rest are served
@@ -55,7 +55,7 @@ class Server:
             answers += one
         return answers
 
-    async def work_off(self, replica: Replica, cfg: ActiveConfig, variants: Mapping[str, VariantState],
+    async def work_off(self, replica: Replica, cfg: StageConfig, variants: Mapping[str, VariantState],
                        window: list[Item], s: batching.BatchSettings, answers: Answers) -> None:
         """Run one window on ``replica``, adding (records, item) to ``answers`` (kept when it fails)."""
         groups, floor = split_variants(window, cfg, {n: vs.accuracy for n, vs in variants.items()})

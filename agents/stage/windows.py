@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from ...schemas.records import StageConfig
 from ...streams import batching, codec
-from ..control import ActiveConfig
 from ..metrics import StageMetrics
 from ..replicas import Replica, VariantState
 from ..window import Item, Take, WindowPlanner
@@ -88,7 +88,7 @@ class Windows:
         if not task.cancelled() and task.exception() is not None:
             log.error("window failed: %r", task.exception(), exc_info=task.exception())
 
-    async def _window(self, replica: Replica, cfg: ActiveConfig, variants: dict[str, VariantState],
+    async def _window(self, replica: Replica, cfg: StageConfig, variants: dict[str, VariantState],
                       window: list[Item], s: batching.BatchSettings) -> None:
         """Work one window off on ``replica``, free the replica, then produce its outputs and ack it.
         Every item is answered whatever fails (``Server.serve_window``), so the worker keeps acking and committing."""

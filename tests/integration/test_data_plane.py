@@ -95,11 +95,7 @@ async def test_fanout_pipeline_delivers_every_request_once_with_hops_adding_up(k
 
 async def publish_config(kafka, pipe, stage: str, **fields) -> int:
     """Write a StageConfig; returns its offset, which is the epoch a worker applies it with."""
-    d = pipe.stage(stage).defaults
-    rec = {"pipeline": pipe.name, "stage": stage, "variant": d.variant, "hardware": d.hardware,
-           "max_batch": d.max_batch, "batch_timeout_ms": d.batch_timeout_ms, "replicas": d.replicas,
-           "partitions": d.partitions, "epoch": 1, "planner_mode": "test", "predicted_p99_ms": None}
-    rec.update(fields)
+    rec = {**pipe.stage(stage).defaults.to_dict(), "epoch": 1, "planner_mode": "test", **fields}
     prod = kclient.producer(kafka)
     await prod.start()
     try:

@@ -80,7 +80,7 @@ async def test_rate_step_on_the_input_topic_scales_up_grows_and_publishes(kafka,
     configs = [codec.decode("StageConfig", r.value) for r in await drain(kafka, topics.control(unique), 1)]
     actions = [codec.decode("ScalingAction", r.value) for r in await drain(kafka, topics.scaling(unique), 1)]
     assert configs[0]["replicas"] == change.replicas and configs[0]["partitions"] == 8
-    assert configs[0]["epoch"] == 1 and configs[0]["reason"].startswith("scale-up")
+    assert configs[0]["epoch"] == 0 and configs[0]["reason"].startswith("scale-up")
     assert actions[0]["previous_replicas"] == 1 and actions[0]["live_rate_qps"] > actions[0]["planned_rate_qps"]
 
 

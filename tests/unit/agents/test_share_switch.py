@@ -6,6 +6,7 @@ from __future__ import annotations
 from aiokafka.structs import ConsumerRecord
 
 from slipstream.agents import worker as w
+from slipstream.agents.control import loaded, variants
 from slipstream.agents.metrics import StageMetrics
 from slipstream.agents.window import split_variants
 from slipstream.agents.zoo import load_executor
@@ -51,7 +52,7 @@ async def test_a_share_change_over_loaded_variants_loads_no_executor_and_routes_
     switch, pool = sw.switch, sw.pool
     await switch.start([config(1, {"best": 1.0, "cheap": 0.0})])
     assert sorted(loads) == ["best", "best", "cheap", "cheap"]  # the ladder is loaded with the config
-    assert switch.config.loaded == ("best", "cheap") and switch.config.variants == ("best",)  # what serves: best
+    assert loaded(switch.config) == ("best", "cheap") and variants(switch.config) == ("best",)  # what serves: best
     replicas, window = list(pool.fleet.replicas), [Item(i) for i in range(200)]
     assert set(split_variants(window, switch.config, {"best": 0.9, "cheap": 0.5})[0]) == {"best"}
 

@@ -5,12 +5,11 @@ import pytest
 import yaml
 
 from slipstream.agents import window as w
-from slipstream.agents.control import ActiveConfig
 from slipstream.agents.window import Item, Take, Wait, WindowPlanner
 from slipstream.streams import batching, topics
 from slipstream.streams.executor import Emit, ItemOutput
 from slipstream.streams.spec import load_pipeline
-from tests.control_records import request
+from tests.control_records import request, stage_config
 
 MS = 1_000_000
 
@@ -73,7 +72,7 @@ def test_revoked_partitions_leave_the_queue():
 
 
 def test_accuracy_floor_above_every_variant_is_a_drop_with_a_reason(pipe):
-    cfg = ActiveConfig("noop", "cpu-1", 4, 5)
+    cfg = stage_config(variant="noop", max_batch=4, batch_timeout_ms=5.0)
     groups, dropped = w.split_variants([item(0), item(1, floor=0.95)], cfg, {"noop": 0.9})
     assert [it.offset for it in groups["noop"]] == [0]
     assert [it.offset for it, _ in dropped] == [1] and "accuracy floor" in dropped[0][1]
@@ -113,7 +112,7 @@ def test_split_variants_common_case_equals_the_per_item_rule(routing):
     """One variant in service and no floors is split without a choice per item: what the rule
     (``slipstream.agents.control.choose_variant``) would choose item by item, the primary or not."""
     from slipstream.agents.control import choose_variant
-    cfg = ActiveConfig("a", "cpu-1", 8, 0, routing=routing)
+    cfg = stage_config(variant="a", max_batch=8, routing=routing)
     acc = {"a": 0.7, "b": 0.8}
     window = [item(i) for i in range(40)]
     groups, dropped = w.split_variants(window, cfg, acc)

@@ -8,7 +8,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from slipstream.agents.control import ActiveConfig
 from slipstream.agents.window import Item, split_variants
 from slipstream.planner.estimator import SimOptions, Unprofiled, simulate
 from slipstream.planner.modes import check
@@ -68,9 +67,7 @@ def test_the_worker_and_the_estimator_route_each_request_id_to_the_same_variant(
     served = {i: {FAST: "fast", SLOW: "slow"}[round(ms)] for i, ms in zip(ids, res.latency_ms.tolist())}
 
     rec = stage_configs("p", MIXED, problem(), epoch=1)[0]
-    cfg = ActiveConfig(rec.variant, rec.hardware, rec.max_batch, rec.batch_timeout_ms, rec.epoch, rec.routing,
-                       rec.replicas)
-    groups, dropped = split_variants([Item(None, request(request_id=i), 0, None, k) for k, i in enumerate(ids)], cfg,
+    groups, dropped = split_variants([Item(None, request(request_id=i), 0, None, k) for k, i in enumerate(ids)], rec,
                                      {"fast": 0.7, "slow": 0.9})
     worker = {it.req.request_id: v for v, items in groups.items() for it in items}
     assert not dropped and worker == served

@@ -1,5 +1,9 @@
+from dataclasses import replace
+
 import pytest
 
+from slipstream.schemas.records import StageConfig
+from slipstream.streams.control_rules import check
 from slipstream.streams.spec import SpecError, parse_pipeline
 
 
@@ -27,6 +31,16 @@ def test_valid_pipeline_graph_queries():
     assert sorted(p.paths()) == [("detect", "classify"), ("detect", "face")]
     assert p.stage("classify").defaults.max_batch == 8
     assert p.stage("detect").defaults.variant == "det-s"
+
+
+def test_a_stages_defaults_are_its_stage_config_before_any_control_record():
+    """One type for a stage's configuration: the spec's defaults are the StageConfig a worker starts
+    with (epoch -1), and the same record at a later epoch is one the control rules accept."""
+    p = parse_pipeline(doc())
+    d = p.stage("classify").defaults
+    assert isinstance(d, StageConfig)
+    assert (d.pipeline, d.stage, d.epoch, d.max_batch, d.replicas, d.partitions) == ("demo", "classify", -1, 8, 2, 4)
+    check("StageConfig", "classify", replace(d, epoch=0).to_dict(), "demo", p)  # raises InvalidControl if not
 
 
 @pytest.mark.parametrize("mutate, where, what", [

@@ -284,7 +284,7 @@ async def test_the_service_publishes_the_shares_in_a_stage_config_in_the_tick_th
 
 
 def test_a_share_record_keeps_naming_every_variant_the_latest_config_named():
-    """Dropping a name would make the workers unload it (slipstream.agents.control.ActiveConfig.loaded) and load
+    """Dropping a name would make the workers unload it (slipstream.streams.shares.named) and load
     it again on the next move."""
     from slipstream.streams.spec import load_pipeline
     from slipstream.tuner.service import stage_config_record

@@ -110,7 +110,7 @@ async def test_rate_step_grows_partitions_scales_and_publishes(setup):
     assert det["epoch"] == 8 and det["replicas"] == targets["detect"] and det["partitions"] == 8
     assert det["cost_per_hour"] == pytest.approx(0.05 * targets["detect"])
     cls = next(c[2] for c in configs if c[3] == "classify")
-    assert cls["max_batch"] == 8 and cls["epoch"] == 1  # from the spec defaults
+    assert cls["max_batch"] == 8 and cls["epoch"] == 0  # from the spec defaults (epoch -1)
     act_rec = next(a[2] for a in actions if a[3] == "detect")
     assert act_rec["previous_replicas"] == 2 and act_rec["window_s"] is not None
     assert act_rec["live_rate_qps"] > act_rec["planned_rate_qps"] and act_rec["at_ns"] == 13 * NS_PER_S
