@@ -33,6 +33,7 @@ class GoodputRow:
     accuracy: float | None
     drops: dict  # reason -> count
     cpu_s: dict  # kind of process -> CPU seconds during the replay
+    send_lag_p99_ms: float | None = None  # the load generator's p99 lag behind its schedule
 
     @property
     def goodput_qps(self) -> float:
@@ -73,21 +74,24 @@ def sweep(pipe, pipeline_file: str, store, *, knee_qps: float, factors: Sequence
                 s = run.summary
                 rows.append(GoodputRow(name, path, spec, f * knee_qps, s.requests,
                                        int(round(s.attainment * s.requests)), duration_s, s.attainment,
-                                       s.mean_accuracy, dict(s.drops_by_reason), run.cpu_s or {}))
+                                       s.mean_accuracy, dict(s.drops_by_reason), run.cpu_s or {},
+                                       s.lag.p99_ms if s.lag is not None else None))
                 progress(format_rows(rows[-1:]))
     return rows
 
 
 def format_rows(rows: Sequence[GoodputRow]) -> str:
     kinds = sorted({k for r in rows for k in r.cpu_s})
-    lines = [f"{'mode':<16}{'path':<8}{'offered':>8}{'sent':>7}{'goodput':>9}{'SLO met':>9}{'accuracy':>9}  "
+    lines = [f"{'mode':<16}{'path':<8}{'offered':>8}{'sent':>7}{'goodput':>9}{'SLO met':>9}{'accuracy':>9}"
+             f"{'send lag p99':>14}  "
              + "".join(f"{k[:22]:>24}" for k in kinds) + "   drops by reason"]
     for r in rows:
         acc = f"{r.accuracy:.3f}" if r.accuracy is not None else "-"
+        lag = f"{r.send_lag_p99_ms:.1f} ms" if r.send_lag_p99_ms is not None else "-"
         cpu = "".join(f"{r.cpu_s.get(k, 0.0):>9.1f} s {r.cpu_ms_per_request(k):>6.2f} ms/r" for k in kinds)
         drops = ", ".join(f"{k} {v}" for k, v in sorted(r.drops.items())) or "-"
         lines.append(f"{r.mode:<16}{r.path:<8}{r.offered_qps:>8.1f}{r.sent:>7}{r.goodput_qps:>9.1f}{r.attainment:>8.2%}"
-                     f"{acc:>9}  {cpu}   {drops}")
+                     f"{acc:>9}{lag:>14}  {cpu}   {drops}")
     return "\n".join(lines)
 
 
