@@ -11,12 +11,9 @@ partitions. It shows twice:
   partitions=<n> metrics=<host:port> at_ns=<t>``. The supervisor, the tests and the activation-time
   benchmark wait for it.
 
-Once first ready, the process settles its garbage collector (:func:`settle_gc`): a worker's own
-objects per request are freed by reference counting, but CPython's cycle collector, run every 700
-allocations, also walks the hundreds of thousands of objects faust, aiokafka and the model runtime
-keep for the process's life. Freezing those (``gc.freeze``, once, after the model is warm) and
-collecting the young generation every 20,000 allocations raised a no-op worker's drain rate by about
-15 % (docs/dataplane.md).
+Once first ready, the process settles its garbage collector (``slipstream.streams.settle.settle_gc``,
+once, after the model is warm): that raised a no-op worker's drain rate by about 15 %
+(docs/dataplane.md).
 
 Lag (``slipstream_consumer_lag_records``) is read once a second from the consumer's own state: the
 partition's high watermark from the last fetch minus the offset after the worker's finished prefix
@@ -25,7 +22,6 @@ partition's high watermark from the last fetch minus the offset after the worker
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from typing import Callable
 
@@ -33,25 +29,11 @@ import faust
 
 from ..streams.heartbeat import Heartbeat
 from ..streams.metrics_http import MetricsAddr
+from ..streams.settle import settle_gc
 from .acks import AckTracker
 from .metrics import StageMetrics
 
 LAG_INTERVAL_S = 1.0
-GC_THRESHOLDS = (20_000, 20, 20)  # after settle_gc (CPython's defaults: 700, 10, 10)
-
-
-def settle_gc() -> bool:
-    """Once per process: collect, move every object alive to the permanent generation (the libraries'
-    and the model's, which the collector would otherwise walk again and again), and collect less
-    often. False when it had already been done (a later rebalance)."""
-    if gc.get_freeze_count():
-        return False
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-    return True
-
-
 class Readiness:
     def __init__(self, started: asyncio.Event | None, blocked: Callable[[], str | None] = lambda: None) -> None:
         self.started, self.blocked = started, blocked

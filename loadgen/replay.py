@@ -35,6 +35,7 @@ from ..schemas.records import InferenceRequest, InferenceResult
 from ..streams import codec, control_io, kafka, topics
 from ..streams.client import request_record
 from ..streams.config import KafkaSettings
+from ..streams.settle import settle_gc
 from .collect import Collector
 from .cost import events_from_records
 from .report import summarize
@@ -131,6 +132,7 @@ async def replay(schedule: Schedule, target: ReplayTarget, settings: KafkaSettin
             send = _kafka_sender(target, producer)
         else:
             send = _http_sender(target, client, collector)
+        settle_gc(again=True)  # a full collection of the planner's heap stops the sender 100+ ms
         start_ns = time.time_ns() + int(options.lead_s * NS_PER_S)
         offsets = schedule.offsets_ns
         actual = np.zeros(len(offsets), dtype=np.int64)

@@ -122,7 +122,7 @@ async def run_planner(pipe: Pipeline, replanner: Replanner, settings: KafkaSetti
 
     arrivals = arrivals_source(settings, pipe.name, pipe.source, on_stage_config=on_config, lookback_s=lookback_s,
                                spec=pipe, on_invalid=on_invalid)
-    publisher = KafkaPublisher(settings)
+    publisher = KafkaPublisher(settings, pipe.name)
     await arrivals.start()
     await publisher.start()
 

@@ -24,13 +24,13 @@ added to the input topic are picked up within ``metadata_refresh_s``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
 from typing import AsyncIterator, Callable, Mapping
 
 import numpy as np
-from aiokafka import TopicPartition
 
 from ..schemas.records import StageConfig, TunerHandoff, of as record_class
 from . import admin, codec, kafka as kclient, topics
@@ -98,18 +98,14 @@ class KafkaArrivals:
                                           enable_auto_commit=False, auto_offset_reset="earliest")
         self._offsets = kclient.consumer(self.settings, group_id=None, enable_auto_commit=False)
         await asyncio.gather(self._consumer.start(), self._offsets.start())
-        self._inputs = await self._input_partitions()
-        if not self._inputs:
-            raise LookupError(f"topic {self.input_topic!r} has no partitions (run the pipeline's topic setup)")
+        self._inputs = await self._input_partitions()  # LookupError: run the pipeline's topic setup
         self._inputs_at = time.time_ns()
         now = time.time_ns()
         self._history = await self._lookback(now)
 
     async def _input_partitions(self) -> list:
-        """The input topic's partitions, from a metadata request of its own (the consumer does not
-        subscribe to the input topic, so its client does not keep the topic's metadata)."""
-        md = await self._offsets._client.fetch_all_metadata()
-        return [TopicPartition(self.input_topic, p) for p in sorted(md.partitions_for_topic(self.input_topic) or ())]
+        """The input topic's partitions, from a metadata request for that topic alone."""
+        return await kclient.topic_partitions(self._offsets, self.input_topic, fresh=True)
 
     async def _lookback(self, now_ns: int) -> np.ndarray:
         """Arrivals of the last ``lookback_s``, one ``offsets_for_times`` per step, ending with the end
@@ -150,7 +146,8 @@ class KafkaArrivals:
                     self._control(r)
             now = time.time_ns()
             if now - self._inputs_at >= self._refresh_ns:  # partitions only grow
-                self._inputs = sorted({*self._inputs, *await self._input_partitions()})
+                with contextlib.suppress(LookupError):  # the topic gone: keep counting what was
+                    self._inputs = sorted({*self._inputs, *await self._input_partitions()})
                 self._inputs_at = now
             stamps = self._counter.observe(await self._offsets.end_offsets(self._inputs), time.time_ns())
             if len(stamps):
@@ -207,15 +204,19 @@ class KafkaResults:
 
 
 class KafkaPublisher:
-    """Publishes tuner records, awaiting delivery of each (a scaling action is never fire-and-forget)."""
+    """Publishes a pipeline's control and scaling records, awaiting delivery of each (a scaling action
+    is never fire-and-forget). Its producer tracks those two topics from the start: one that has sent
+    nothing yet would otherwise refresh the metadata of every topic of the cluster."""
 
-    def __init__(self, settings: KafkaSettings) -> None:
+    def __init__(self, settings: KafkaSettings, pipeline: str) -> None:
         self.settings = settings
+        self.topics = [topics.control(pipeline), topics.scaling(pipeline)]
         self._producer = None
 
     async def start(self) -> None:
         self._producer = kclient.producer(self.settings)
         await self._producer.start()
+        await self._producer.client.set_topics(self.topics)
 
     async def stop(self) -> None:
         if self._producer is not None:

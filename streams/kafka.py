@@ -288,16 +288,17 @@ async def _partition_of(prod: AIOKafkaProducer, topic: str, key: bytes | None, d
     return p
 
 
-async def topic_partitions(consumer, topic: str) -> list:
-    """Every partition of ``topic`` (after a metadata fetch if the client has not seen it yet)."""
+async def topic_partitions(consumer, topic: str, *, fresh: bool = False) -> list:
+    """Every partition of ``topic``: from the client's metadata, fetched first when ``fresh`` or when
+    the client has not seen the topic yet. The client tracks the topic from then on: its refresh
+    (every ``METADATA_MAX_AGE_MS``) asks for the topics it tracks, where a client that tracks none
+    asks for every topic of the cluster (thousands on a shared one, decoded in Python)."""
     from aiokafka import TopicPartition
 
-    parts = consumer.partitions_for_topic(topic)
+    parts = None if fresh else consumer.partitions_for_topic(topic)
     for _ in range(50):
         if parts:
             break
-        # first lookup of a topic: track it (a consumer subscribed to other topics fetches metadata of
-        # those only) and fetch metadata
         await consumer._client.add_topic(topic)
         await consumer._client.force_metadata_update()
         parts = consumer.partitions_for_topic(topic)

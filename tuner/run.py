@@ -44,7 +44,7 @@ async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuat
         print(f"slipstream-tuner metrics={endpoint.addr}", flush=True)
     metrics = TunerMetrics(pipe.name, registry)
     partitions = await kafka_io.stage_partitions(settings, pipe.name, [s.name for s in pipe.stages])
-    publisher = None if dry_run else kafka_io.KafkaPublisher(settings)
+    publisher = None if dry_run else kafka_io.KafkaPublisher(settings, pipe.name)
     service = TunerService(pipe, plan, config, actuator, partitions=partitions,
                            publish=publisher.publish if publisher else None,
                            grow=None if dry_run else kafka_io.grower(settings),

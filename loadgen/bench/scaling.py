@@ -75,7 +75,7 @@ async def run_round(mode: str, kafka: KafkaSettings, folder: Path, *, rate_qps: 
     logs = folder / name
     actuator = LocalProcessActuator(lambda stage: worker_argv(path, stage, "warn", cap), log_dir=logs,
                                     env={BOOTSTRAP_ENV: kafka.bootstrap}, max_instances=cap)
-    publisher = KafkaPublisher(kafka)
+    publisher = KafkaPublisher(kafka, pipe.name)
     await publisher.start()
     config = None
     events: list[tuple[str, int]] = []

@@ -137,7 +137,7 @@ def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, setting
 
     async def publish():
         epoch = next_epoch(await latest_epoch(settings, pipe.name))
-        pub = KafkaPublisher(settings)
+        pub = KafkaPublisher(settings, pipe.name)
         await pub.start()
         try:
             return await publish_plan(pub, pipe.name, stage_configs(pipe.name, plan, problem, epoch),

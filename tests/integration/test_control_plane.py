@@ -85,7 +85,7 @@ async def test_poisoned_control_records_are_skipped_and_every_worker_keeps_servi
     workers = Workers(path, kafka.bootstrap)
     try:
         running = workers.start("s", "s")
-        pub = KafkaPublisher(kafka)
+        pub = KafkaPublisher(kafka, pipe.name)
         await pub.start()
         try:  # after the poison, a valid config from the tuner's writer: everything to variant b
             await pub.publish(control, "StageConfig",
@@ -122,7 +122,7 @@ async def test_the_tuner_reads_past_a_poisoned_epoch_and_equal_written_epochs_ap
     # the race of the planner and the tuner: both write the same epoch field, the later one must win
     planner_rec = replace(stage_config_record(pipe, None, "s", 2, 2, "planner"), epoch=5, variant="a")
     tuner_rec = replace(stage_config_record(pipe, None, "s", 2, 2, "tuner"), epoch=5, variant="b")
-    pub = KafkaPublisher(kafka)
+    pub = KafkaPublisher(kafka, pipe.name)
     await pub.start()
     workers = Workers(path, kafka.bootstrap)
     try:
@@ -170,7 +170,7 @@ async def test_a_worker_started_after_many_configs_loads_only_the_newest(kafka, 
     pipe = load_pipeline(path)
     await admin.ensure_topics(kafka, topics.all_topics(pipe))
     control = topics.control(pipe.name)
-    pub = KafkaPublisher(kafka)
+    pub = KafkaPublisher(kafka, pipe.name)
     await pub.start()
     try:
         epochs = [await pub.publish(control, "StageConfig",

@@ -51,7 +51,7 @@ async def test_scale_up_and_down_inside_a_worker_never_pauses_the_running_instan
     await admin.ensure_topics(kafka, topics.all_topics(pipe))
     worker = ReadyProcess(worker_argv(path, "slow", "warn", max_instances=2),
                           env={"SLIPSTREAM_BOOTSTRAP": kafka.bootstrap}, name="worker slow")
-    publisher = KafkaPublisher(kafka)
+    publisher = KafkaPublisher(kafka, pipe.name)
     await publisher.start()
     try:
         await asyncio.to_thread(worker.wait_ready)

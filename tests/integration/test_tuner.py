@@ -47,7 +47,7 @@ async def test_rate_step_on_the_input_topic_scales_up_grows_and_publishes(kafka,
     finally:
         await prod.stop()
 
-    publisher = kafka_io.KafkaPublisher(kafka)
+    publisher = kafka_io.KafkaPublisher(kafka, unique)
     await publisher.start()
     partitions = await kafka_io.stage_partitions(kafka, unique, ["src"])
     # the burst is in the past by the time the tuner's look-back has read it (seconds on a cold broker):

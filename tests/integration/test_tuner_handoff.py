@@ -31,7 +31,7 @@ def handoff(name: str, epoch: int, replicas: int) -> dict:
 
 
 async def publish(kafka, name: str, *records: tuple[str, object]) -> None:
-    pub = KafkaPublisher(kafka)
+    pub = KafkaPublisher(kafka, name)
     await pub.start()
     try:
         for kind, rec in records:

@@ -52,7 +52,7 @@ async def test_an_output_the_broker_refuses_becomes_an_error_result_and_the_work
         from slipstream.tuner.service import stage_config_record
 
         rec = stage_config_record(pipe, None, "resize", 1, 1, "test: route to both", {"small": 0.5, "big": 0.5})
-        pub = KafkaPublisher(kafka)
+        pub = KafkaPublisher(kafka, pipe.name)
         await pub.start()
         await pub.publish(topics.control(pipe.name), "StageConfig", rec, "resize")
         await pub.stop()
