@@ -92,7 +92,7 @@ def worker_deployment(pipe: Pipeline, role: str, placement: Placement | None, *,
     gpu = hw is not None and hw.kind == "cuda"
     img = gpu_image if gpu else image
     k = pod_instances(placement.replicas, hw, max_pod_cpus) if hw else 1
-    args = ["worker", "--pipeline", SPEC_PATH, "--stage", role, *(["--max-instances", str(k)] if hw else [])]
+    args = ["worker", "--pipeline", SPEC_PATH, "--stage", role, *(["--max-replicas", str(k)] if hw else [])]
     inits, mounts, volumes = model_fetches(pipe, role, img) if hw else ([], [], [])
     c = container("worker", img, pipe.name, args, hardware_resources(hw, k) if hw else SMALL, mounts)
     node = {"nodeSelector": dict(GPU_NODE_SELECTOR), "tolerations": list(GPU_TOLERATIONS)} if gpu else None

@@ -49,7 +49,7 @@ class ReplicaPool:
         self._spare_fill: asyncio.Future | None = None
 
     def replicas_for(self, cfg: StageConfig) -> int:
-        return placement.layout(cfg.replicas, self.max_replicas).instances
+        return placement.layout(cfg.replicas, self.max_replicas).per_worker
 
     def idle(self) -> Replica | None:
         return self.fleet.idle()

@@ -74,7 +74,7 @@ async def run_round(mode: str, kafka: KafkaSettings, folder: Path, *, rate_qps: 
     cap = MODES[mode]
     logs = folder / name
     actuator = LocalProcessActuator(lambda stage: worker_argv(path, stage, "warn", cap), log_dir=logs,
-                                    env={BOOTSTRAP_ENV: kafka.bootstrap}, max_instances=cap)
+                                    env={BOOTSTRAP_ENV: kafka.bootstrap}, replicas_per_worker=cap)
     publisher = KafkaPublisher(kafka)
     await publisher.start()
     config = None

@@ -49,7 +49,7 @@ async def test_scale_up_and_down_inside_a_worker_never_pauses_the_running_instan
     path = one_stage_pipeline(unique, tmp_path)
     pipe = load_pipeline(path)
     await admin.ensure_topics(kafka, topics.all_topics(pipe))
-    worker = ReadyProcess(worker_argv(path, "slow", "warn", max_instances=2),
+    worker = ReadyProcess(worker_argv(path, "slow", "warn", max_replicas=2),
                           env={"SLIPSTREAM_BOOTSTRAP": kafka.bootstrap}, name="worker slow")
     publisher = KafkaPublisher(kafka)
     await publisher.start()

@@ -50,7 +50,7 @@ async def test_rate_step_scales_bottleneck_up_fast_and_down_after_quiet(kafka, u
     config = TunerConfig(activation_s=2.0, down_window_s=2.0, down_horizon_s=6.0, max_replicas=3)
     actuator = LocalProcessActuator(lambda stage: worker_argv(path, stage, "warn", config.max_replicas),
                                     env={"SLIPSTREAM_BOOTSTRAP": kafka.bootstrap}, log_dir=tmp_path,
-                                    max_instances=config.max_replicas)
+                                    replicas_per_worker=config.max_replicas)
     decisions: list[tuple[float, str, int, int]] = []
     stop = asyncio.Event()
     scaled_down = asyncio.Event()
@@ -65,7 +65,7 @@ async def test_rate_step_scales_bottleneck_up_fast_and_down_after_quiet(kafka, u
     actuator.set_replicas("slow", 1)
     tuner = asyncio.create_task(run_tuner(pipe, plan, config, actuator, dry_run=False, settings=kafka,
                                           interval_s=0.25, lookback_s=0.0, stop=stop, metrics_addr=None,
-                                          on_decision=on_decision, max_instances=config.max_replicas))
+                                          on_decision=on_decision, replicas_per_worker=config.max_replicas))
     try:
         async with PipelineClient(pipe, kafka) as client:
             ids = []

@@ -286,12 +286,12 @@ def test_a_stage_planned_at_3_replicas_runs_exactly_3_model_copies(tmp_path, api
                                                                    threads):
     """The manifests, the tuner's scale request and each pod's worker agree: 3 planned replicas are 3
     model copies in total on a node of any core count, in pods whose CPU limits hold their instances."""
-    from slipstream.streams.placement import instance_cap, layout
+    from slipstream.streams.placement import layout, replica_cap
 
     plan = plan_file(tmp_path, {"detect": (hardware, 3), "classify": ("cpu-1", 1)})
     docs = render(tmp_path, "--plan", str(plan))
     det = pod(by_name(docs)["slipstream-shop-detect"])["containers"][0]
-    k = int(det["args"][det["args"].index("--max-instances") + 1])
+    k = int(det["args"][det["args"].index("--max-replicas") + 1])
     tuner_args = pod(by_name(docs)["slipstream-shop-tuner"])["containers"][0]["args"]
     per_pod = dict(a.split("=") for i, a in enumerate(tuner_args) if tuner_args[i - 1] == "--pod-instances")
     assert int(per_pod["detect"]) == k
@@ -299,8 +299,8 @@ def test_a_stage_planned_at_3_replicas_runs_exactly_3_model_copies(tmp_path, api
     act.set_replicas("detect", 3)  # what the tuner does with the plan's replicas
     pods = _ApiServer.requests[-1][3]["spec"]["replicas"]
     cpu_limit = float(det["resources"]["limits"]["cpu"])
-    # each pod's worker: --max-instances bounded by its cgroup's CPU limit, the replicas from its StageConfig
-    per_worker = layout(3, instance_cap(k, cpu_limit, cpu_count=node_cores)).instances
+    # each pod's worker: --max-replicas bounded by its cgroup's CPU limit, the replicas from its StageConfig
+    per_worker = layout(3, replica_cap(k, cpu_limit, cpu_count=node_cores)).per_worker
     assert pods * per_worker == 3
     assert per_worker * threads <= cpu_limit and det["resources"]["requests"] == det["resources"]["limits"]
 
