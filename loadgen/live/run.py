@@ -29,10 +29,10 @@ class LiveOptions:
     mode: str = "milp"
     tune: bool = True
     activation_s: float = 5.0
-    # a worker's added instance serves this long after the tuner's StageConfig (it takes a loaded spare,
+    # a worker's added replica serves this long after the tuner's StageConfig (it takes a loaded spare,
     # slipstream.agents.stage.pool.SpareReplicas): record to the worker's config-in-force event, 5-45 ms, median 14 ms
     # over the 23 changes of runs s11 (docs/results.md)
-    instance_activation_s: float = 0.02
+    in_worker_activation_s: float = 0.02
     max_replicas: int = 2
     hop_ms: float = 6.0
     seed: int = 0
@@ -398,5 +398,5 @@ def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions, f
     problem = replace(problem, activation_s=opts.activation_s,
                       network=replace(network_for(problem), to_results=Transit.constant(0.0)))
     est = estimate_run(problem, plan, summary, results, control=control, seed=opts.seed, forward=schedule,
-                       instance_activation_s=opts.instance_activation_s, handoff=published_handoff(problem, plan))
+                       in_worker_activation_s=opts.in_worker_activation_s, handoff=published_handoff(problem, plan))
     return replace(est, unmeasured_pace=pace_sources(calibration, [(v, h) for (_, v), h in plan.hardware_of().items()]))
