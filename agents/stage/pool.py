@@ -111,7 +111,7 @@ class ReplicaPool:
             fleet.replicas.append(replica)
             load_ns, warm_ns = load_ns + load, warm_ns + time.time_ns() - t0 - load
         if cfg.epoch >= 0:
-            mark("config-loaded", epoch=cfg.epoch, instances=len(fleet.replicas),
+            mark("config-loaded", epoch=cfg.epoch, replicas=len(fleet.replicas),
                  new=len(fleet.replicas) - len(keep), spares=len(reused), load_ms=f"{load_ns / 1e6:.1f}",
                  warm_ms=f"{warm_ns / 1e6:.1f}")
         return fleet

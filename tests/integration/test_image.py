@@ -172,7 +172,7 @@ async def test_worker_containers_serve_requests_end_to_end(kafka, unique, tmp_pa
             await asyncio.gather(*[await client.send(r, wait=False) for r in reqs])
             results = [await client.result(r.request_id, 60) for r in reqs]
         body = await score.until("/metrics", lambda _, b: score.gauge(b, "slipstream_config_epoch") == epoch, 30)
-        assert score.gauge(body, "slipstream_instances") == 1.0, body[:3000]
+        assert score.gauge(body, "slipstream_replicas") == 1.0, body[:3000]
     finally:
         for c in containers:
             c.stop()
