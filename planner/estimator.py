@@ -69,7 +69,7 @@ class SimOptions:
     ``in-worker`` or ``rebalance``, for all stages or per stage; ``pause_s`` the rebalance pause
     (default: the problem's ``activation_s``); ``in_worker_activation_s`` how long after its change an
     added replica serves (``in-worker``; default: the problem's ``activation_s``, a model load;
-    a worker holding loaded spares, ``slipstream.agents.stage.pool.SpareReplicas``, serves it once the control record is
+    a worker holding loaded spare replicas, ``slipstream.agents.stage.pool.SpareReplicas``, serves it once the control record is
     in); ``fanout_dist`` how many children a request has
     (``round``: the fan-out rounded, ``poisson``); ``drop_late`` whether the workers drop requests past
     their deadline; ``method`` ``auto`` runs stage by stage when nothing couples the stages in time

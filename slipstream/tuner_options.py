@@ -59,7 +59,7 @@ common = [
 ]
 
 
-STANDBY = 1  # warm workers per stage: failover in about a second for one more model copy per stage
+STANDBY = 1  # warm workers per stage: failover in about a second for one more replica per stage
 STANDBY_HELP = ("Warm worker processes per stage (and join) beyond what the plan's replicas need: members of "
                 "the stage's group holding the model, so a dead worker's partitions move to a loaded worker "
                 "within about a second (docs/kafka.md, \"Failover\").")

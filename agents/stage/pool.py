@@ -180,7 +180,7 @@ class SpareReplicas:
         return fleet.hardware, frozenset(fleet.variants)
 
     def park(self, replica: Replica, old: Fleet, after: Fleet, limit: int) -> bool:
-        """Keep ``replica`` of ``old`` as a spare when ``after`` runs the same kind and fewer than
+        """Keep ``replica`` of ``old`` as a spare replica when ``after`` runs the same kind and fewer than
         ``limit`` replicas (``after``'s and the spare ones) are loaded; False: close it."""
         if self._kind(after) != self.kind:
             self.clear()

@@ -29,7 +29,7 @@ class LiveOptions:
     mode: str = "milp"
     tune: bool = True
     activation_s: float = 5.0
-    # a worker's added replica serves this long after the tuner's StageConfig (it takes a loaded spare,
+    # a worker's added replica serves this long after the tuner's StageConfig (it takes a loaded spare replica,
     # slipstream.agents.stage.pool.SpareReplicas): record to the worker's config-in-force event, 5-45 ms, median 14 ms
     # over the 23 changes of runs s11 (docs/results.md)
     in_worker_activation_s: float = 0.02
@@ -262,7 +262,7 @@ class Workers:
 
 
 def started_ids(started) -> set[str]:
-    """The ``worker`` ids (``HopTiming.worker`` less its instance) of the workers ``started`` ((role,
+    """The ``worker`` ids (``HopTiming.worker`` less its replica index) of the workers ``started`` ((role,
     pid) pairs): a stage worker's, or for the ``join`` role the join worker's."""
     from ...streams.procs import join_id, worker_id
 

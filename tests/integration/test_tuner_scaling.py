@@ -1,5 +1,5 @@
 """The tuner on the real broker with real worker processes: a step from a low to a high rate adds
-replicas (model instances inside the stage's worker) to the bottleneck stage within seconds, nothing
+replicas (inside the stage's worker) to the bottleneck stage within seconds, nothing
 is lost or answered twice, and the replicas come back down after the quiet period (horizons shortened
 so the test takes about a minute)."""
 from __future__ import annotations
@@ -83,7 +83,7 @@ async def test_rate_step_scales_bottleneck_up_fast_and_down_after_quiet(kafka, u
                 futs.append(await client.send(req, wait=False))
             await asyncio.gather(*futs)
             results = {rid: await client.result(rid, 90) for rid in ids}
-            # replicas are instances of one worker: no rebalance, so nothing is redelivered
+            # replicas inside one worker: no rebalance, so nothing is redelivered
             assert client.duplicates == 0
             assert len(actuator.pids("slow")) == 1
             ups = [t for t, stage, before, after in decisions if stage == "slow" and after > before]
