@@ -19,7 +19,7 @@ one batch at a time). Its pool's threads do not spin waiting for the next batch
 (``session.intra_op.allow_spinning`` 0): a worker shares the host's cores with the other stages'
 workers and the broker, and spinning threads take those cores from them between batches. torch has
 only a process-wide setting (``torch.set_num_threads``), so a torch backend sets it for the whole
-worker process. A worker process holds k replicas (model copies) of its stage
+worker process. A worker process holds k replicas of its stage
 (``slipstream.agents.replicas``), each running on its own thread; they all run on the stage's one
 hardware, so each sets the same number.
 """

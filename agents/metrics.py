@@ -111,7 +111,7 @@ class StageMetrics:
             control_invalid=Counter("slipstream_control_invalid", "Control records skipped as invalid "
                                     "(slipstream.streams.control_rules: key, fields, bounds)", L(), registry=reg),
             queue_depth=Gauge("slipstream_queued_requests", "Requests waiting in this worker", L(), registry=reg),
-            replicas=Gauge("slipstream_instances", "Model replicas serving in this worker", L(),
+            replicas=Gauge("slipstream_replicas", "Model replicas serving in this worker", L(),
                             registry=reg),
             backlog=Gauge("slipstream_delivery_backlog_windows", "Windows (and dead letters) whose outputs "
                           "await delivery; bounded (slipstream.agents.backlog)", L(), registry=reg),

@@ -1,6 +1,6 @@
 """Replicas of a stage worker: each one loaded model (an executor per variant) on its own model thread.
 
-A worker runs ``placement.layout(replicas, max_replicas).instances`` of them behind its one queue.
+A worker runs ``placement.layout(replicas, max_replicas).per_worker`` of them behind its one queue.
 Each free replica takes the next window (so the queue is a central queue with c servers); a batch
 runs on its replica's thread, one at a time per replica (Clockwork), c at a time per worker.
 

@@ -66,7 +66,7 @@ class StageWorker:
         self.started = asyncio.Event()
         wake = asyncio.Event()  # an arrival, a free replica, a delivery done or a new config
         self.pool = ReplicaPool(pipe, stage, factory, self.metrics,
-                                placement.instance_cap(max_replicas, placement.cgroup_cpu_limit()),
+                                placement.replica_cap(max_replicas, placement.cgroup_cpu_limit()),
                                 profiles, warmup_batches)
         self.switch = ConfigSwitch(pipe, stage, self.pool, self.metrics, wake.set)
         self.commits = Commits(pipe, stage, kafka, self.metrics, self.heartbeat, self._room_changed, wake.set)

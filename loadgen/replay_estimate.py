@@ -17,7 +17,7 @@ and per stage (the same definition on both sides: drops count as infinitely late
   routes by);
 - replica changes: every StageConfig the run saw on the control topic that changed a stage's
   replicas, at its time, as the estimator's ``ReplicaChange`` of the stage's primary assignment; an
-  added model instance serves ``instance_activation_s`` later (the worker takes a loaded spare);
+  added replica serves ``in_worker_activation_s`` later (the worker takes a loaded spare replica);
 - re-plans: every StageConfig the run saw on the control topic (the report's ``control.jsonl``) that
   changed a stage's variant, hardware, max batch or batch timeout, as a ``BatchingChange`` at its
   time (a new variant or hardware a model load later: the run's activation);
@@ -243,14 +243,14 @@ def compare(summary: Summary, results: Sequence[InferenceResult], sim: SimResult
 def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequence[InferenceResult], *,
                  control: Sequence[tuple[int, Mapping[str, Any]]] = (), seed: int = 0, seeds: int = SEEDS,
                  forward: Sequence[ReplicaChange] | None = None,
-                 instance_activation_s: float | None = None, handoff: TunerHandoff | None = None) -> LikeForLike:
+                 in_worker_activation_s: float | None = None, handoff: TunerHandoff | None = None) -> LikeForLike:
     """The estimator on this run's arrivals, replica changes and re-plans (``control``: what it saw
     on the control topic) and the machine's pace as the run measured it, against what
     was measured: one simulation per seed (``seed``, ``seed + 1``, ...); the run with the median p99
     is the estimate (a single run's p99 moves by tens of percent from seed to seed once service and
     transits vary). ``drawn_p99_ms`` is the same with the pace drawn from the calibration. The
-    problem's activation time, network and service spread are the simulation's, and an added model
-    instance serves ``instance_activation_s`` after its change (default: the activation time). ``forward`` (the
+    problem's activation time, network and service spread are the simulation's, and an added replica
+    serves ``in_worker_activation_s`` after its change (default: the activation time). ``forward`` (the
     replica changes the tuner policy makes on these arrivals, ``slipstream.loadgen.simulate.tuner_changes``;
     empty for an untuned mode) adds the forward prediction (:func:`forward_estimate`). ``handoff``
     (the TunerHandoff record published for the plan, ``slipstream.loadgen.simulate.published_handoff``) makes
@@ -261,7 +261,7 @@ def estimate_run(problem: Problem, plan: Plan, summary: Summary, results: Sequen
                *share_changes(control, plan, start_ns))
     at = replace(problem, arrivals_s=arrivals)
     service = problem.service
-    options = SimOptions(schedule=changes, request_ids=ids, instance_activation_s=instance_activation_s,
+    options = SimOptions(schedule=changes, request_ids=ids, in_worker_activation_s=in_worker_activation_s,
                          handoff=handoff)
     drawn, drawn_seeds = median_run(at, plan, options, seed, seeds)
     own = run_service(problem, plan, results, control, start_ns, service)

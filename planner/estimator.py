@@ -10,7 +10,7 @@
   nanoseconds (the producers' clock);
 - ``servers``: a consumer's FIFO queue (``Queue``) and the model threads taking windows from it
   (``Server``);
-- ``groups``: a stage's replica group, in ``instances`` mode (one queue, c servers; scaling never
+- ``groups``: a stage's replica group, in ``in-worker`` mode (one queue, c servers; scaling never
   pauses) or ``rebalance`` mode (a queue per replica by Kafka's range assignor; scaling pauses all); a
   mixed stage's is the pool it is deployed as (the primary's hardware and batching, windows split by
   variant with the workers' rule, ``slipstream.streams.shares``);
@@ -39,8 +39,8 @@ from .results import QueryResult, SimResult, nearest_rank  # noqa: F401  (re-exp
 from .sim import gate, stagewise
 from .sim.engine import CHANGE
 from .sim.groups import range_assign  # noqa: F401  (re-exported)
-from .sim.params import (BatchingChange, HostModel, Network, ReplicaChange, ServiceTime,  # noqa: F401
-                                ShareChange, Transit, scaling_modes)
+from .sim.params import (IN_WORKER, BatchingChange, HostModel, Network, ReplicaChange,  # noqa: F401
+                                ServiceTime, ShareChange, Transit, scaling_modes)
 from .sim.record import after_hop, finish_ns, to_result
 from .sim.world import Unprofiled, World, build  # noqa: F401  (Unprofiled re-exported)
 
@@ -66,10 +66,10 @@ class SimOptions:
     ``dataclasses.replace`` the problem.
 
     ``schedule`` is the tuner's replica and share changes and the re-plans' batching changes; ``scaling`` is
-    ``instances`` or ``rebalance``, for all stages or per stage; ``pause_s`` the rebalance pause
-    (default: the problem's ``activation_s``); ``instance_activation_s`` how long after its change an
-    added model instance serves (``instances``; default: the problem's ``activation_s``, a model load;
-    a worker holding loaded spares, ``slipstream.agents.stage.pool.SpareReplicas``, serves it once the control record is
+    ``in-worker`` or ``rebalance``, for all stages or per stage; ``pause_s`` the rebalance pause
+    (default: the problem's ``activation_s``); ``in_worker_activation_s`` how long after its change an
+    added replica serves (``in-worker``; default: the problem's ``activation_s``, a model load;
+    a worker holding loaded spare replicas, ``slipstream.agents.stage.pool.SpareReplicas``, serves it once the control record is
     in); ``fanout_dist`` how many children a request has
     (``round``: the fan-out rounded, ``poisson``); ``drop_late`` whether the workers drop requests past
     their deadline; ``method`` ``auto`` runs stage by stage when nothing couples the stages in time
@@ -82,9 +82,9 @@ class SimOptions:
     """
 
     schedule: Sequence[ReplicaChange | BatchingChange | ShareChange] = ()
-    scaling: str | Mapping[str, str] = "instances"
+    scaling: str | Mapping[str, str] = IN_WORKER
     pause_s: float | None = None
-    instance_activation_s: float | None = None
+    in_worker_activation_s: float | None = None
     fanout_dist: str = "round"
     drop_late: bool = True
     method: str = "auto"
@@ -96,7 +96,7 @@ class SimOptions:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.fanout_dist not in FANOUT_DISTS:
             raise ValueError(f"fanout_dist must be one of {FANOUT_DISTS}, got {self.fanout_dist!r}")
-        for name in ("pause_s", "instance_activation_s"):
+        for name in ("pause_s", "in_worker_activation_s"):
             value = getattr(self, name)
             if value is not None and not value >= 0:
                 raise ValueError(f"{name} must be >= 0, got {value!r}")
@@ -118,10 +118,10 @@ def simulate(problem: Problem, plan: Plan, options: SimOptions = SimOptions()) -
     if o.request_ids is not None and len(o.request_ids) != arr.size:
         raise ValueError(f"{len(o.request_ids)} request_ids for {arr.size} arrivals")
 
-    instance_s = act_s if o.instance_activation_s is None else o.instance_activation_s
+    in_worker_s = act_s if o.in_worker_activation_s is None else o.in_worker_activation_s
     world = World(seed=problem.seed, deadline=deadline_ns.tolist(), host=host,
                   network=network, service=service, activation_ns=int(act_s * NS_PER_S),
-                  instance_activation_ns=int(instance_s * NS_PER_S),
+                  in_worker_activation_ns=int(in_worker_s * NS_PER_S),
                   pause_ns=int((act_s if o.pause_s is None else o.pause_s) * NS_PER_S), fanout_dist=o.fanout_dist,
                   request_ids=o.request_ids)
     stages = build(problem, plan, world, modes, o.drop_late)

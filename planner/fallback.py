@@ -29,7 +29,7 @@ A periodic re-plan replaces the plan being served only when that buys something 
 an infeasible one only when the serving plan falls short of the forecast and the new one serves more;
 a feasible one only when the serving plan no longer meets the SLO for the forecast, or the new one
 costs clearly less (``min_saving``) or, when accuracy is the objective, is more accurate. Every
-redeploy loads and warms model instances on the workers' cores and resets the tuner's replicas to the
+redeploy loads and warms replicas on the workers' cores and resets the tuner's replicas to the
 plan's, so a re-plan that only trades one equally good plan for another is not deployed.
 """
 from __future__ import annotations

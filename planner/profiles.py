@@ -66,7 +66,7 @@ def problem_from_pipeline(pipe: Pipeline, store: ProfileStore, *, arrivals_s: np
 
     A variant's profile is looked up by its name, then by its model name, on every hardware of the
     pipeline's catalog (with ``cores``, only the CPU entries whose threads fit in that many cores: a
-    2-thread instance on one core runs at half its profiled pace); a variant with no profile at all
+    2-thread replica on one core runs at half its profiled pace); a variant with no profile at all
     is an error naming it."""
     catalog = {name: h for name, h in pipe.hardware.items()
                if cores is None or h.kind != "cpu" or h.threads <= cores}

@@ -7,8 +7,8 @@ The tuner's actuator that scales the worker Deployments is ``slipstream.tuner.k8
 - ConfigMaps, all generated: the pipeline spec (every pod mounts it), the broker address
   (``SLIPSTREAM_BOOTSTRAP``) and the planner's profile store (``slipstream profile --out``);
 - one worker Deployment per stage, and the join worker's when the pipeline needs one (fan-out or several
-  sinks). A stage's pod is one worker process holding up to ``k`` model instances (``--max-instances
-  k``; ``pod_instances``: the largest divisor of the planned replicas whose pod fits ``max_pod_cpus``,
+  sinks). A stage's pod is one worker process holding up to ``k`` replicas (``--max-replicas k``;
+  ``pod_replicas``: the largest divisor of the planned replicas whose pod fits ``max_pod_cpus``,
   1 on ``cuda``), on the hardware the planner chose (``Placement``, from a ``slipstream plan --json``
   file, else the spec's default): CPU = ``k`` times the hardware's ``threads``, memory = ``k`` times
   its ``memory_gib``, requests = limits; ``cuda`` hardware adds one ``nvidia.com/gpu``, a GPU node
@@ -16,7 +16,7 @@ The tuner's actuator that scales the worker Deployments is ``slipstream.tuner.k8
   tuner owns it (``slipstream.tuner.k8s``) and sets ``layout(n, k).workers`` pods for ``n`` replicas;
 - the planner service, pinned to those hardware choices (``--hardware STAGE=HW``: a pod cannot change
   its hardware, so live re-plans choose variants, batches and replicas only);
-- the tuner service (``--pod-instances STAGE=k`` for each stage), whose Role may only get and patch
+- the tuner service (``--pod-replicas STAGE=k`` for each stage), whose Role may only get and patch
   the ``scale`` subresource of this pipeline's stage Deployments (what ``slipstream.tuner.k8s`` calls).
 
 Every pod runs as the image's non-root user (``RUN_AS``), with a read-only root filesystem (emptyDirs for
@@ -45,7 +45,7 @@ GPU_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}  # NVIDIA GPU feature dis
 GPU_TOLERATIONS = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
 DEFAULT_BOOTSTRAP = "kafka.kafka.svc.cluster.local:9092"
 CONFIGMAP_MAX_BYTES = 1_000_000  # the API server's limit is 1 MiB for the whole object
-MAX_POD_CPUS = 8  # the largest worker pod pod_instances makes by default
+MAX_POD_CPUS = 8  # the largest worker pod pod_replicas makes by default
 # Processes that run no model: the join worker, the planner, the tuner.
 
 
@@ -57,10 +57,10 @@ class Placement:
     replicas: int
 
 
-def pod_instances(replicas: int, hw: Hardware, max_pod_cpus: int = MAX_POD_CPUS) -> int:
-    """Model instances per pod of a stage planned at ``replicas`` on ``hw``: the largest divisor of
-    ``replicas`` whose instances' threads fit ``max_pod_cpus`` (so the planned count is met exactly,
-    in the fewest pods), at least 1; 1 on ``cuda`` (one GPU per copy, as profiled)."""
+def pod_replicas(replicas: int, hw: Hardware, max_pod_cpus: int = MAX_POD_CPUS) -> int:
+    """Replicas per pod of a stage planned at ``replicas`` on ``hw``: the largest divisor of
+    ``replicas`` whose threads fit ``max_pod_cpus`` (so the planned count is met exactly, in the
+    fewest pods), at least 1; 1 on ``cuda`` (one GPU per replica, as profiled)."""
     if replicas < 1 or max_pod_cpus < 1:
         raise ValueError(f"need replicas >= 1 and max_pod_cpus >= 1, got {replicas}, {max_pod_cpus}")
     if hw.kind == "cuda":
@@ -68,11 +68,11 @@ def pod_instances(replicas: int, hw: Hardware, max_pod_cpus: int = MAX_POD_CPUS)
     return max(d for d in range(1, replicas + 1) if replicas % d == 0 and (d * hw.threads <= max_pod_cpus or d == 1))
 
 
-def hardware_resources(hw: Hardware, instances: int = 1) -> dict[str, Any]:
-    """A pod's resources for ``instances`` model instances on ``hw``: their threads as CPUs, their
-    memory, one GPU on ``cuda``; requests equal limits (the Guaranteed class: latency as profiled)."""
-    mib = round(hw.memory_gib * 1024 * instances)
-    res: dict[str, Any] = {"cpu": str(hw.threads * instances),
+def hardware_resources(hw: Hardware, replicas: int = 1) -> dict[str, Any]:
+    """A pod's resources for ``replicas`` on ``hw``: their threads as CPUs, their memory, one GPU on
+    ``cuda``; requests equal limits (the Guaranteed class: latency as profiled)."""
+    mib = round(hw.memory_gib * 1024 * replicas)
+    res: dict[str, Any] = {"cpu": str(hw.threads * replicas),
                            "memory": f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"}
     if hw.kind == "cuda":
         res[GPU_RESOURCE] = 1
@@ -87,12 +87,12 @@ def worker_deployment(pipe: Pipeline, role: str, placement: Placement | None, *,
                       standby: int = 0) -> dict[str, Any]:
     """A stage's worker Deployment on ``placement`` (``role="join"``, no placement: the join worker,
     one pod and ``standby`` warm ones). A stage's has no ``spec.replicas`` (the tuner's) and
-    ``pod_instances`` per pod."""
+    ``pod_replicas`` per pod."""
     hw = pipe.hardware[placement.hardware] if placement else None
     gpu = hw is not None and hw.kind == "cuda"
     img = gpu_image if gpu else image
-    k = pod_instances(placement.replicas, hw, max_pod_cpus) if hw else 1
-    args = ["worker", "--pipeline", SPEC_PATH, "--stage", role, *(["--max-instances", str(k)] if hw else [])]
+    k = pod_replicas(placement.replicas, hw, max_pod_cpus) if hw else 1
+    args = ["worker", "--pipeline", SPEC_PATH, "--stage", role, *(["--max-replicas", str(k)] if hw else [])]
     inits, mounts, volumes = model_fetches(pipe, role, img) if hw else ([], [], [])
     c = container("worker", img, pipe.name, args, hardware_resources(hw, k) if hw else SMALL, mounts)
     node = {"nodeSelector": dict(GPU_NODE_SELECTOR), "tolerations": list(GPU_TOLERATIONS)} if gpu else None
@@ -140,18 +140,18 @@ def planner_deployment(pipe: Pipeline, placements: Mapping[str, Placement], prof
                        1, [c], volumes=[profiles], single=True, topics_image=image if create_topics else None)
 
 
-def tuner_manifests(pipe: Pipeline, instances: Mapping[str, int], *, image: str,
+def tuner_manifests(pipe: Pipeline, per_pod: Mapping[str, int], *, image: str,
                     namespace: str = "default", standby: int = 0) -> list[dict[str, Any]]:
     """The tuner service and its RBAC: ServiceAccount, Role (the scale subresource of this pipeline's
     stage workers only), RoleBinding, Deployment. Its plans come from the planner on the control topic;
-    ``instances``: each stage's instances per pod (its workers' ``--max-instances``); ``standby``: warm
+    ``per_pod``: each stage's replicas per pod (its workers' ``--max-replicas``); ``standby``: warm
     pods per stage beyond them (``slipstream.tuner.k8s``)."""
     name = deployment_name(pipe.name, "tuner")
     workers = sorted(deployment_name(pipe.name, s.name) for s in pipe.stages)
-    per_pod = [a for s, k in instances.items() for a in ("--pod-instances", f"{s}={k}")]
+    pod_args = [a for s, k in per_pod.items() for a in ("--pod-replicas", f"{s}={k}")]
     c = container("tuner", image, pipe.name, ["tuner", "--pipeline", SPEC_PATH, "--actuator", "k8s",
                                                "--namespace", "$(POD_NAMESPACE)", "--standby", str(standby),
-                                               *per_pod], SMALL)
+                                               *pod_args], SMALL)
     return plain([
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": object_meta(name, pipe.name, namespace)},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": object_meta(name, pipe.name, namespace),
@@ -241,7 +241,7 @@ def pipeline_manifests(pipe: Pipeline, spec_text: str, *, image: str, profiles: 
     control = control_image or image
     docs.append(planner_deployment(pipe, place, profiles, image=control, mode=planner_mode, namespace=namespace,
                                    create_topics=create_topics))
-    instances = {s: pod_instances(p.replicas, pipe.hardware[p.hardware], max_pod_cpus) for s, p in place.items()}
+    per_pod = {s: pod_replicas(p.replicas, pipe.hardware[p.hardware], max_pod_cpus) for s, p in place.items()}
 
-    tuner = tuner_manifests(pipe, instances, image=control, namespace=namespace, standby=standby)
+    tuner = tuner_manifests(pipe, per_pod, image=control, namespace=namespace, standby=standby)
     return docs + tuner + gateway_manifests(pipe, image=image, namespace=namespace, create_topics=create_topics)

@@ -34,7 +34,7 @@ common = [
                       "traces need it]."),
     click.option("--profiles", "profiles_dir", default=state_default("profiles"), show_default="STATE_DIR/profiles"),
     click.option("--activation-s", default=1.0, show_default=True,
-                 help="Replica activation time for the tuner and estimator: a new model instance loads and "
+                 help="Replica activation time for the tuner and estimator: a new replica loads and "
                       "warms beside serving (slipstream bench scaling); scale-down waits 3x it."),
     click.option("--max-replicas", default=2, show_default=True,
                  help="Per stage; also capped by this host's cores less --reserve-cores."),

@@ -55,11 +55,11 @@ common = [
     metrics_addr_option(),
     click.option("--reserve-cores", default=0.5, show_default=True,
                  help="Local workers: cores kept for the broker, load generator and control plane; a stage "
-                      "runs at most (cores - this, rounded down) model instances, all in one process."),
+                      "runs at most (cores - this, rounded down) replicas, all in one process."),
 ]
 
 
-STANDBY = 1  # warm workers per stage: failover in about a second for one more model copy per stage
+STANDBY = 1  # warm workers per stage: failover in about a second for one more replica per stage
 STANDBY_HELP = ("Warm worker processes per stage (and join) beyond what the plan's replicas need: members of "
                 "the stage's group holding the model, so a dead worker's partitions move to a loaded worker "
                 "within about a second (docs/kafka.md, \"Failover\").")
@@ -80,14 +80,14 @@ def run_local(pipe, pipeline_file, replicas, log_dir, reserve_cores: float, cont
               standby: int = 0, kafka: KafkaSettings | None = None) -> None:
     """Run the workers as local processes (``standby`` warm ones more per worker role; a dead one's group
     members removed at once on ``kafka``, default the environment's) with
-    ``control(actuator, max_instances)(stop)`` on top."""
+    ``control(actuator, replicas_per_worker)(stop)`` on top."""
     from slipstream.tuner.supervisor import LocalCapacity, local_supervisor
 
     capacity = LocalCapacity(reserve_cores)
     supervisor = local_supervisor(pipe, pipeline_file, replicas, capacity,
                                   log_dir=Path(log_dir) if log_dir else None, loglevel="warn", profiles=profiles,
                                   standby=standby, kafka=kafka or KafkaSettings.from_env())
-    task = control(supervisor.actuator, capacity.max_instances)
+    task = control(supervisor.actuator, capacity.max_replicas)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -118,11 +118,11 @@ def plan_from_topic(pipe: Pipeline, settings: KafkaSettings, wait_s: float) -> t
 def tuner_only(pipe, plan, config, settings, interval_s, lookback_s, metrics_addr, plan_epoch=None):
     from dataclasses import replace
 
-    def control(actuator, max_instances):
-        cfg = replace(config, max_replicas=min(config.max_replicas, max_instances))
+    def control(actuator, replicas_per_worker):
+        cfg = replace(config, max_replicas=min(config.max_replicas, replicas_per_worker))
         return lambda stop: run_tuner(pipe, plan, cfg, actuator, dry_run=False, settings=settings,
                                       interval_s=interval_s, lookback_s=lookback_s, stop=stop,
-                                      metrics_addr=metrics_addr, max_instances=max_instances,
+                                      metrics_addr=metrics_addr, replicas_per_worker=replicas_per_worker,
                                       plan_epoch=plan_epoch)
 
     return control

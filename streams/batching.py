@@ -117,10 +117,10 @@ def drop_reason(deadline_ns: int, now_ns: int, predicted_ns: int) -> str:
 
 
 def served_within(window_ns: int, budget_ns: int, batch: int, batch_ns: int, timeout_ns: int) -> int:
-    """Items ONE instance can take of arrivals within a window of ``window_ns``, each served within
+    """Items ONE replica can take of arrivals within a window of ``window_ns``, each served within
     ``budget_ns`` of its arrival (a network-calculus service curve at ``window + budget``).
 
-    From the start of a backlog an instance takes a window within ``timeout_ns`` (:func:`ready`: the
+    From the start of a backlog a replica takes a window within ``timeout_ns`` (:func:`ready`: the
     oldest item's timeout, or at once when ``batch`` are queued), then a full window every ``batch_ns``
     (the predicted, high-percentile latency of a batch of ``batch``; a smaller window is no slower).
     Arrivals that came within ``w`` must all be done by ``w + budget``, by when it has finished

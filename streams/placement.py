@@ -1,17 +1,17 @@
-"""Where a stage's replicas run: model instances inside worker processes.
+"""Where a stage's replicas run: inside worker processes.
 
-A *replica* (what the planner plans and the tuner scales) is one model instance: an executor copy on
-its own model thread. A stage worker process holds up to ``max_instances`` of them behind its one
+A *replica* (what the planner plans and the tuner scales) is one loaded model: an executor per variant
+on its own model thread. A stage worker process holds up to ``max_per_worker`` of them behind its one
 queue, so adding or removing a replica inside a worker is not a consumer-group change and never
-pauses the instances already serving (Triton's instance groups, Clockwork's per-GPU workers). Only
+pauses the replicas already serving (Triton's instance groups, Clockwork's per-GPU workers). Only
 when a stage needs more replicas than one worker may hold does the count of worker processes (the
 consumers of the stage's group) change, and only that causes a rebalance.
 
 The worker (``agents``) and the actuators (``tuner``) both read the layout from here, so they agree
-on how many processes and how many instances each without talking to each other.
+on how many processes and how many replicas each without talking to each other.
 
 A stage may also keep *standby* workers: processes beyond the ones its replicas need, each holding
-the same instances, loaded and warm, and a member of the stage's group. With Kafka a standby is not
+as many replicas, loaded and warm, and a member of the stage's group. With Kafka a standby is not
 idle: it shares the stage's partitions with the others (a member with none only when the topic has
 fewer partitions than the group has members). What it buys is failover: when a worker dies its
 partitions move to members that already hold the model, instead of waiting for a new process to start
@@ -32,14 +32,14 @@ from pathlib import Path
 @dataclass(frozen=True)
 class Layout:
     workers: int  # worker processes the replicas need (consumers of the stage's group)
-    instances: int  # model instances in each worker
-    standby: int = 0  # warm worker processes beyond ``workers``, each with ``instances`` too
+    per_worker: int  # replicas in each worker
+    standby: int = 0  # warm worker processes beyond ``workers``, each with ``per_worker`` too
 
     @property
     def replicas(self) -> int:
-        """Instances the plan's replicas run (at least what was asked for; the remainder is rounded
-        up), standby workers not counted."""
-        return self.workers * self.instances
+        """Replicas the workers run (at least what was asked for; the remainder is rounded up),
+        standby workers not counted."""
+        return self.workers * self.per_worker
 
     @property
     def processes(self) -> int:
@@ -47,14 +47,14 @@ class Layout:
         return self.workers + self.standby
 
 
-def layout(replicas: int, max_instances: int, standby: int = 0) -> Layout:
-    """The fewest workers that hold ``replicas`` instances, the instances spread evenly over them,
-    and ``standby`` warm workers more."""
-    if replicas < 1 or max_instances < 1:
-        raise ValueError(f"need replicas >= 1 and max_instances >= 1, got {replicas}, {max_instances}")
+def layout(replicas: int, max_per_worker: int, standby: int = 0) -> Layout:
+    """The fewest workers that hold ``replicas``, at most ``max_per_worker`` each, the replicas spread
+    evenly over them, and ``standby`` warm workers more."""
+    if replicas < 1 or max_per_worker < 1:
+        raise ValueError(f"need replicas >= 1 and max_per_worker >= 1, got {replicas}, {max_per_worker}")
     if standby < 0:
         raise ValueError(f"standby workers must be >= 0, got {standby}")
-    workers = math.ceil(replicas / max_instances)
+    workers = math.ceil(replicas / max_per_worker)
     return Layout(workers, math.ceil(replicas / workers), standby)
 
 
@@ -141,10 +141,10 @@ def cores_left(reserve_cores: float, cpu_count: int | None = None) -> int:
     return max(1, math.ceil((n or 1) - reserve_cores - 1e-9))
 
 
-def instance_cap(asked: int | None, limit: float | None, cpu_count: int | None = None) -> int:
-    """Model instances a worker may hold: ``asked`` (``--max-instances``; default the cores available),
-    never more than the whole cores of the cgroup's CPU ``limit`` when one is set (a pod sized for k
-    instances cannot run more without throttling all of them)."""
+def replica_cap(asked: int | None, limit: float | None, cpu_count: int | None = None) -> int:
+    """Replicas a worker may hold: ``asked`` (``--max-replicas``; default the cores available), never
+    more than the whole cores of the cgroup's CPU ``limit`` when one is set (a pod sized for k
+    replicas cannot run more without throttling all of them)."""
     cores = available_cpus(limit, cpu_count) if limit is not None else None
     want = asked if asked is not None else (cores or available_cpus(None, cpu_count))
     return want if cores is None else max(1, min(want, cores))

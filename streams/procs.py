@@ -28,16 +28,16 @@ _pipe_lock = threading.Lock()
 WORKER_READY = re.compile(r"slipstream-worker ready stage=(\S+) partitions=(\d+)")
 
 
-def worker_argv(pipeline_file: str, stage: str, loglevel: str = "info", max_instances: int | None = None,
+def worker_argv(pipeline_file: str, stage: str, loglevel: str = "info", max_replicas: int | None = None,
                 profiles: str | None = None) -> list[str]:
     argv = [sys.executable, "-m", "slipstream.cli", "worker", "--pipeline", str(pipeline_file),
             "--stage", stage, "--loglevel", loglevel]
-    argv += ["--max-instances", str(max_instances)] if max_instances else []
+    argv += ["--max-replicas", str(max_replicas)] if max_replicas else []
     return argv + (["--profiles", str(profiles)] if profiles else [])
 
 
 def worker_id(pid: int | None = None) -> str:
-    """A stage worker process's name in its hops (``HopTiming.worker`` less ``/instance``): host-pid
+    """A stage worker process's name in its hops (``HopTiming.worker`` less ``/<index>``, the replica): host-pid
     (default: this process's)."""
     return f"{socket.gethostname()}-{os.getpid() if pid is None else pid}"
 

@@ -113,7 +113,7 @@ Name = Annotated[str, StringConstraints(pattern=NAME_RE.pattern)]
 class HardwareDoc(Doc):
     kind: Literal["cpu", "cuda"]
     cost_per_hour: float = Field(ge=0, description="price of one replica on it, $/h")
-    threads: int = Field(1, ge=1, description="cores (CPU) one model instance uses")
+    threads: int = Field(1, ge=1, description="cores (CPU) one replica uses")
     memory_gib: float = Field(2.0, ge=0.125, description="memory of a replica (Kubernetes requests/limits)")
 
 

@@ -2,11 +2,11 @@
 
     slipstream-worker event=<name> at_ns=<epoch ns> [key=value ...]
 
-Events: ``process-start`` (imports done), ``model-loaded`` (first instances loaded and warm),
+Events: ``process-start`` (imports done), ``model-loaded`` (first replicas loaded and warm),
 ``revoked`` / ``revoke-done`` (a rebalance took partitions; drained and committed), ``assigned``
 (partitions given), ``producers-started`` (exactly-once: the assigned partitions' transactional
 producers started, in ``ms``; a start waits while the coordinator aborts a dead owner's open
-transaction), ``config-loaded`` (a StageConfig's new instances are loaded and warm, with
+transaction), ``config-loaded`` (a StageConfig's new replicas are loaded and warm, with
 ``load_ms`` and ``warm_ms``) and ``config-in-force`` (applied at a window boundary).
 ``slipstream bench scaling`` reads them to say where a scale event's time goes.
 """

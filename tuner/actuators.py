@@ -1,20 +1,20 @@
 """Actuators: apply a desired replica count per stage. Idempotent "set desired count" behind a Protocol.
 
 - :class:`LocalProcessActuator` runs stage workers as child processes of this host. With
-  ``max_instances`` (what ``slipstream up`` and the demo use) a stage's replicas are model instances
-  inside ``slipstream.streams.placement.layout(n, max_instances).workers`` processes: the replica count itself
+  ``replicas_per_worker`` (what ``slipstream up`` and the demo use) a stage's replicas run inside
+  ``slipstream.streams.placement.layout(n, replicas_per_worker).workers`` processes: the replica count itself
   reaches the workers through the StageConfig the tuner publishes, and a process starts or stops only
-  when the instances no longer fit (no consumer-group rebalance otherwise). Without it every replica is
+  when the replicas no longer fit (no consumer-group rebalance otherwise). Without it every replica is
   a process of its own. Scale-up starts new processes; scale-down stops the *newest* first (the oldest have warm caches and settled partition
   assignments) with SIGTERM, then SIGKILL after ``grace_s``. Exited workers are reaped on every call
   and :meth:`reconcile` replaces them, so a crashed worker comes back.
   ``standby`` (role -> count) keeps that many warm worker processes of a role beyond what its
-  replicas need (``placement.layout(n, max_instances, standby)``; none for a role at 0 replicas).
+  replicas need (``placement.layout(n, replicas_per_worker, standby)``; none for a role at 0 replicas).
   Every worker is told a file to write its consumer-group members to (``slipstream.streams.members``);
   :meth:`take_exits` hands the supervisor the files of the workers that exited on their own, so it can
   remove their members from their groups at once instead of after the session timeout.
 - :class:`DryRunActuator` only remembers the counts (``slipstream tuner --dry-run``).
-- ``slipstream.tuner.k8s.KubernetesActuator`` applies a Deployment's scale subresource (pods of k instances).
+- ``slipstream.tuner.k8s.KubernetesActuator`` applies a Deployment's scale subresource (pods of k replicas).
 
 The worker command is a parameter (``argv_for(stage) -> argv``); production passes
 ``slipstream worker --pipeline FILE --stage NAME``.
@@ -85,7 +85,7 @@ class LocalProcessActuator:
     def __init__(self, argv_for: Callable[[str], Sequence[str]], *, grace_s: float = 10.0,
                  log_dir: Path | None = None, env: Mapping[str, str] | None = None,
                  restart_backoff_s: tuple[float, float] = (1.0, 30.0),
-                 clock: Callable[[], float] = time.monotonic, max_instances: int | None = None,
+                 clock: Callable[[], float] = time.monotonic, replicas_per_worker: int | None = None,
                  max_replicas: int | None = None, standby: Mapping[str, int] | None = None,
                  member_dir: Path | None = None) -> None:
         bad = {k: v for k, v in (standby or {}).items() if v < 0}
@@ -97,7 +97,7 @@ class LocalProcessActuator:
         self._own_member_dir = member_dir is None
         self._member_dir = Path(tempfile.mkdtemp(prefix="slipstream-members-")) if member_dir is None else member_dir
         self._exits: list[Exit] = []
-        self.max_instances = max_instances
+        self.replicas_per_worker = replicas_per_worker
         self.max_replicas = max_replicas  # this host's capacity: more would add contention, not capacity
         self._replicas: dict[str, int] = {}
         self.grace_s = grace_s
@@ -134,15 +134,16 @@ class LocalProcessActuator:
         with self._lock:
             self._reap(stage)
             running = len(self._workers.get(stage, []))
-            if self.max_instances is None:
+            if self.replicas_per_worker is None:
                 return running
-            return min(self._replicas.get(stage, 0), running * self.max_instances)
+            return min(self._replicas.get(stage, 0), running * self.replicas_per_worker)
 
     def processes_for(self, n: int, standby: int = 0) -> int:
         """Worker processes that hold ``n`` replicas, plus ``standby`` warm ones (none when ``n`` is 0)."""
         if n == 0:
             return 0
-        return n + standby if self.max_instances is None else layout(n, self.max_instances, standby).processes
+        per_worker = self.replicas_per_worker
+        return n + standby if per_worker is None else layout(n, per_worker, standby).processes
 
     # ---- extras
 

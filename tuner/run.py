@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuator, *, dry_run: bool,
                     settings: KafkaSettings, interval_s: float, lookback_s: float, stop: asyncio.Event,
-                    metrics_addr: MetricsAddr | None, on_decision=None, max_instances: int | None = None,
+                    metrics_addr: MetricsAddr | None, on_decision=None, replicas_per_worker: int | None = None,
                     plan_epoch: int | None = None, lag_interval_s: float = 5.0,
                     pace: PaceConfig = PaceConfig(), arrivals_source=None) -> None:
     """Run the tuner service on Kafka until ``stop`` is set: arrivals from the input topic, configs
@@ -49,7 +49,7 @@ async def run_tuner(pipe: Pipeline, plan: TunerPlan, config: TunerConfig, actuat
                            publish=publisher.publish if publisher else None,
                            grow=None if dry_run else kafka_io.grower(settings),
                            metrics=metrics,
-                           settings=ServiceSettings(interval_s=interval_s, max_instances=max_instances),
+                           settings=ServiceSettings(interval_s=interval_s, replicas_per_worker=replicas_per_worker),
                            pace=pace)
     if plan_epoch is not None:
         service.handoff_epoch = plan_epoch

@@ -5,7 +5,7 @@ Order of one scaling action (per changed stage):
 
 1. Scale-up past the topic's partitions: grow the stage input topic first (``target_partitions``),
    so the new consumers have partitions to take. Consumers are worker processes: with
-   ``max_instances`` set, replicas are instances inside ``slipstream.streams.placement.layout`` workers and the
+   ``replicas_per_worker`` set, replicas run inside ``slipstream.streams.placement.layout`` workers and the
    topic grows only when the worker count does (growing it is itself a rebalance).
 2. Ask the actuator for the new count (in a thread: stopping a worker may wait its grace period).
 3. Publish a ``StageConfig`` (the stage's latest config with the new replicas/partitions, ``reason``;
@@ -62,16 +62,17 @@ class ServiceSettings:
     reorder_s: float = 0.0
     partition_headroom: float = 1.5
     bucket_s: float = 0.5
-    max_instances: int | None = None  # replicas per worker process; None: one process per replica
+    replicas_per_worker: int | None = None  # at most, per worker process; None: one process per replica
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0 or self.reorder_s < 0 or self.partition_headroom < 1 or self.bucket_s <= 0 \
-                or (self.max_instances is not None and self.max_instances < 1):
+                or (self.replicas_per_worker is not None and self.replicas_per_worker < 1):
             raise ValueError(f"invalid service settings: {self}")
 
     def consumers(self, replicas: int) -> int:
         """Consumers (worker processes) of a stage running ``replicas`` replicas."""
-        return replicas if self.max_instances is None else layout(replicas, self.max_instances).workers
+        per_worker = self.replicas_per_worker
+        return replicas if per_worker is None else layout(replicas, per_worker).workers
 
 
 def stage_config_record(pipeline: Pipeline, latest: StageConfig | None, stage: str, replicas: int,

@@ -125,13 +125,13 @@ class Supervisor:
 @dataclass(frozen=True)
 class LocalCapacity:
     """What this host gives model threads: its cores less ``reserve_cores`` for the broker, the load
-    generator and the control plane. A stage never runs more instances than that (more would add
+    generator and the control plane. A stage never runs more replicas than that (more would add
     contention, not capacity), and one worker process holds them all (no rebalance to scale)."""
 
     reserve_cores: float = 0.5
 
     @property
-    def max_instances(self) -> int:
+    def max_replicas(self) -> int:
         return cores_left(self.reserve_cores)
 
 
@@ -141,13 +141,13 @@ def local_supervisor(pipe, pipeline_file: str, replicas: Mapping[str, int], capa
                      services: Mapping[str, Sequence[str]] | None = None, standby: int = 0,
                      kafka: KafkaSettings | None = None) -> Supervisor:
     """The supervisor of ``slipstream up`` and the live runs: the pipeline's worker roles as local
-    processes holding ``capacity.max_instances`` instances each (predictors seeded from ``profiles``),
+    processes holding ``capacity.max_replicas`` replicas each (predictors seeded from ``profiles``),
     ``standby`` warm worker processes more per worker role (the stages and the join), and one process
     per ``services`` entry (role -> command). With ``kafka``, the members of a worker that dies are
     removed from their groups at once (``LeaveGroup``), not after the session timeout."""
     if standby < 0:
         raise ValueError(f"standby workers must be >= 0, got {standby}")
-    cap = capacity.max_instances
+    cap = capacity.max_replicas
     services = dict(services or {})
     clash = set(services) & set(pipe.worker_roles(replicas))
     if clash:
@@ -157,7 +157,7 @@ def local_supervisor(pipe, pipeline_file: str, replicas: Mapping[str, int], capa
         return services[role] if role in services else worker_argv(pipeline_file, role, loglevel, cap, profiles)
 
     roles = pipe.worker_roles(replicas)
-    actuator = LocalProcessActuator(argv_for, log_dir=log_dir, env=env, max_instances=cap, max_replicas=cap,
+    actuator = LocalProcessActuator(argv_for, log_dir=log_dir, env=env, replicas_per_worker=cap, max_replicas=cap,
                                     standby={role: standby for role in roles})
     return Supervisor(actuator, {**roles, **{role: 1 for role in services}},
                       leaver=GroupLeaver(kafka) if kafka is not None else None)

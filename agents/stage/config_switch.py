@@ -40,7 +40,7 @@ class ConfigSwitch:
         self.config, fleet = await self._initial(held)
         self.pool.put_in_force(fleet)
         self.metrics.lab(self.metrics.config_epoch).set(self.config.epoch)
-        mark("model-loaded", instances=len(fleet.replicas))
+        mark("model-loaded", replicas=len(fleet.replicas))
         self.pool.keep_spares(self.config, self._waiting)
 
     async def _initial(self, held: Sequence[StageConfig]) -> tuple[StageConfig, Fleet]:
@@ -103,7 +103,7 @@ class ConfigSwitch:
         self.metrics.lab(self.metrics.config_epoch).set(cfg.epoch)
         log.info("config epoch %d in force: %s; %d replica(s)", cfg.epoch, cfg, len(fleet.replicas))
         self.pool.keep_spares(cfg, self._waiting)
-        mark("config-in-force", epoch=cfg.epoch, instances=len(fleet.replicas))
+        mark("config-in-force", epoch=cfg.epoch, replicas=len(fleet.replicas))
         return cfg
 
     def replace_hung(self, replica: Replica, why: str) -> None:

@@ -49,7 +49,7 @@ class ReplicaPool:
         self._spare_fill: asyncio.Future | None = None
 
     def replicas_for(self, cfg: StageConfig) -> int:
-        return placement.layout(cfg.replicas, self.max_replicas).instances
+        return placement.layout(cfg.replicas, self.max_replicas).per_worker
 
     def idle(self) -> Replica | None:
         return self.fleet.idle()
@@ -111,7 +111,7 @@ class ReplicaPool:
             fleet.replicas.append(replica)
             load_ns, warm_ns = load_ns + load, warm_ns + time.time_ns() - t0 - load
         if cfg.epoch >= 0:
-            mark("config-loaded", epoch=cfg.epoch, instances=len(fleet.replicas),
+            mark("config-loaded", epoch=cfg.epoch, replicas=len(fleet.replicas),
                  new=len(fleet.replicas) - len(keep), spares=len(reused), load_ms=f"{load_ns / 1e6:.1f}",
                  warm_ms=f"{warm_ns / 1e6:.1f}")
         return fleet
@@ -180,7 +180,7 @@ class SpareReplicas:
         return fleet.hardware, frozenset(fleet.variants)
 
     def park(self, replica: Replica, old: Fleet, after: Fleet, limit: int) -> bool:
-        """Keep ``replica`` of ``old`` as a spare when ``after`` runs the same kind and fewer than
+        """Keep ``replica`` of ``old`` as a spare replica when ``after`` runs the same kind and fewer than
         ``limit`` replicas (``after``'s and the spare ones) are loaded; False: close it."""
         if self._kind(after) != self.kind:
             self.clear()

@@ -5,7 +5,7 @@ is taken through the replica steps 1 -> 2 -> 4 -> 2 -> 1 and a variant switch, `
 publishing StageConfigs and resizing through :class:`~slipstream.tuner.actuators.LocalProcessActuator`, as the
 tuner does. Two deployments are measured in the same run, in alternating rounds:
 
-- ``instances`` (Slipstream's): replicas are model instances inside one worker (``max_instances``);
+- ``in-worker`` (Slipstream's): replicas inside one worker (``replicas_per_worker``);
 - ``processes`` (the baseline it replaces): one worker process per replica, so every replica change
   is a consumer-group rebalance.
 
@@ -34,7 +34,7 @@ from ...tuner.service import stage_config_record
 from .scaling_stats import EventCost, Mark, Served, event_cost
 
 STAGE = "model"
-MODES = {"instances": 4, "processes": 1}  # mode -> instances one worker may hold
+MODES = {"in-worker": 4, "processes": 1}  # mode -> replicas one worker may hold
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ async def run_round(mode: str, kafka: KafkaSettings, folder: Path, *, rate_qps: 
     cap = MODES[mode]
     logs = folder / name
     actuator = LocalProcessActuator(lambda stage: worker_argv(path, stage, "warn", cap), log_dir=logs,
-                                    env={BOOTSTRAP_ENV: kafka.bootstrap}, max_instances=cap)
+                                    env={BOOTSTRAP_ENV: kafka.bootstrap}, replicas_per_worker=cap)
     publisher = KafkaPublisher(kafka, pipe.name)
     await publisher.start()
     config = None

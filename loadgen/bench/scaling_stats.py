@@ -2,12 +2,12 @@
 
 For an event at ``t`` (the moment the new replica count or variant was published):
 
-- *running* replicas are the instances (hop ``worker`` ids, ``<host>-<pid>/<index>``) that served
+- *running* replicas are the ones (hop ``worker`` ids, ``<host>-<pid>/<index>``) that served
   requests created in the ``span_s`` before ``t``;
 - their queue wait (stage start minus enqueue, the producer's clock) for requests created in the
   ``span_s`` after ``t`` is set against their wait before: the extra p50/p99/max is what the event
-  cost the replicas already serving (a rebalance shows here as seconds, an instance change as ~0);
-- *first serve* is how long after ``t`` an instance that was not running served its first request;
+  cost the replicas already serving (a rebalance shows here as seconds, an in-worker change as ~0);
+- *first serve* is how long after ``t`` a replica that was not running served its first request;
 - the breakdown says where the time went, from ``agents.timeline`` marks after ``t``.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ class Served:
     created_ns: int
     enqueued_ns: int
     started_ns: int
-    instance: str
+    replica: str  # hop ``worker`` id: ``<host>-<pid>/<index>``
     variant: str
 
     @property
@@ -50,7 +50,7 @@ class EventCost:
     requests: int  # requests of the running replicas after the event
     wait_before_ms: tuple[float, float, float]  # p50, p99, max of the running replicas before
     wait_after_ms: tuple[float, float, float]
-    first_serve_s: float | None  # a new instance's first request after the event (None: no new one)
+    first_serve_s: float | None  # a new replica's first request after the event (None: no new one)
     breakdown_ms: Mapping[str, float]
 
     @property
@@ -76,9 +76,9 @@ def event_cost(label: str, at_ns: int, served: Sequence[Served], marks: Sequence
     span = int(span_s * NS)
     before = [s for s in served if at_ns - int(before_s * NS) <= s.created_ns < at_ns]
     after = [s for s in served if at_ns <= s.created_ns < at_ns + span]
-    running = {s.instance for s in before}
-    kept = [s for s in after if s.instance in running] or after  # a variant switch replaces them all
-    fresh = [s.started_ns for s in served if s.instance not in running and s.started_ns >= at_ns]
+    running = {s.replica for s in before}
+    kept = [s for s in after if s.replica in running] or after  # a variant switch replaces them all
+    fresh = [s.started_ns for s in served if s.replica not in running and s.started_ns >= at_ns]
     return EventCost(label, len(kept), _stats_ms([s.wait_s for s in before]), _stats_ms([s.wait_s for s in kept]),
                      (min(fresh) - at_ns) / NS if fresh else None,
                      breakdown([m for m in marks if at_ns <= m.at_ns < at_ns + span], at_ns,
@@ -87,7 +87,7 @@ def event_cost(label: str, at_ns: int, served: Sequence[Served], marks: Sequence
 
 def breakdown(marks: Sequence[Mark], at_ns: int, first_serve_ns: int | None) -> dict[str, float]:
     """Where an event's time went, in ms, from the marks after it (phases absent from the marks are
-    left out: an instance change has no rebalance phases, a rebalance no config-loaded)."""
+    left out: an in-worker change has no rebalance phases, a rebalance no config-loaded)."""
     first = {}
     last = {}
     for m in sorted(marks, key=lambda m: m.at_ns):
@@ -99,7 +99,7 @@ def breakdown(marks: Sequence[Mark], at_ns: int, first_serve_ns: int | None) -> 
         return (b - a) / 1e6
 
     loaded = [m for m in marks if m.event == "config-loaded" and int(m.fields.get("new", 0)) > 0]
-    if loaded:  # instance scaling: load and warm beside serving, then a window boundary
+    if loaded:  # in-worker scaling: load and warm beside serving, then a window boundary
         cl = loaded[-1]
         out["model load (beside serving)"] = float(cl.fields.get("load_ms", 0.0))
         out["warm-up (beside serving)"] = float(cl.fields.get("warm_ms", 0.0))

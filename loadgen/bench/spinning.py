@@ -1,4 +1,4 @@
-"""Two model copies sharing the host's cores, with onnxruntime's thread spinning on and off:
+"""Two model replicas sharing the host's cores, with onnxruntime's thread spinning on and off:
 ``python -m slipstream.loadgen.bench.spinning [SECONDS]``. Each of two processes runs EfficientNet-Lite0 (the
 image-classify pipeline's lite0, 2 intra-op threads) one batch of 1 at a time with a random 0-30 ms
 gap, as stage workers do between batches; the runs alternate on, off, on, off and print the batch
@@ -14,7 +14,7 @@ import time
 SPINNING = "session.intra_op.allow_spinning"
 
 
-def copy(spin: str, out: mp.Queue, seconds: float) -> None:
+def replica(spin: str, out: mp.Queue, seconds: float) -> None:
     import onnxruntime as ort
 
     from ...agents.zoo import load_executor
@@ -42,7 +42,7 @@ def copy(spin: str, out: mp.Queue, seconds: float) -> None:
 def main(seconds: float = 12.0) -> None:
     for spin in ("1", "0", "1", "0"):
         out = mp.Queue()
-        procs = [mp.Process(target=copy, args=(spin, out, seconds)) for _ in range(2)]
+        procs = [mp.Process(target=replica, args=(spin, out, seconds)) for _ in range(2)]
         for p in procs:
             p.start()
         ms = sorted(t for _ in procs for t in out.get())

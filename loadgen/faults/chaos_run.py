@@ -70,7 +70,7 @@ class Stack:
         cli = [sys.executable, "-m", "slipstream.cli"]
         services = {
             "tuner": cli + ["chaos-tuner", "--pipeline", str(pipeline_file), "--activation-s", str(activation_s),
-                            "--max-replicas", str(capacity.max_instances)],
+                            "--max-replicas", str(capacity.max_replicas)],
             "planner": cli + ["planner", "--pipeline", str(pipeline_file), "--profiles", str(store.root),
                               "--mode", mode, "--interval", str(replan_s)],
         }

@@ -29,10 +29,10 @@ class LiveOptions:
     mode: str = "milp"
     tune: bool = True
     activation_s: float = 5.0
-    # a worker's added instance serves this long after the tuner's StageConfig (it takes a loaded spare,
+    # a worker's added replica serves this long after the tuner's StageConfig (it takes a loaded spare replica,
     # slipstream.agents.stage.pool.SpareReplicas): record to the worker's config-in-force event, 5-45 ms, median 14 ms
     # over the 23 changes of runs s11 (docs/results.md)
-    instance_activation_s: float = 0.02
+    in_worker_activation_s: float = 0.02
     max_replicas: int = 2
     hop_ms: float = 6.0
     seed: int = 0
@@ -82,7 +82,7 @@ def profile_missing(pipe, store, batch_sizes=(1, 2, 4, 8), reps: int = 20) -> No
 
 
 def local_problem(pipe, store, opts: LiveOptions, **kw):
-    """The planning problem of a run on this host: no stage above the instances one worker process runs
+    """The planning problem of a run on this host: no stage above the replicas one worker process runs
     here (``slipstream.tuner.supervisor.LocalCapacity``), no more than that per stage in all, no CPU hardware
     with more threads than the host's cores (its cgroup's limit when one is set; ``cores=None``: every
     entry, for a run recorded elsewhere), and the host's co-located work (:func:`colocated_host`)."""
@@ -90,7 +90,7 @@ def local_problem(pipe, store, opts: LiveOptions, **kw):
     from ...streams.placement import available_cpus
     from ...tuner.supervisor import LocalCapacity
 
-    cap = LocalCapacity(opts.reserve_cores).max_instances
+    cap = LocalCapacity(opts.reserve_cores).max_replicas
     kw.setdefault("cores", available_cpus())
     problem = problem_from_pipeline(pipe, store, activation_s=opts.activation_s, hop_ms=opts.hop_ms,
                                     max_replicas=cap * len(pipe.stages), max_stage_replicas=cap, **kw)
@@ -152,16 +152,16 @@ def plan_and_publish(pipe, store, sample: np.ndarray, opts: LiveOptions, setting
 TUNER_TICK_S = ServiceSettings.interval_s  # the live tuner's decision period
 
 
-def tuner_config(opts: LiveOptions, max_instances: int):
+def tuner_config(opts: LiveOptions, replicas_per_worker: int):
     """The live tuner's ``slipstream.tuner.policy.TunerConfig``: replicas capped by ``--max-replicas`` and what
-    one worker process holds (``max_instances``)."""
+    one worker process holds (``replicas_per_worker``)."""
     from ...tuner.policy import TunerConfig
 
-    return TunerConfig(activation_s=opts.activation_s, max_replicas=min(opts.max_replicas, max_instances))
+    return TunerConfig(activation_s=opts.activation_s, max_replicas=min(opts.max_replicas, replicas_per_worker))
 
 
 def control_plane(pipe, published: Published, store, opts: LiveOptions, settings: KafkaSettings, actuator,
-                  max_instances: int, on_decision=None):
+                  replicas_per_worker: int, on_decision=None):
     """``control(stop)``: the tuner on ``actuator`` and, with ``opts.replan_s``, the planner service
     re-planning from live arrivals every ``replan_s`` (its plans reach the tuner as hand-offs on the
     control topic); both until ``stop``."""
@@ -172,7 +172,7 @@ def control_plane(pipe, published: Published, store, opts: LiveOptions, settings
     from ...tuner.pace import PaceConfig
     from ...tuner.run import run_tuner
 
-    config = tuner_config(opts, max_instances)
+    config = tuner_config(opts, replicas_per_worker)
     replanner = Replanner(local_problem(pipe, store, opts, rate_qps=1.0), pipe.name,
                           ReplanSettings(mode=opts.mode), envelope=envelope, calibration=store.calibration)
 
@@ -187,7 +187,7 @@ def control_plane(pipe, published: Published, store, opts: LiveOptions, settings
         shared = SharedArrivals(settings, pipe.name, pipe.source, spec=pipe, lookback_s=0.0)
         tasks = [run_tuner(pipe, published.tuner_plan, config, actuator, dry_run=False, settings=settings,
                            interval_s=TUNER_TICK_S, lookback_s=0.0, stop=stop, metrics_addr=None,
-                           on_decision=on_decision, max_instances=max_instances,
+                           on_decision=on_decision, replicas_per_worker=replicas_per_worker,
                            pace=PaceConfig(ceiling=opts.pace_ceiling), arrivals_source=shared.reader)]
         if opts.replan_s > 0:
             tasks.append(run_planner(pipe, replanner, settings, interval_s=opts.replan_s, lookback_s=0.0,
@@ -224,7 +224,7 @@ class Workers:
                 click.echo(f"tuner: {sc.stage} shares ({describe_shares(sc)})", err=True)
 
         tuner = control_plane(pipe, published, store, opts, settings, supervisor.actuator,
-                              capacity.max_instances, on_decision)
+                              capacity.max_replicas, on_decision)
 
         ready = threading.Event()
 
@@ -262,7 +262,7 @@ class Workers:
 
 
 def started_ids(started) -> set[str]:
-    """The ``worker`` ids (``HopTiming.worker`` less its instance) of the workers ``started`` ((role,
+    """The ``worker`` ids (``HopTiming.worker`` less its replica index) of the workers ``started`` ((role,
     pid) pairs): a stage worker's, or for the ``join`` role the join worker's."""
     from ...streams.procs import join_id, worker_id
 
@@ -392,11 +392,11 @@ def like_for_like(problem, plan, summary, report_dir: Path, opts: LiveOptions, f
     results, control = run.results(), run.control()
     schedule = [] if forward else None
     if forward and opts.tune:
-        config = tuner_config(opts, LocalCapacity(opts.reserve_cores).max_instances)
+        config = tuner_config(opts, LocalCapacity(opts.reserve_cores).max_replicas)
         schedule = tuner_changes(problem, plan, run_arrivals(results)[0], tick_s=TUNER_TICK_S, config=config)
     # a result's finished_ns is stamped before the hop to the results topic: leave that hop out
     problem = replace(problem, activation_s=opts.activation_s,
                       network=replace(network_for(problem), to_results=Transit.constant(0.0)))
     est = estimate_run(problem, plan, summary, results, control=control, seed=opts.seed, forward=schedule,
-                       instance_activation_s=opts.instance_activation_s, handoff=published_handoff(problem, plan))
+                       in_worker_activation_s=opts.in_worker_activation_s, handoff=published_handoff(problem, plan))
     return replace(est, unmeasured_pace=pace_sources(calibration, [(v, h) for (_, v), h in plan.hardware_of().items()]))

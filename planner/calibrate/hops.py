@@ -48,7 +48,7 @@ def batches(results: Iterable[InferenceResult]) -> dict[tuple, tuple[str, str, i
 
 def dispatch_ms(results: Iterable[InferenceResult], timeouts_ms: Mapping[str, float] | None = None) -> np.ndarray:
     """Per batch, the worker's own time before the model started it: ``started`` minus the moment it
-    could have started, its last item fetched (``received``) and its instance (``worker``) done with
+    could have started, its last item fetched (``received``) and its replica (``worker``) done with
     the batch before. A batch that may have waited for its stage's batch timeout (``timeouts_ms``:
     stage -> ms; started that long or more after its first item) is left out: that wait is the
     batching policy's, which the estimator computes."""

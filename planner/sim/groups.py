@@ -6,11 +6,11 @@ assignment's batching, each window split by variant (:class:`Mix`) and the varia
 off one variant after the other (``slipstream.planner.sim.servers``). A replica change names an assignment
 (``ReplicaChange.index``) and sets its count; the pool runs the sum of the counts.
 
-- :class:`InstanceGroup` (``scaling="instances"``, the data plane's model instances): one worker
-  process, so one consumer and one FIFO for all the group's partitions, with c servers (instances)
-  taking windows from it: a central queue with c servers. A replica change is an instance change:
-  running instances never pause; an added one serves from ``instance activation`` after the change
-  (a model load and warm-up, or a loaded spare taken once the control record is in); a removed one
+- :class:`InWorkerGroup` (``scaling="in-worker"``, the data plane's replicas inside a worker): one
+  worker process, so one consumer and one FIFO for all the group's partitions, with c servers
+  (replicas) taking windows from it: a central queue with c servers. A replica change never pauses
+  the running replicas; an added one serves ``in_worker_activation`` after the change (a model
+  load and warm-up, or a loaded spare replica taken once the control record is in); a removed one
   finishes the window it is on (``slipstream.agents.replicas``) and stops.
 - :class:`PartitionGroup` (``scaling="rebalance"``, a process per replica): items go round-robin over
   ``partitions``, partitions go to replicas by Kafka's range assignor, and each replica keeps one FIFO
@@ -152,7 +152,7 @@ class Group:
         raise NotImplementedError
 
 
-class InstanceGroup(Group):
+class InWorkerGroup(Group):
     def __init__(self, world: "World", stage: "Stage", settings: BatchSettings, latency: Latency,
                  counts: list[int], mix: Mix | None) -> None:
         super().__init__(world, stage, settings, latency, counts, mix)
@@ -174,7 +174,7 @@ class InstanceGroup(Group):
         live = [s for s in self.servers if not s.retired]
         for _ in range(replicas - len(live)):
             srv = Server(self, self.queue)
-            srv.pause_until(now + self.world.instance_activation_ns)
+            srv.pause_until(now + self.world.in_worker_activation_ns)
             self.servers.append(srv)
         for srv in live[replicas:]:  # the newest go first; a busy one finishes its window
             srv.retired = True

@@ -22,7 +22,8 @@ import numpy as np
 from ...streams.batching import NS_PER_MS
 from ...streams.shedding import host_ms_per_request
 
-SCALING_MODES = ("instances", "rebalance")
+IN_WORKER, REBALANCE = "in-worker", "rebalance"  # replicas inside one worker; a process each
+SCALING_MODES = (IN_WORKER, REBALANCE)
 TRANSIT_KINDS = ("constant", "shifted-exponential", "lognormal", "empirical", "quantiles")
 SERVICE_KINDS = ("deterministic", "exponential", "lognormal")
 
@@ -90,8 +91,8 @@ class BatchingChange:
 
 
 def scaling_modes(scaling: str | Mapping[str, str], stages: Sequence[str]) -> dict[str, str]:
-    """Each stage's scaling mode from one mode for all, or a mapping (stages not named: instances)."""
-    per = {s: scaling for s in stages} if isinstance(scaling, str) else {s: "instances" for s in stages}
+    """Each stage's scaling mode from one mode for all, or a mapping (stages not named: in-worker)."""
+    per = {s: scaling for s in stages} if isinstance(scaling, str) else {s: IN_WORKER for s in stages}
     if not isinstance(scaling, str):
         unknown = sorted(set(scaling) - set(stages))
         if unknown:
@@ -320,9 +321,9 @@ class ServiceTime:
     from other processes does, which independent per-batch draws cannot.
 
     ``dispatch``: the worker's own time per batch on top of the model's, from the moment a batch could
-    start (its last item fetched and the instance free) to the model starting it: taking the window,
+    start (its last item fetched and the replica free) to the model starting it: taking the window,
     decoding, the hand-off to the model thread, the previous window's produce and acks. It holds the
-    instance like service does (a calibration measures it; zero by default).
+    replica like service does (a calibration measures it; zero by default).
 
     ``by_variant``: each variant@hardware's own spread, ``(key, cv points)`` with points as in
     ``cv_by_ms`` (one point: the same cv at every length). How much a batch varies is a property of

@@ -10,7 +10,7 @@ the queue decides when a window is taken (:func:`next_window`: ``ready``, ``wind
 it to the free server that has waited longest; the server works it off in sub-batches (``whole_ns``,
 else ``decide``), one batch at a time on the group's host. A mixed stage's server first splits the
 window by variant (``groups.Mix``) and works the variants off one after the other, each with its
-own latency, as the worker's ``work_off`` does. In ``instances`` mode c servers share one queue; in
+own latency, as the worker's ``work_off`` does. In ``in-worker`` mode c servers share one queue; in
 ``rebalance`` mode each server has its own (``slipstream.planner.sim.groups``).
 
 Same-instant rule: a queue never takes a window in the middle of an instant. Arrivals and freed
@@ -244,7 +244,7 @@ class Server:
         if g.dispatch is None:
             self.ran_at = now
             g.host.run(self, work, now, self.key, g.width)
-        else:  # the worker's own time first: it holds the instance, not the host's shared cores
+        else:  # the worker's own time first: it holds the replica, not the host's shared cores
             self.pending = (work, self.key, g.host, g.width)
             g.engine.at(now + g.dispatch(), DONE, self, _DISPATCHED, self.key)
         self.key += 1

@@ -22,7 +22,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .groups import InstanceGroup, PartitionGroup
+    from .groups import InWorkerGroup, PartitionGroup
     from .world import World
 
 
@@ -36,7 +36,7 @@ class Stage:
         # the first stream drew a routing among replica groups before a mixed stage became one pool;
         # still spawned so every later stream keeps its seed
         _, self.fanout_rng = world.stream(), world.stream()
-        self.group: InstanceGroup | PartitionGroup | None = None  # set by ``world.build``
+        self.group: InWorkerGroup | PartitionGroup | None = None  # set by ``world.build``
         self.kids: list[tuple[Stage, float, float]] = []  # (child, fanout, probability)
         self.chain: Stage | None = None  # the only child, when its edge is fanout 1, probability 1
         self.inbox: list | None = None

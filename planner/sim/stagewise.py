@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from ...streams.batching import decide, whole_ns
-from .groups import InstanceGroup, PartitionGroup
+from .groups import InWorkerGroup, PartitionGroup
 from .params import HostModel, Network, ReplicaChange, ServiceTime
 from .servers import SUB_BITS, next_window
 from .stages import Stage
@@ -112,7 +112,7 @@ def serve_stage(st: Stage, vis: np.ndarray, reqs: np.ndarray, deadline: np.ndarr
     parts = []
     g = st.group
     idx = np.arange(reqs.size)
-    if isinstance(g, InstanceGroup):
+    if isinstance(g, InWorkerGroup):
         queues = [(0, idx, len(g.servers))]
     else:
         assert isinstance(g, PartitionGroup)
@@ -126,7 +126,7 @@ def serve_stage(st: Stage, vis: np.ndarray, reqs: np.ndarray, deadline: np.ndarr
     return Completions(parts)
 
 
-def serve_queue(g: InstanceGroup | PartitionGroup, times: list[int], dls: list[int], reqs: np.ndarray,
+def serve_queue(g: InWorkerGroup | PartitionGroup, times: list[int], dls: list[int], reqs: np.ndarray,
                 servers: int) -> QueueRun:
     """One queue with all its items known, worked off by ``servers`` identical servers: each window
     starts at ``next_window`` from the first free server, never before the previous window."""
@@ -157,7 +157,7 @@ def serve_queue(g: InstanceGroup | PartitionGroup, times: list[int], dls: list[i
     return out
 
 
-def _work_off(g: InstanceGroup | PartitionGroup, predict, t: int, off: int, sub: int, pos: list[int],
+def _work_off(g: InWorkerGroup | PartitionGroup, predict, t: int, off: int, sub: int, pos: list[int],
               dls: list[int], reqs: np.ndarray, out: QueueRun) -> tuple[int, int]:
     """Items of the window at queue offset ``off`` (queue positions ``pos``) from ``t`` with one
     variant's ``predict``, the window's batches so far ``sub``: drops, then sub-batch after sub-batch;

@@ -20,9 +20,9 @@ from ...streams.calibration import key as variant_key
 from ..plan import Plan
 from ..problem import HardwareOption, Problem
 from .engine import Draws, Engine
-from .groups import InstanceGroup, Latency, Mix, PartitionGroup
+from .groups import InWorkerGroup, Latency, Mix, PartitionGroup
 from .host import Colocated, Dedicated, SharedHost, Windows
-from .params import HostModel, Network, ServiceTime, Transit
+from .params import IN_WORKER, HostModel, Network, ServiceTime, Transit
 from .record import Log
 from .servers import Queue
 from .stages import Stage
@@ -32,7 +32,7 @@ class World:
     """The shared context of one run (see the module docstring)."""
 
     def __init__(self, *, seed: int, deadline: list[int], host: HostModel | None, network: Network,
-                 service: ServiceTime, activation_ns: int, instance_activation_ns: int, pause_ns: int,
+                 service: ServiceTime, activation_ns: int, in_worker_activation_ns: int, pause_ns: int,
                  fanout_dist: str,
                  request_ids: Sequence[str] | None) -> None:
         self._seeds = np.random.SeedSequence(seed)
@@ -54,7 +54,7 @@ class World:
         self.dispatch = Draws(partial(service.dispatch.sample_ns, self.stream())).one if service.has_dispatch else None
         self.network = network
         self.activation_ns = activation_ns
-        self.instance_activation_ns = instance_activation_ns
+        self.in_worker_activation_ns = in_worker_activation_ns
         self.pause_ns = pause_ns
         self.fanout_dist = fanout_dist
         self._between = _HopTimes(network.between, net)
@@ -179,8 +179,8 @@ def build(problem: Problem, plan: Plan, world: World, scaling: Mapping[str, str]
         settings = BatchSettings.from_ms(a.max_batch, a.batch_timeout_ms, drop_late)
         latency_of = partial(_latency_of, problem.stage(name), world.service, world.learns, world.clock)
         counts = [x.replicas for x in sp.assignments]
-        if scaling[name] == "instances":
-            st.group = InstanceGroup(world, st, settings, tables[0], counts, mix)
+        if scaling[name] == IN_WORKER:
+            st.group = InWorkerGroup(world, st, settings, tables[0], counts, mix)
         else:
             st.group = PartitionGroup(world, st, settings, tables[0], counts, mix, sp.partitions)
         st.group.latency_of = latency_of

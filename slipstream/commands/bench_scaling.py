@@ -19,8 +19,8 @@ from slipstream.streams.config import KafkaSettings
 @click.option("--step-s", default=15.0, show_default=True,
               help="Seconds between scale events; the last third before an event is its 'before'.")
 @click.option("--width", default=512, show_default=True, help="Synthetic MLP width (service time).")
-@click.option("--modes", default="instances,processes", show_default=True,
-              help="instances: replicas inside one worker; processes: one worker per replica (baseline).")
+@click.option("--modes", default="in-worker,processes", show_default=True,
+              help="in-worker: replicas inside one worker; processes: one worker per replica (baseline).")
 @click.option("--out", "out_dir", default="reports/bench-scaling", show_default=True,
               help="Where the JSON, the table and the plot go.")
 def scaling_bench(rounds, rate_qps, step_s, width, modes, out_dir) -> None:

@@ -15,7 +15,7 @@ import click
 @click.option("--wait-plan-s", default=300.0, show_default=True)
 def chaos_tuner(pipeline_file, activation_s, max_replicas, wait_plan_s) -> None:
     """The tuner on the planner's latest hand-off, publishing its decisions (StageConfig replicas, which
-    the workers run as model instances) and starting no process: the supervisor of `chaos`/`soak` owns them."""
+    the workers run as model replicas) and starting no process: the supervisor of `chaos`/`soak` owns them."""
     from slipstream.tuner_options import plan_from_topic, pipeline_of, tuner_config
     from slipstream.streams.config import KafkaSettings
     from slipstream.tuner.actuators import DryRunActuator
@@ -34,7 +34,7 @@ def chaos_tuner(pipeline_file, activation_s, max_replicas, wait_plan_s) -> None:
             loop.add_signal_handler(sig, stop.set)
         await run_tuner(pipe, plan, config, DryRunActuator(), dry_run=False, settings=settings,
                         interval_s=ServiceSettings.interval_s, lookback_s=60.0, stop=stop, metrics_addr=None,
-                        max_instances=max_replicas, plan_epoch=epoch)
+                        replicas_per_worker=max_replicas, plan_epoch=epoch)
 
     asyncio.run(main())
 

@@ -38,7 +38,7 @@ from slipstream.streams.spec import Pipeline
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
               help="Write a kustomization directory here (kubectl apply -k DIR) instead of printing.")
 @click.option("--max-pod-cpus", default=MAX_POD_CPUS, show_default=True, type=click.IntRange(min=1),
-              help="Largest worker pod: a stage's pod holds the most model instances (a divisor of its planned "
+              help="Largest worker pod: a stage's pod holds the most replicas (a divisor of its planned "
                    "replicas) whose threads fit this many CPUs.")
 @click.option("--standby", default=0, show_default=True, type=click.IntRange(min=0),
               help="Warm pods per stage and join beyond what their replicas need, holding the model: a killed "

@@ -33,21 +33,21 @@ def _print_decision(decision: ScaleDecision) -> None:
 @click.option("--actuator", type=click.Choice(["local", "k8s"]), default="local", show_default=True,
               help="local: run the workers as processes here (like `up`); k8s: scale stage Deployments.")
 @click.option("--namespace", default="default", show_default=True, help="Kubernetes namespace.")
-@click.option("--pod-instances", multiple=True,
-              help="k8s: STAGE=K model instances per pod of the stage (its workers' --max-instances, written "
+@click.option("--pod-replicas", multiple=True,
+              help="k8s: STAGE=K replicas per pod of the stage (its workers' --max-replicas, written "
                    "by k8s-manifests); n replicas run in ceil(n/K) pods [default: 1].")
 @standby_option(STANDBY)
 def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, lookback_s, metrics_addr,
-              reserve_cores, plan_file, wait_plan_s, dry_run, actuator, namespace, pod_instances, standby) -> None:
+              reserve_cores, plan_file, wait_plan_s, dry_run, actuator, namespace, pod_replicas, standby) -> None:
     """Scale stage replicas from the live traffic envelope (InferLine's tuner). The plan comes from
     --plan, else from the planner's latest hand-off on the control topic; later hand-offs are followed."""
     pipe = pipeline_of(pipeline_file)
     config = tuner_config(activation_s, max_replicas, rho_mode)
-    per_pod = key_values(pod_instances, int, "--pod-instances", "STAGE=K")
+    per_pod = key_values(pod_replicas, int, "--pod-replicas", "STAGE=K")
     unknown = sorted(set(per_pod) - {s.name for s in pipe.stages})
     if unknown or any(k < 1 for k in per_pod.values()):
         raise click.BadParameter(f"stages {unknown} are not in the pipeline, or a K < 1: {per_pod}",
-                                 param_hint="--pod-instances")
+                                 param_hint="--pod-replicas")
     settings = KafkaSettings.from_env()
     plan, epoch = (plan_of(plan_file, pipe), None) if plan_file else plan_from_topic(pipe, settings, wait_plan_s)
     if not dry_run and actuator == "local":
@@ -64,7 +64,7 @@ def tuner_cmd(pipeline_file, activation_s, max_replicas, rho_mode, interval_s, l
         else:
             from slipstream.tuner.k8s import KubernetesActuator
             try:
-                act = KubernetesActuator(pipe.name, namespace, instances=per_pod, standby=standby)
+                act = KubernetesActuator(pipe.name, namespace, per_pod=per_pod, standby=standby)
             except RuntimeError as exc:
                 raise click.ClickException(str(exc)) from None
         await run_tuner(pipe, plan, config, act, dry_run=dry_run, settings=settings, interval_s=interval_s,

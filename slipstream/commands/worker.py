@@ -7,7 +7,7 @@ import click
 
 from slipstream.agents.join import MAX_CLOSED  # standard library only: cheap at the CLI's import
 from slipstream.streams.app import AppSettings
-from slipstream.streams.config import (COMMIT_INTERVAL_ENV, JOIN_MEMORY_ENV, MAX_INSTANCES_ENV, MEMBER_FILE_ENV,
+from slipstream.streams.config import (COMMIT_INTERVAL_ENV, JOIN_MEMORY_ENV, MAX_REPLICAS_ENV, MEMBER_FILE_ENV,
                                        METRICS_ADDR_ENV, METRICS_PORT_ENV, PROFILES_ENV, KafkaSettings,
                                        cache_from_env, metrics_port_set)
 from slipstream.options import metrics_addr_option
@@ -21,8 +21,8 @@ from slipstream.streams.spec import SpecError
 @click.option("--stage", required=True, help="Stage name, or 'join' for the fan-out join worker.")
 @click.option("--web-port", type=int, default=None, help="Faust web server port [default: off].")
 @metrics_addr_option()
-@click.option("--max-instances", type=click.IntRange(min=1), default=None, envvar=MAX_INSTANCES_ENV,
-              help="Model instances this worker may hold (replicas beyond it need more workers) "
+@click.option("--max-replicas", type=click.IntRange(min=1), default=None, envvar=MAX_REPLICAS_ENV,
+              help="Model replicas this worker may hold (replicas beyond it need more workers) "
                    "[default: this host's cores].")
 @click.option("--profiles", "profiles_dir", default=None, envvar=PROFILES_ENV,
               type=click.Path(file_okay=False),
@@ -41,7 +41,7 @@ from slipstream.streams.spec import SpecError
                    "(slipstream.streams.members; the local supervisor sets it) [default: not written].")
 @click.option("--loglevel", default="warn", show_default=True,
               type=click.Choice(["crit", "error", "warn", "info", "debug"]))
-def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_addr, max_instances: int | None,
+def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_addr, max_replicas: int | None,
            profiles_dir: str | None, commit_interval_s: float, join_memory: int, member_file: str | None,
            loglevel: str) -> None:
     """Run one stage worker: consume the stage's input topic, batch, infer, route."""
@@ -76,7 +76,7 @@ def worker(pipeline_file: str, stage: str, web_port: int | None, metrics_addr, m
         from slipstream.streams.profile_store import ProfileStore
 
         app = build_stage_app(pipe, stage, kafka, factory, web_port=web_port, metrics_addr=metrics_addr,
-                              max_replicas=max_instances,
+                              max_replicas=max_replicas,
                               profiles=ProfileStore(profiles_dir) if profiles_dir else None,
                               commit_interval_s=commit_interval_s)[0]
     if member_file:

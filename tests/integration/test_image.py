@@ -6,7 +6,7 @@ The model reaches the workers the way docs/kubernetes.md delivers it to a pod: a
 container of the same image (the init container) fetches the file the spec names by URI into a
 volume, checking the spec's sha256, and the workers mount that volume read-only. Each container is limited to one CPU
 (``--cpus 1``, a cgroup CPU quota like a pod's ``limits.cpu``): asked for 2 replicas by a StageConfig,
-each worker holds 1 instance, read from its cgroup, not the host's core count.
+each worker holds 1 replica, read from its cgroup, not the host's core count.
 
 Skips only when no docker engine answers; a missing image is a failure (run deploy/docker/build.sh).
 """
@@ -164,7 +164,7 @@ async def test_worker_containers_serve_requests_end_to_end(kafka, unique, tmp_pa
     try:
         for c in containers:
             await c.until("/readyz", lambda status, _: status == 200, 120)
-        # 2 replicas asked; the container's cgroup allows one CPU, so its worker holds one instance
+        # 2 replicas asked; the container's cgroup allows one CPU, so its worker holds one replica
         epoch = await publish_config(kafka, pipe, "score", replicas=2)  # its offset (slipstream.streams.control_io)
         score = containers[1]
         async with PipelineClient(pipe, kafka) as client:
@@ -172,7 +172,7 @@ async def test_worker_containers_serve_requests_end_to_end(kafka, unique, tmp_pa
             await asyncio.gather(*[await client.send(r, wait=False) for r in reqs])
             results = [await client.result(r.request_id, 60) for r in reqs]
         body = await score.until("/metrics", lambda _, b: score.gauge(b, "slipstream_config_epoch") == epoch, 30)
-        assert score.gauge(body, "slipstream_instances") == 1.0, body[:3000]
+        assert score.gauge(body, "slipstream_replicas") == 1.0, body[:3000]
     finally:
         for c in containers:
             c.stop()

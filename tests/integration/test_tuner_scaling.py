@@ -1,5 +1,5 @@
 """The tuner on the real broker with real worker processes: a step from a low to a high rate adds
-replicas (model instances inside the stage's worker) to the bottleneck stage within seconds, nothing
+replicas (inside the stage's worker) to the bottleneck stage within seconds, nothing
 is lost or answered twice, and the replicas come back down after the quiet period (horizons shortened
 so the test takes about a minute)."""
 from __future__ import annotations
@@ -50,7 +50,7 @@ async def test_rate_step_scales_bottleneck_up_fast_and_down_after_quiet(kafka, u
     config = TunerConfig(activation_s=2.0, down_window_s=2.0, down_horizon_s=6.0, max_replicas=3)
     actuator = LocalProcessActuator(lambda stage: worker_argv(path, stage, "warn", config.max_replicas),
                                     env={"SLIPSTREAM_BOOTSTRAP": kafka.bootstrap}, log_dir=tmp_path,
-                                    max_instances=config.max_replicas)
+                                    replicas_per_worker=config.max_replicas)
     decisions: list[tuple[float, str, int, int]] = []
     stop = asyncio.Event()
     scaled_down = asyncio.Event()
@@ -65,7 +65,7 @@ async def test_rate_step_scales_bottleneck_up_fast_and_down_after_quiet(kafka, u
     actuator.set_replicas("slow", 1)
     tuner = asyncio.create_task(run_tuner(pipe, plan, config, actuator, dry_run=False, settings=kafka,
                                           interval_s=0.25, lookback_s=0.0, stop=stop, metrics_addr=None,
-                                          on_decision=on_decision, max_instances=config.max_replicas))
+                                          on_decision=on_decision, replicas_per_worker=config.max_replicas))
     try:
         async with PipelineClient(pipe, kafka) as client:
             ids = []
@@ -83,7 +83,7 @@ async def test_rate_step_scales_bottleneck_up_fast_and_down_after_quiet(kafka, u
                 futs.append(await client.send(req, wait=False))
             await asyncio.gather(*futs)
             results = {rid: await client.result(rid, 90) for rid in ids}
-            # replicas are instances of one worker: no rebalance, so nothing is redelivered
+            # replicas inside one worker: no rebalance, so nothing is redelivered
             assert client.duplicates == 0
             assert len(actuator.pids("slow")) == 1
             ups = [t for t, stage, before, after in decisions if stage == "slow" and after > before]

@@ -288,7 +288,7 @@ def test_the_tuner_scales_a_stage_and_the_new_pod_serves(app, kafka):
 
 
 def served_by(results: list[dict]) -> set[str]:
-    """The pods whose workers served ``SCALED`` in ``results`` (a worker is named pod-pid/instance)."""
+    """The pods whose workers served ``SCALED`` in ``results`` (a worker is named pod-pid/replica)."""
     return {h.worker.split("/")[0].rsplit("-", 1)[0] for r in results for h in r.hops if h.stage == SCALED}
 
 

@@ -55,7 +55,7 @@ def test_series_exist_before_the_first_result():
     m = StageMetrics.create("p", "s")
     assert value(m, "slipstream_slo_met_total") == 0
     assert value(m, "slipstream_slo_missed_total", status="dropped") == 0
-    for gauge in ("slipstream_queued_requests", "slipstream_instances", "slipstream_delivery_backlog_windows"):
+    for gauge in ("slipstream_queued_requests", "slipstream_replicas", "slipstream_delivery_backlog_windows"):
         assert value(m, gauge) == 0, gauge  # a scrape before the first window reads 0, not nothing
     assert value(m, "slipstream_requests_total") == 0
     assert m.registry.get_sample_value("slipstream_build_info", {"version": version()}) == 1
@@ -70,7 +70,7 @@ def test_model_info_follows_the_fleet():
 
     m.observe_fleet(fleet(("small", "abc"), ("small", "abc")))
     assert value(m, "slipstream_model_info", variant="small", digest="abc") == 1
-    assert value(m, "slipstream_instances") == 2
+    assert value(m, "slipstream_replicas") == 2
     m.observe_fleet(fleet(("big", "def")))
     assert value(m, "slipstream_model_info", variant="small", digest="abc") is None
     assert value(m, "slipstream_model_info", variant="big", digest="def") == 1

@@ -25,7 +25,7 @@ async def test_a_hung_run_is_abandoned_at_its_deadline_and_fails_liveness_until_
         with pytest.raises(RunPastDeadline, match="hung run past its deadline of 0.2 s: replica replaced"):
             await run_bounded(replica, hb, 0.2, "hung run", release.wait, 30)
         assert replica.hung is not None
-        assert hb.problem().startswith("hung run: ")  # the thread still holds the copy
+        assert hb.problem().startswith("hung run: ")  # the thread still holds the replica
         release.set()
         await asyncio.wait_for(asyncio.to_thread(replica.pool.shutdown, True), 10)
         assert hb.problem() is None  # the thread came back: nothing is hung any more

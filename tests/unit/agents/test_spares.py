@@ -54,7 +54,7 @@ async def test_a_scale_up_after_a_scale_down_takes_the_freed_replica_and_a_varia
     assert pool.fleet.replicas == [first, second] and pool.spares.replicas == [] and loads == ["a", "a"]
 
     await switch(sw, config(4, "a", 1))
-    await switch(sw, config(5, "b", 1))  # another variant: the spare of "a" is closed, "b" loads
+    await switch(sw, config(5, "b", 1))  # another variant: the spare replica of "a" is closed, "b" loads
     assert loads == ["a", "a", "b"] and second.retired and first.retired
     await pool._spare_fill  # ... and a spare replica of "b" loads in the background
     (spare,) = pool.spares.replicas

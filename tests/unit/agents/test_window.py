@@ -49,7 +49,7 @@ def test_a_full_window_goes_at_once_and_only_max_batch_of_it():
     assert [it.offset for it in took.items] == [0, 1, 2, 3] and len(p) == 2
 
 
-def test_no_free_instance_or_no_items_means_wait_for_a_change():
+def test_no_free_replica_or_no_items_means_wait_for_a_change():
     p = WindowPlanner()
     assert p.poll(0, S, True) == Wait(None)
     p.add([item(0)])

@@ -178,7 +178,7 @@ def test_fit_measures_the_workers_own_time_per_batch_and_the_estimator_adds_it()
     assert not service_time({k: v for k, v in doc.items() if k != "dispatch_ms"}).has_dispatch  # older fits
 
 
-def test_dispatch_time_counts_from_the_instance_being_free_and_leaves_out_batch_timeout_waits():
+def test_dispatch_time_counts_from_the_replica_being_free_and_leaves_out_batch_timeout_waits():
     from slipstream.planner.calibrate import dispatch_ms
 
     def hop(stage, worker, received, started, finished):
@@ -187,7 +187,7 @@ def test_dispatch_time_counts_from_the_instance_being_free_and_leaves_out_batch_
 
     rs = [record(hops=[hop("a", "w/0", 100, 101, 111)]),
           record(hops=[hop("a", "w/0", 105, 113, 120)]),  # arrived while w/0 ran the first: 113 - 111
-          record(hops=[hop("a", "w/1", 105, 109, 120)]),  # another instance, free: 109 - 105
+          record(hops=[hop("a", "w/1", 105, 109, 120)]),  # another replica, free: 109 - 105
           record(hops=[hop("b", "x/0", 100, 130, 140)])]  # b's batch timeout is 30 ms: it may have waited for it
     assert dispatch_ms(rs).tolist() == [1.0, 2.0, 4.0, 30.0]
     assert dispatch_ms(rs, {"b": 30.0}).tolist() == [1.0, 2.0, 4.0]

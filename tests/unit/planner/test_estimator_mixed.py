@@ -93,7 +93,7 @@ def test_a_variant_without_a_profile_on_the_primarys_hardware_is_refused():
     assert not checked.feasible and "deployed form" in checked.reason
 
 
-@pytest.mark.parametrize("scaling", ["instances", "rebalance"])
+@pytest.mark.parametrize("scaling", ["in-worker", "rebalance"])
 def test_mixed_pools_give_the_event_loops_result_stage_by_stage(scaling, monkeypatch):
     """Two variants per stage on a tight SLO (drops and deferred sub-batches inside mixed windows):
     the stage-by-stage path equals the event loop."""

@@ -44,7 +44,7 @@ PLAN = single_plan({"a": [Assignment("v", "cpu", 1, 1, 1.0, 0.0)]})
 
 @pytest.mark.parametrize("options, names", [
     ({"scaling": "elastic"}, "'elastic'"),
-    ({"scaling": {"b": "instances"}}, "'b'"),
+    ({"scaling": {"b": "in-worker"}}, "'b'"),
     ({"scaling": {"a": "pods"}}, "'pods'"),
     ({"method": "magic"}, "'magic'"),
     ({"fanout_dist": "binomial"}, "'binomial'"),
@@ -111,7 +111,7 @@ def test_slowdown_paces_every_batch_of_a_window():
 
 
 @pytest.mark.parametrize("method", ["auto", "events"])
-def test_the_workers_own_time_per_batch_holds_the_instance_before_the_model_runs(method):
+def test_the_workers_own_time_per_batch_holds_the_replica_before_the_model_runs(method):
     service = ServiceTime(dispatch=Transit.constant(3.0))
     one = replace(one_stage({1: 10.0}), arrivals_s=np.array([0.0, 0.0, 1.0]), hop_ms=0.0)
     sim = simulate(replace(one, service=service), PLAN, SimOptions(method=method))

@@ -1,4 +1,4 @@
-"""The estimator against queueing theory: M/D/1, M/M/c (instances mode), M/D/2 vs partition queues,
+"""The estimator against queueing theory: M/D/1, M/M/c (in-worker mode), M/D/2 vs partition queues,
 processor sharing. Each case has a fixed seed and enough requests for its tolerance."""
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ def test_md1_mean_wait_is_pollaczek_khinchine(method):
     assert wait == pytest.approx(rho * D_MS / (2 * (1 - rho)), rel=0.03)
 
 
-def test_mmc_instances_mean_wait_is_erlang_c():
-    # M/M/3: three instances on one central queue, exponential service of mean D
+def test_mmc_in_worker_mean_wait_is_erlang_c():
+    # M/M/3: three replicas on one central queue, exponential service of mean D
     lam, c = 210.0, 3
     res = one_stage_run(lam, 1500, c, seed=0, service=ServiceTime("exponential"))
     assert res.requests > 300_000
@@ -55,7 +55,7 @@ def test_mmc_instances_mean_wait_is_erlang_c():
 
 
 def test_partition_queues_wait_longer_than_the_central_queue():
-    # 2 replicas at rho 0.7. instances: one queue, 2 servers (M/D/2; Cosmetatos' approximation is
+    # 2 replicas at rho 0.7. in-worker: one queue, 2 servers (M/D/2; Cosmetatos' approximation is
     # within about 1 % at this load); rebalance: 4 partitions by the range assignor, so each replica
     # queues its own two partitions' items (consecutive pairs of the stream) and idles while the other
     # has a queue: measured about 1.21 x the central wait on these arrivals
@@ -71,7 +71,7 @@ def test_partition_queues_wait_longer_than_the_central_queue():
 
 @pytest.mark.parametrize("service", [ServiceTime(), ServiceTime("exponential")], ids=["M/D/1-PS", "M/M/1-PS"])
 def test_processor_sharing_mean_sojourn(service):
-    # 64 instances (never all busy), one core: every running batch shares it. E[T] = D / (1 - rho) for
+    # 64 replicas (never all busy), one core: every running batch shares it. E[T] = D / (1 - rho) for
     # any service distribution (PS is insensitive); for exponential service that is 1 / (mu - lambda)
     lam = 50.0
     res = one_stage_run(lam, 2000, 64, seed=0, host=HostModel(cores=1.0), service=service)

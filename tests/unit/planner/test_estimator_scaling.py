@@ -1,4 +1,4 @@
-"""Replica changes in the estimator: instances (no pause for running servers) against rebalance."""
+"""Replica changes in the estimator: in-worker (no pause for running servers) against rebalance."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -22,8 +22,8 @@ def run(arr, replicas: int, schedule=(), max_batch: int = 1, activation_s: float
     return simulate(p, plan, SimOptions(schedule=schedule, drop_late=False, **options))
 
 
-def test_instances_start_serving_activation_after_the_change():
-    # 2 -> 3 instances at 1.0 s, 0.5 s activation. A burst of 6 at 1.2 s finds 2 instances, one at
+def test_in_worker_replicas_start_serving_activation_after_the_change():
+    # 2 -> 3 replicas at 1.0 s, 0.5 s activation. A burst of 6 at 1.2 s finds 2 replicas, one at
     # 1.6 s finds 3; the request at 1.0 s is served at once (nothing pauses)
     burst1, burst2 = [1.2] * 6, [1.6] * 6
     res = run([1.0, *burst1, *burst2], 2, [ReplicaChange(1.0, "a", 3)], activation_s=0.5)
@@ -32,24 +32,24 @@ def test_instances_start_serving_activation_after_the_change():
     assert sorted(res.latency_ms[7:]) == pytest.approx([10, 10, 10, 20, 20, 20])
 
 
-def test_an_added_instance_serves_its_own_activation_after_the_change():
-    # as above with a loaded spare: the third instance serves 0.1 s after the change (not the 0.5 s of a
+def test_an_added_replica_serves_its_own_activation_after_the_change():
+    # as above with a loaded spare replica: the third serves 0.1 s after the change (not the 0.5 s of a
     # load, which the rebalance pause keeps), so the burst at 1.2 s already finds 3
     burst1 = [1.2] * 6
-    res = run([1.0, *burst1], 2, [ReplicaChange(1.0, "a", 3)], activation_s=0.5, instance_activation_s=0.1)
+    res = run([1.0, *burst1], 2, [ReplicaChange(1.0, "a", 3)], activation_s=0.5, in_worker_activation_s=0.1)
     assert sorted(res.latency_ms[1:7]) == pytest.approx([10, 10, 10, 20, 20, 20])
-    with pytest.raises(ValueError, match="instance_activation_s"):
-        SimOptions(instance_activation_s=-1.0)
+    with pytest.raises(ValueError, match="in_worker_activation_s"):
+        SimOptions(in_worker_activation_s=-1.0)
 
 
-def test_instances_scale_up_delays_nobody():
-    # Poisson at rho 0.75 on 2 instances; a third joins at 20 s (activation 2 s). Every request is
+def test_in_worker_scale_up_delays_nobody():
+    # Poisson at rho 0.75 on 2 replicas; a third joins at 20 s (activation 2 s). Every request is
     # served no later than without the change, exactly as before until the new one is up, and
     # sooner on average after
     arr = poisson_arrivals(150.0, 60.0, 3)
     change = [ReplicaChange(20.0, "a", 3)]
     base, scaled = run(arr, 2, activation_s=2.0), run(arr, 2, change, activation_s=2.0)
-    before = arr + base.latency_ms / 1000 < 22.0  # done before the new instance is up
+    before = arr + base.latency_ms / 1000 < 22.0  # done before the new replica is up
     assert np.array_equal(base.latency_ms[before], scaled.latency_ms[before])
     assert np.all(scaled.latency_ms <= base.latency_ms + 1e-9)
     assert scaled.latency_ms[~before].mean() < 0.8 * base.latency_ms[~before].mean()
@@ -61,7 +61,7 @@ def test_rebalance_pauses_every_replica_and_new_ones_wait_for_activation():
     arr = [0.0, 0.6, 0.65, 0.9, 2.0]  # partitions 0, 1, 2, 3, 0; the new replica serves 2, then 3
     res = run(arr, 1, [ReplicaChange(0.5, "a", 2)], scaling="rebalance", pause_s=0.3, activation_s=1.0)
     assert res.latency_ms == pytest.approx([10.0, 210.0, 860.0, 620.0, 10.0])
-    same = run(arr, 1, [ReplicaChange(0.5, "a", 2)], activation_s=1.0)  # instances: the old one serves on
+    same = run(arr, 1, [ReplicaChange(0.5, "a", 2)], activation_s=1.0)  # in-worker: the old one serves on
     assert same.latency_ms == pytest.approx([10.0] * 5)
 
 
@@ -77,11 +77,11 @@ def test_rebalance_scale_up_delays_by_about_the_pause():
     assert float(np.max(scaled.latency_ms - base.latency_ms)) == pytest.approx(500.0, abs=3 * D_MS)
 
 
-def test_removed_instance_finishes_its_window_and_stops():
-    # 2 instances, max batch 4, 5 ms timeout, SLO 45 ms, l = 10, 11, 30, 44 ms for 1..4. Four requests
-    # at 0 keep the first instance busy until 44 ms; b, c, d, e (1-4 ms) fill the second one's window
+def test_removed_replica_finishes_its_window_and_stops():
+    # 2 replicas, max batch 4, 5 ms timeout, SLO 45 ms, l = 10, 11, 30, 44 ms for 1..4. Four requests
+    # at 0 keep the first replica busy until 44 ms; b, c, d, e (1-4 ms) fill the second one's window
     # at 4 ms, which runs b, c, d (44 ms would miss b's deadline, 30 ms does not) and defers e to
-    # 34 ms. The second instance is removed at 5 ms: it still finishes its window (e done at 44 ms),
+    # 34 ms. The second replica is removed at 5 ms: it still finishes its window (e done at 44 ms),
     # then stops: of 8 requests at 1 s the one left runs 4, the other 4 would end too late (dropped)
     p = one_stage({1: 10.0, 2: 11.0, 3: 30.0, 4: 44.0}, slo_ms=45.0)
     plan = single_plan({"a": [Assignment("v", "cpu", 4, 2, 1.0, 5.0)]})
@@ -92,7 +92,7 @@ def test_removed_instance_finishes_its_window_and_stops():
 
 
 def test_scale_down_then_up_before_activation():
-    # 1 -> 2 -> 1 -> 2: the instance removed before it was ever up never serves; the last one is up at
+    # 1 -> 2 -> 1 -> 2: the replica removed before it was ever up never serves; the last one is up at
     # 0.1 + 0.5 s
     sched = [ReplicaChange(0.0, "a", 2), ReplicaChange(0.05, "a", 1), ReplicaChange(0.1, "a", 2)]
     res = run([0.7, 0.7], 1, sched, activation_s=0.5)
@@ -101,7 +101,7 @@ def test_scale_down_then_up_before_activation():
     assert sorted(res.latency_ms) == pytest.approx([10.0, 20.0])
 
 
-@pytest.mark.parametrize("scaling", ["instances", "rebalance"])
+@pytest.mark.parametrize("scaling", ["in-worker", "rebalance"])
 def test_a_replans_batching_applies_to_windows_taken_after_it(scaling):
     # one request every 500 ms: with max batch 4 and a 100 ms timeout each waits out the timeout; a
     # re-plan at 5 s to max batch 1 (no timeout) on another variant serves each at once, in its 4 ms

@@ -123,7 +123,7 @@ def test_an_infeasible_replan_keeps_a_serving_plan_that_keeps_up_with_the_foreca
 
 @pytest.mark.parametrize("mode", MODES)
 def test_no_mode_plans_a_stage_above_the_per_stage_cap(overloaded, mode):
-    """A host that runs at most 2 instances of a stage: the highest-capacity plan spreads the cluster
+    """A host that runs at most 2 replicas of a stage: the highest-capacity plan spreads the cluster
     cap of 4 as 2 + 2, never the 1 + 3 it chooses without the per-stage cap, so the capacity it states
     is what runs."""
     capped = replace(overloaded, max_stage_replicas=2)

@@ -111,7 +111,7 @@ def test_a_huge_epoch_read_from_the_topic_never_overflows_the_next_plan():
 
 
 def test_a_replan_keeps_a_plan_that_still_holds_unless_the_new_one_saves_enough():
-    """Each redeploy loads model instances and resets the tuner's replicas: a plan in place that still
+    """Each redeploy loads model replicas and resets the tuner's replicas: a plan in place that still
     meets the SLO at the forecast stays when the re-plan finds only an equally cheap other plan (the
     MILP's runner-up here: same cost, other configs), and goes when the re-plan costs >= 10 % less."""
     from dataclasses import replace

@@ -39,8 +39,8 @@ def results(res) -> tuple:
 
 
 CASES = [(seed, edges, scaling, load) for seed in range(4) for edges in ("chain", "diamond")
-         for scaling in ("instances", "rebalance", "mixed") for load in (0.7, 1.1)]
-CASES.append((54, "diamond", "instances", 1.1))  # batches of one queue ending at one instant
+         for scaling in ("in-worker", "rebalance", "mixed") for load in (0.7, 1.1)]
+CASES.append((54, "diamond", "in-worker", 1.1))  # batches of one queue ending at one instant
 
 
 @pytest.mark.parametrize("seed, edges, scaling, load", CASES)

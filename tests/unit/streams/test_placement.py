@@ -1,16 +1,16 @@
-"""Where replicas run: instances inside as few workers as hold them, within the host's cores."""
+"""Where replicas run: inside as few workers as hold them, within the host's cores."""
 import pytest
 
-from slipstream.streams.placement import (Layout, available_cpus, cgroup_cpu_limit, cores_left, cpu_limit_of, instance_cap,
+from slipstream.streams.placement import (Layout, available_cpus, cgroup_cpu_limit, cores_left, cpu_limit_of, replica_cap,
                                layout)
 
 
 @pytest.mark.parametrize("replicas,cap,want", [(1, 4, Layout(1, 1)), (4, 4, Layout(1, 4)),
                                                (5, 4, Layout(2, 3)), (8, 4, Layout(2, 4)),
                                                (3, 1, Layout(3, 1))])
-def test_layout_uses_the_fewest_workers_and_spreads_instances_evenly(replicas, cap, want):
+def test_layout_uses_the_fewest_workers_and_spreads_replicas_evenly(replicas, cap, want):
     got = layout(replicas, cap)
-    assert got == want and got.replicas >= replicas and got.instances <= cap
+    assert got == want and got.replicas >= replicas and got.per_worker <= cap
 
 
 def test_layout_rejects_nonsense():
@@ -27,8 +27,8 @@ def test_standby_workers_add_processes_not_replicas(replicas, cap, standby, proc
     got = layout(replicas, cap, standby)
     plain = layout(replicas, cap)
     assert got.processes == processes == plain.workers + standby
-    # each standby holds as many instances as the others; the plan's replicas are unchanged
-    assert (got.workers, got.instances, got.replicas) == (plain.workers, plain.instances, plain.replicas)
+    # each standby holds as many replicas as the others; the plan's replicas are unchanged
+    assert (got.workers, got.per_worker, got.replicas) == (plain.workers, plain.per_worker, plain.replicas)
 
 
 def test_cores_left_counts_cores_not_wholly_reserved():
@@ -92,11 +92,11 @@ def test_available_cpus_is_the_limit_not_the_nodes_count():
 
 
 @pytest.mark.parametrize("asked,limit,cpus,want", [
-    (None, 3.0, 64, 3),  # a pod limited to 3 CPUs on a 64-core node holds 3 instances, not 64
+    (None, 3.0, 64, 3),  # a pod limited to 3 CPUs on a 64-core node holds 3 replicas, not 64
     (None, None, 64, 64),  # no limit: the host's cores (a local run)
-    (2, 3.0, 64, 2),  # the manifests' --max-instances within the limit
+    (2, 3.0, 64, 2),  # the manifests' --max-replicas within the limit
     (5, 3.0, 64, 3),  # more than the pod's CPUs allow: bounded by them
     (4, None, 2, 4),  # no limit: an explicit count is the caller's (local tests oversubscribe on purpose)
 ])
-def test_a_workers_instances_are_bounded_by_its_cgroup(asked, limit, cpus, want):
-    assert instance_cap(asked, limit, cpu_count=cpus) == want
+def test_a_workers_replicas_are_bounded_by_its_cgroup(asked, limit, cpus, want):
+    assert replica_cap(asked, limit, cpu_count=cpus) == want

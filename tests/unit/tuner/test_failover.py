@@ -40,12 +40,12 @@ class FakeLeaver:
 
 
 def test_standby_workers_run_beside_the_replicas_and_none_at_zero():
-    act = LocalProcessActuator(member_argv, grace_s=2.0, max_instances=2, standby={"detect": 1})
+    act = LocalProcessActuator(member_argv, grace_s=2.0, replicas_per_worker=2, standby={"detect": 1})
     try:
         act.set_replicas("detect", 1)
         assert len(act.pids("detect")) == 2 and act.desired("detect") == 2
         assert act.replicas("detect") == 1  # the standby is not a replica the tuner counts
-        act.set_replicas("detect", 3)  # 2 workers of 2 instances, and the standby
+        act.set_replicas("detect", 3)  # 2 workers of 2 replicas, and the standby
         assert len(act.pids("detect")) == 3
         act.set_replicas("classify", 1)  # no standby asked for this role
         assert len(act.pids("classify")) == 1
@@ -69,7 +69,7 @@ def test_each_worker_gets_a_member_file_of_its_own(tmp_path):
 
 
 async def test_supervisor_removes_the_dead_workers_members_and_keeps_the_survivors():
-    act = LocalProcessActuator(member_argv, grace_s=2.0, max_instances=2, standby={"detect": 1})
+    act = LocalProcessActuator(member_argv, grace_s=2.0, replicas_per_worker=2, standby={"detect": 1})
     leaver = FakeLeaver()
     sup = Supervisor(act, {"detect": 1}, reconcile_s=0.05, leaver=leaver)
     stop = asyncio.Event()

@@ -62,7 +62,7 @@ def test_the_plan_places_stages_and_pins_the_live_planner(tmp_path):
     det = pod(deps["slipstream-shop-detect"])
     assert det["containers"][0]["resources"]["limits"] == {"cpu": "4", "memory": "6Gi"}
     assert "nodeSelector" not in det and "replicas" not in deps["slipstream-shop-detect"]["spec"]
-    # classify: planned at 2 on cpu-1, so one pod of 2 instances and 2 CPUs (docs/kubernetes.md)
+    # classify: planned at 2 on cpu-1, so one pod of 2 replicas and 2 CPUs (docs/kubernetes.md)
     assert pod(deps["slipstream-shop-classify"])["containers"][0]["resources"]["limits"]["cpu"] == "2"
     # the selector never holds the hardware: a re-render with another plan must apply over the old one
     assert "slipstream.io/hardware" not in deps["slipstream-shop-detect"]["spec"]["selector"]["matchLabels"]
@@ -252,8 +252,8 @@ def test_actuator_applies_only_the_scale_subresource_under_its_own_field_manager
     """The real kubernetes client against a local HTTP server: every call is a Role-allowed verb on
     deployments/scale, and the write is a server-side apply owned by the tuner's field manager
     (forced: the tuner is the one owner of spec.replicas), holding spec.replicas and nothing else."""
-    act = _actuator(api_server, instances={"detect": 2})
-    act.set_replicas("detect", 3)  # 3 copies, 2 per pod: 2 pods
+    act = _actuator(api_server, per_pod={"detect": 2})
+    act.set_replicas("detect", 3)  # 3 replicas, 2 per pod: 2 pods
     assert act.replicas("classify") == 2
     path = "/apis/apps/v1/namespaces/ml/deployments/{}/scale"
     (m, p, ctype, body), get = _ApiServer.requests
@@ -282,25 +282,25 @@ def test_the_applied_manifests_leave_the_tuners_replicas_alone(tmp_path, api_ser
 
 @pytest.mark.parametrize("node_cores", [4, 16, 64, 128])  # a node that can schedule the pod
 @pytest.mark.parametrize("hardware,threads", [("cpu-1", 1), ("cpu-4", 4)])
-def test_a_stage_planned_at_3_replicas_runs_exactly_3_model_copies(tmp_path, api_server, node_cores, hardware,
+def test_a_stage_planned_at_3_replicas_runs_exactly_3_replicas(tmp_path, api_server, node_cores, hardware,
                                                                    threads):
     """The manifests, the tuner's scale request and each pod's worker agree: 3 planned replicas are 3
-    model copies in total on a node of any core count, in pods whose CPU limits hold their instances."""
-    from slipstream.streams.placement import instance_cap, layout
+    replicas in total on a node of any core count, in pods whose CPU limits hold them."""
+    from slipstream.streams.placement import layout, replica_cap
 
     plan = plan_file(tmp_path, {"detect": (hardware, 3), "classify": ("cpu-1", 1)})
     docs = render(tmp_path, "--plan", str(plan))
     det = pod(by_name(docs)["slipstream-shop-detect"])["containers"][0]
-    k = int(det["args"][det["args"].index("--max-instances") + 1])
+    k = int(det["args"][det["args"].index("--max-replicas") + 1])
     tuner_args = pod(by_name(docs)["slipstream-shop-tuner"])["containers"][0]["args"]
-    per_pod = dict(a.split("=") for i, a in enumerate(tuner_args) if tuner_args[i - 1] == "--pod-instances")
+    per_pod = dict(a.split("=") for i, a in enumerate(tuner_args) if tuner_args[i - 1] == "--pod-replicas")
     assert int(per_pod["detect"]) == k
-    act = _actuator(api_server, instances={s: int(v) for s, v in per_pod.items()})
+    act = _actuator(api_server, per_pod={s: int(v) for s, v in per_pod.items()})
     act.set_replicas("detect", 3)  # what the tuner does with the plan's replicas
     pods = _ApiServer.requests[-1][3]["spec"]["replicas"]
     cpu_limit = float(det["resources"]["limits"]["cpu"])
-    # each pod's worker: --max-instances bounded by its cgroup's CPU limit, the replicas from its StageConfig
-    per_worker = layout(3, instance_cap(k, cpu_limit, cpu_count=node_cores)).instances
+    # each pod's worker: --max-replicas bounded by its cgroup's CPU limit, the replicas from its StageConfig
+    per_worker = layout(3, replica_cap(k, cpu_limit, cpu_count=node_cores)).per_worker
     assert pods * per_worker == 3
     assert per_worker * threads <= cpu_limit and det["resources"]["requests"] == det["resources"]["limits"]
 
@@ -315,12 +315,12 @@ def test_standby_pods_hold_the_model_beside_the_replicas_pods(tmp_path, api_serv
     (tmp_path / "d").mkdir()
     default_args = pod(by_name(render(tmp_path / "d"))["slipstream-shop-tuner"])["containers"][0]["args"]
     assert default_args[default_args.index("--standby") + 1] == "0"
-    act = _actuator(api_server, instances={"detect": 2}, standby=1)
+    act = _actuator(api_server, per_pod={"detect": 2}, standby=1)
     for n in (3, 1, 0):
         act.set_replicas("detect", n)
     assert [b["spec"]["replicas"] for m, _, _, b in _ApiServer.requests if m == "PATCH"] == [3, 2, 0]
     act.set_replicas("detect", 3)
-    _ApiServer.replicas = 3  # 2 pods of 2 copies and the standby: 4 held, 3 asked
+    _ApiServer.replicas = 3  # 2 pods of 2 replicas and the standby: 4 held, 3 asked
     assert act.replicas("detect") == 3
     _ApiServer.replicas = 2  # one pod lost: the standby holds no replica
     assert act.replicas("detect") == 2
@@ -330,16 +330,16 @@ def test_standby_pods_hold_the_model_beside_the_replicas_pods(tmp_path, api_serv
         _actuator(api_server, standby=-1)
 
 
-def test_pods_for_and_pod_instances():
-    from slipstream.k8s_manifests import pod_instances
+def test_pods_for_and_pod_replicas():
+    from slipstream.k8s_manifests import pod_replicas
     from slipstream.streams.spec import Hardware
 
     cpu1 = Hardware("cpu-1", "cpu", 0.05, threads=1)
     cpu4 = Hardware("cpu-4", "cpu", 0.2, threads=4)
     gpu = Hardware("gpu", "cuda", 0.9, threads=2)
-    assert [pod_instances(n, cpu1) for n in (1, 3, 4, 7, 12, 16)] == [1, 3, 4, 7, 6, 8]  # <= 8 CPUs, n % k == 0
-    assert [pod_instances(n, cpu4) for n in (1, 2, 3, 4)] == [1, 2, 1, 2]
-    assert pod_instances(4, gpu) == 1 and pod_instances(4, cpu1, max_pod_cpus=2) == 2
+    assert [pod_replicas(n, cpu1) for n in (1, 3, 4, 7, 12, 16)] == [1, 3, 4, 7, 6, 8]  # <= 8 CPUs, n % k == 0
+    assert [pod_replicas(n, cpu4) for n in (1, 2, 3, 4)] == [1, 2, 1, 2]
+    assert pod_replicas(4, gpu) == 1 and pod_replicas(4, cpu1, max_pod_cpus=2) == 2
     assert [pods_for(n, 3) for n in (0, 1, 3, 4, 7)] == [0, 1, 1, 2, 3]
     assert [pods_for(n, 3, standby=1) for n in (0, 1, 3, 4, 7)] == [0, 2, 2, 3, 4]
     with pytest.raises(ValueError):

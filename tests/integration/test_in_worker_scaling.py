@@ -1,7 +1,7 @@
 """Scaling inside a worker on the real broker: under open-loop load, a StageConfig raises a stage from
-one model instance to two and back. The instance that was serving all along must not notice: no
-request it serves around either event waits more than the pause budget beyond its normal wait (the
-p99 before the first event), the new instance serves within seconds and stops after the scale-down,
+one replica to two and back. The replica that was serving all along must not notice: no request it
+serves around either event waits more than the pause budget beyond its normal wait (the p99 before
+the first event), the new replica serves within seconds and stops after the scale-down,
 and every request ends exactly once, done."""
 from __future__ import annotations
 
@@ -45,11 +45,11 @@ def wait_s(res: dict) -> float:
     return (h.started_ns - h.enqueued_ns) / 1e9
 
 
-async def test_scale_up_and_down_inside_a_worker_never_pauses_the_running_instance(kafka, unique, tmp_path):
+async def test_scale_up_and_down_inside_a_worker_never_pauses_the_running_replica(kafka, unique, tmp_path):
     path = one_stage_pipeline(unique, tmp_path)
     pipe = load_pipeline(path)
     await admin.ensure_topics(kafka, topics.all_topics(pipe))
-    worker = ReadyProcess(worker_argv(path, "slow", "warn", max_instances=2),
+    worker = ReadyProcess(worker_argv(path, "slow", "warn", max_replicas=2),
                           env={"SLIPSTREAM_BOOTSTRAP": kafka.bootstrap}, name="worker slow")
     publisher = KafkaPublisher(kafka, pipe.name)
     await publisher.start()
@@ -57,7 +57,7 @@ async def test_scale_up_and_down_inside_a_worker_never_pauses_the_running_instan
         await asyncio.to_thread(worker.wait_ready)
 
         async def set_replicas(previous, n: int):
-            rec = stage_config_record(pipe, previous, "slow", n, 4, f"test: {n} instance(s)")
+            rec = stage_config_record(pipe, previous, "slow", n, 4, f"test: {n} replica(s)")
             await publisher.publish(topics.control(pipe.name), "StageConfig", rec, "slow")
             return rec
 
@@ -101,14 +101,14 @@ async def test_scale_up_and_down_inside_a_worker_never_pauses_the_running_instan
     normal = float(np.percentile(before, 99))
     for name, at in events.items():
         around = [wait_s(r) for r in first if at <= created[r.request_id] < at + EVENT_SPAN_S]
-        assert len(around) > 20, f"too few requests on the running instance after scale-{name}"
+        assert len(around) > 20, f"too few requests on the running replica after scale-{name}"
         worst = max(around) - normal
-        print(f"scale-{name}: running instance's worst extra wait {worst * 1000:.1f} ms "
+        print(f"scale-{name}: running replica's worst extra wait {worst * 1000:.1f} ms "
               f"(normal p99 wait {normal * 1000:.1f} ms, {len(around)} requests)")
-        assert worst <= PAUSE_BUDGET_S + SLACK_S, f"scale-{name} paused the running instance {worst:.3f} s"
+        assert worst <= PAUSE_BUDGET_S + SLACK_S, f"scale-{name} paused the running replica {worst:.3f} s"
 
-    # the second instance served after the scale-up, and took no new window long after the scale-down
+    # the second replica served after the scale-up, and took no new window long after the scale-down
     second = [r for r in results.values() if served_by(r) == "1"]
-    assert any(r.hops[0].started_ns / 1e9 > events["up"] for r in second), "the new instance never served"
+    assert any(r.hops[0].started_ns / 1e9 > events["up"] for r in second), "the new replica never served"
     late = [r for r in second if r.hops[0].started_ns / 1e9 > events["down"] + 2.0]
-    assert not late, f"instance 1 still served {len(late)} requests 2 s after the scale-down"
+    assert not late, f"replica 1 still served {len(late)} requests 2 s after the scale-down"
