@@ -119,6 +119,48 @@ class Delivery:
         fut = (await kclient.send_window(prod, [out], self.limits))[0]
         return Sent(out, item, None, fut, prod) if isinstance(fut, BaseException) else Sent(out, item, fut, None, prod)
 
+    async def replace_refused(self, s: Sent) -> Sent | None:
+        """``s`` as sent: when its record was refused before it went out (encode, too large), what
+        replaces it (:meth:`send_instead`), until one goes out; None when nothing can."""
+        while s is not None and s.error is not None:
+            s = await self.send_instead(s, s.error)
+        return s
+
+    async def send_instead(self, s: Sent, exc: BaseException) -> Sent | None:
+        """Send what replaces ``s``'s output, which failed for good with ``exc``
+        (``slipstream.agents.routing.replacement``: an error result, else a dead letter); None when
+        nothing can replace it: given up, logged and counted."""
+        nxt = routing.replacement(self.pipe, self.stage, self.limits, s.out, s.item, exc)
+        if nxt is None:
+            log.error("request %s: cannot deliver %s to %s (%s), nor anything in its place: given up",
+                      _rid(s), s.out.record, s.out.topic, exc)
+            self.on_failure("given-up")
+            return None
+        log.error("request %s: cannot deliver %s to %s (%s): sending %s instead", _rid(s), s.out.record,
+                  s.out.topic, exc, nxt.record)
+        self.on_failure("replaced")
+        return await self._send_one(nxt, s.item)
+
+    def next_attempt(self, sent: list[Sent | None], failed: list[tuple[Sent, BaseException]]
+                     ) -> list[tuple[routing.Out, Any]]:
+        """The records to send again after ``failed`` (each a sent record and why it failed): those
+        refused for good replaced (counted; dropped when nothing can replace them), everything else
+        as it was (a transaction's next attempt)."""
+        bad = {id(s): exc for s, exc in failed}
+        out = []
+        for s in sent:
+            if s is None:
+                continue
+            exc = bad.get(id(s))
+            if exc is not None and not kclient.is_transient(exc) and not kclient.is_out_of_order(exc):
+                nxt = routing.replacement(self.pipe, self.stage, self.limits, s.out, s.item, exc)
+                self.on_failure("replaced" if nxt is not None else "given-up")
+                if nxt is not None:
+                    out.append((nxt, s.item))
+                continue
+            out.append((s.out, s.item))
+        return out
+
     async def settle(self, sent: list[Sent]) -> list[int]:
         """Wait until each output, or what replaced it, is in Kafka; never raises. Returns the
         indexes (in ``sent``) of those given up: neither they nor anything in their place is in Kafka."""
@@ -151,16 +193,10 @@ class Delivery:
                 backoff = min(backoff * 2, self.max_backoff_s)
                 s = await self._send_one(s.out, s.item)
                 continue
-            nxt = routing.replacement(self.pipe, self.stage, self.limits, s.out, s.item, exc)
-            if nxt is None:
-                log.error("request %s: cannot deliver %s to %s (%s), nor anything in its place: given up",
-                          _rid(s), s.out.record, s.out.topic, exc)
-                self.on_failure("given-up")
+            s = await self.send_instead(s, exc)
+            if s is None:
                 return False
-            log.error("request %s: cannot deliver %s to %s (%s): sending %s instead", _rid(s), s.out.record,
-                      s.out.topic, exc, nxt.record)
-            self.on_failure("replaced")
-            s, backoff, since = await self._send_one(nxt, s.item), 0.1, time.monotonic()
+            backoff, since = 0.1, time.monotonic()
 
     async def _outcome(self, fut, since: float) -> BaseException | None:
         """How a delivery future ended: None when delivered, else its failure; a TimeoutError when it

@@ -60,9 +60,8 @@ from typing import Any, Awaitable, Callable, Hashable, Iterable, NamedTuple
 from ..streams import kafka as kclient
 from ..streams.config import KafkaSettings
 from ..streams.spec import Pipeline
-from . import routing
 from .acks import Release
-from .delivery import Delivery, Sent
+from .delivery import Delivery
 
 log = logging.getLogger(__name__)
 
@@ -333,14 +332,13 @@ class PartitionTransactions:
         try:
             async with asyncio.timeout(STEP_TIMEOUT_S):
                 await prod.begin_transaction()
-                sent = await delivery.send_all(records)
-                sent = [await self._replace_refused(delivery, s) for s in sent]
+                sent = [await delivery.replace_refused(s) for s in await delivery.send_all(records)]
                 results = await asyncio.gather(kclient.send_offsets(prod, offsets, self.group_id),
                                                *(s.fut for s in sent if s is not None), return_exceptions=True)
             live = [s for s in sent if s is not None]
             failed = [(s, exc) for s, exc in zip(live, results[1:]) if isinstance(exc, BaseException)]
             if failed:
-                records[:] = self._after_failures(sent, failed)
+                records[:] = delivery.next_attempt(sent, failed)
                 # fencing first: a fenced producer must stop, whatever else failed
                 raise next((e for _, e in failed if kclient.is_fenced(e)), None) or _Refused(len(failed), failed[0][1])
             if isinstance(results[0], BaseException):
@@ -373,32 +371,3 @@ class PartitionTransactions:
             await kclient.stop_producer(prod, STEP_TIMEOUT_S)
         return None
 
-    async def _replace_refused(self, delivery: Delivery, s: Sent) -> Sent | None:
-        """A record refused before it was sent goes in the same transaction as its replacement."""
-        while s.error is not None:
-            nxt = routing.replacement(self.pipe, self.stage, self.limits, s.out, s.item, s.error)
-            if nxt is None:
-                log.error("cannot send %s to %s (%s), nor anything in its place: given up", s.out.record,
-                          s.out.topic, s.error)
-                self.on_failure("given-up")
-                return None
-            self.on_failure("replaced")
-            s = await delivery._send_one(nxt, s.item)
-        return s
-
-    def _after_failures(self, sent: list[Sent | None], failed: list) -> list:
-        """The records of the next attempt: permanent failures replaced, everything else as it was."""
-        bad = {id(s): exc for s, exc in failed}
-        out = []
-        for s in sent:
-            if s is None:
-                continue
-            exc = bad.get(id(s))
-            if exc is not None and not kclient.is_transient(exc) and not kclient.is_out_of_order(exc):
-                nxt = routing.replacement(self.pipe, self.stage, self.limits, s.out, s.item, exc)
-                self.on_failure("replaced" if nxt is not None else "given-up")
-                if nxt is not None:
-                    out.append((nxt, s.item))
-                continue
-            out.append((s.out, s.item))
-        return out
