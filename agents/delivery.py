@@ -127,9 +127,15 @@ class Delivery:
         return s
 
     async def send_instead(self, s: Sent, exc: BaseException) -> Sent | None:
-        """Send what replaces ``s``'s output, which failed for good with ``exc``
-        (``slipstream.agents.routing.replacement``: an error result, else a dead letter); None when
-        nothing can replace it: given up, logged and counted."""
+        """Send what replaces ``s``'s output, which failed for good with ``exc`` (:meth:`_instead`);
+        None when nothing can replace it."""
+        nxt = self._instead(s, exc)
+        return None if nxt is None else await self._send_one(nxt, s.item)
+
+    def _instead(self, s: Sent, exc: BaseException) -> routing.Out | None:
+        """What replaces ``s``'s output, failed for good with ``exc``
+        (``slipstream.agents.routing.replacement``: an error result, else a dead letter), logged and
+        counted; None when nothing can: given up."""
         nxt = routing.replacement(self.pipe, self.stage, self.limits, s.out, s.item, exc)
         if nxt is None:
             log.error("request %s: cannot deliver %s to %s (%s), nor anything in its place: given up",
@@ -139,7 +145,7 @@ class Delivery:
         log.error("request %s: cannot deliver %s to %s (%s): sending %s instead", _rid(s), s.out.record,
                   s.out.topic, exc, nxt.record)
         self.on_failure("replaced")
-        return await self._send_one(nxt, s.item)
+        return nxt
 
     def next_attempt(self, sent: list[Sent | None], failed: list[tuple[Sent, BaseException]]
                      ) -> list[tuple[routing.Out, Any]]:
@@ -153,9 +159,7 @@ class Delivery:
                 continue
             exc = bad.get(id(s))
             if exc is not None and not kclient.is_transient(exc) and not kclient.is_out_of_order(exc):
-                nxt = routing.replacement(self.pipe, self.stage, self.limits, s.out, s.item, exc)
-                self.on_failure("replaced" if nxt is not None else "given-up")
-                if nxt is not None:
+                if (nxt := self._instead(s, exc)) is not None:
                     out.append((nxt, s.item))
                 continue
             out.append((s.out, s.item))
