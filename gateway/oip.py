@@ -193,6 +193,8 @@ def json_tensor(tensor: Mapping) -> bytes:
     data = tensor.get("data")
     if data is None:
         raise ProtocolError("inputs[0].data: required (or send the tensor as binary data)")
+    if not isinstance(data, list):
+        raise ProtocolError(f"inputs[0].data: expected a list (nested lists for a tensor), got {_short(data)}")
     flat = list(_flatten(data))
     if len(flat) != math.prod(shape):
         raise ProtocolError(f"inputs[0].data: {len(flat)} elements for shape {list(shape)}")
@@ -202,10 +204,25 @@ def json_tensor(tensor: Mapping) -> bytes:
         if not _utf8(flat[0]):
             raise ProtocolError("inputs[0].data: the string is not UTF-8 (a lone surrogate)")
         return flat[0].encode()
+    bad = next((v for v in flat if not _is_value(dt, v)), _NONE)
+    if bad is not _NONE:
+        raise ProtocolError(f"inputs[0].data: not {dt} values: {_short(bad)} is not {_KINDS[dt[0]]}")
     try:
         return np.asarray(flat, dtype=DTYPES[dt]).tobytes()
     except (TypeError, ValueError, OverflowError) as exc:
         raise ProtocolError(f"inputs[0].data: not {dt} values: {exc}") from None
+
+
+_NONE = object()
+_KINDS = {"B": "true or false", "U": "an integer", "I": "an integer", "F": "a number"}
+
+
+def _is_value(dt: str, v: Any) -> bool:
+    """Whether a JSON leaf is a value of the datatype: a bool for BOOL, an integer for (U)INT, a number for FP
+    (as Triton reads JSON tensors; a null, a string or an object is none of them)."""
+    if dt == "BOOL" or isinstance(v, bool):
+        return dt == "BOOL" and isinstance(v, bool)
+    return isinstance(v, int) or (dt.startswith("FP") and isinstance(v, float))
 
 
 def binary_tensor(tensor: Mapping, blob: bytes) -> bytes:
@@ -288,9 +305,13 @@ def _outputs(doc: Mapping) -> list[dict]:
 
 
 def _wants_binary(outs: list[dict], rparams: Mapping) -> bool:
-    if rparams.get("binary_data_output") is True:
-        return True
-    return any(o.get("parameters", {}).get("binary_data") is True for o in outs)
+    flags = [("parameters.binary_data_output", rparams.get("binary_data_output"))]
+    flags += [(f"outputs[{i}].parameters.binary_data", o.get("parameters", {}).get("binary_data"))
+              for i, o in enumerate(outs)]
+    for where, flag in flags:
+        if flag is not None and not isinstance(flag, bool):
+            raise ProtocolError(f"{where}: expected true or false, got {_short(flag)}")
+    return any(flag for _, flag in flags)
 
 
 def _short(v: Any) -> str:
