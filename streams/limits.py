@@ -27,6 +27,11 @@ MAX_REQUEST_BYTES = 8 * 1024 * 1024  # the producers' max_request_size: no topic
 BROKER_DEFAULT = 1_048_588  # Kafka's message.max.bytes default: what a topic without its own takes
 BATCH_OVERHEAD = 61 + 21  # v2 record batch header, and one record's varint framing at most
 MAX_ERROR_CHARS = 2000  # a reason is cut here (``slipstream.agents.routing``'s results and dead letters)
+# aiokafka has one produce request in flight per broker, and a partition's next record waits while its
+# last batch is full: with the default 16-KiB batch a burst of records of a few KiB or more goes out one
+# record per broker round trip. A producer that sends bursts (a window's outputs, the load generator's
+# due requests) takes batches of this much instead, at most its topics' limit (:meth:`Limits.batch_bytes`).
+BURST_BATCH_BYTES = 1024 * 1024
 
 
 class RecordTooLarge(MessageSizeTooLargeError):
@@ -50,6 +55,11 @@ class Limits:
 
     def largest(self) -> int:
         return max([self.default, *self.by_topic.values()])
+
+    def batch_bytes(self) -> int:
+        """A bursting producer's batch size: :data:`BURST_BATCH_BYTES`, but no batch any of these topics
+        would refuse (a record larger than it still goes, in a batch of its own)."""
+        return min([BURST_BATCH_BYTES, self.default, *self.by_topic.values()])
 
     @staticmethod
     def size(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]] = ()) -> int:

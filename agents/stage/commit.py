@@ -30,10 +30,9 @@ from . import log
 from .serve import Answers
 
 # A window's outputs are sent in one burst; the linger only has to cover the burst, and a producer
-# batch (per partition) holds a whole window of small records, so a window is one produce request per
-# partition instead of one per 16 KiB (aiokafka's default batch).
+# batch (per partition) holds a whole window of records (``Limits.batch_bytes``), so a window is one
+# produce request per partition instead of one per 16 KiB (aiokafka's default batch).
 WINDOW_LINGER_MS = 1
-WINDOW_BATCH_BYTES = 1024 * 1024
 
 Entry = tuple[Any, int, list]  # an input (partition, offset) and its outputs: (out, item) pairs
 
@@ -50,7 +49,7 @@ class Commits:
         # exactly-once: one transactional producer per assigned input partition (opened on assignment)
         self.txns = PartitionTransactions(
             kafka, topics.consumer_group(pipe.name, stage), pipe, stage, self._delivery_failed,
-            linger_ms=WINDOW_LINGER_MS, max_batch_size=WINDOW_BATCH_BYTES) if kafka.exactly_once else None
+            linger_ms=WINDOW_LINGER_MS, max_batch_size=self.limits.batch_bytes()) if kafka.exactly_once else None
 
     async def start(self, limits: Limits) -> None:
         """With the topics' record limits: the producer (at least once; the Delivery replaces one the
@@ -59,10 +58,11 @@ class Commits:
         if self.txns is None:
             self.delivery = await Delivery.started(self.kafka, self.pipe, self.stage, self._delivery_failed,
                                                    limits, linger_ms=WINDOW_LINGER_MS,
-                                                   max_batch_size=WINDOW_BATCH_BYTES,
+                                                   max_batch_size=limits.batch_bytes(),
                                                    max_request_size=limits.largest())
         else:
-            self.txns.limits, self.txns.overrides["max_request_size"] = limits, limits.largest()
+            self.txns.limits = limits
+            self.txns.overrides.update(max_request_size=limits.largest(), max_batch_size=limits.batch_bytes())
 
     async def close(self) -> None:
         if self.delivery is not None:

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from slipstream.streams.limits import BATCH_OVERHEAD, BROKER_DEFAULT, Limits, RecordTooLarge, parse_describe_configs
+from slipstream.streams.limits import BATCH_OVERHEAD, BROKER_DEFAULT, BURST_BATCH_BYTES, Limits, RecordTooLarge, parse_describe_configs
 
 
 def test_limits_come_from_each_topics_max_message_bytes_and_unknown_topics_take_the_broker_default():
@@ -18,6 +18,14 @@ def test_limits_come_from_each_topics_max_message_bytes_and_unknown_topics_take_
     assert limits.by_topic == {"narrow": 2000, "wide": 16777216}
     assert limits.of("missing") == BROKER_DEFAULT
     assert limits.largest() == 16777216
+    assert limits.batch_bytes() == 2000  # no batch the narrowest topic would refuse
+
+
+def test_a_bursting_producers_batch_holds_many_records_but_fits_every_topic():
+    assert Limits().batch_bytes() == BURST_BATCH_BYTES <= BROKER_DEFAULT
+    assert BURST_BATCH_BYTES >= 64 * 16 * 1024  # 64 records of 16 KiB, not aiokafka's one
+    assert Limits({"in": 8 << 20}).batch_bytes() == BURST_BATCH_BYTES
+    assert Limits({"in": 8 << 20, "dead": 300_000}).batch_bytes() == 300_000
 
 
 def test_a_record_over_its_topics_limit_is_refused_naming_its_size_the_limit_and_the_topic():
