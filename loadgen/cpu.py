@@ -10,10 +10,11 @@ It counts this run's processes only (:func:`ours`): this process, the processes 
 descendants: workers, a gateway) and the broker listening on the run's bootstrap ports. The host is
 shared: another run's broker, workers or load generator are not this run's cost (before, every
 ``kafka.Kafka`` process on the host counted as "broker"). :func:`kind_of` names a process by its command
-line: ``worker <stage>``, ``join``, ``gateway``, ``broker``; this process is ``load generator + control
-plane`` (the replay, and the tuner and planner when the run hosts them), and so is a ``slipstream
-compare-live`` or ``demo`` process sampled from beside it (``python -m slipstream.loadgen.cpu SECONDS
-PID [BOOTSTRAP]``).
+line: ``worker <stage>``, ``join``, ``gateway``, ``broker``, ``load generator`` (the sender process of
+:mod:`slipstream.loadgen.sender`); this process is ``results + control plane`` (the replay's result
+reader, and the tuner and planner when the run hosts them), and so is a ``slipstream compare-live`` or
+``demo`` process sampled from beside it (``python -m slipstream.loadgen.cpu SECONDS PID [BOOTSTRAP]``).
+Through a gateway the sender is this process too.
 
 A tick reads the ``stat`` of the processes found so far; every ``rescan_s`` it reads every process's
 (for the parent links) to find new ones, and a process's command line once, when it becomes one of
@@ -30,7 +31,8 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 TICK = os.sysconf("SC_CLK_TCK")
-SELF = "load generator + control plane"
+SELF = "results + control plane"
+SENDER = "load generator"
 LIVE_COMMANDS = ("compare-live", "demo", "goodput")  # slipstream commands that replay and host the tuner
 LISTEN = "0A"  # TCP state LISTEN in /proc/net/tcp
 
@@ -39,6 +41,8 @@ def kind_of(argv: list[str]) -> str | None:
     """The kind of a process by its arguments, None for processes of no interest."""
     if any(a.endswith("kafka.Kafka") for a in argv):
         return "broker"
+    if "slipstream.loadgen.sender" in argv:
+        return SENDER
     if "worker" in argv and "--stage" in argv:
         stage = argv[argv.index("--stage") + 1] if argv.index("--stage") + 1 < len(argv) else "?"
         return "join" if stage == "join" else f"worker {stage}"

@@ -1,10 +1,11 @@
 """Open-loop trace replay into a pipeline's input topic, and collection of its results.
 
-The sender follows the :class:`~slipstream.loadgen.schedule.Schedule` and never waits for results: every request
-whose send time has come is produced at once (a burst stays a burst), delivery is confirmed in the
-background, and the actual send time of each request is recorded next to its scheduled time so the
-report can say how far behind the generator fell. ``created_ns`` is the actual send time (the clock the
-pipeline's deadlines use), so generator lag is reported, not charged to the pipeline.
+The sender (:mod:`slipstream.loadgen.sender`, a process of its own on the Kafka path) follows the
+:class:`~slipstream.loadgen.schedule.Schedule` and never waits for results: every request whose send time
+has come is produced at once (a burst stays a burst), delivery is confirmed in the background, and the
+actual send time of each request is recorded next to its scheduled time so the report can say how far
+behind the generator fell. ``created_ns`` is the actual send time (the clock the pipeline's deadlines
+use), so generator lag is reported, not charged to the pipeline.
 
 Alongside, three consumers read (no consumer group, nothing committed):
 - the results topic from its end as of the start, feeding a :class:`~slipstream.loadgen.collect.Collector`;
@@ -26,44 +27,24 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
-from aiokafka.errors import KafkaError
 
-from ..schemas.records import InferenceRequest, InferenceResult
+from ..schemas.records import InferenceResult
 from ..streams import codec, control_io, kafka, topics
-from ..streams.client import request_record
 from ..streams.config import KafkaSettings
-from ..streams.settle import settle_gc
 from .collect import Collector
 from .cost import events_from_records
 from .report import summarize
 from .schedule import DEFAULT_LAG_BUDGET_MS, Schedule, lag_stats
+from .sender import ProgressFn, ReplayTarget, SendJob, send_in_process
 
 log = logging.getLogger(__name__)
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
-READ_CHUNK = 64  # results decoded between two chances for the sender to run
-PayloadFactory = Callable[[int], bytes]
-ProgressFn = Callable[[int, int, int], None]  # (sent, results, total)
-
-
-@dataclass(frozen=True)
-class ReplayTarget:
-    """Where and what to send: built by the CLI from the pipeline spec."""
-
-    pipeline: str
-    source_stage: str
-    slo_ms: float
-    content_type: str
-    accuracy_floor: float | None = None
-    gateway_url: str | None = None  # send through this gateway (HTTP) instead of to the input topic
-
-    @property
-    def input_topic(self) -> str:
-        return topics.stage_input(self.pipeline, self.source_stage)
+READ_CHUNK = 64  # results decoded between two chances for the (gateway path's) sender to run
 
 
 @dataclass(frozen=True)
@@ -83,67 +64,56 @@ class ReplayOutcome:
     end_ns: int
     config_records: list[tuple[int, Mapping[str, Any]]] = field(default_factory=list)
     delivery_errors: int = 0
+    sender_realtime: bool | None = None  # whether the sender ran at a real-time priority (None: not known)
 
     @property
     def sent_mask(self) -> np.ndarray:
         return self.actual_ns > 0
 
 
-def build_request(target: ReplayTarget, request_id: str, created_ns: int, payload: bytes) -> InferenceRequest:
-    """An InferenceRequest as the first stage expects it (pure, for tests and the sender)."""
-    return request_record(target.pipeline, request_id, created_ns, target.slo_ms, target.content_type,
-                          payload, target.accuracy_floor)
+async def replay(schedule: Schedule, target: ReplayTarget, settings: KafkaSettings, payload: bytes,
+                 options: ReplayOptions, *, progress: ProgressFn | None = None) -> ReplayOutcome:
+    """Replay ``schedule`` (every request carrying ``payload``) and collect the results.
 
-
-def due_count(offsets_ns: np.ndarray, next_index: int, elapsed_ns: int) -> int:
-    """How many requests from ``next_index`` on are due after ``elapsed_ns`` (the sender's burst size)."""
-    return int(np.searchsorted(offsets_ns, elapsed_ns, side="right")) - next_index
-
-
-async def replay(schedule: Schedule, target: ReplayTarget, settings: KafkaSettings,
-                 payload_factory: PayloadFactory, options: ReplayOptions, *,
-                 progress: ProgressFn | None = None) -> ReplayOutcome:
-    import aiohttp
-
+    A process of its own sends the requests (:mod:`slipstream.loadgen.sender`) while this one reads the
+    results topic; through a gateway each call's answer, relayed by the sender, is its result."""
     collector = Collector(options.run_id)
     config_records: list[tuple[int, Mapping[str, Any]]] = []
     control_c = kafka.consumer(settings, topics.control(target.pipeline), topics.scaling(target.pipeline))
     via_kafka = target.gateway_url is None
+    results_c = None
     if via_kafka:
         results_c = kafka.consumer(settings, topics.results(target.pipeline), auto_offset_reset="latest",
                                    **kafka.REPORT_FETCH)
-        producer = kafka.producer(settings)
-        client = None
-        await asyncio.gather(results_c.start(), control_c.start(), producer.start())
+        await asyncio.gather(results_c.start(), control_c.start())
     else:
-        results_c = producer = None
-        client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=target.slo_ms / 1000 + 30),
-                                       connector=aiohttp.TCPConnector(limit=0))
         await control_c.start()
     stop = asyncio.Event()
+    total = len(schedule)
     try:
         readers = [asyncio.create_task(_follow_control(control_c, config_records, stop,
                                                        topics.control(target.pipeline), target.pipeline))]
         if via_kafka:
             await _pin_to_end(results_c, options.ready_timeout_s)
-            # fetch the input topic's metadata now: the first send would otherwise wait for it, late
-            await asyncio.wait_for(producer.partitions_for(target.input_topic), options.ready_timeout_s)
             readers.append(asyncio.create_task(_read_results(results_c, collector, stop)))
-            send = _kafka_sender(target, producer)
-        else:
-            send = _http_sender(target, client, collector)
-        settle_gc(again=True)  # a full collection of the planner's heap stops the sender 100+ ms
-        start_ns = time.time_ns() + int(options.lead_s * NS_PER_S)
-        offsets = schedule.offsets_ns
-        actual = np.zeros(len(offsets), dtype=np.int64)
-        errors = await _send_all(schedule, send, payload_factory, collector, start_ns, actual, progress)
+        job = SendJob(target, settings, options.run_id, schedule.offsets_ns, payload, options.lead_s,
+                      options.ready_timeout_s)
+        shown = (lambda sent: progress(sent, len(collector.results), total)) if progress else None
+
+        def answered(rid: str, created: int, finished: int, code: int, body: bytes, headers: dict) -> None:
+            collector.offer(http_result(rid, created, target.slo_ms, finished, code, body, headers,
+                                        pipeline=target.pipeline))
+        sent = await send_in_process(job, shown, answered)
+        start_ns, actual = sent.start_ns, sent.actual_ns
+        for j in np.flatnonzero(actual):
+            collector.expect(schedule.request_id(options.run_id, int(j)))
         collector.finish_sending()
         drain_until = time.monotonic() + options.drain_s
         while not collector.complete and time.monotonic() < drain_until:
             if any(t.done() for t in readers):
                 break  # a reader failed: surface its exception below
             if progress:
-                progress(len(collector.sent), len(collector.results), len(offsets))
+                progress(len(collector.sent), len(collector.results), total)
             await asyncio.sleep(0.1)
         stop.set()
         for t in readers:
@@ -152,44 +122,12 @@ async def replay(schedule: Schedule, target: ReplayTarget, settings: KafkaSettin
             t.cancel()
         await asyncio.gather(*readers, return_exceptions=True)
         if progress:
-            progress(len(collector.sent), len(collector.results), len(offsets))
-        return ReplayOutcome(collector, start_ns, start_ns + offsets, actual, time.time_ns(),
-                             config_records, delivery_errors=errors[0])
+            progress(len(collector.sent), len(collector.results), total)
+        return ReplayOutcome(collector, start_ns, start_ns + schedule.offsets_ns, actual, time.time_ns(),
+                             config_records, delivery_errors=sent.errors, sender_realtime=sent.realtime)
     finally:
         stop.set()
-        await asyncio.gather(*(c.stop() for c in (results_c, control_c, producer) if c is not None),
-                             *([client.close()] if client is not None else []), return_exceptions=True)
-
-
-Sender = Callable[[str, int, bytes], Any]  # (request id, created ns, payload) -> awaitable of a future
-
-
-def _kafka_sender(target: ReplayTarget, producer) -> Sender:
-    async def send(rid: str, created: int, payload: bytes):
-        value = build_request(target, rid, created, payload)
-        return await kafka.send(producer, target.input_topic, "InferenceRequest", value, key=rid,
-                                timestamp_ns=created)
-    return send
-
-
-def _http_sender(target: ReplayTarget, http, collector: Collector) -> Sender:
-    from ..gateway.client import infer_body
-
-    url = f"{target.gateway_url.rstrip('/')}/v2/models/{target.pipeline}/infer"
-
-    async def call(rid: str, created: int, body: bytes, headers: dict) -> None:
-        try:
-            async with http.post(url, data=body, headers=headers) as r:
-                code, data, answer_headers = r.status, await r.read(), dict(r.headers)
-        except Exception as exc:  # noqa: BLE001 - no answer at all: an error result, never a lost request
-            code, data, answer_headers = 0, repr(exc).encode(), {}
-        collector.offer(http_result(rid, created, target.slo_ms, time.time_ns(), code, data, answer_headers,
-                                    pipeline=target.pipeline))
-
-    async def send(rid: str, created: int, payload: bytes):
-        body, headers = infer_body(payload, target.content_type, rid, target.slo_ms, target.accuracy_floor)
-        return asyncio.ensure_future(call(rid, created, body, headers))
-    return send
+        await asyncio.gather(*(c.stop() for c in (results_c, control_c) if c is not None), return_exceptions=True)
 
 
 def http_result(request_id: str, created_ns: int, slo_ms: float, finished_ns: int, code: int, body: bytes,
@@ -214,52 +152,6 @@ def http_result(request_id: str, created_ns: int, slo_ms: float, finished_ns: in
     return InferenceResult(request_id=request_id, pipeline=pipeline, status=status, reason=reason,
                            created_ns=created_ns, deadline_ns=created_ns + int(slo_ms * NS_PER_MS),
                            finished_ns=finished_ns, accuracy=accuracy)
-
-
-async def _send_all(schedule: Schedule, send: Sender, payload_factory: PayloadFactory,
-                    collector: Collector, start_ns: int, actual: np.ndarray,
-                    progress: ProgressFn | None) -> list[int]:
-    offsets = schedule.offsets_ns
-    total = len(offsets)
-    errors = [0]
-    pending: set[asyncio.Future] = set()
-
-    def on_delivery(fut: asyncio.Future) -> None:
-        pending.discard(fut)
-        if fut.cancelled() or fut.exception() is not None:
-            errors[0] += 1
-            log.warning("request delivery failed: %s", "cancelled" if fut.cancelled() else fut.exception())
-
-    i = 0
-    last_progress = 0.0
-    while i < total:
-        now = time.time_ns()
-        due = due_count(offsets, i, now - start_ns)
-        if due <= 0:
-            wait_s = (start_ns + int(offsets[i]) - now) / NS_PER_S
-            await asyncio.sleep(min(wait_s, 0.05))
-            continue
-        for j in range(i, i + due):
-            rid = schedule.request_id(collector.run_id, j)
-            created = time.time_ns()
-            try:
-                fut = await send(rid, created, payload_factory(j))
-            except KafkaError as exc:  # not produced (e.g. no broker within the send timeout): not expected
-                errors[0] += 1
-                log.warning("request %s not sent: %s", rid, type(exc).__name__)
-                continue
-            actual[j] = created
-            collector.expect(rid)
-            pending.add(fut)
-            fut.add_done_callback(on_delivery)
-        i += due
-        if progress and time.monotonic() - last_progress > 0.2:
-            last_progress = time.monotonic()
-            progress(i, len(collector.results), total)
-        await asyncio.sleep(0)  # let the readers run between bursts
-    if pending:
-        await asyncio.gather(*list(pending), return_exceptions=True)
-    return errors
 
 
 async def _pin_to_end(consumer, timeout_s: float) -> None:
@@ -328,6 +220,9 @@ def summarize_outcome(outcome: ReplayOutcome, *, slo_ms: float, pipeline: str,
     notes = []
     if outcome.delivery_errors:
         notes.append(f"{outcome.delivery_errors} requests failed to be delivered to Kafka")
+    if outcome.sender_realtime is False:
+        notes.append("the sender ran at an ordinary priority (the host refused SCHED_RR): its send lag "
+                     "includes the host's scheduling delays")
     if c.conflicting_duplicates:
         notes.append(f"{c.conflicting_duplicates} requests got two results with different statuses")
     first_sent = int(outcome.actual_ns[sent].min()) if sent.any() else outcome.start_ns

@@ -322,7 +322,7 @@ async def run_case(case: chaos.FaultCase, stack: Stack, cluster: Cluster, arriva
             first_send.set()
 
     fault = asyncio.create_task(inject(case, stack, cluster, first_send, fault_at_s, injected, broker_node))
-    outcome = await replay(schedule, target, settings, lambda i: payload, ReplayOptions(run_id, drain_s=drain_s),
+    outcome = await replay(schedule, target, settings, payload, ReplayOptions(run_id, drain_s=drain_s),
                            progress=progress)
     await fault
     sent = {schedule.request_id(run_id, i): int(t) for i, t in enumerate(outcome.actual_ns) if t > 0}
@@ -362,7 +362,7 @@ def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
     """Start (or find) the Kafka, run every selected case on one stack, write the report."""
     from ...planner.profiles import ProfileStore
     from ...streams.spec import load_pipeline
-    from ..live.replay_report import payload_factory
+    from ..live.replay_report import example_payload
     from ..live.run import profile_missing
     from ..traces import trace_arrivals
 
@@ -379,7 +379,7 @@ def run_suite(opts: ChaosOptions) -> list[chaos.CaseOutcome]:
     store = ProfileStore(opts.profiles_dir)
     profile_missing(pipe, store)
     arrivals = trace_arrivals(opts.trace, opts.seed)
-    payload = payload_factory(pipe, None)(0)
+    payload = example_payload(pipe, None)
     freeze_stage = opts.freeze_stage or pipe.source
     cases = chaos.select(chaos.fault_cases([s.name for s in pipe.stages], has_join=pipe.needs_join,
                                            brokers=cluster.brokers, freeze_stage=freeze_stage,

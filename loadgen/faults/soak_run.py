@@ -67,7 +67,7 @@ class SoakOptions:
 def run_soak(opts: SoakOptions) -> str:
     from ...planner.profiles import ProfileStore
     from ...streams.spec import load_pipeline
-    from ..live.replay_report import payload_factory
+    from ..live.replay_report import example_payload
     from ..live.run import profile_missing
     from ..replay import ReplayOptions, ReplayTarget, replay
     from ..schedule import build_schedule
@@ -84,7 +84,7 @@ def run_soak(opts: SoakOptions) -> str:
     profile_missing(pipe, store)
     spec = opts.spec
     arrivals = trace_arrivals(spec, opts.seed)
-    payload = payload_factory(pipe, None)(0)
+    payload = example_payload(pipe, None)
     stack = Stack(pipe, path, store, settings, report / "logs", mode=opts.mode, sample=arrivals[arrivals < 60],
                   replan_s=opts.replan_s)
     groups = stage_groups(pipe)
@@ -125,7 +125,7 @@ def run_soak(opts: SoakOptions) -> str:
         task = asyncio.create_task(sampler(stop, time.monotonic()))
         try:
             target = ReplayTarget(pipe.name, pipe.source, pipe.slo_ms, pipe.input_content_type)
-            return await replay(schedule, target, settings, lambda i: payload, ReplayOptions(run_id, drain_s=60.0))
+            return await replay(schedule, target, settings, payload, ReplayOptions(run_id, drain_s=60.0))
         finally:
             stop.set()
             await task

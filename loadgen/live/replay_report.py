@@ -27,10 +27,10 @@ def envelope_rates(arrivals_s: np.ndarray, windows_s=ENVELOPE_WINDOWS_S) -> tupl
     return tuple(float(x) for x in envelope(np.asarray(arrivals_s, dtype=float), windows_s))
 
 
-def payload_factory(pipe, payload_file: str | None):
+def example_payload(pipe, payload_file: str | None) -> bytes:
+    """What every replayed request carries: ``payload_file``'s bytes, else the source stage's example."""
     if payload_file:
-        data = Path(payload_file).read_bytes()
-        return lambda i: data
+        return Path(payload_file).read_bytes()
     from ...agents.zoo import load_executor
 
     stage = pipe.stage(pipe.source)
@@ -39,13 +39,12 @@ def payload_factory(pipe, payload_file: str | None):
     kw = {"cache_dir": cache} if cache else {}
     ex = load_executor(variant, pipe.hardware[stage.defaults.hardware], **kw)
     try:
-        data = ex.example_payload()
+        return ex.example_payload()
     finally:
         ex.close()
-    return lambda i: data
 
 
-def replay_report(pipe, arrivals_s, payloads, *, seed: int = 0, rate_scale: float = 1.0,
+def replay_report(pipe, arrivals_s, payload: bytes, *, seed: int = 0, rate_scale: float = 1.0,
                   report_dir: str | None = None, run_id: str | None = None, drain_s: float = 30.0,
                   accuracy_floor: float | None = None, planned_arrivals=None, lag_budget_ms: float = 5.0,
                   label: str = "", gateway_url: str | None = None):
@@ -65,7 +64,7 @@ def replay_report(pipe, arrivals_s, payloads, *, seed: int = 0, rate_scale: floa
     click.echo(f"replaying {len(schedule)} requests over {schedule.duration_s:.1f} s into "
                f"{gateway_url or target.input_topic} (run {options.run_id})", err=True)
     outcome = asyncio.run(_with_progress(run_replay, schedule, target, KafkaSettings.from_env(),
-                                         payloads, options))
+                                         payload, options))
     sent = outcome.actual_ns[outcome.sent_mask]
     planned = planned_arrivals if planned_arrivals is not None else schedule.offsets_ns / 1e9
     windows = tuple(w for w in ENVELOPE_WINDOWS_S if w <= max(schedule.duration_s, ENVELOPE_WINDOWS_S[0]))

@@ -315,7 +315,7 @@ def live_run(pipe, pipeline_file: str, arrivals: np.ndarray, sample: np.ndarray,
              opts: LiveOptions, label: str) -> LiveResult:
     """Plan, publish, run the workers, replay, report, and replay the run through the estimator."""
     from ...streams import admin, topics
-    from .replay_report import payload_factory, replay_report
+    from .replay_report import example_payload, replay_report
 
     settings = KafkaSettings.from_env()
     asyncio.run(admin.ensure_topics(settings, topics.all_topics(pipe)))
@@ -332,7 +332,7 @@ def live_run(pipe, pipeline_file: str, arrivals: np.ndarray, sample: np.ndarray,
         click.echo(f"workers ready; replaying{f' through the gateway at {url}' if url else ''}")
         sampler = CpuSampler(ports=ports_of(settings.bootstrap)).start() if opts.sample_cpu else None
         try:
-            summary = replay_report(pipe, arrivals, payload_factory(pipe, None), seed=opts.seed,
+            summary = replay_report(pipe, arrivals, example_payload(pipe, None), seed=opts.seed,
                                     report_dir=str(report_dir), run_id=f"{opts.mode}-{int(time.time())}",
                                     planned_arrivals=problem.arrivals_s, label=label, gateway_url=url)
         finally:

@@ -14,7 +14,7 @@ import numpy as np
 
 from slipstream.loadgen import workloads
 from slipstream.streams.arrivals import peak_rate_binned
-from slipstream.loadgen.live.replay_report import payload_factory, replay_report
+from slipstream.loadgen.live.replay_report import example_payload, replay_report
 from slipstream.loadgen.traces import trace_arrivals
 
 
@@ -72,9 +72,9 @@ def replay(pipeline_file, spec, rate_scale, seed, report_dir, run_id, drain_s, a
         pipe = load_pipeline(pipeline_file)
     except SpecError as exc:
         raise click.BadParameter(str(exc), param_hint="--pipeline") from None
-    payloads = payload_factory(pipe, payload_file)
+    payload = example_payload(pipe, payload_file)
     planned = trace_arrivals(planned_trace, seed) if planned_trace else None
-    summary = replay_report(pipe, trace_arrivals(spec, seed), payloads, seed=seed, rate_scale=rate_scale,
+    summary = replay_report(pipe, trace_arrivals(spec, seed), payload, seed=seed, rate_scale=rate_scale,
                             report_dir=report_dir, run_id=run_id, drain_s=drain_s,
                             accuracy_floor=accuracy_floor, planned_arrivals=planned,
                             lag_budget_ms=lag_budget_ms, label=f"{pipe.name} {spec}")

@@ -3,6 +3,8 @@ collected once, lag and cost accounted (a noop relay stage, so the test measures
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -15,7 +17,7 @@ from slipstream.streams import admin, kafka as kclient, topics
 from slipstream.streams.spec import load_pipeline
 
 from .helpers import assert_exactly_once
-from .workers import Workers
+from .workers import Workers, start_gateway
 
 pytestmark = pytest.mark.broker
 
@@ -58,7 +60,7 @@ async def test_replay_collects_every_request_once_with_lag_and_cost(kafka, relay
         await prod.stop()
     schedule = build_schedule(load_trace("gamma:rate=30,cv2=4,duration=4", seed=5), seed=5, rate_scale=1.0)
     target = ReplayTarget(pipe.name, pipe.source, pipe.slo_ms, pipe.input_content_type)
-    out = await replay(schedule, target, kafka, lambda i: f"payload-{i}".encode(),
+    out = await replay(schedule, target, kafka, b"payload",
                        ReplayOptions(run_id="itest", drain_s=30.0))
     c = out.collector
     assert len(c.sent) == len(schedule) and c.complete and c.missing() == []
@@ -68,7 +70,32 @@ async def test_replay_collects_every_request_once_with_lag_and_cost(kafka, relay
     # open loop: actual sends follow the schedule (not one result at a time)
     lag_ms = (out.actual_ns - out.scheduled_ns) / 1e6
     assert np.median(lag_ms) < 50
+    assert out.sender_realtime is may_run_realtime()  # its own process, at SCHED_RR where allowed
     s = summarize_outcome(out, slo_ms=pipe.slo_ms, pipeline=pipe.name, prices={"cpu-1": 0.05})
     assert s.done == len(schedule) and s.attainment == 1.0 and s.lag.sent == len(schedule)
     assert s.stages[0].stage == "relay" and s.stages[0].service.count == len(schedule)
     assert s.cost_mean_per_hour == pytest.approx(0.15, rel=1e-6)
+
+
+@pytest.mark.timeout(120)
+async def test_replay_through_a_gateway_takes_each_answer_as_the_result(kafka, relay, tmp_path):
+    """The sender process relays each HTTP answer; every request gets exactly one result, done."""
+    pipe = relay
+    gateway, url = start_gateway(tmp_path / f"{pipe.name}.yaml", kafka.bootstrap)
+    try:
+        schedule = build_schedule(load_trace("poisson:rate=20,duration=3", seed=3), seed=3)
+        target = ReplayTarget(pipe.name, pipe.source, pipe.slo_ms, pipe.input_content_type, gateway_url=url)
+        out = await replay(schedule, target, kafka, b"payload", ReplayOptions(run_id="gw", drain_s=30.0))
+    finally:
+        gateway.stop()
+    c = out.collector
+    assert len(schedule) > 20 and len(c.sent) == len(schedule) and c.complete, c.missing()[:5]
+    assert (c.duplicates, out.delivery_errors) == (0, 0)
+    assert [r.status for r in c.collected()] == ["done"] * len(schedule)
+    assert np.all(out.actual_ns >= out.scheduled_ns)
+
+
+def may_run_realtime() -> bool:
+    """Whether this host lets a process take SCHED_RR (asked in a throwaway process)."""
+    code = "import os; os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(1))"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0

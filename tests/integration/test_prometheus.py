@@ -158,7 +158,7 @@ def test_prometheus_attainment_equals_the_loadgen_report(kafka, pipeline, promet
 
     schedule = build_schedule(load_trace(TRACE, seed=7), seed=7, rate_scale=1.0)
     target = ReplayTarget(pipe.name, pipe.source, pipe.slo_ms, pipe.input_content_type)
-    out = asyncio.run(replay(schedule, target, kafka, lambda i: f"payload-{i}".encode(),
+    out = asyncio.run(replay(schedule, target, kafka, b"payload",
                              ReplayOptions(run_id="prometheus", drain_s=30.0)))
     c = out.collector
     assert c.complete and len(c.sent) == len(schedule), c.missing()[:5]

@@ -4,7 +4,7 @@ import subprocess
 import sys
 import time
 
-from slipstream.loadgen.cpu import SELF, CpuSampler, kind_of, listening_inodes, ours, ports_of
+from slipstream.loadgen.cpu import SELF, SENDER, CpuSampler, kind_of, listening_inodes, ours, ports_of
 
 
 def test_processes_are_named_by_their_role():
@@ -14,6 +14,7 @@ def test_processes_are_named_by_their_role():
     assert kind_of(["python", "-m", "slipstream.cli", "worker", "--pipeline", "p.yaml", "--stage", "join"]) == "join"
     assert kind_of(["python", "-m", "slipstream.cli", "gateway", "--pipeline", "p.yaml"]) == "gateway"
     assert kind_of([".venv/bin/slipstream", "compare-live", "--modes", "milp"]) == SELF
+    assert kind_of(["/usr/bin/python3", "-m", "slipstream.loadgen.sender"]) == SENDER
     assert kind_of(["bash", "-c", "worker"]) is None and kind_of([]) is None
 
 

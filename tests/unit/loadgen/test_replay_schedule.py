@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slipstream.loadgen.replay import ReplayTarget, build_request, due_count
+from slipstream.loadgen.sender import ReplayTarget, build_request, due_count
 from slipstream.loadgen.schedule import build_schedule, lag_stats
 from slipstream.loadgen.traces import load_trace
 

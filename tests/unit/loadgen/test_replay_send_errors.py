@@ -9,7 +9,7 @@ import numpy as np
 from aiokafka.errors import KafkaTimeoutError
 
 from slipstream.loadgen.collect import Collector
-from slipstream.loadgen.replay import ReplayTarget, _kafka_sender, _send_all
+from slipstream.loadgen.sender import ReplayTarget, kafka_sender, send_all
 from slipstream.loadgen.schedule import Schedule
 
 
@@ -33,8 +33,8 @@ async def test_a_send_that_times_out_is_counted_and_the_rest_are_sent():
     collector = Collector("run")
     actual = np.zeros(5, dtype=np.int64)
     producer = Producer(refused={1, 3})
-    send = _kafka_sender(ReplayTarget("p", "s", 100.0, "text/plain"), producer)
-    errors = await _send_all(schedule, send, lambda i: b"x", collector, time.time_ns(), actual, None)
+    send = kafka_sender(ReplayTarget("p", "s", 100.0, "text/plain"), producer)
+    errors = await send_all(schedule, send, b"x", collector, time.time_ns(), actual, None)
     assert errors == [2] and producer.calls == 5
     assert collector.sent == {"run-00000000", "run-00000002", "run-00000004"}
     assert [a > 0 for a in actual] == [True, False, True, False, True]
