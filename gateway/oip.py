@@ -204,16 +204,15 @@ def json_tensor(tensor: Mapping) -> bytes:
         if not _utf8(flat[0]):
             raise ProtocolError("inputs[0].data: the string is not UTF-8 (a lone surrogate)")
         return flat[0].encode()
-    bad = next((v for v in flat if not _is_value(dt, v)), _NONE)
-    if bad is not _NONE:
-        raise ProtocolError(f"inputs[0].data: not {dt} values: {_short(bad)} is not {_KINDS[dt[0]]}")
+    for v in flat:
+        if not _is_value(dt, v):
+            raise ProtocolError(f"inputs[0].data: not {dt} values: {_short(v)} is not {_KINDS[dt[0]]}")
     try:
         return np.asarray(flat, dtype=DTYPES[dt]).tobytes()
     except (TypeError, ValueError, OverflowError) as exc:
         raise ProtocolError(f"inputs[0].data: not {dt} values: {exc}") from None
 
 
-_NONE = object()
 _KINDS = {"B": "true or false", "U": "an integer", "I": "an integer", "F": "a number"}
 
 

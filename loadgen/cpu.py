@@ -14,7 +14,6 @@ line: ``worker <stage>``, ``join``, ``gateway``, ``broker``, ``load generator`` 
 :mod:`slipstream.loadgen.sender`); this process is ``results + control plane`` (the replay's result
 reader, and the tuner and planner when the run hosts them), and so is a ``slipstream compare-live`` or
 ``demo`` process sampled from beside it (``python -m slipstream.loadgen.cpu SECONDS PID [BOOTSTRAP]``).
-Through a gateway the sender is this process too.
 
 A tick reads the ``stat`` of the processes found so far; every ``rescan_s`` it reads every process's
 (for the parent links) to find new ones, and a process's command line once, when it becomes one of
@@ -30,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from .sender import MODULE as SENDER_MODULE
+
 TICK = os.sysconf("SC_CLK_TCK")
 SELF = "results + control plane"
 SENDER = "load generator"
@@ -41,7 +42,7 @@ def kind_of(argv: list[str]) -> str | None:
     """The kind of a process by its arguments, None for processes of no interest."""
     if any(a.endswith("kafka.Kafka") for a in argv):
         return "broker"
-    if "slipstream.loadgen.sender" in argv:
+    if SENDER_MODULE in argv:
         return SENDER
     if "worker" in argv and "--stage" in argv:
         stage = argv[argv.index("--stage") + 1] if argv.index("--stage") + 1 < len(argv) else "?"

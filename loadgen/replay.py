@@ -1,6 +1,6 @@
 """Open-loop trace replay into a pipeline's input topic, and collection of its results.
 
-The sender (:mod:`slipstream.loadgen.sender`, a process of its own on the Kafka path) follows the
+The sender (:mod:`slipstream.loadgen.sender`, a process of its own) follows the
 :class:`~slipstream.loadgen.schedule.Schedule` and never waits for results: every request whose send time
 has come is produced at once (a burst stays a burst), delivery is confirmed in the background, and the
 actual send time of each request is recorded next to its scheduled time so the report can say how far
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
-READ_CHUNK = 64  # results decoded between two chances for the (gateway path's) sender to run
+READ_CHUNK = 64  # results decoded between two chances for the control reader and progress to run
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ async def replay(schedule: Schedule, target: ReplayTarget, settings: KafkaSettin
         def answered(rid: str, created: int, finished: int, code: int, body: bytes, headers: dict) -> None:
             collector.offer(http_result(rid, created, target.slo_ms, finished, code, body, headers,
                                         pipeline=target.pipeline))
-        sent = await send_in_process(job, shown, answered)
+        sent = await send_in_process(job, shown, None if via_kafka else answered)
         start_ns, actual = sent.start_ns, sent.actual_ns
         for j in np.flatnonzero(actual):
             collector.expect(schedule.request_id(options.run_id, int(j)))

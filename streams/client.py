@@ -65,9 +65,9 @@ class PipelineClient:
         self.pipe, self.kafka = pipe, kafka
         self._producer_kw = {} if linger_ms is None else {"linger_ms": linger_ms}
         self.input_topic = topics.stage_input(pipe.name, pipe.source)
+        self.limits = Limits()  # the input topic's, read at start (before the producer is made)
         self._keeper = ProducerKeeper(lambda: kclient.producer(kafka, max_batch_size=self.limits.batch_bytes(),
                                                                **self._producer_kw))
-        self.limits = Limits()  # the input topic's, read at start
         self._consumer = None
         self._reader: asyncio.Task | None = None
         self._waiters: dict[str, asyncio.Future] = {}  # own requests without a result yet
