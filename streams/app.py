@@ -8,6 +8,8 @@
 - ``consumer_metadata_max_age_ms`` is short (5 s, as every client's: ``slipstream.streams.kafka``) so new
   partitions are seen within seconds, not 5 min;
 - no tables, so partition growth never trips ``PartitionsMismatch``;
+- faust's rewind to the committed offsets also rewinds partitions without one (a grown partition's
+  head was lost otherwise: ``_ReadCommittedConsumer.seek_to_committed``);
 - the root logger keeps the requested level (``QuietWorker``: faust's spinner set it to DEBUG);
 - the consumer reads committed records only (``isolation_level="read_committed"``, which faust sets only
   with its own ``processing_guarantee="exactly_once"``, whose transactions follow faust's commit timer,
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 import faust
+from aiokafka.errors import IllegalStateError
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from . import codec
@@ -65,6 +68,21 @@ class _ReadCommittedConsumer(faust_aiokafka.Consumer):
                 self._prepared = asyncio.ensure_future(self.before_join())
             await self._prepared  # raises what it raised: the app stops, its supervisor restarts it
         await super().subscribe(topics)
+
+    async def seek_to_committed(self) -> dict:
+        """Every assigned partition back to its committed offset (``perform_seek``, faust's rewind
+        after a rebalance and whenever a fetch returns while the flow is stopped; the fetch's records
+        are dropped), and a partition with none back to its first record: aiokafka leaves those
+        where the dropped fetch left them, so the head of a partition the tuner had just grown was
+        skipped (its records dropped unread, then the offsets after them committed)."""
+        committed = await super().seek_to_committed()
+        if uncommitted := [tp for tp, offset in committed.items() if not offset]:
+            try:
+                for tp, first in (await self._thread.earliest_offsets(*uncommitted)).items():
+                    self._thread.seek(tp, first)
+            except IllegalStateError:  # revoked meanwhile: its next assignment starts it afresh
+                pass
+        return committed
 
 
 class ReadCommittedTransport(faust_aiokafka.Transport):

@@ -10,9 +10,10 @@ from typing import Iterable
 import numpy as np
 
 from slipstream.loadgen.collect import Delivery, check_exactly_once
+from slipstream.loadgen.trail import describe, trail
 from slipstream.schemas.records import InferenceResult
 from slipstream.streams import codec, kafka as kclient, topics
-from slipstream.streams.client import make_request
+from slipstream.streams.client import PipelineClient, make_request
 
 
 async def drain(settings, topic: str, n: int, timeout_s: float = 30.0) -> list:
@@ -54,6 +55,20 @@ async def read_topic(kafka, topic: str, min_count: int, record: str = "Inference
     finally:
         await cons.stop()
     return out
+
+
+async def results_of(client: PipelineClient, ids: list[str], timeout_s: float) -> list[InferenceResult]:
+    """The results of ``ids``, in their order; AssertionError naming where each request without one
+    went (``slipstream.loadgen.trail``) if any has none within ``timeout_s``."""
+    got = await asyncio.gather(*[client.result(i, timeout_s) for i in ids], return_exceptions=True)
+    missing = [i for i, res in zip(ids, got) if isinstance(res, TimeoutError)]
+    if missing:
+        where = describe(await trail(client.kafka, client.pipe, missing[:20]))
+        raise AssertionError(f"{len(missing)} of {len(ids)} requests unanswered within {timeout_s:g} s:\n{where}")
+    for res in got:
+        if isinstance(res, BaseException):
+            raise res
+    return got
 
 
 def as_records(raw: Iterable[dict]) -> list[InferenceResult]:

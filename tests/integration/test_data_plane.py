@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from slipstream.loadgen.collect import check_exactly_once
+from slipstream.schemas.records import InferenceResult
 from slipstream.streams import admin, codec, kafka as kclient, topics
 from slipstream.streams.client import PipelineClient, make_request
 from slipstream.streams.spec import load_pipeline
 
-from .helpers import as_records, assert_exactly_once, committed_offsets, read_topic
+from .helpers import as_records, assert_exactly_once, committed_offsets, read_topic, results_of
 from .workers import Workers, unique_pipeline
 
 HERE = Path(__file__).parent
@@ -51,11 +52,9 @@ async def send_all(client: PipelineClient, pipe, n: int, **kw) -> list[str]:
     return ids
 
 
-async def collect(client: PipelineClient, ids: list[str], timeout_s: float = 60.0) -> dict[str, dict]:
-    out = {}
-    for rid in ids:
-        out[rid] = await client.result(rid, timeout_s)
-    return out
+async def collect(client: PipelineClient, ids: list[str], timeout_s: float = 60.0) -> dict[str, InferenceResult]:
+    """Each request's result by id; a request without one names where it went (:func:`results_of`)."""
+    return dict(zip(ids, await results_of(client, ids, timeout_s)))
 
 
 def chain_sum_ns(res: dict) -> int:

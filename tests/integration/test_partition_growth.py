@@ -13,8 +13,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from aiokafka import TopicPartition
 
+from slipstream.agents.intake import use_bulk_intake
 from slipstream.streams import admin, kafka as kclient, topics
+from slipstream.streams.app import AppSettings, make_app
 from slipstream.streams.client import PipelineClient
 
 from .helpers import assert_exactly_once
@@ -66,3 +69,74 @@ async def test_partitions_grown_under_load_are_read_from_their_first_record(kafk
     # with aiokafka's default metadata age (5 min) they kept writing the old ones only
     written = {topic: await records_in(kafka, topic, range(2, GROWN)) for topic in grown}
     assert all(written.values()), written
+
+
+class Seen:
+    """A bulk reader (``slipstream.agents.intake``) that notes the offsets it is handed; ``waiting``: set
+    once each of ``want`` ((partition, offset) pairs) was handed over since :meth:`expect`."""
+
+    def __init__(self) -> None:
+        self.room = asyncio.Event()
+        self.room.set()
+        self.want: set = set()
+        self.waiting = asyncio.Event()
+
+    def expect(self, want: set) -> asyncio.Event:
+        self.want, self.waiting = set(want), asyncio.Event()
+        return self.waiting
+
+    def on_records(self, tp, records: list) -> None:
+        self.want -= {(tp.partition, r.offset) for r in records}
+        if not self.want:
+            self.waiting.set()
+
+    def committable(self, tp) -> None:
+        return None  # commits nothing: what the group has committed stays as the test set it
+
+    async def handed(self, waiting: asyncio.Event, timeout_s: float) -> None:
+        try:
+            await asyncio.wait_for(waiting.wait(), timeout_s)
+        except TimeoutError:
+            raise AssertionError(f"never handed over, as (partition, offset): {sorted(self.want)}") from None
+
+
+async def test_a_rewind_reads_a_partition_without_a_committed_offset_from_its_first_record(kafka, unique):
+    """faust rewinds every partition to its committed offset after a rebalance and whenever a fetch
+    comes back while its flow is stopped (it drops that fetch). A partition without a committed offset
+    (grown, or new to the group) must go back to its first record too: left where the dropped fetch
+    had taken it, its head was skipped (the loss ``test_partitions_grown_under_load...`` caught in CI)."""
+    await admin.ensure_topics(kafka, [topics.TopicSpec(unique, 2)])
+    prod = kclient.producer(kafka)
+    await prod.start()
+    try:
+        for p in (0, 1):
+            await asyncio.gather(*[await prod.send(unique, b"x", partition=p) for _ in range(10)])
+    finally:
+        await prod.stop()
+    group = f"{unique}-group"
+    cons = kclient.consumer(kafka, group_id=group, enable_auto_commit=False)
+    await cons.start()
+    try:  # partition 0 has a committed offset (5); partition 1 has none
+        cons.assign([TopicPartition(unique, 0)])
+        await cons.commit({TopicPartition(unique, 0): 5})
+    finally:
+        await cons.stop()
+    app = make_app(AppSettings(group, kafka))
+    seen = Seen()
+    use_bulk_intake(app, {unique: seen})
+
+    @app.agent(app.topic(unique, acks=False), concurrency=1)
+    async def agent(stream):  # subscribes the topic; its records reach ``seen`` in bulk
+        async for _ in stream.noack().events():
+            pass
+
+    everything = {(0, o) for o in range(5, 10)} | {(1, o) for o in range(10)}
+    first = seen.expect(everything)
+    await app.start()
+    try:
+        await seen.handed(first, 60)
+        again = seen.expect(everything)  # the rewind: both partitions from where the group stands
+        await app.consumer.perform_seek()
+        await seen.handed(again, 30)
+    finally:
+        await app.stop()

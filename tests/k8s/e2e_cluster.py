@@ -40,12 +40,11 @@ from pathlib import Path
 import pytest
 
 from slipstream.loadgen.collect import check_exactly_once
-from slipstream.loadgen.trail import describe, trail
 from slipstream.streams import topics
 from slipstream.streams.client import PipelineClient, make_request
 from slipstream.streams.config import BOOTSTRAP_ENV, KafkaSettings
 from slipstream.streams.spec import load_pipeline
-from tests.integration.helpers import as_records, read_topic
+from tests.integration.helpers import as_records, read_topic, results_of
 from tests.k8s.kube import (ROOT, Watch, bridge_kafka, can_i, condition_true, kube_json, kubectl, pods, render,
                             running, slipstream_cli)
 from slipstream.tuner.k8s import APPLY, FIELD_MANAGER, deployment_name
@@ -226,20 +225,6 @@ async def send_open_loop(client: PipelineClient, pipe, rate_qps: float, seconds:
         ids.append(req.request_id)
     await asyncio.gather(*sent)  # each in Kafka: a send that failed fails here, not as a missing result
     return ids
-
-
-async def results_of(client: PipelineClient, ids: list[str], timeout_s: float) -> list:
-    """The results of ``ids``; AssertionError naming where each request without one went
-    (``slipstream.loadgen.trail``) if any has none within ``timeout_s``."""
-    got = await asyncio.gather(*[client.result(i, timeout_s) for i in ids], return_exceptions=True)
-    missing = [i for i, res in zip(ids, got) if isinstance(res, TimeoutError)]
-    if missing:
-        where = describe(await trail(client.kafka, client.pipe, missing[:20]))
-        raise AssertionError(f"{len(missing)} of {len(ids)} requests unanswered within {timeout_s:g} s:\n{where}")
-    for res in got:
-        if isinstance(res, BaseException):
-            raise res
-    return got
 
 
 def decision_of(kafka, pipe, stage: str) -> dict:
