@@ -10,7 +10,10 @@ seeks, flow control and commit timer, and changes two things for topics that hav
 
 - **reading**: a fetch's records of such a topic go to ``reader.on_records(tp, records)`` (aiokafka
   ``ConsumerRecord``s, in offset order, one call per partition per fetch), after the checks faust makes
-  per record (flow active, same generation, partition active, offset not behind the read offset) and
+  per record (flow active, same generation, partition active, offset not behind the read offset:
+  for these topics the next offset expected, one past the last handed over, so no record is handed
+  over twice when the fetcher goes back without faust's knowing, as records drained while a rewind
+  runs, then handed over after it) and
   once ``reader.room`` is set (back-pressure); records of other topics keep faust's per-message path
   to their agents;
 - **committing**: the offset faust commits for such a partition is ``reader.committable(tp)`` (one past
@@ -92,7 +95,7 @@ class BulkConsumer(_ReadCommittedConsumer):
                 return  # a rebalance began: faust drops the rest of the fetch too
             self.app.monitor.track_tp_end_offset(tp, self.highwater(tp))
             reader.on_records(tp, recs)
-            self._read_offset[tp] = recs[-1].offset
+            self._read_offset[tp] = recs[-1].offset + 1  # the next expected (faust keeps the last read)
         if rest:
             await self._deliver_each(rest, generation)
 
