@@ -8,6 +8,8 @@ from contextlib import asynccontextmanager
 from typing import Iterable
 
 import numpy as np
+from aiokafka import TopicPartition
+from aiokafka.structs import OffsetAndMetadata
 
 from slipstream.loadgen.collect import Delivery, check_exactly_once
 from slipstream.loadgen.trail import describe, trail
@@ -96,6 +98,18 @@ async def assigned(kafka, topic: str, group: str | None = None):
         tps = await kclient.topic_partitions(cons, topic)
         cons.assign(tps)
         yield cons, tps, await cons.end_offsets(tps)
+    finally:
+        await cons.stop()
+
+
+async def commit(kafka, group: str, topic: str, partition: int, offset: int) -> None:
+    """``group``'s committed offset on ``topic[partition]``, set as a worker's commit would."""
+    cons = kclient.consumer(kafka, group_id=group, enable_auto_commit=False)
+    await cons.start()
+    try:
+        tp = TopicPartition(topic, partition)
+        cons.assign([tp])
+        await cons.commit({tp: OffsetAndMetadata(offset, "")})
     finally:
         await cons.stop()
 

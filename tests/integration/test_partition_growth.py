@@ -23,7 +23,7 @@ from slipstream.streams.app import AppSettings, make_app
 from slipstream.streams.client import PipelineClient
 from slipstream.streams.config import AT_LEAST_ONCE, EXACTLY_ONCE
 
-from .helpers import assert_exactly_once
+from .helpers import assert_exactly_once, commit
 from .test_data_plane import collect, fanout3_with_workers
 from .test_rebalance import send_until
 
@@ -37,8 +37,6 @@ def pipeline(request, kafka, unique, tmp_path):
 
 async def records_in(kafka, topic: str, partitions: range) -> int:
     """Records written to ``partitions`` of ``topic`` (their end offsets)."""
-    from aiokafka import TopicPartition
-
     cons = kclient.consumer(kafka, topic, group_id=None)
     await cons.start()
     try:
@@ -138,13 +136,7 @@ async def test_a_rewind_reads_a_partition_without_a_committed_offset_from_its_fi
     await admin.ensure_topics(kafka, [topics.TopicSpec(unique, 2)])
     await write(kafka, unique, {0: 10, 1: 10})
     group = f"{unique}-group"
-    cons = kclient.consumer(kafka, group_id=group, enable_auto_commit=False)
-    await cons.start()
-    try:  # partition 0 has a committed offset (5); partition 1 has none
-        cons.assign([TopicPartition(unique, 0)])
-        await cons.commit({TopicPartition(unique, 0): 5})
-    finally:
-        await cons.stop()
+    await commit(kafka, group, unique, 0, 5)  # partition 0 has a committed offset (5); partition 1 has none
     app, seen = reading_app(kafka, group, unique)
     everything = {(0, o) for o in range(5, 10)} | {(1, o) for o in range(10)}
     first = seen.expect(everything)

@@ -6,29 +6,15 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from aiokafka import TopicPartition
-from aiokafka.structs import OffsetAndMetadata
-
 from slipstream.loadgen.trail import describe, trail
-from slipstream.streams import admin, kafka as kclient, topics
+from slipstream.streams import admin, topics
 from slipstream.streams.client import PipelineClient, make_request
 from slipstream.streams.spec import load_pipeline
 
+from .helpers import commit
 from .workers import unique_pipeline
 
 FANOUT3 = Path(__file__).parent / "pipelines" / "fanout3.yaml"
-
-
-async def commit(kafka, group: str, topic: str, partition: int, offset: int) -> None:
-    """``group``'s committed offset on ``topic[partition]``, set as a worker's commit would."""
-    cons = kclient.consumer(kafka, group_id=group, enable_auto_commit=False)
-    await cons.start()
-    try:
-        tp = TopicPartition(topic, partition)
-        cons.assign([tp])
-        await cons.commit({tp: OffsetAndMetadata(offset, "")})
-    finally:
-        await cons.stop()
 
 
 def test_the_trail_tells_a_taken_request_from_a_waiting_and_an_unsent_one(kafka, unique, tmp_path):
